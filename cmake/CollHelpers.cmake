@@ -1,0 +1,21 @@
+# coll_add_test(NAME SOURCES src... [LIBS lib...] [LABELS l...] [TIMEOUT s] [ARGS a...] [COMMAND cmd...])
+# Builds one test executable (unless COMMAND is given) and registers it with ctest.
+# Exit code 77 means SKIPPED (the test prints why).
+function(coll_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;COMMAND;ENV" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  if(T_COMMAND)
+    add_test(NAME ${name} COMMAND ${T_COMMAND} ${T_ARGS})
+  else()
+    add_executable(${name} ${T_SOURCES})
+    target_link_libraries(${name} PRIVATE ${T_LIBS} coll_warnings)
+    add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
+    LABELS "${T_LABELS}")
+  if(T_ENV)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${T_ENV}")
+  endif()
+endfunction()

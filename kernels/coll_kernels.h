@@ -1,0 +1,37 @@
+/*
+ * CPU reduction kernels: the reference semantics that the CUDA kernels match.
+ * Internal to kcoll (not installed). Every function accepts count == 0 and dst aliasing a or b
+ * exactly (element for element); partial overlap is not allowed.
+ */
+#ifndef COLL_KERNELS_H
+#define COLL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "coll.h"
+
+/* dst[i] = a[i] OP b[i]. COLL_AVG reduces like COLL_SUM (partial sums); the final step divides
+ * with colli_reduce_div. float16/bfloat16: computed in float32, rounded to nearest even. Integer
+ * sum/prod wrap around. min/max of floats: (a < b ? a : b) / (a > b ? a : b). */
+void colli_reduce(void *dst, const void *a, const void *b, size_t count, coll_datatype_t dt,
+                  coll_op_t op);
+
+/* dst[i] = (a[i] + b[i]) / divisor: the last step of COLL_AVG. Integers: wrapped sum, then C
+ * division (truncation). Floats: sum and quotient in the type (float32 for the half types, one
+ * rounding to half at the end). */
+void colli_reduce_div(void *dst, const void *a, const void *b, size_t count, coll_datatype_t dt,
+                      uint32_t divisor);
+
+/* dst[i] = src[i] / divisor (COLL_AVG on a single rank). dst may equal src. */
+void colli_div(void *dst, const void *src, size_t count, coll_datatype_t dt, uint32_t divisor);
+
+/* Conversions with IEEE round-to-nearest-even; NaN stays NaN, overflow goes to infinity. */
+float colli_half_to_float(uint16_t h);
+uint16_t colli_float_to_half(float f);
+float colli_bf16_to_float(uint16_t b);
+uint16_t colli_float_to_bf16(float f);
+
+/* Name of the instruction set the dispatcher chose ("avx2", "sse2", ...), for logs. */
+const char *colli_kernels_isa(void);
+
+#endif

@@ -1,0 +1,229 @@
+/*
+ * kcoll public API. C11 + stdint.h; no CUDA types (a stream is an opaque pointer).
+ *
+ * Concepts follow NCCL: a communicator of nranks processes created from a unique id,
+ * collectives over host (and later device) buffers, point-to-point send/recv, group calls.
+ */
+#ifndef COLL_H
+#define COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(COLL_BUILDING_LIBRARY)
+#define COLL_API __attribute__((visibility("default")))
+#else
+#define COLL_API
+#endif
+
+/** Version of this header, as MAJOR*10000 + MINOR*100 + PATCH. */
+#define COLL_MAJOR 0
+#define COLL_MINOR 1
+#define COLL_PATCH 0
+#define COLL_VERSION_CODE(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define COLL_VERSION COLL_VERSION_CODE(COLL_MAJOR, COLL_MINOR, COLL_PATCH)
+
+/**
+ * Result codes and their strings, from one table so that they never drift.
+ * X(NAME, value, "description")
+ */
+#define COLL_RESULT_MAP(X)                                                                         \
+    X(SUCCESS, 0, "no error")                                                                      \
+    X(ERR_INVALID_ARGUMENT, 1, "invalid argument")                                                 \
+    X(ERR_INVALID_USAGE, 2, "invalid usage")                                                       \
+    X(ERR_SYSTEM, 3, "system error")                                                               \
+    X(ERR_INTERNAL, 4, "internal error")                                                           \
+    X(ERR_REMOTE, 5, "remote error (a peer failed or closed its connection)")                      \
+    X(ERR_TIMEOUT, 6, "timeout")                                                                   \
+    X(ERR_MISMATCH, 7, "collective mismatch between ranks")                                        \
+    X(ERR_VERSION, 8, "version mismatch")                                                          \
+    X(ERR_NETWORK, 9, "network configuration error")                                               \
+    X(ERR_UNSUPPORTED, 10, "unsupported")                                                          \
+    X(ERR_ABORTED, 11, "communicator aborted")                                                     \
+    X(ERR_CUDA, 12, "CUDA error")                                                                  \
+    X(IN_PROGRESS, 13, "operation in progress")
+
+/** Result of every kcoll call. */
+typedef enum {
+#define COLL_RESULT_ENUM_(name, val, str) COLL_##name = val,
+    COLL_RESULT_MAP(COLL_RESULT_ENUM_)
+#undef COLL_RESULT_ENUM_
+        COLL_NUM_RESULTS
+} coll_result_t;
+
+/** Element types. float16 is IEEE binary16, bfloat16 the upper half of a float32. */
+typedef enum {
+    COLL_INT8 = 0,
+    COLL_UINT8 = 1,
+    COLL_INT32 = 2,
+    COLL_UINT32 = 3,
+    COLL_INT64 = 4,
+    COLL_UINT64 = 5,
+    COLL_FLOAT16 = 6,
+    COLL_BFLOAT16 = 7,
+    COLL_FLOAT32 = 8,
+    COLL_FLOAT64 = 9,
+    COLL_NUM_DATATYPES = 10
+} coll_datatype_t;
+
+/**
+ * Reduction operators. Integer sum and prod wrap around (two's complement). COLL_AVG is the sum
+ * divided by the number of ranks at the end (integer division truncates; float16/bfloat16 are
+ * computed in float32 and rounded to nearest even).
+ */
+typedef enum {
+    COLL_SUM = 0,
+    COLL_PROD = 1,
+    COLL_MIN = 2,
+    COLL_MAX = 3,
+    COLL_AVG = 4,
+    COLL_NUM_OPS = 5
+} coll_op_t;
+
+/** Opaque communicator handle. A destroyed handle is detected, never dereferenced. */
+typedef struct coll_comm *coll_comm_t;
+
+/** Opaque stream: a cudaStream_t for device buffers, NULL for host buffers. */
+typedef void *coll_stream_t;
+
+#define COLL_UNIQUE_ID_BYTES 128
+/** Root address + random secret. Pass it to every rank (it has a printable form). */
+typedef struct {
+    char internal[COLL_UNIQUE_ID_BYTES];
+} coll_unique_id_t;
+
+/** Room for the printable form of a unique id, with its terminating NUL. */
+#define COLL_UNIQUE_ID_STRLEN 160
+
+/** Environment variable through which launchers (coll-run) pass the unique id string. */
+#define COLL_ENV_UNIQUE_ID "COLL_UNIQUE_ID"
+#define COLL_ENV_RANK "COLL_RANK"
+#define COLL_ENV_NRANKS "COLL_NRANKS"
+
+/* ---- errors and version ---- */
+
+/** Short, static description of a result code ("unknown result" for out-of-range values). */
+COLL_API const char *coll_get_error_string(coll_result_t result);
+
+/**
+ * The message of the last error raised by a kcoll call on this thread: what went wrong, who
+ * (rank, peer, host) and what to do. Empty string when no call on this thread failed yet.
+ */
+COLL_API const char *coll_get_last_error(void);
+
+/** Library version as COLL_VERSION_CODE. */
+COLL_API coll_result_t coll_get_version(int *version);
+
+/** Library version string (the one pinned and compared between ranks), e.g. "0.1.0". */
+COLL_API const char *coll_get_version_string(void);
+
+/* ---- unique id ---- */
+
+/**
+ * Create a unique id for a new communicator and start its bootstrap root in this process (a
+ * background thread that serves exactly one communicator and exits, within
+ * COLL_BOOTSTRAP_TIMEOUT). The root listens on the interface chosen by COLL_SOCKET_IFNAME.
+ */
+COLL_API coll_result_t coll_get_unique_id(coll_unique_id_t *id);
+
+/** As coll_get_unique_id, with an interface spec (COLL_SOCKET_IFNAME syntax) that overrides the
+ *  environment; NULL means "use the environment". */
+COLL_API coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec);
+
+/** Printable form ("kcoll1:<host>:<port>:<secret hex>"), NUL-terminated, at most
+ *  COLL_UNIQUE_ID_STRLEN bytes including the NUL. */
+COLL_API coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, size_t len);
+
+/** Parse the printable form; a malformed string gets COLL_ERR_INVALID_ARGUMENT. */
+COLL_API coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str);
+
+/* ---- communicators ---- */
+
+/**
+ * Create this process's member of an nranks-wide communicator. Collective over all ranks: each
+ * calls it with the same id and its own rank. Blocks until every rank checked in or
+ * COLL_BOOTSTRAP_TIMEOUT expires (the error then names the ranks that never arrived).
+ */
+COLL_API coll_result_t coll_comm_init_rank(coll_comm_t *comm, int nranks, coll_unique_id_t id,
+                                           int rank);
+
+/** Free the communicator after its operations completed. The handle is invalid afterwards. */
+COLL_API coll_result_t coll_comm_destroy(coll_comm_t comm);
+
+/** Tell every other rank this communicator is aborted (they fail with COLL_ERR_REMOTE naming
+ *  this rank), close every connection and free the communicator. */
+COLL_API coll_result_t coll_comm_abort(coll_comm_t comm);
+
+/** The communicator's asynchronous error: COLL_SUCCESS while healthy. After an error every
+ *  further operation fails; destroy or abort the communicator. */
+COLL_API coll_result_t coll_comm_get_async_error(coll_comm_t comm, coll_result_t *async_error);
+
+COLL_API coll_result_t coll_comm_count(const coll_comm_t comm, int *count);
+COLL_API coll_result_t coll_comm_user_rank(const coll_comm_t comm, int *rank);
+
+/* ---- collectives (stream must be NULL for host buffers) ---- */
+
+/** recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place when sendbuf == recvbuf. */
+COLL_API coll_result_t coll_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                       coll_datatype_t datatype, coll_op_t op, coll_comm_t comm,
+                                       coll_stream_t stream);
+
+/** Copy root's sendbuf into every rank's recvbuf (sendbuf used on root only). */
+COLL_API coll_result_t coll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                      coll_datatype_t datatype, int root, coll_comm_t comm,
+                                      coll_stream_t stream);
+
+/** Reduce into root's recvbuf (recvbuf used on root only). */
+COLL_API coll_result_t coll_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                   coll_datatype_t datatype, coll_op_t op, int root,
+                                   coll_comm_t comm, coll_stream_t stream);
+
+/** recvbuf (nranks*sendcount) holds every rank's sendbuf in rank order. In place when
+ *  sendbuf == recvbuf + rank*sendcount*size. */
+COLL_API coll_result_t coll_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                       coll_datatype_t datatype, coll_comm_t comm,
+                                       coll_stream_t stream);
+
+/** Reduce sendbuf (nranks*recvcount) and leave block `rank` in recvbuf. In place when
+ *  recvbuf == sendbuf + rank*recvcount*size. */
+COLL_API coll_result_t coll_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                           coll_datatype_t datatype, coll_op_t op,
+                                           coll_comm_t comm, coll_stream_t stream);
+
+/** Block j of sendbuf (count elements) goes to rank j; block i of recvbuf comes from rank i. */
+COLL_API coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
+                                       coll_datatype_t datatype, coll_comm_t comm,
+                                       coll_stream_t stream);
+
+/* ---- point-to-point ---- */
+
+/** Send count elements to peer. Matched in order with the peer's coll_recv; count and datatype
+ *  must match. Outside a group it blocks until the data is handed to the network. */
+COLL_API coll_result_t coll_send(const void *sendbuf, size_t count, coll_datatype_t datatype,
+                                 int peer, coll_comm_t comm, coll_stream_t stream);
+
+COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
+                                 coll_comm_t comm, coll_stream_t stream);
+
+/**
+ * Group calls: operations issued between coll_group_start and coll_group_end (per thread,
+ * nestable) are deferred and run concurrently at the outermost coll_group_end, so any pattern of
+ * sends and receives (an all-to-all-v, a ring exchange) completes without deadlock.
+ */
+COLL_API coll_result_t coll_group_start(void);
+COLL_API coll_result_t coll_group_end(void);
+
+/** Size in bytes of one element of datatype (0 for an invalid datatype). */
+COLL_API size_t coll_datatype_size(coll_datatype_t datatype);
+/** Names: "float32", "sum", "all_reduce"-style; "invalid" for out-of-range values. */
+COLL_API const char *coll_datatype_name(coll_datatype_t datatype);
+COLL_API const char *coll_op_name(coll_op_t op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COLL_H */
