@@ -1,0 +1,96 @@
+/* coll-agent webhook mode: a mutating admission webhook that injects the kcoll agent sidecar.
+ *
+ * The HTTPS server (webhook.c), the certificate loader with reload-on-change (webhook_tls.c)
+ * and the AdmissionReview -> JSONPatch logic (webhook_mutate.c) share this header. Only
+ * agent_webhook_main() is meant for callers outside this folder; the rest is exposed so that the
+ * mutation logic can be tested without a TLS server. */
+#ifndef AGENT_WEBHOOK_H
+#define AGENT_WEBHOOK_H
+
+#include <gnutls/abstract.h>
+#include <stddef.h>
+
+/* Entry point of `coll-agent webhook ...`. Flags: --listen ADDR:PORT, --cert FILE, --key FILE,
+ * --agent-image IMAGE, --lib-version V (and optional tuning flags, see --help). Runs until
+ * SIGTERM or SIGINT; returns the process exit status (0 on a clean shutdown, 2 on bad usage,
+ * 1 when the server cannot start). */
+int agent_webhook_main(int argc, char **argv);
+
+/* Names shared by the webhook, the chart and the documentation. */
+#define AGENT_WEBHOOK_INJECT_LABEL      "kcoll.io/inject"
+#define AGENT_WEBHOOK_INJECTED_ANNOT    "kcoll.io/injected"
+#define AGENT_WEBHOOK_LIB_VERSION_ANNOT "kcoll.io/lib-version"
+#define AGENT_WEBHOOK_SIDECAR_NAME      "kcoll-agent"
+#define AGENT_WEBHOOK_VOLUME_NAME       "kcoll-run"
+#define AGENT_WEBHOOK_RUN_DIR           "/var/run/kcoll"
+#define AGENT_WEBHOOK_LIB_DIR           AGENT_WEBHOOK_RUN_DIR "/lib"
+#define AGENT_WEBHOOK_SOCKET            AGENT_WEBHOOK_RUN_DIR "/agent.sock"
+#define AGENT_WEBHOOK_DEFAULT_MAX_BODY  ((size_t)4 << 20)
+
+/* What the sidecar looks like; filled from the command line, read-only while serving. */
+struct agent_webhook_config {
+    const char *agent_image;       /* image of the sidecar (pins the library version) */
+    const char *lib_version;       /* library version that image carries */
+    const char *image_pull_policy; /* Always, IfNotPresent or Never */
+    const char *cpu_request;       /* resource quantities of the sidecar; "" leaves one out */
+    const char *memory_request;
+    const char *cpu_limit;
+    const char *memory_limit;
+    size_t max_body; /* larger request bodies are refused with HTTP 413 */
+};
+
+/* Which webhook entry of the MutatingWebhookConfiguration sent the review. */
+enum agent_webhook_scope {
+    /* The pod itself must carry kcoll.io/inject=true (checked here). */
+    AGENT_WEBHOOK_SCOPE_POD,
+    /* The namespace carries kcoll.io/inject=true (the API server's namespaceSelector checked
+     * it); the pod is injected unless it says kcoll.io/inject=false. */
+    AGENT_WEBHOOK_SCOPE_NAMESPACE,
+};
+
+/* One HTTP answer: status code, content type and a malloc'd body the caller frees. */
+struct agent_webhook_reply {
+    unsigned int http_status;
+    const char *content_type;
+    char *body;
+    size_t body_len;
+};
+
+/* Answers one AdmissionReview request body. Never fails for malformed input: the reply is then
+ * HTTP 400 with a Status object, or (when request.uid is known) an AdmissionReview with
+ * allowed=false and a status message. Returns 0, or -1 only when memory runs out. */
+int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webhook_scope scope,
+                         const char *body, size_t len, struct agent_webhook_reply *reply);
+
+/* Builds a Status reply (HTTP error with a message) without an AdmissionReview. */
+int agent_webhook_error_reply(unsigned int http_status, const char *message,
+                              struct agent_webhook_reply *reply);
+
+/* JSON-pointer escaping of one reference token (RFC 6901: "~" -> "~0", "/" -> "~1").
+ * Returns a malloc'd string or NULL when memory runs out. */
+char *agent_webhook_pointer_escape(const char *token);
+
+/* Standard base64 (RFC 4648, with padding, no line breaks). Returns a malloc'd string. */
+char *agent_webhook_base64(const unsigned char *data, size_t len);
+
+/* Returns nonzero when s is a Kubernetes resource quantity such as 50m, 64Mi or 1.5. */
+int agent_webhook_quantity_valid(const char *s);
+
+/* Certificate and key served by the HTTPS server, reloaded when the files change. */
+struct agent_tls;
+
+/* Loads the pair once; fails (returns NULL, error logged) when a file is missing, unreadable,
+ * not PEM, or when the key does not belong to the certificate. */
+struct agent_tls *agent_tls_open(const char *cert_path, const char *key_path);
+/* Makes this pair the one served by the gnutls certificate callback (one per process). */
+void agent_tls_activate(struct agent_tls *tls);
+void agent_tls_close(struct agent_tls *tls);
+/* The certificate callback handed to libmicrohttpd (MHD_OPTION_HTTPS_CERT_CALLBACK). */
+gnutls_certificate_retrieve_function2 *agent_tls_callback(void);
+
+/* One log line with a stable ID, e.g. agent_webhook_log('W', "AGENT-WEBHOOK-CERT-RELOAD-FAIL",
+ * "..."). Levels: 'E', 'W', 'I', 'D' (debug lines only when COLL_DEBUG asks for them). */
+void agent_webhook_log(char level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
