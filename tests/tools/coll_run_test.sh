@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Behaviour tests for coll-run. Usage: coll_run_test.sh PATH/TO/coll-run
 # The ranks are `sh -c` one-liners, so nothing but coll_get_unique_id is needed from libcoll.
+# shellcheck disable=SC2016 # the single-quoted scripts expand in the ranks, on purpose
 set -uo pipefail
 
 RUN=${1:?usage: coll_run_test.sh PATH/TO/coll-run}

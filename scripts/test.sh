@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. scripts/setup.sh (install what is missing)
+#   2. build/ + ctest
+#   3. build-asan/ (ASan + UBSan) + ctest
+#   4. clang-format --dry-run --Werror on every tracked *.c / *.h file
+# Every stage runs even when an earlier one failed; the exit status is non-zero if any failed.
+# KCOLL_SKIP_SETUP=1 skips stage 1 (for a machine that is known to be set up).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export PATH="$ROOT/.deps/bin:$PATH"
+# Multi-process tests fork many ranks with deadlines; on a small machine run them one at a time.
+CTEST_JOBS=${CTEST_JOBS:-1}
+
+failed=()
+passed=()
+stage() {
+    local name=$1
+    shift
+    echo
+    echo "==== test: $name"
+    if "$@"; then
+        passed+=("$name")
+    else
+        echo "==== test: $name FAILED" >&2
+        failed+=("$name")
+    fi
+}
+
+run_ctest() {
+    local dir=$1
+    (cd "$dir" && ctest --output-on-failure --no-tests=error -j "$CTEST_JOBS")
+}
+
+build_and_ctest() {
+    local dir=$1
+    shift
+    "$ROOT/scripts/build.sh" "$@" && run_ctest "$dir"
+}
+
+format_check() {
+    local files=()
+    mapfile -t files < <(git -C "$ROOT" ls-files -- '*.c' '*.h')
+    if [ ${#files[@]} -eq 0 ]; then
+        echo "format: no tracked C files"
+        return 1
+    fi
+    clang-format --dry-run --Werror "${files[@]}" &&
+        echo "format: ${#files[@]} files formatted as .clang-format says"
+}
+
+if [ "${KCOLL_SKIP_SETUP:-0}" = 1 ]; then
+    echo "test: KCOLL_SKIP_SETUP=1, not running scripts/setup.sh"
+else
+    "$ROOT/scripts/setup.sh"
+fi
+
+stage "build + ctest" build_and_ctest "$ROOT/build"
+# Sanitizer findings must fail the test that triggered them.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+stage "ASan+UBSan build + ctest" build_and_ctest "$ROOT/build-asan" --asan
+stage "clang-format check" format_check
+
+echo
+echo "test: stages passed: ${#passed[@]}, failed: ${#failed[@]}"
+if [ ${#failed[@]} -ne 0 ]; then
+    printf 'test: FAILED: %s\n' "${failed[@]}" >&2
+    exit 1
+fi
+echo "test: all stages passed"
