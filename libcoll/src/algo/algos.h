@@ -1,0 +1,36 @@
+/* Algorithm builders: each turns one collective into an op (see op.h). Local copies that need no
+ * network (own block of an all-gather, the root's copy of a broadcast) happen while building. */
+#ifndef COLLI_ALGOS_H
+#define COLLI_ALGOS_H
+
+#include "algo/op.h"
+
+typedef struct colli_coll_args {
+    int coll; /* enum colli_coll_kind */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* as passed by the user (per-rank for all_gather/reduce_scatter/a2a) */
+    coll_datatype_t dt;
+    coll_op_t op;
+    int root;
+} colli_coll_args_t;
+
+/* Build the op for a collective (fingerprint added inside). */
+coll_result_t colli_build_collective(colli_op_t *op, const colli_coll_args_t *a, uint64_t seq);
+
+/* Pieces of at most the chunk size covering [0, count) elements of size elt. */
+static inline size_t colli_chunk_elems(const struct coll_comm *comm, size_t elt)
+{
+    size_t c = (size_t)comm->members[0].chunk_size / elt;
+    return c ? c : 1;
+}
+
+coll_result_t colli_ring_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
+coll_result_t colli_rd_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
+coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a);
+coll_result_t colli_ring_reduce_scatter(colli_op_t *op, const colli_coll_args_t *a);
+coll_result_t colli_chain_broadcast(colli_op_t *op, const colli_coll_args_t *a);
+coll_result_t colli_chain_reduce(colli_op_t *op, const colli_coll_args_t *a);
+coll_result_t colli_pairwise_all_to_all(colli_op_t *op, const colli_coll_args_t *a);
+
+#endif

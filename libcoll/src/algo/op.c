@@ -1,0 +1,251 @@
+/* Building and running operations (see op.h). */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/op.h"
+#include "coll_kernels.h"
+#include "transport/transport.h"
+
+coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *what,
+                            coll_datatype_t dt, coll_op_t redop)
+{
+    memset(op, 0, sizeof(*op));
+    op->comm = comm;
+    op->what = what;
+    op->dt = dt;
+    op->redop = redop;
+    op->cur_fp = -1;
+    op->send_ctr = calloc((size_t)comm->nranks, sizeof(uint32_t));
+    op->recv_ctr = calloc((size_t)comm->nranks, sizeof(uint32_t));
+    if (op->send_ctr == NULL || op->recv_ctr == NULL) {
+        colli_op_free(op);
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", what);
+    }
+    return COLL_SUCCESS;
+}
+
+void colli_op_free(colli_op_t *op)
+{
+    for (int i = 0; i < op->nlanes; i++)
+        free(op->lanes[i].units);
+    free(op->lanes);
+    free(op->fps);
+    free(op->send_ctr);
+    free(op->recv_ctr);
+    memset(op, 0, sizeof(*op));
+}
+
+int colli_op_add_fp(colli_op_t *op, int coll, coll_datatype_t dt, coll_op_t redop, int root,
+                    uint64_t count, uint64_t seq)
+{
+    if (op->nfps == op->fpcap) {
+        int cap = op->fpcap ? op->fpcap * 2 : 4;
+        colli_fp_t *n = realloc(op->fps, (size_t)cap * sizeof(*n));
+        if (n == NULL) {
+            op->oom = true;
+            return op->cur_fp;
+        }
+        op->fps = n;
+        op->fpcap = cap;
+    }
+    op->fps[op->nfps] = (colli_fp_t){.coll = (uint8_t)coll,
+                                     .dtype = (uint8_t)dt,
+                                     .op = (uint8_t)redop,
+                                     .root = root,
+                                     .count = count,
+                                     .seq = seq};
+    op->cur_fp = op->nfps++;
+    return op->cur_fp;
+}
+
+void colli_op_reset_msg(colli_op_t *op, int peer, bool send)
+{
+    if (send)
+        op->send_ctr[peer] = 0;
+    else
+        op->recv_ctr[peer] = 0;
+}
+
+static int lane_for(colli_op_t *op, int peer, int stream, bool send)
+{
+    for (int i = op->nlanes - 1; i >= 0; i--) {
+        const colli_lane_t *l = &op->lanes[i];
+        if (l->peer == peer && l->stream == stream && l->send == send)
+            return i;
+    }
+    if (op->nlanes == op->cap) {
+        int cap = op->cap ? op->cap * 2 : 8;
+        colli_lane_t *n = realloc(op->lanes, (size_t)cap * sizeof(*n));
+        if (n == NULL)
+            return -1;
+        op->lanes = n;
+        op->cap = cap;
+    }
+    colli_lane_t *l = &op->lanes[op->nlanes];
+    memset(l, 0, sizeof(*l));
+    l->peer = peer;
+    l->stream = stream;
+    l->send = send;
+    op->lanes_left++;
+    return op->nlanes++;
+}
+
+static colli_dep_t add_unit(colli_op_t *op, int peer, bool send, colli_unit_t u)
+{
+    uint32_t *ctr = send ? &op->send_ctr[peer] : &op->recv_ctr[peer];
+    u.msg_unit = (*ctr)++;
+    u.fp = op->cur_fp;
+    int stream = (int)(u.msg_unit % (uint32_t)op->comm->members[0].nstreams);
+    int li = lane_for(op, peer, stream, send);
+    if (li < 0) {
+        op->oom = true;
+        return COLLI_NO_DEP;
+    }
+    colli_lane_t *l = &op->lanes[li];
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 8;
+        colli_unit_t *n = realloc(l->units, (size_t)cap * sizeof(*n));
+        if (n == NULL) {
+            op->oom = true;
+            return COLLI_NO_DEP;
+        }
+        l->units = n;
+        l->cap = cap;
+    }
+    l->units[l->n] = u;
+    return (colli_dep_t){li, l->n++};
+}
+
+colli_dep_t colli_op_send(colli_op_t *op, int peer, const void *buf, size_t bytes, colli_dep_t dep)
+{
+    colli_unit_t u = {.buf = (char *)buf, .bytes = bytes, .dep = dep, .kind = COLLI_UNIT_SEND};
+    return add_unit(op, peer, true, u);
+}
+
+colli_dep_t colli_op_recv(colli_op_t *op, int peer, void *dst, size_t bytes, colli_dep_t dep)
+{
+    colli_unit_t u = {.buf = dst, .bytes = bytes, .dep = dep, .kind = COLLI_UNIT_RECV_COPY};
+    return add_unit(op, peer, false, u);
+}
+
+colli_dep_t colli_op_recv_reduce(colli_op_t *op, int peer, void *dst, const void *src, size_t bytes,
+                                 colli_dep_t dep, bool final_div)
+{
+    colli_unit_t u = {.buf = dst,
+                      .src = src,
+                      .bytes = bytes,
+                      .dep = dep,
+                      .kind = COLLI_UNIT_RECV_REDUCE,
+                      .final_div = final_div};
+    return add_unit(op, peer, false, u);
+}
+
+void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane)
+{
+    colli_unit_t *u = &lane->units[lane->done];
+    if (u->kind == COLLI_UNIT_RECV_REDUCE) {
+        size_t n = u->bytes / coll_datatype_size(op->dt);
+        if (u->final_div)
+            colli_reduce_div(u->buf, u->src, lane->staging, n, op->dt, (uint32_t)op->comm->nranks);
+        else
+            colli_reduce(u->buf, u->src, lane->staging, n, op->dt, op->redop);
+    }
+    lane->staged = false;
+    lane->hdr_off = 0;
+    lane->pay_off = 0;
+    if (++lane->done == lane->n)
+        op->lanes_left--;
+}
+
+void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len)
+{
+    const char *name = colli_coll_name(fp->coll);
+    switch (fp->coll) {
+    case COLLI_COLL_ALL_REDUCE:
+    case COLLI_COLL_REDUCE_SCATTER:
+        snprintf(buf, len, "%s(count %llu, %s, %s)", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), coll_op_name(fp->op));
+        break;
+    case COLLI_COLL_REDUCE:
+        snprintf(buf, len, "%s(count %llu, %s, %s, root %d)", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), coll_op_name(fp->op), fp->root);
+        break;
+    case COLLI_COLL_BROADCAST:
+        snprintf(buf, len, "%s(count %llu, %s, root %d)", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), fp->root);
+        break;
+    default:
+        snprintf(buf, len, "%s(count %llu, %s)", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype));
+        break;
+    }
+}
+
+static coll_result_t stall_error(colli_op_t *op, double idle)
+{
+    struct coll_comm *comm = op->comm;
+    char msg[1024];
+    size_t used = 0;
+    int listed = 0;
+    for (int i = 0; i < op->nlanes && used < sizeof(msg) - 200; i++) {
+        const colli_lane_t *l = &op->lanes[i];
+        if (l->done == l->n)
+            continue;
+        if (listed++ == 4)
+            break;
+        char who[200];
+        colli_member_desc(comm, l->peer, who, sizeof(who));
+        int n = snprintf(msg + used, sizeof(msg) - used, "%s%s %s (unit %d of %d)",
+                         listed > 1 ? "; " : "", l->send ? "sending to" : "receiving from", who,
+                         l->done + 1, l->n);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    char d[160] = "";
+    if (op->nfps > 0)
+        colli_fp_desc(&op->fps[0], d, sizeof(d));
+    return COLLI_ERR(COLL, COLL_ERR_TIMEOUT,
+                     "%s #%llu on rank %d made no progress for %.0f s (COLL_TIMEOUT): stuck %s. "
+                     "The peer is stuck, stopped or unreachable; check its state and logs.",
+                     op->nfps > 0 ? d : op->what,
+                     op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL, comm->rank, idle,
+                     msg);
+}
+
+coll_result_t colli_op_run(colli_op_t *op)
+{
+    struct coll_comm *comm = op->comm;
+    if (op->oom)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", op->what);
+    const double spin = comm->cfg.spin_us * 1e-6;
+    const double timeout = comm->cfg.timeout;
+    double last = colli_now();
+    while (op->lanes_left > 0) {
+        bool progressed = false;
+        coll_result_t status = comm->tp->progress(comm, op, &progressed);
+        if (status != COLL_SUCCESS)
+            return status;
+        if (op->lanes_left == 0)
+            break;
+        double now = colli_now();
+        if (progressed) {
+            last = now;
+            continue;
+        }
+        double idle = now - last;
+        if (idle < spin) {
+            if (comm->oversubscribed)
+                sched_yield();
+            continue;
+        }
+        if (idle >= timeout)
+            return stall_error(op, idle);
+        double left = timeout - idle;
+        int ms = left > 1.0 ? 1000 : (int)(left * 1000.0) + 1;
+        status = comm->tp->wait(comm, op, ms);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    return COLL_SUCCESS;
+}

@@ -1,0 +1,104 @@
+/* An operation is a small dataflow program: per peer, direction and stream a "lane" of units
+ * (byte ranges) moved in order, where a unit may wait for a unit of another lane. Algorithms
+ * build ops; transports move the bytes; the engine runs the loop with deadlines. A send unit
+ * waits until its dependency (a receive) is processed; a receive unit that reduces may receive
+ * into staging early, but applies its data only once its dependency (usually the send that reads
+ * the same bytes) is complete, so nothing is overwritten while it is still being sent. */
+#ifndef COLLI_OP_H
+#define COLLI_OP_H
+
+#include "core/colli.h"
+#include "core/wire.h"
+
+typedef struct colli_fp {
+    uint8_t coll;
+    uint8_t dtype;
+    uint8_t op;
+    int32_t root;
+    uint64_t count;
+    uint64_t seq;
+} colli_fp_t;
+
+typedef struct colli_dep {
+    int32_t lane;
+    int32_t unit;
+} colli_dep_t;
+
+#define COLLI_NO_DEP ((colli_dep_t){-1, -1})
+
+enum { COLLI_UNIT_SEND = 0, COLLI_UNIT_RECV_COPY = 1, COLLI_UNIT_RECV_REDUCE = 2 };
+
+typedef struct colli_unit {
+    char *buf;       /* send: source; receive: destination */
+    const char *src; /* REDUCE: buf = src OP received */
+    size_t bytes;
+    uint32_t msg_unit; /* index within its message (checked against the frame) */
+    int32_t fp;        /* index into op->fps */
+    colli_dep_t dep;
+    uint8_t kind;
+    uint8_t final_div; /* COLL_AVG: this reduction completes the sum: divide by nranks */
+} colli_unit_t;
+
+typedef struct colli_lane {
+    int peer;
+    int stream;
+    bool send;
+    colli_unit_t *units;
+    int n, cap;
+    int done; /* units completed (sent; received and processed) */
+    /* transport's progress on units[done] */
+    size_t hdr_off;
+    size_t pay_off;
+    bool staged; /* REDUCE payload complete in staging, waiting for the dependency */
+    colli_frame_t hdr;
+    void *staging;
+} colli_lane_t;
+
+typedef struct colli_op {
+    struct coll_comm *comm;
+    colli_lane_t *lanes;
+    int nlanes, cap;
+    int lanes_left;
+    colli_fp_t *fps;
+    int nfps, fpcap;
+    int cur_fp;
+    uint32_t *send_ctr; /* [nranks] units added per peer for the current message */
+    uint32_t *recv_ctr;
+    coll_datatype_t dt;
+    coll_op_t redop;
+    const char *what; /* "all_reduce", "group" */
+    bool oom;
+} colli_op_t;
+
+coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *what,
+                            coll_datatype_t dt, coll_op_t redop);
+void colli_op_free(colli_op_t *op);
+
+/* Add a message fingerprint and make it current; returns its index. */
+int colli_op_add_fp(colli_op_t *op, int coll, coll_datatype_t dt, coll_op_t redop, int root,
+                    uint64_t count, uint64_t seq);
+/* Start a new message to (send) or from peer (p2p): unit numbering restarts at 0. */
+void colli_op_reset_msg(colli_op_t *op, int peer, bool send);
+
+/* Add units (split into chunk-size pieces by the caller). The returned dep names the unit. */
+colli_dep_t colli_op_send(colli_op_t *op, int peer, const void *buf, size_t bytes, colli_dep_t dep);
+colli_dep_t colli_op_recv(colli_op_t *op, int peer, void *dst, size_t bytes, colli_dep_t dep);
+colli_dep_t colli_op_recv_reduce(colli_op_t *op, int peer, void *dst, const void *src, size_t bytes,
+                                 colli_dep_t dep, bool final_div);
+
+static inline bool colli_dep_done(const colli_op_t *op, colli_dep_t d)
+{
+    return d.lane < 0 || op->lanes[d.lane].done > d.unit;
+}
+
+/* Apply a staged REDUCE unit (the transport calls this when the payload is complete and the
+ * dependency is satisfied), then mark it done. */
+void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane);
+
+/* Run until every lane completed, a peer failed, or no progress for COLL_TIMEOUT. */
+coll_result_t colli_op_run(colli_op_t *op);
+
+/* Describe the message of a unit for error messages: "all_reduce(count 1024, float32, sum)". */
+void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,111 @@
+/* Rank side of the bootstrap: check in with the root, receive and check the member table. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/sockutil.h"
+
+coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,
+                                       const colli_member_t *self,
+                                       const struct sockaddr_storage *bind_addr)
+{
+    coll_result_t status = COLL_SUCCESS;
+    char ra[80];
+    colli_sockaddr_str(root, ra, sizeof(ra));
+    /* The root answers at its own deadline; allow a margin for that answer to arrive. */
+    double deadline = colli_now() + comm->cfg.bootstrap_timeout + 5.0;
+    int fd = -1;
+    int io = colli_sock_connect(root, bind_addr, deadline, true, &fd);
+    if (io != COLLI_IO_OK)
+        return COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_NETWORK,
+                         "rank %d cannot reach the bootstrap root at %s: %s. Is the process that "
+                         "created the unique id still running, and is %s reachable from this "
+                         "host (COLL_SOCKET_IFNAME)?",
+                         comm->rank, ra, colli_io_str(io, errno), ra);
+    struct {
+        colli_hello_t hello;
+        colli_wire_member_t rec;
+    } out;
+    COLL_CHECK_GOTO(colli_hello_make(&out.hello, comm->secret, COLLI_HELLO_BOOTSTRAP, comm->rank,
+                                     -1, 0, (uint32_t)comm->nranks),
+                    err_close);
+    colli_member_to_wire(self, &out.rec);
+    io = colli_sock_write_all(fd, &out, sizeof(out), deadline);
+    colli_root_reply_t rep;
+    if (io == COLLI_IO_OK)
+        io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
+    if (io != COLLI_IO_OK) {
+        status = COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_REMOTE,
+                           "rank %d: bootstrap with the root at %s failed: %s (the root answers "
+                           "once all %d ranks checked in, or names the missing ones at "
+                           "COLL_BOOTSTRAP_TIMEOUT)",
+                           comm->rank, ra, colli_io_str(io, errno), comm->nranks);
+        goto err_close;
+    }
+    uint8_t buf[20], mac[16];
+    memcpy(buf, out.hello.nonce, 16);
+    memcpy(buf + 16, "root", 4);
+    colli_siphash128(comm->secret, buf, sizeof(buf), mac);
+    if (rep.magic != COLLI_FRAME_MAGIC || !colli_mem_equal(mac, rep.mac, 16) ||
+        rep.msg_len > 8192 || rep.status >= COLL_NUM_RESULTS) {
+        status = COLLI_ERR(BOOT, COLL_ERR_REMOTE,
+                           "rank %d: the bootstrap root at %s sent an invalid or unauthenticated "
+                           "answer; is another program listening there?",
+                           comm->rank, ra);
+        goto err_close;
+    }
+    char msg[8193] = "";
+    if (rep.msg_len > 0) {
+        io = colli_sock_read_all(fd, msg, rep.msg_len, deadline);
+        if (io != COLLI_IO_OK) {
+            status = COLLI_ERR(BOOT, COLL_ERR_REMOTE, "rank %d: bootstrap answer truncated: %s",
+                               comm->rank, colli_io_str(io, errno));
+            goto err_close;
+        }
+        msg[rep.msg_len] = '\0';
+    }
+    if (rep.status != COLL_SUCCESS) {
+        status = COLLI_ERR(BOOT, (coll_result_t)rep.status, "rank %d: bootstrap failed: %s",
+                           comm->rank, msg);
+        goto err_close;
+    }
+    if (rep.nranks != (uint32_t)comm->nranks) {
+        status = COLLI_ERR(BOOT, COLL_ERR_INTERNAL,
+                           "rank %d: bootstrap table has %u members, expected %d", comm->rank,
+                           rep.nranks, comm->nranks);
+        goto err_close;
+    }
+    comm->members = calloc((size_t)comm->nranks, sizeof(colli_member_t));
+    colli_wire_member_t *wire = malloc(sizeof(colli_wire_member_t) * (size_t)comm->nranks);
+    if (comm->members == NULL || wire == NULL) {
+        free(wire);
+        status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory for a %d-rank member table",
+                           comm->nranks);
+        goto err_close;
+    }
+    io =
+        colli_sock_read_all(fd, wire, sizeof(colli_wire_member_t) * (size_t)comm->nranks, deadline);
+    if (io != COLLI_IO_OK) {
+        free(wire);
+        status = COLLI_ERR(BOOT, COLL_ERR_REMOTE, "rank %d: member table truncated: %s", comm->rank,
+                           colli_io_str(io, errno));
+        goto err_close;
+    }
+    for (int i = 0; i < comm->nranks && status == COLL_SUCCESS; i++) {
+        status = colli_member_from_wire(&wire[i], &comm->members[i]);
+        if (status == COLL_SUCCESS && comm->members[i].rank != i)
+            status = COLLI_ERR(BOOT, COLL_ERR_INTERNAL, "member table entry %d claims rank %d", i,
+                               comm->members[i].rank);
+    }
+    free(wire);
+    if (status != COLL_SUCCESS)
+        goto err_close;
+    close(fd);
+    return COLL_SUCCESS;
+err_close:
+    close(fd);
+    return status;
+}

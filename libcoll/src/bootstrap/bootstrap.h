@@ -1,0 +1,46 @@
+/* Bootstrap: unique ids, hello authentication, the root server and the rank side. */
+#ifndef COLLI_BOOTSTRAP_H
+#define COLLI_BOOTSTRAP_H
+
+#include "core/colli.h"
+#include "core/wire.h"
+
+#define COLLI_UID_MAGIC 0x3149434bu /* "KCI1" */
+
+/* Layout of coll_unique_id_t.internal. */
+typedef struct colli_uid {
+    uint32_t magic;
+    uint16_t family;
+    uint16_t port;
+    uint8_t addr[16];
+    uint8_t secret[16];
+} colli_uid_t;
+_Static_assert(sizeof(colli_uid_t) <= COLL_UNIQUE_ID_BYTES, "uid fits");
+
+/* Validate and decode an id; a garbage id gets COLL_ERR_INVALID_ARGUMENT naming what is wrong. */
+coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
+                               uint8_t secret[16]);
+uint64_t colli_comm_tag(const uint8_t secret[16]);
+
+/* Fill nonce and mac. */
+coll_result_t colli_hello_make(colli_hello_t *h, const uint8_t secret[16], uint8_t kind, int from,
+                               int to, uint32_t stream, uint32_t nranks);
+/* Check magic, protocol, tag and mac; on failure *why says what was wrong. */
+bool colli_hello_verify(const colli_hello_t *h, const uint8_t secret[16], const char **why);
+
+/* Start the root server for one communicator on addr (port 0: any) in a detached thread that
+ * exits after answering every rank or after timeout seconds. *bound gets the listening address. */
+coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
+                               double timeout, struct sockaddr_storage *bound);
+
+/* Rank side: send self to the root at `root`, receive the table into comm->members. */
+coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,
+                                       const colli_member_t *self,
+                                       const struct sockaddr_storage *bind_addr);
+
+void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w);
+coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m);
+/* Fill hostname, host_id and pid of this process. */
+void colli_member_fill_host(colli_member_t *m);
+
+#endif

@@ -1,0 +1,153 @@
+/* Connection hellos (authenticated with the secret) and member records. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+
+coll_result_t colli_hello_make(colli_hello_t *h, const uint8_t secret[16], uint8_t kind, int from,
+                               int to, uint32_t stream, uint32_t nranks)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = COLLI_HELLO_MAGIC;
+    h->proto = COLLI_PROTO_VERSION;
+    h->kind = kind;
+    h->comm_tag = colli_comm_tag(secret);
+    h->from_rank = from;
+    h->to_rank = to;
+    h->stream = stream;
+    h->nranks = nranks;
+    coll_result_t status = colli_random_bytes(h->nonce, sizeof(h->nonce));
+    if (status != COLL_SUCCESS)
+        return status;
+    colli_siphash128(secret, h, offsetof(colli_hello_t, mac), h->mac);
+    return COLL_SUCCESS;
+}
+
+bool colli_hello_verify(const colli_hello_t *h, const uint8_t secret[16], const char **why)
+{
+    if (h->magic != COLLI_HELLO_MAGIC) {
+        *why = "not a kcoll connection (bad magic)";
+        return false;
+    }
+    if (h->proto != COLLI_PROTO_VERSION) {
+        *why = "different kcoll wire-protocol version (mixed library versions in one job?)";
+        return false;
+    }
+    uint8_t mac[16];
+    colli_siphash128(secret, h, offsetof(colli_hello_t, mac), mac);
+    if (!colli_mem_equal(mac, h->mac, sizeof(mac))) {
+        *why = "authentication failed (the peer does not hold this communicator's secret)";
+        return false;
+    }
+    if (h->comm_tag != colli_comm_tag(secret)) {
+        *why = "communicator tag does not match";
+        return false;
+    }
+    return true;
+}
+
+static void copy_str(char *dst, size_t dlen, const char *src, size_t slen)
+{
+    size_t n = strnlen(src, slen);
+    if (n >= dlen)
+        n = dlen - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->proto = m->proto;
+    copy_str(w->version, sizeof(w->version), m->version, sizeof(m->version));
+    w->rank = m->rank;
+    w->nranks = m->nranks;
+    w->pid = m->pid;
+    copy_str(w->hostname, sizeof(w->hostname), m->hostname, sizeof(m->hostname));
+    copy_str(w->host_id, sizeof(w->host_id), m->host_id, sizeof(m->host_id));
+    copy_str(w->ifname, sizeof(w->ifname), m->ifname, sizeof(m->ifname));
+    w->family = m->addr.ss_family;
+    if (m->addr.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&m->addr;
+        w->port = ntohs(in->sin_port);
+        memcpy(w->addr, &in->sin_addr, 4);
+    } else if (m->addr.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&m->addr;
+        w->port = ntohs(in6->sin6_port);
+        memcpy(w->addr, &in6->sin6_addr, 16);
+    }
+    w->nstreams = m->nstreams;
+    w->chunk_size = m->chunk_size;
+    w->small_threshold = m->small_threshold;
+}
+
+coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->proto = w->proto;
+    copy_str(m->version, sizeof(m->version), w->version, sizeof(w->version));
+    m->rank = w->rank;
+    m->nranks = w->nranks;
+    m->pid = w->pid;
+    copy_str(m->hostname, sizeof(m->hostname), w->hostname, sizeof(w->hostname));
+    copy_str(m->host_id, sizeof(m->host_id), w->host_id, sizeof(w->host_id));
+    copy_str(m->ifname, sizeof(m->ifname), w->ifname, sizeof(w->ifname));
+    if (w->family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&m->addr;
+        in->sin_family = AF_INET;
+        in->sin_port = htons(w->port);
+        memcpy(&in->sin_addr, w->addr, 4);
+    } else if (w->family == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&m->addr;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(w->port);
+        memcpy(&in6->sin6_addr, w->addr, 16);
+    } else {
+        return COLLI_ERR(BOOT, COLL_ERR_INTERNAL,
+                         "member record of rank %d has no usable address (family %u)", w->rank,
+                         w->family);
+    }
+    if (w->nstreams < 1 || w->nstreams > 16 || w->chunk_size < 4096 || w->chunk_size > (64u << 20))
+        return COLLI_ERR(BOOT, COLL_ERR_INTERNAL,
+                         "member record of rank %d carries invalid tuning (streams %u, chunk %llu)",
+                         w->rank, w->nstreams, (unsigned long long)w->chunk_size);
+    m->nstreams = w->nstreams;
+    m->chunk_size = w->chunk_size;
+    m->small_threshold = w->small_threshold;
+    return COLL_SUCCESS;
+}
+
+static void read_small_file(const char *path, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, len - 1);
+    close(fd);
+    if (n <= 0) {
+        buf[0] = '\0';
+        return;
+    }
+    buf[n] = '\0';
+    char *nl = strchr(buf, '\n');
+    if (nl)
+        *nl = '\0';
+}
+
+void colli_member_fill_host(colli_member_t *m)
+{
+    if (gethostname(m->hostname, sizeof(m->hostname) - 1) != 0)
+        snprintf(m->hostname, sizeof(m->hostname), "unknown-host");
+    char boot[64], ipc[64] = "";
+    read_small_file("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+    struct stat st;
+    if (stat("/proc/self/ns/ipc", &st) == 0)
+        snprintf(ipc, sizeof(ipc), "%llu", (unsigned long long)st.st_ino);
+    snprintf(m->host_id, sizeof(m->host_id), "%.40s/%.36s/%.16s", m->hostname, boot, ipc);
+    m->pid = (int)getpid();
+}

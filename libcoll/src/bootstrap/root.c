@@ -1,0 +1,339 @@
+/* The bootstrap root: one detached thread per communicator. It gathers every member record,
+ * checks that ranks agree (world size, versions, no duplicates), and answers each rank with the
+ * table or with one error that names the ranks at fault. It exits after answering, or at its
+ * deadline (answering the ranks that arrived with the list of those that never did). */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/sockutil.h"
+
+#define ROOT_MSG_MAX     4096
+#define ROOT_MAX_PENDING 1024
+#define ROOT_MAX_RANKS   (1 << 20)
+
+typedef struct {
+    int fd;
+    size_t got;
+    double since;
+    struct sockaddr_storage from;
+    struct {
+        colli_hello_t hello;
+        colli_wire_member_t rec;
+    } in;
+} pending_t;
+
+typedef struct {
+    int fd;
+    uint8_t nonce[16];
+    colli_wire_member_t rec;
+    bool present;
+} slot_t;
+
+typedef struct {
+    int listen_fd;
+    uint8_t secret[16];
+    double deadline;
+    int nranks; /* from the first valid record */
+    int arrived;
+    slot_t *slots;
+    pending_t pend[64];
+    int npend;
+    char failure[ROOT_MSG_MAX];
+    coll_result_t fail_code;
+} root_t;
+
+static void reply(root_t *r, int fd, const uint8_t nonce[16], coll_result_t code, const char *msg)
+{
+    colli_root_reply_t h;
+    memset(&h, 0, sizeof(h));
+    h.magic = COLLI_FRAME_MAGIC;
+    h.status = (uint32_t)code;
+    h.nranks = code == COLL_SUCCESS ? (uint32_t)r->nranks : 0;
+    h.msg_len = (uint32_t)strnlen(msg, ROOT_MSG_MAX - 1);
+    uint8_t buf[16 + 4];
+    memcpy(buf, nonce, 16);
+    memcpy(buf + 16, "root", 4);
+    colli_siphash128(r->secret, buf, sizeof(buf), h.mac);
+    double dl = colli_now() + 10.0;
+    int io = colli_sock_write_all(fd, &h, sizeof(h), dl);
+    if (io == COLLI_IO_OK && h.msg_len)
+        io = colli_sock_write_all(fd, msg, h.msg_len, dl);
+    if (io == COLLI_IO_OK && code == COLL_SUCCESS)
+        for (int i = 0; i < r->nranks && io == COLLI_IO_OK; i++)
+            io = colli_sock_write_all(fd, &r->slots[i].rec, sizeof(colli_wire_member_t), dl);
+    if (io != COLLI_IO_OK)
+        coll_warn(BOOT, "bootstrap root: could not answer a rank: %s", colli_io_str(io, errno));
+}
+
+static void fail_all(root_t *r, coll_result_t code, const char *msg)
+{
+    if (r->fail_code == COLL_SUCCESS) {
+        r->fail_code = code;
+        snprintf(r->failure, sizeof(r->failure), "%s", msg);
+        coll_warn(BOOT, "bootstrap root: %s", msg);
+    }
+    for (int i = 0; r->slots && i < r->nranks; i++)
+        if (r->slots[i].present && r->slots[i].fd >= 0) {
+            reply(r, r->slots[i].fd, r->slots[i].nonce, r->fail_code, r->failure);
+            close(r->slots[i].fd);
+            r->slots[i].fd = -1;
+        }
+}
+
+static void drop(pending_t *p, const char *why)
+{
+    char a[80];
+    colli_sockaddr_str(&p->from, a, sizeof(a));
+    coll_warn(BOOT, "bootstrap root: dropped connection from %s: %s", a, why);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* A complete hello + record arrived on p. */
+static void admit(root_t *r, pending_t *p)
+{
+    const char *why = NULL;
+    const colli_hello_t *h = &p->in.hello;
+    const colli_wire_member_t *rec = &p->in.rec;
+    if (!colli_hello_verify(h, r->secret, &why)) {
+        drop(p, why);
+        return;
+    }
+    if (h->kind != COLLI_HELLO_BOOTSTRAP || h->from_rank != rec->rank) {
+        drop(p, "not a bootstrap hello");
+        return;
+    }
+    if (rec->nranks < 1 || rec->nranks > ROOT_MAX_RANKS || rec->rank < 0 ||
+        rec->rank >= rec->nranks) {
+        drop(p, "invalid rank or world size in the member record");
+        return;
+    }
+    if (r->nranks == 0) {
+        r->nranks = rec->nranks;
+        r->slots = calloc((size_t)r->nranks, sizeof(slot_t));
+        if (r->slots == NULL) {
+            r->nranks = 0;
+            drop(p, "out of memory");
+            return;
+        }
+        for (int i = 0; i < r->nranks; i++)
+            r->slots[i].fd = -1;
+    }
+    char msg[ROOT_MSG_MAX];
+    if (rec->nranks != r->nranks) {
+        snprintf(msg, sizeof(msg),
+                 "ranks disagree on the world size: rank %d (pid %d on %.64s) says %d, an earlier "
+                 "rank said %d. Pass the same nranks to coll_comm_init_rank on every rank.",
+                 rec->rank, rec->pid, rec->hostname, rec->nranks, r->nranks);
+        reply(r, p->fd, h->nonce, COLL_ERR_INVALID_USAGE, msg);
+        close(p->fd);
+        p->fd = -1;
+        fail_all(r, COLL_ERR_INVALID_USAGE, msg);
+        return;
+    }
+    slot_t *s = &r->slots[rec->rank];
+    if (s->present) {
+        snprintf(msg, sizeof(msg),
+                 "two processes claim rank %d: pid %d on %.64s and pid %d on %.64s. Give every "
+                 "process a distinct rank.",
+                 rec->rank, s->rec.pid, s->rec.hostname, rec->pid, rec->hostname);
+        reply(r, p->fd, h->nonce, COLL_ERR_INVALID_USAGE, msg);
+        close(p->fd);
+        p->fd = -1;
+        fail_all(r, COLL_ERR_INVALID_USAGE, msg);
+        return;
+    }
+    s->present = true;
+    s->fd = p->fd;
+    memcpy(s->nonce, h->nonce, 16);
+    s->rec = *rec;
+    s->rec.version[sizeof(s->rec.version) - 1] = '\0';
+    s->rec.hostname[sizeof(s->rec.hostname) - 1] = '\0';
+    p->fd = -1;
+    r->arrived++;
+    if (r->fail_code != COLL_SUCCESS) {
+        reply(r, s->fd, s->nonce, r->fail_code, r->failure);
+        close(s->fd);
+        s->fd = -1;
+    }
+}
+
+static void check_versions(root_t *r)
+{
+    const colli_wire_member_t *ref = &r->slots[0].rec;
+    char msg[ROOT_MSG_MAX];
+    size_t used = 0;
+    int bad = 0;
+    for (int i = 1; i < r->nranks; i++) {
+        const colli_wire_member_t *m = &r->slots[i].rec;
+        if (strcmp(m->version, ref->version) == 0 && m->proto == ref->proto)
+            continue;
+        if (bad++ == 0)
+            used = (size_t)snprintf(msg, sizeof(msg), "version mismatch: ");
+        if (bad <= 8 && used < sizeof(msg)) {
+            int n = snprintf(msg + used, sizeof(msg) - used,
+                             "%srank %d (pid %d on %s) has kcoll %s (wire protocol %u)",
+                             bad > 1 ? "; " : "", i, m->pid, m->hostname, m->version, m->proto);
+            used += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (bad == 0)
+        return;
+    if (used < sizeof(msg))
+        snprintf(msg + used, sizeof(msg) - used,
+                 "%s, but rank 0 (pid %d on %s) has kcoll %s (wire protocol %u), which the job "
+                 "pins. Run one library build on every node.",
+                 bad > 8 ? " and more" : "", ref->pid, ref->hostname, ref->version, ref->proto);
+    fail_all(r, COLL_ERR_VERSION, msg);
+}
+
+static void timeout_fail(root_t *r)
+{
+    char msg[ROOT_MSG_MAX];
+    if (r->nranks == 0) {
+        coll_warn(BOOT, "bootstrap root: no rank checked in before the bootstrap timeout");
+        return;
+    }
+    size_t used = (size_t)snprintf(
+        msg, sizeof(msg), "bootstrap timeout: %d of %d ranks checked in; missing: ", r->arrived,
+        r->nranks);
+    int listed = 0;
+    for (int i = 0; i < r->nranks && used < sizeof(msg) - 64; i++) {
+        if (r->slots[i].present)
+            continue;
+        if (listed++ == 32) {
+            used += (size_t)snprintf(msg + used, sizeof(msg) - used, ", ...");
+            break;
+        }
+        used += (size_t)snprintf(msg + used, sizeof(msg) - used, "%srank %d",
+                                 listed > 1 ? ", " : "", i);
+    }
+    if (used < sizeof(msg))
+        snprintf(msg + used, sizeof(msg) - used,
+                 ". Check that those processes started, reached coll_comm_init_rank with this "
+                 "unique id, and can reach the root (COLL_BOOTSTRAP_TIMEOUT sets the limit).");
+    fail_all(r, COLL_ERR_TIMEOUT, msg);
+}
+
+static void serve(root_t *r)
+{
+    while (colli_now() < r->deadline) {
+        if (r->nranks > 0 && r->arrived == r->nranks)
+            break;
+        struct pollfd pfd[65];
+        int n = 0;
+        pfd[n++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        for (int i = 0; i < r->npend; i++)
+            pfd[n++] = (struct pollfd){.fd = r->pend[i].fd, .events = POLLIN};
+        double left = r->deadline - colli_now();
+        int rc = poll(pfd, (nfds_t)n, left > 0.2 ? 200 : (int)(left * 1000) + 1);
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (pfd[0].revents & POLLIN) {
+            for (int k = 0; k < 64 && r->npend < 64; k++) {
+                pending_t *p = &r->pend[r->npend];
+                socklen_t sl = sizeof(p->from);
+                int fd = accept4(r->listen_fd, (struct sockaddr *)&p->from, &sl,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0)
+                    break;
+                colli_sock_tune(fd);
+                p->fd = fd;
+                p->got = 0;
+                p->since = colli_now();
+                r->npend++;
+            }
+        }
+        for (int i = 0; i < r->npend; i++) {
+            pending_t *p = &r->pend[i];
+            while (p->fd >= 0 && p->got < sizeof(p->in)) {
+                ssize_t got = recv(p->fd, (char *)&p->in + p->got, sizeof(p->in) - p->got, 0);
+                if (got > 0) {
+                    p->got += (size_t)got;
+                    /* A stranger is recognised by its first bytes; do not wait for more. */
+                    if (p->got >= 4 && p->in.hello.magic != COLLI_HELLO_MAGIC)
+                        drop(p, "not a kcoll connection (bad magic)");
+                } else if (got == 0) {
+                    drop(p, "closed before sending a complete hello");
+                } else if (errno != EAGAIN && errno != EINTR) {
+                    drop(p, strerror(errno));
+                } else {
+                    break;
+                }
+            }
+            if (p->fd >= 0 && p->got == sizeof(p->in))
+                admit(r, p);
+            else if (p->fd >= 0 && colli_now() - p->since > 10.0)
+                drop(p, "sent no complete hello within 10 s");
+        }
+        int k = 0;
+        for (int i = 0; i < r->npend; i++)
+            if (r->pend[i].fd >= 0)
+                r->pend[k++] = r->pend[i];
+        r->npend = k;
+    }
+    if (r->nranks > 0 && r->arrived == r->nranks && r->fail_code == COLL_SUCCESS)
+        check_versions(r);
+    if (r->fail_code == COLL_SUCCESS && (r->nranks == 0 || r->arrived < r->nranks))
+        timeout_fail(r);
+    if (r->fail_code == COLL_SUCCESS) {
+        for (int i = 0; i < r->nranks; i++) {
+            reply(r, r->slots[i].fd, r->slots[i].nonce, COLL_SUCCESS, "");
+            close(r->slots[i].fd);
+            r->slots[i].fd = -1;
+        }
+    }
+}
+
+static void *root_main(void *arg)
+{
+    root_t *r = arg;
+    serve(r);
+    for (int i = 0; i < r->npend; i++)
+        close(r->pend[i].fd);
+    for (int i = 0; r->slots && i < r->nranks; i++)
+        if (r->slots[i].fd >= 0)
+            close(r->slots[i].fd);
+    close(r->listen_fd);
+    free(r->slots);
+    free(r);
+    return NULL;
+}
+
+coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
+                               double timeout, struct sockaddr_storage *bound)
+{
+    coll_result_t status;
+    root_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
+    memcpy(r->secret, secret, 16);
+    r->deadline = colli_now() + timeout;
+    COLL_CHECK_GOTO(colli_sock_listen(addr, &r->listen_fd, bound), err_free);
+    pthread_t tid;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) {
+        status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "pthread_attr_init failed");
+        goto err_close;
+    }
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&tid, &attr, root_main, r);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "cannot start the bootstrap root thread: %s",
+                           strerror(rc));
+        goto err_close;
+    }
+    return COLL_SUCCESS;
+err_close:
+    close(r->listen_fd);
+err_free:
+    free(r);
+    return status;
+}

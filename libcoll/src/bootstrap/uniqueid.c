@@ -1,0 +1,189 @@
+/* Unique ids: root address + 128-bit secret, with a printable form for environment variables. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/netif.h"
+
+uint64_t colli_comm_tag(const uint8_t secret[16])
+{
+    static const char label[] = "kcoll-comm-tag";
+    return colli_siphash64(secret, label, sizeof(label) - 1);
+}
+
+coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
+                               uint8_t secret[16])
+{
+    colli_uid_t u;
+    memcpy(&u, id->internal, sizeof(u));
+    if (u.magic != COLLI_UID_MAGIC)
+        return COLLI_ERR(BOOT, COLL_ERR_INVALID_ARGUMENT,
+                         "the unique id is not a kcoll id (bad magic 0x%08x): pass every rank the "
+                         "id produced by coll_get_unique_id",
+                         u.magic);
+    if ((u.family != AF_INET && u.family != AF_INET6) || u.port == 0)
+        return COLLI_ERR(BOOT, COLL_ERR_INVALID_ARGUMENT,
+                         "the unique id is corrupt (address family %u, port %u)", u.family, u.port);
+    memset(root, 0, sizeof(*root));
+    if (u.family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)root;
+        in->sin_family = AF_INET;
+        in->sin_port = htons(u.port);
+        memcpy(&in->sin_addr, u.addr, 4);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)root;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(u.port);
+        memcpy(&in6->sin6_addr, u.addr, 16);
+    }
+    memcpy(secret, u.secret, 16);
+    return COLL_SUCCESS;
+}
+
+static void uid_encode(coll_unique_id_t *id, const struct sockaddr_storage *root,
+                       const uint8_t secret[16])
+{
+    colli_uid_t u;
+    memset(&u, 0, sizeof(u));
+    memset(id, 0, sizeof(*id));
+    u.magic = COLLI_UID_MAGIC;
+    u.family = root->ss_family;
+    if (root->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)root;
+        u.port = ntohs(in->sin_port);
+        memcpy(u.addr, &in->sin_addr, 4);
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)root;
+        u.port = ntohs(in6->sin6_port);
+        memcpy(u.addr, &in6->sin6_addr, 16);
+    }
+    memcpy(u.secret, secret, 16);
+    memcpy(id->internal, &u, sizeof(u));
+}
+
+coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec)
+{
+    coll_result_t status;
+    if (id == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_get_unique_id: id is NULL (pass a coll_unique_id_t to fill)");
+    colli_config_t cfg;
+    COLL_CHECK_GOTO(colli_config_load(&cfg), out);
+    colli_netif_t nif;
+    COLL_CHECK_GOTO(
+        colli_netif_select(ifname_spec ? ifname_spec : cfg.socket_ifname, cfg.socket_family, &nif),
+        out);
+    uint8_t secret[16];
+    COLL_CHECK_GOTO(colli_random_bytes(secret, sizeof(secret)), out);
+    struct sockaddr_storage bound;
+    COLL_CHECK_GOTO(colli_root_start(&nif.addr, secret, cfg.bootstrap_timeout, &bound), out);
+    uid_encode(id, &bound, secret);
+    char a[80];
+    colli_sockaddr_str(&bound, a, sizeof(a));
+    coll_info(BOOT, "bootstrap root listening on %s (%s)", a, nif.name);
+out:
+    return status;
+}
+
+coll_result_t coll_get_unique_id(coll_unique_id_t *id)
+{
+    return coll_get_unique_id_ifname(id, NULL);
+}
+
+coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, size_t len)
+{
+    if (id == NULL || buf == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "coll_unique_id_to_string: %s is NULL",
+                         id == NULL ? "id" : "buf");
+    struct sockaddr_storage root;
+    uint8_t secret[16];
+    coll_result_t status = colli_uid_decode(id, &root, secret);
+    if (status != COLL_SUCCESS)
+        return status;
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+    char a[80];
+    colli_sockaddr_str(&root, a, sizeof(a));
+    int n = snprintf(buf, len, "kcoll1:%s:%s", a, hex);
+    if (n < 0 || (size_t)n >= len)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_unique_id_to_string: buffer of %zu bytes is too small (use "
+                         "COLL_UNIQUE_ID_STRLEN)",
+                         len);
+    return COLL_SUCCESS;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str)
+{
+    if (id == NULL || str == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "coll_unique_id_from_string: %s is NULL",
+                         id == NULL ? "id" : "str");
+    const char *bad = "expected kcoll1:<address>:<port>:<32 hex digits>";
+    size_t slen = strnlen(str, COLL_UNIQUE_ID_STRLEN + 1);
+    if (slen > COLL_UNIQUE_ID_STRLEN || strncmp(str, "kcoll1:", 7) != 0)
+        goto malformed;
+    const char *p = str + 7;
+    const char *last = strrchr(p, ':');
+    if (last == NULL || strlen(last + 1) != 32)
+        goto malformed;
+    uint8_t secret[16];
+    for (int i = 0; i < 16; i++) {
+        int hi = hexval(last[1 + 2 * i]), lo = hexval(last[2 + 2 * i]);
+        if (hi < 0 || lo < 0)
+            goto malformed;
+        secret[i] = (uint8_t)(hi << 4 | lo);
+    }
+    /* p .. last is "<addr>:<port>" or "[<v6>]:<port>" */
+    char hostport[80];
+    size_t hl = (size_t)(last - p);
+    if (hl == 0 || hl >= sizeof(hostport))
+        goto malformed;
+    memcpy(hostport, p, hl);
+    hostport[hl] = '\0';
+    char *pc = strrchr(hostport, ':');
+    if (pc == NULL)
+        goto malformed;
+    *pc = '\0';
+    long port;
+    if (!colli_parse_long(pc + 1, 1, 65535, &port))
+        goto malformed;
+    struct sockaddr_storage root;
+    memset(&root, 0, sizeof(root));
+    char *host = hostport;
+    if (host[0] == '[') {
+        size_t l = strlen(host);
+        if (l < 3 || host[l - 1] != ']')
+            goto malformed;
+        host[l - 1] = '\0';
+        host++;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&root;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1)
+            goto malformed;
+    } else {
+        struct sockaddr_in *in = (struct sockaddr_in *)&root;
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, host, &in->sin_addr) != 1)
+            goto malformed;
+    }
+    uid_encode(id, &root, secret);
+    return COLL_SUCCESS;
+malformed:
+    return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "malformed unique id string \"%.*s\": %s",
+                     (int)(slen > 100 ? 100 : slen), str, bad);
+}

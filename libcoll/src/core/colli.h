@@ -1,0 +1,189 @@
+/* Internal declarations shared by every part of libcoll (never installed). */
+#ifndef COLLI_H
+#define COLLI_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "coll.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "kcoll's wire format is little-endian; big-endian hosts are not supported"
+#endif
+
+#ifndef COLL_VERSION_STRING_BUILD
+#define COLL_VERSION_STRING_BUILD "0.0.0-dev"
+#endif
+
+/* Wire-protocol version: bumped whenever a wire struct changes. */
+#define COLLI_PROTO_VERSION 1u
+
+/* ---- errors ---- */
+
+/* Evaluate expr (a coll_result_t); on failure store it in the local `status` and jump. */
+#define COLL_CHECK_GOTO(expr, label)                                                               \
+    do {                                                                                           \
+        status = (expr);                                                                           \
+        if (status != COLL_SUCCESS)                                                                \
+            goto label;                                                                            \
+    } while (0)
+
+/* ---- logging ---- */
+
+typedef enum {
+    COLLI_SUB_INIT = 1u << 0,
+    COLLI_SUB_BOOT = 1u << 1,
+    COLLI_SUB_COLL = 1u << 2,
+    COLLI_SUB_NET = 1u << 3,
+    COLLI_SUB_SHM = 1u << 4,
+    COLLI_SUB_IB = 1u << 5,
+    COLLI_SUB_CUDA = 1u << 6,
+    COLLI_SUB_AGENT = 1u << 7,
+    COLLI_SUB_CONFIG = 1u << 8,
+} colli_subsys_t;
+
+typedef enum {
+    COLLI_LOG_NONE = 0,
+    COLLI_LOG_WARN = 1,
+    COLLI_LOG_INFO = 2,
+    COLLI_LOG_TRACE = 3,
+} colli_log_level_t;
+
+bool colli_log_enabled(colli_log_level_t level, colli_subsys_t sub);
+void colli_log(colli_log_level_t level, colli_subsys_t sub, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Rank shown in the prefix of this thread's log lines (-1: none). */
+void colli_log_set_rank(int rank);
+int colli_log_get_rank(void);
+
+#define coll_warn(SUB, ...) colli_log(COLLI_LOG_WARN, COLLI_SUB_##SUB, __VA_ARGS__)
+#define coll_info(SUB, ...)                                                                        \
+    do {                                                                                           \
+        if (colli_log_enabled(COLLI_LOG_INFO, COLLI_SUB_##SUB))                                    \
+            colli_log(COLLI_LOG_INFO, COLLI_SUB_##SUB, __VA_ARGS__);                               \
+    } while (0)
+#define coll_debug(SUB, ...)                                                                       \
+    do {                                                                                           \
+        if (colli_log_enabled(COLLI_LOG_TRACE, COLLI_SUB_##SUB))                                   \
+            colli_log(COLLI_LOG_TRACE, COLLI_SUB_##SUB, __VA_ARGS__);                              \
+    } while (0)
+
+/* The place that decides an error calls this: it formats the message, stores it as this
+ * thread's last error, logs it once at WARN, and returns code. */
+coll_result_t colli_error(colli_subsys_t sub, coll_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Store a message as the last error without logging (the error was logged already). */
+void colli_set_last_error(const char *msg);
+/* The last error message of this thread, for callers that wrap it. */
+const char *colli_last_error(void);
+#define COLLI_ERR(SUB, code, ...) colli_error(COLLI_SUB_##SUB, code, __VA_ARGS__)
+
+/* ---- small utilities ---- */
+
+double colli_now(void); /* monotonic seconds */
+coll_result_t colli_random_bytes(void *buf, size_t len);
+/* SipHash-2-4 keyed with a 16-byte key; 128-bit output variant writes 16 bytes. */
+uint64_t colli_siphash64(const uint8_t key[16], const void *data, size_t len);
+void colli_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16]);
+/* Constant-time comparison. */
+bool colli_mem_equal(const void *a, const void *b, size_t len);
+/* "ip:port" of a socket address ("[v6]:port" for IPv6). */
+void colli_sockaddr_str(const struct sockaddr_storage *sa, char *buf, size_t len);
+/* Strictly parse a decimal integer within [min, max]. */
+bool colli_parse_long(const char *s, long min, long max, long *out);
+const char *colli_coll_name(int coll);
+
+/* ---- configuration ---- */
+
+typedef enum {
+    COLLI_SRC_DEFAULT = 0,
+    COLLI_SRC_ENV = 1,
+    COLLI_SRC_AGENT = 2,
+    COLLI_SRC_ROOT = 3, /* adopted from rank 0 so that every rank runs the same algorithms */
+} colli_source_t;
+
+typedef struct colli_config {
+    char socket_ifname[256]; /* NCCL syntax: prefix list, ^exclude, =exact; "" = automatic */
+    int socket_family;       /* AF_UNSPEC, AF_INET or AF_INET6 */
+    int nstreams;            /* sockets per peer and direction */
+    size_t chunk_size;       /* pipeline unit in bytes */
+    size_t small_threshold;  /* all-reduce at or below this many bytes uses recursive doubling */
+    double timeout;          /* seconds without progress before a collective fails */
+    double bootstrap_timeout;
+    int spin_us;            /* busy-poll before blocking */
+    int max_connecting;     /* outgoing connects in flight at once */
+    colli_source_t src[16]; /* source of each parameter, indexed like the table */
+} colli_config_t;
+
+/* Resolve every parameter (environment > default) into *cfg; logs each at INFO with its
+ * source once per communicator. Fails on malformed values, naming the variable. */
+coll_result_t colli_config_load(colli_config_t *cfg);
+void colli_config_log(const colli_config_t *cfg);
+
+/* ---- members and communicators ---- */
+
+typedef struct colli_member {
+    int rank;
+    int nranks;
+    uint32_t proto;
+    char version[32];
+    char hostname[64];
+    char host_id[96]; /* hostname + boot id + IPC namespace: ranks sharing it share a host */
+    int pid;
+    struct sockaddr_storage addr; /* data listener */
+    char ifname[32];
+    /* rank 0's tuning is adopted by every rank */
+    uint32_t nstreams;
+    uint64_t chunk_size;
+    uint64_t small_threshold;
+} colli_member_t;
+
+struct colli_transport;
+struct colli_op;
+
+struct coll_comm {
+    int rank;
+    int nranks;
+    uint8_t secret[16];
+    uint64_t tag; /* secret-derived tag carried in every frame */
+    colli_config_t cfg;
+    colli_member_t *members; /* [nranks] */
+    int local_ranks;         /* ranks sharing this host */
+    bool oversubscribed;     /* more local ranks than cores: yield while spinning */
+
+    const struct colli_transport *tp;
+    void *tp_state;
+
+    uint64_t coll_seq;      /* collectives issued so far */
+    uint64_t *p2p_send_seq; /* [nranks] messages sent to each peer */
+    uint64_t *p2p_recv_seq; /* [nranks] messages received from each peer */
+
+    void **staging; /* [nranks*nstreams] receive staging buffers (chunk_size) */
+    void *scratch;  /* grow-only scratch for intermediate results */
+    size_t scratch_size;
+
+    coll_result_t async_error;
+    char async_msg[1024];
+    int busy; /* an operation is running (atomic) */
+};
+
+/* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed
+ * handle is detected. Acquire returns the comm or an error naming the problem. */
+coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle);
+coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm);
+void colli_comm_unregister(coll_comm_t handle);
+
+/* Record a fatal error on the communicator (first one wins) and tell the peers. */
+void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg);
+
+/* Scratch of at least bytes (grow-only, owned by comm). */
+coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **out);
+
+/* "rank 3 (pid 1234 on host-a, 10.0.0.3:4711)" */
+void colli_member_desc(const struct coll_comm *comm, int rank, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,197 @@
+/* Every tunable is one row: {name, default, doc, parser, offset}. Resolved once per
+ * communicator into a read-only snapshot; each effective value is logged once with its source. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "colli.h"
+
+typedef bool (*parse_fn)(const char *text, void *field, char *why, size_t whylen);
+
+typedef struct {
+    const char *name;
+    const char *dflt;
+    const char *doc;
+    parse_fn parse;
+    size_t offset;
+} param_t;
+
+static bool parse_str(const char *t, void *f, char *why, size_t wl)
+{
+    char *dst = f;
+    if (strlen(t) >= sizeof(((colli_config_t *)0)->socket_ifname)) {
+        snprintf(why, wl, "longer than %zu characters",
+                 sizeof(((colli_config_t *)0)->socket_ifname) - 1);
+        return false;
+    }
+    snprintf(dst, sizeof(((colli_config_t *)0)->socket_ifname), "%s", t);
+    return true;
+}
+
+static bool parse_family(const char *t, void *f, char *why, size_t wl)
+{
+    int *fam = f;
+    if (*t == '\0' || strcasecmp(t, "any") == 0)
+        *fam = AF_UNSPEC;
+    else if (strcasecmp(t, "AF_INET") == 0 || strcasecmp(t, "inet") == 0 ||
+             strcasecmp(t, "ipv4") == 0 || strcmp(t, "4") == 0)
+        *fam = AF_INET;
+    else if (strcasecmp(t, "AF_INET6") == 0 || strcasecmp(t, "inet6") == 0 ||
+             strcasecmp(t, "ipv6") == 0 || strcmp(t, "6") == 0)
+        *fam = AF_INET6;
+    else {
+        snprintf(why, wl, "use AF_INET, AF_INET6 or any");
+        return false;
+    }
+    return true;
+}
+
+static bool parse_int_range(const char *t, int *out, long lo, long hi, char *why, size_t wl)
+{
+    long v;
+    if (!colli_parse_long(t, lo, hi, &v)) {
+        snprintf(why, wl, "expected an integer from %ld to %ld", lo, hi);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_streams(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 1, 16, why, wl);
+}
+
+static bool parse_spin(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 0, 1000000, why, wl);
+}
+
+static bool parse_connecting(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 1, 4096, why, wl);
+}
+
+/* Bytes with an optional K/M/G suffix (binary). */
+static bool parse_bytes_range(const char *t, size_t *out, size_t lo, size_t hi, char *why,
+                              size_t wl)
+{
+    char *end = NULL;
+    unsigned long long v = strtoull(t, &end, 10);
+    if (end == t || t[0] == '-') {
+        snprintf(why, wl, "expected a size in bytes such as 65536, 64K or 1M");
+        return false;
+    }
+    unsigned long long mul = 1;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30, end++;
+    if (*end != '\0' || v > hi / mul || v * mul < lo) {
+        snprintf(why, wl, "expected a size from %zu to %zu bytes (K/M/G suffixes allowed)", lo, hi);
+        return false;
+    }
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+static bool parse_chunk(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_bytes_range(t, f, 4096, 64u << 20, why, wl);
+}
+
+static bool parse_threshold(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_bytes_range(t, f, 0, (size_t)1 << 40, why, wl);
+}
+
+static bool parse_seconds(const char *t, void *f, char *why, size_t wl)
+{
+    char *end = NULL;
+    double v = strtod(t, &end);
+    if (end == t || *end != '\0' || !(v > 0) || v > 86400.0 * 365) {
+        snprintf(why, wl, "expected a positive number of seconds");
+        return false;
+    }
+    *(double *)f = v;
+    return true;
+}
+
+#define OFF(field) offsetof(colli_config_t, field)
+static const param_t params[] = {
+    {"COLL_SOCKET_IFNAME", "",
+     "interfaces for sockets: prefix list, ^ excludes, = exact (NCCL syntax); empty = first up "
+     "non-loopback interface",
+     parse_str, OFF(socket_ifname)},
+    {"COLL_SOCKET_FAMILY", "any", "address family: AF_INET, AF_INET6 or any", parse_family,
+     OFF(socket_family)},
+    {"COLL_SOCKET_NSTREAMS", "1", "TCP connections per peer and direction", parse_streams,
+     OFF(nstreams)},
+    {"COLL_CHUNK_SIZE", "512K", "pipeline unit in bytes", parse_chunk, OFF(chunk_size)},
+    {"COLL_SMALL_THRESHOLD", "64K",
+     "all-reduce of at most this many bytes uses recursive doubling instead of the ring",
+     parse_threshold, OFF(small_threshold)},
+    {"COLL_TIMEOUT", "300", "seconds without progress before an operation fails naming the peer",
+     parse_seconds, OFF(timeout)},
+    {"COLL_BOOTSTRAP_TIMEOUT", "120", "seconds for every rank to check in at initialisation",
+     parse_seconds, OFF(bootstrap_timeout)},
+    {"COLL_SPIN_US", "50", "microseconds of busy polling before blocking in poll()", parse_spin,
+     OFF(spin_us)},
+    {"COLL_SOCKET_MAX_CONNECTING", "16", "outgoing connections being set up at once",
+     parse_connecting, OFF(max_connecting)},
+};
+#define NPARAMS (sizeof(params) / sizeof(params[0]))
+_Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),
+               "config source array too small");
+
+coll_result_t colli_config_load(colli_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < NPARAMS; i++) {
+        char why[160] = "";
+        void *field = (char *)cfg + params[i].offset;
+        if (!params[i].parse(params[i].dflt, field, why, sizeof(why)))
+            return COLLI_ERR(CONFIG, COLL_ERR_INTERNAL, "bad built-in default for %s: %s",
+                             params[i].name, why);
+        cfg->src[i] = COLLI_SRC_DEFAULT;
+        const char *env = secure_getenv(params[i].name);
+        if (env == NULL)
+            continue;
+        if (!params[i].parse(env, field, why, sizeof(why)))
+            return COLLI_ERR(CONFIG, COLL_ERR_INVALID_ARGUMENT,
+                             "%s=\"%s\" is not valid: %s. Fix or unset the variable (%s).",
+                             params[i].name, env, why, params[i].doc);
+        cfg->src[i] = COLLI_SRC_ENV;
+    }
+    return COLL_SUCCESS;
+}
+
+static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len)
+{
+    const void *field = (const char *)cfg + params[i].offset;
+    if (params[i].parse == parse_str)
+        snprintf(buf, len, "\"%s\"", (const char *)field);
+    else if (params[i].parse == parse_family) {
+        int f = *(const int *)field;
+        snprintf(buf, len, "%s", f == AF_INET ? "AF_INET" : f == AF_INET6 ? "AF_INET6" : "any");
+    } else if (params[i].parse == parse_chunk || params[i].parse == parse_threshold)
+        snprintf(buf, len, "%zu", *(const size_t *)field);
+    else if (params[i].parse == parse_seconds)
+        snprintf(buf, len, "%g", *(const double *)field);
+    else
+        snprintf(buf, len, "%d", *(const int *)field);
+}
+
+void colli_config_log(const colli_config_t *cfg)
+{
+    static const char *srcs[] = {"default", "environment", "agent pin", "rank 0"};
+    for (size_t i = 0; i < NPARAMS; i++) {
+        char v[300];
+        value_str(i, cfg, v, sizeof(v));
+        coll_info(CONFIG, "%s = %s (%s)", params[i].name, v, srcs[cfg->src[i]]);
+    }
+}

@@ -1,0 +1,394 @@
+/* Socket transport: listener, lazy authenticated connections, abort notices. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport/socket/socket.h"
+
+static coll_result_t sock_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
+                                    colli_member_t *self)
+{
+    coll_result_t status;
+    sock_state_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return COLLI_ERR(NET, COLL_ERR_SYSTEM, "out of memory for the socket transport");
+    s->listen_fd = -1;
+    s->bind_addr = nif->addr;
+    COLL_CHECK_GOTO(colli_sock_listen(&nif->addr, &s->listen_fd, &self->addr), err_free);
+    comm->tp_state = s;
+    return COLL_SUCCESS;
+err_free:
+    free(s);
+    return status;
+}
+
+static coll_result_t sock_comm_ready(struct coll_comm *comm)
+{
+    sock_state_t *s = comm->tp_state;
+    s->nstreams = (int)comm->members[0].nstreams;
+    size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
+    s->out = calloc(n, sizeof(sock_conn_t));
+    s->in = calloc(n, sizeof(sock_conn_t));
+    if (s->out == NULL || s->in == NULL)
+        return COLLI_ERR(NET, COLL_ERR_SYSTEM, "out of memory for %zu connections", 2 * n);
+    for (size_t i = 0; i < n; i++)
+        s->out[i].fd = s->in[i].fd = -1;
+    return COLL_SUCCESS;
+}
+
+static void close_conn(sock_conn_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->state = SOCK_CLOSED;
+}
+
+static void sock_comm_fini(struct coll_comm *comm)
+{
+    sock_state_t *s = comm->tp_state;
+    if (s == NULL)
+        return;
+    size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
+    for (size_t i = 0; s->out && i < n; i++)
+        close_conn(&s->out[i]);
+    for (size_t i = 0; s->in && i < n; i++)
+        close_conn(&s->in[i]);
+    for (int i = 0; i < s->npend; i++)
+        close(s->pend[i].fd);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    free(s->out);
+    free(s->in);
+    free(s->pend);
+    free(s->pfds);
+    free(s);
+    comm->tp_state = NULL;
+}
+
+static void drop_pending(sock_pending_t *p, const char *why)
+{
+    char a[80];
+    colli_sockaddr_str(&p->from, a, sizeof(a));
+    coll_warn(NET, "dropped connection from %s: %s", a, why);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* A pending connection has its complete hello (and abort text): act on it. */
+static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
+{
+    const colli_hello_t *h = &p->hello;
+    if (h->kind == COLLI_HELLO_ABORT) {
+        char who[200];
+        colli_member_desc(comm, h->from_rank, who, sizeof(who));
+        if (!s->aborted) {
+            s->aborted = true;
+            snprintf(s->abort_msg, sizeof(s->abort_msg), "%s reported: %.*s", who,
+                     (int)p->abort_len, p->abort_msg);
+        }
+        close(p->fd);
+        p->fd = -1;
+        return COLL_SUCCESS;
+    }
+    sock_conn_t *c = &s->in[(size_t)h->from_rank * (size_t)s->nstreams + h->stream];
+    if (c->fd >= 0) {
+        coll_warn(NET, "rank %d opened stream %u twice; replacing the older connection",
+                  h->from_rank, h->stream);
+        close(c->fd);
+    }
+    c->fd = p->fd;
+    c->state = SOCK_READY;
+    p->fd = -1;
+    return COLL_SUCCESS;
+}
+
+static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
+{
+    while (p->fd >= 0) {
+        size_t want;
+        char *dst;
+        size_t hl = sizeof(colli_hello_t);
+        if (p->got < hl) {
+            dst = (char *)&p->hello + p->got;
+            want = hl - p->got;
+        } else if (p->hello.kind != COLLI_HELLO_ABORT) {
+            return;
+        } else if (p->got < hl + 4) {
+            dst = (char *)&p->abort_len + (p->got - hl);
+            want = hl + 4 - p->got;
+        } else {
+            size_t text = p->got - hl - 4;
+            if (text >= p->abort_len)
+                return;
+            dst = p->abort_msg + text;
+            want = p->abort_len - text;
+        }
+        ssize_t n = recv(p->fd, dst, want, 0);
+        if (n == 0) {
+            drop_pending(p, "closed before completing its hello");
+            return;
+        }
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                drop_pending(p, strerror(errno));
+            return;
+        }
+        p->got += (size_t)n;
+        if (p->got >= 4 && p->hello.magic != COLLI_HELLO_MAGIC) {
+            drop_pending(p, "not a kcoll connection (bad magic); a stranger or a port scan");
+            return;
+        }
+        if (p->got == hl) {
+            const char *why = NULL;
+            const colli_hello_t *h = &p->hello;
+            if (!colli_hello_verify(h, comm->secret, &why))
+                drop_pending(p, why);
+            else if ((h->kind != COLLI_HELLO_DATA && h->kind != COLLI_HELLO_ABORT) ||
+                     h->to_rank != comm->rank || h->from_rank < 0 || h->from_rank >= comm->nranks ||
+                     h->from_rank == comm->rank || h->stream >= (uint32_t)s->nstreams)
+                drop_pending(p, "hello for another rank or stream of this communicator");
+        }
+        if (p->fd >= 0 && p->hello.kind == COLLI_HELLO_ABORT && p->got == hl + 4 &&
+            p->abort_len > sizeof(p->abort_msg))
+            drop_pending(p, "abort notice too long");
+    }
+}
+
+static bool pending_complete(const sock_pending_t *p)
+{
+    size_t hl = sizeof(colli_hello_t);
+    if (p->got < hl)
+        return false;
+    if (p->hello.kind != COLLI_HELLO_ABORT)
+        return true;
+    return p->got >= hl + 4 && p->got == hl + 4 + p->abort_len;
+}
+
+coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool *progressed)
+{
+    for (int k = 0; k < 64; k++) {
+        struct sockaddr_storage from;
+        socklen_t len = sizeof(from);
+        int fd =
+            accept4(s->listen_fd, (struct sockaddr *)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                coll_warn(NET, "accept: %s: raise the descriptor limit (ulimit -n)",
+                          strerror(errno));
+            break;
+        }
+        colli_sock_tune(fd);
+        if (s->npend == s->pend_cap) {
+            int cap = s->pend_cap ? s->pend_cap * 2 : 16;
+            sock_pending_t *n = realloc(s->pend, (size_t)cap * sizeof(*n));
+            if (n == NULL) {
+                close(fd);
+                return COLLI_ERR(NET, COLL_ERR_SYSTEM, "out of memory accepting a connection");
+            }
+            s->pend = n;
+            s->pend_cap = cap;
+        }
+        sock_pending_t *p = &s->pend[s->npend++];
+        memset(p, 0, sizeof(*p));
+        p->fd = fd;
+        p->from = from;
+        p->since = colli_now();
+        *progressed = true;
+    }
+    int k = 0;
+    for (int i = 0; i < s->npend; i++) {
+        sock_pending_t *p = &s->pend[i];
+        read_pending(comm, s, p);
+        if (p->fd >= 0 && pending_complete(p)) {
+            coll_result_t st = admit(comm, s, p);
+            if (st != COLL_SUCCESS)
+                return st;
+            *progressed = true;
+        } else if (p->fd >= 0 && colli_now() - p->since > 10.0) {
+            drop_pending(p, "no complete hello within 10 s");
+        }
+        if (p->fd >= 0)
+            s->pend[k++] = *p;
+    }
+    s->npend = k;
+    if (s->aborted)
+        return COLLI_ERR(NET, COLL_ERR_REMOTE, "%s", s->abort_msg);
+    return COLL_SUCCESS;
+}
+
+coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int peer, int stream,
+                                    bool *progressed)
+{
+    sock_conn_t *c = &s->out[(size_t)peer * (size_t)s->nstreams + (size_t)stream];
+    char who[200];
+    if (c->state == SOCK_NONE) {
+        if (s->connecting >= comm->cfg.max_connecting)
+            return COLL_SUCCESS; /* bounded: wait for earlier connects */
+        int io = colli_sock_connect_start(&comm->members[peer].addr, &s->bind_addr, &c->fd);
+        if (io != COLLI_IO_OK) {
+            int e = errno;
+            colli_member_desc(comm, peer, who, sizeof(who));
+            return COLLI_ERR(NET, e == EMFILE || e == ENFILE ? COLL_ERR_SYSTEM : COLL_ERR_REMOTE,
+                             "cannot connect to %s: %s", who, strerror(e));
+        }
+        c->state = SOCK_CONNECTING;
+        c->since = colli_now();
+        s->connecting++;
+        *progressed = true;
+    }
+    if (c->state == SOCK_CONNECTING) {
+        struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+        if (poll(&p, 1, 0) <= 0)
+            return COLL_SUCCESS;
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        s->connecting--;
+        if (err != 0) {
+            close_conn(c);
+            colli_member_desc(comm, peer, who, sizeof(who));
+            return COLLI_ERR(NET, COLL_ERR_REMOTE,
+                             "cannot connect to %s: %s (the process died, destroyed its "
+                             "communicator, or its address is not reachable from here)",
+                             who, strerror(err));
+        }
+        coll_result_t st = colli_hello_make(&c->hello, comm->secret, COLLI_HELLO_DATA, comm->rank,
+                                            peer, (uint32_t)stream, (uint32_t)comm->nranks);
+        if (st != COLL_SUCCESS)
+            return st;
+        c->state = SOCK_HELLO;
+        c->hello_off = 0;
+        *progressed = true;
+    }
+    if (c->state == SOCK_HELLO) {
+        while (c->hello_off < sizeof(c->hello)) {
+            ssize_t n = send(c->fd, (char *)&c->hello + c->hello_off,
+                             sizeof(c->hello) - c->hello_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                    return COLL_SUCCESS;
+                int e = errno;
+                close_conn(c);
+                colli_member_desc(comm, peer, who, sizeof(who));
+                return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s failed: %s", who,
+                                 strerror(e));
+            }
+            c->hello_off += (size_t)n;
+        }
+        c->state = SOCK_READY;
+        *progressed = true;
+    }
+    if (c->state == SOCK_CLOSED) {
+        colli_member_desc(comm, peer, who, sizeof(who));
+        return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s was closed after an error", who);
+    }
+    return COLL_SUCCESS;
+}
+
+coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_t *op, int peer,
+                              const char *what, int io, int err)
+{
+    /* The peer may have explained itself with an abort notice before closing: prefer that. */
+    bool dummy = false;
+    coll_result_t st = sock_accept_progress(comm, s, &dummy);
+    if (st != COLL_SUCCESS)
+        return st;
+    char who[200], d[160] = "";
+    colli_member_desc(comm, peer, who, sizeof(who));
+    if (op->nfps > 0)
+        colli_fp_desc(&op->fps[0], d, sizeof(d));
+    const char *cause = io == COLLI_IO_EOF                  ? "closed the connection"
+                        : err == ECONNRESET || err == EPIPE ? "reset the connection"
+                                                            : strerror(err);
+    return COLLI_ERR(NET, COLL_ERR_REMOTE,
+                     "%s %s while %s %s #%llu on rank %d: the peer process died, aborted or "
+                     "destroyed its communicator early (%s)",
+                     who, cause, what, op->nfps > 0 ? d : op->what,
+                     op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL, comm->rank,
+                     io == COLLI_IO_EOF ? "end of stream" : strerror(err));
+}
+
+typedef struct {
+    colli_hello_t h;
+    uint32_t len;
+    char text[1024];
+} abort_msg_t;
+
+static void sock_notify_abort(struct coll_comm *comm, const char *reason)
+{
+    sock_state_t *s = comm->tp_state;
+    if (s == NULL || comm->members == NULL)
+        return;
+    int n = comm->nranks;
+    int *fds = malloc(sizeof(int) * (size_t)n);
+    size_t *off = calloc((size_t)n, sizeof(size_t));
+    abort_msg_t *msg = malloc(sizeof(abort_msg_t) * (size_t)n);
+    if (fds == NULL || off == NULL || msg == NULL) {
+        free(fds);
+        free(off);
+        free(msg);
+        return;
+    }
+    size_t len = strnlen(reason, sizeof(msg->text));
+    size_t total = sizeof(colli_hello_t) + 4 + len;
+    int open_n = 0;
+    for (int p = 0; p < n; p++) {
+        fds[p] = -1;
+        if (p == comm->rank)
+            continue;
+        if (colli_hello_make(&msg[p].h, comm->secret, COLLI_HELLO_ABORT, comm->rank, p, 0,
+                             (uint32_t)n) != COLL_SUCCESS)
+            continue;
+        msg[p].len = (uint32_t)len;
+        memcpy(msg[p].text, reason, len);
+        if (colli_sock_connect_start(&comm->members[p].addr, &s->bind_addr, &fds[p]) == COLLI_IO_OK)
+            open_n++;
+        else
+            fds[p] = -1;
+    }
+    double deadline = colli_now() + 1.0;
+    while (open_n > 0 && colli_now() < deadline) {
+        for (int p = 0; p < n; p++) {
+            if (fds[p] < 0)
+                continue;
+            struct pollfd pf = {.fd = fds[p], .events = POLLOUT};
+            if (poll(&pf, 1, 0) <= 0)
+                continue;
+            ssize_t w =
+                send(fds[p], (char *)&msg[p] + off[p], total - off[p], MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0)
+                off[p] += (size_t)w;
+            if (off[p] >= total || (w < 0 && errno != EAGAIN && errno != EINTR)) {
+                close(fds[p]);
+                fds[p] = -1;
+                open_n--;
+            }
+        }
+        if (open_n > 0) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (int p = 0; p < n; p++)
+        if (fds[p] >= 0)
+            close(fds[p]);
+    free(fds);
+    free(off);
+    free(msg);
+}
+
+const colli_transport_t colli_socket_transport = {
+    .struct_size = sizeof(colli_transport_t),
+    .name = "socket",
+    .comm_init = sock_comm_init,
+    .comm_ready = sock_comm_ready,
+    .progress = sock_progress,
+    .wait = sock_wait,
+    .notify_abort = sock_notify_abort,
+    .comm_fini = sock_comm_fini,
+};

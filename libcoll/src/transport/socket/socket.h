@@ -1,0 +1,62 @@
+/* Socket transport internals. Connections are one-directional (the connector sends data, the
+ * acceptor receives), opened lazily on first use, several streams per peer. */
+#ifndef COLLI_SOCKET_H
+#define COLLI_SOCKET_H
+
+#include <poll.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/sockutil.h"
+#include "transport/transport.h"
+
+enum { SOCK_NONE = 0, SOCK_CONNECTING, SOCK_HELLO, SOCK_READY, SOCK_CLOSED };
+
+typedef struct sock_conn {
+    int fd;
+    uint8_t state;
+    size_t hello_off;
+    colli_hello_t hello;
+    double since;
+} sock_conn_t;
+
+typedef struct sock_pending {
+    int fd;
+    size_t got; /* bytes of hello (+ abort length and text) read */
+    double since;
+    struct sockaddr_storage from;
+    colli_hello_t hello;
+    uint32_t abort_len;
+    char abort_msg[1024];
+} sock_pending_t;
+
+typedef struct sock_state {
+    int listen_fd;
+    struct sockaddr_storage bind_addr;
+    int nstreams;
+    sock_conn_t *out; /* [nranks * nstreams] data we send */
+    sock_conn_t *in;  /* [nranks * nstreams] data we receive */
+    sock_pending_t *pend;
+    int npend, pend_cap;
+    int connecting;
+    struct pollfd *pfds;
+    int pfd_cap;
+    unsigned accept_tick;
+    bool aborted; /* a peer's abort notice arrived */
+    char abort_msg[1300];
+} sock_state_t;
+
+/* Accept connections and read hellos without blocking; install authenticated ones. Returns an
+ * error when a peer's abort notice arrived. */
+coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool *progressed);
+/* Drive an outgoing connection towards SOCK_READY without blocking. */
+coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int peer, int stream,
+                                    bool *progressed);
+
+coll_result_t sock_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
+coll_result_t sock_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms);
+
+/* Error for a broken connection to peer, preferring an abort notice that explains it. */
+coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_t *op, int peer,
+                              const char *what, int io, int err);
+
+#endif
