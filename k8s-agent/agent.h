@@ -1,0 +1,179 @@
+/*
+ * coll-agent internals shared by its files: the agent context, the facts it resolves for its
+ * pod, named conditions, logging with stable IDs, and small helpers.
+ */
+#ifndef AGENT_H
+#define AGENT_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define AGENT_VERSION       "0.1.0"
+#define AGENT_PROTOCOL_V    1
+#define AGENT_MAX_UNHEALTHY 16 /* members listed in Communicator status; the rest are counted */
+
+/* ---- logging: one line per event, with a stable ID ---- */
+
+typedef enum {
+    AGENT_LOG_DEBUG = 0,
+    AGENT_LOG_INFO,
+    AGENT_LOG_WARN,
+    AGENT_LOG_ERROR
+} agent_log_level_t;
+
+void agent_log_init(const char *level_name, const char *pod);
+void agent_log(agent_log_level_t level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define agent_debug(id, ...) agent_log(AGENT_LOG_DEBUG, id, __VA_ARGS__)
+#define agent_info(id, ...)  agent_log(AGENT_LOG_INFO, id, __VA_ARGS__)
+#define agent_warn(id, ...)  agent_log(AGENT_LOG_WARN, id, __VA_ARGS__)
+#define agent_error(id, ...) agent_log(AGENT_LOG_ERROR, id, __VA_ARGS__)
+
+/* ---- time and small helpers (util.c) ---- */
+
+int64_t agent_now_ms(void); /* CLOCK_MONOTONIC */
+int64_t agent_remaining_ms(int64_t deadline_ms);
+void agent_sleep_ms(int64_t ms);
+void agent_rfc3339_now(char *buf, size_t len);
+int agent_random_bytes(unsigned char *buf, size_t len);
+void agent_hex(const unsigned char *in, size_t len, char *out); /* out: 2*len+1 */
+int agent_unhex(const char *hex, unsigned char *out, size_t len);
+/* Base64 decode (standard alphabet, padding optional); returns the decoded length or -1. */
+long agent_base64_decode(const char *in, unsigned char **out);
+int agent_read_file(const char *path, char **data, size_t *len, size_t max);
+/* Snprintf that never overflows and reports truncation as -1. */
+int agent_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Copy a JSON string member into buf ("" when absent or not a string). */
+void agent_json_str(const json_t *obj, const char *key, char *buf, size_t len);
+/* "a.b.c" path lookup through objects. */
+json_t *agent_json_path(const json_t *root, const char *dotted);
+/* The list of this process's network interfaces with their addresses, for error messages
+ * ("eth0 10.0.0.5, lo 127.0.0.1"). */
+void agent_list_interfaces(char *buf, size_t len);
+/* Does interface ifname exist here; if address is non-empty, does it carry that address.
+ * Returns 0 ok, 1 interface missing, 2 address missing. When address is empty and the interface
+ * exists, its first IPv4 (else IPv6) address is written to found (if non-NULL). */
+int agent_check_interface(const char *ifname, const char *address, char *found, size_t found_len);
+/* Find the interface that carries address; 0 on success. */
+int agent_interface_for_address(const char *address, char *ifname, size_t len);
+
+/* ---- named conditions ---- */
+
+typedef struct {
+    char type[48];      /* e.g. "TopologyAmbiguous": stable, documented */
+    char message[1024]; /* what is wrong and what to do */
+    int fatal;          /* fatal conditions stop the agent from serving facts */
+} agent_condition_t;
+
+/* ---- the facts served to the library ---- */
+
+typedef struct {
+    int rank;
+    int nranks;
+    char root_host[64];
+    int root_port;
+    unsigned char secret[16];
+    int is_root;
+    char ifname[64];
+    char address[64];
+    char ib_device[64];
+    char transport[16];       /* RequireIB | PreferIB | Socket */
+    char library_version[64]; /* pinned; "" = not pinned */
+    int bootstrap_timeout_s;
+    int timeout_s;
+    char pod[254];
+    char pod_uid[64];
+    char node[254];
+    char ns[64];
+    char job[254];      /* the job the communicator belongs to */
+    char topology[254]; /* the CollectiveTopology that selected the pod ("" standalone) */
+} agent_facts_t;
+
+/* ---- options (main.c) ---- */
+
+typedef struct {
+    const char *socket_path;
+    const char *topology_file; /* standalone mode when set */
+    int standalone_rank;       /* -1 = from COLL_RANK */
+    const char *kubeconfig;
+    const char *sa_dir;
+    const char *health_addr;
+    int health_port; /* 0 = off */
+    int root_port;   /* 0 = pick a free port on the pinned address */
+    int rendezvous_timeout_s;
+    int request_timeout_ms;
+    int backoff_base_ms;
+    int backoff_cap_ms;
+    int64_t min_shm_bytes;
+    const char *ib_dev_dir; /* /dev/infiniband */
+    const char *shm_path;   /* /dev/shm */
+    const char *log_level;
+    int exit_after_ready; /* for tests/bench: exit once facts are served (0 = keep running) */
+} agent_options_t;
+
+typedef enum { AGENT_STATE_STARTING = 0, AGENT_STATE_READY, AGENT_STATE_FAILED } agent_state_t;
+
+struct agent_kube;
+struct agent_health;
+
+typedef struct {
+    _Atomic long ipc_requests;
+    _Atomic long ipc_errors;
+    _Atomic long reports;
+    _Atomic long status_patches;
+    _Atomic long events_emitted;
+} agent_metrics_t;
+
+typedef struct agent_ctx {
+    agent_options_t opt;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    agent_state_t state;       /* under mu */
+    agent_facts_t facts;       /* written once before state becomes READY */
+    agent_condition_t failure; /* valid when state == FAILED */
+    agent_condition_t warnings[8];
+    int nwarnings;
+    struct agent_kube *kube; /* NULL in standalone mode */
+    struct agent_health *health;
+    char comm_name[254]; /* Communicator object (kube mode) */
+    char comm_uid[64];
+    agent_metrics_t metrics;
+    volatile sig_atomic_t stop;
+    int64_t start_ms;
+} agent_ctx_t;
+
+/* Publish the facts (state READY) or a fatal condition (state FAILED); wakes hello waiters. */
+void agent_set_ready(agent_ctx_t *ctx, const agent_facts_t *facts);
+void agent_set_failed(agent_ctx_t *ctx, const agent_condition_t *cond);
+/* Record a non-fatal condition (logged, an Event in kube mode). */
+void agent_add_warning(agent_ctx_t *ctx, const agent_condition_t *cond);
+
+/* ---- checks inside the pod (preflight.c) ---- */
+
+/* /dev/shm size, RLIMIT_MEMLOCK and /dev/infiniband for the pinned transport. Warnings and at
+ * most one fatal condition are reported through ctx; returns 0, or -1 when a check is fatal. */
+int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *facts, agent_condition_t *fatal);
+
+/* ---- ipc server (ipc_server.c) ---- */
+
+typedef struct agent_ipc agent_ipc_t;
+int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out);
+void agent_ipc_stop(agent_ipc_t *ipc);
+
+/* ---- standalone (standalone.c) ---- */
+
+/* Resolve facts from a JSON or YAML topology file; sets READY or FAILED. */
+int agent_standalone_run(agent_ctx_t *ctx);
+
+/* ---- YAML → jansson (yaml_json.c), used by kubeconfig and standalone files ---- */
+
+/* Parse a YAML (or JSON) document into a json_t tree (scalars become strings, except plain
+ * scalars that read as integers, true/false or null). NULL on error, with err filled. */
+json_t *agent_yaml_load(const char *data, size_t len, char *err, size_t errlen);
+
+#endif /* AGENT_H */

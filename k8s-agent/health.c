@@ -1,0 +1,433 @@
+/* Communicator health: the library's reports become a bounded status (phase, conditions,
+ * readyRanks, unhealthy members, lastError) written with merge PATCH of the status subresource
+ * (resourceVersion precondition, 409 → re-read and retry), and pod Events for failures. A writer
+ * thread does all API calls so that the library's report is acknowledged at once. */
+#define _GNU_SOURCE
+#include "kube.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_EVENTS_QUEUED 16
+#define MAX_MSG           512
+#define NCOND             4
+
+static const char *cond_types[NCOND] = {"VersionsConsistent", "NetworkConsistent", "Reachable",
+                                        "Healthy"};
+
+typedef struct {
+    char type[16];
+    char reason[64];
+    char message[MAX_MSG];
+} event_t;
+
+typedef struct {
+    char status[8]; /* "" = no update */
+    char reason[64];
+    char message[MAX_MSG];
+} cond_t;
+
+struct agent_health {
+    agent_ctx_t *ctx;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    /* pending update (under mu) */
+    int dirty;
+    char phase[16];
+    int ready_ranks; /* -1 = no update */
+    cond_t conds[NCOND];
+    int has_error;
+    int err_rank;
+    char err_pod[254], err_node[254], err_message[MAX_MSG];
+    int unhealthy; /* add err_rank to the unhealthy members */
+    event_t events[MAX_EVENTS_QUEUED];
+    int nevents;
+    json_t *cached; /* last Communicator seen (writer thread only) */
+};
+
+static void take_string(char *dst, size_t len, const json_t *v)
+{
+    dst[0] = '\0';
+    if (json_is_string(v))
+        snprintf(dst, len, "%s", json_string_value(v));
+}
+
+static const char *canonical_phase(const char *p)
+{
+    static const char *phases[] = {"Pending", "Bootstrapping", "Ready", "Degraded", "Failed"};
+    for (size_t i = 0; p && i < sizeof(phases) / sizeof(phases[0]); i++)
+        if (strcasecmp(p, phases[i]) == 0)
+            return phases[i];
+    return NULL;
+}
+
+/* Build the merged status from the server's current one and the pending update. */
+static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const char *phase,
+                             int ready_ranks, const cond_t *conds, int has_error, int err_rank,
+                             const char *err_pod, const char *err_node, const char *err_msg,
+                             int unhealthy)
+{
+    json_t *st = json_object(), *cur_conds = json_object_get(cur_status, "conditions");
+    json_t *conditions = json_array(), *members = json_array(), *cur_members;
+    const char *cur_phase = json_string_value(json_object_get(cur_status, "phase"));
+    char now[40];
+    long count = (long)json_integer_value(json_object_get(cur_status, "unhealthyCount"));
+    size_t i;
+    json_t *it;
+    int listed = 0;
+
+    agent_rfc3339_now(now, sizeof(now));
+    if (phase[0]) {
+        /* Failed is sticky until a new bootstrap (Bootstrapping) starts */
+        if (cur_phase && strcmp(cur_phase, "Failed") == 0 &&
+            (strcmp(phase, "Ready") == 0 || strcmp(phase, "Degraded") == 0))
+            phase = "Failed";
+        json_object_set_new(st, "phase", json_string(phase));
+    }
+    if (ready_ranks >= 0)
+        json_object_set_new(st, "readyRanks", json_integer(ready_ranks));
+    for (int c = 0; c < NCOND; c++) {
+        json_t *old = NULL;
+        json_array_foreach(cur_conds, i, it)
+        {
+            const char *t = json_string_value(json_object_get(it, "type"));
+            if (t && strcmp(t, cond_types[c]) == 0)
+                old = it;
+        }
+        if (conds[c].status[0]) {
+            const char *ots = json_string_value(json_object_get(old, "status"));
+            const char *olt = json_string_value(json_object_get(old, "lastTransitionTime"));
+            json_array_append_new(
+                conditions,
+                json_pack("{ss ss ss ss ss}", "type", cond_types[c], "status", conds[c].status,
+                          "reason", conds[c].reason[0] ? conds[c].reason : conds[c].status,
+                          "message", conds[c].message, "lastTransitionTime",
+                          (ots && olt && strcmp(ots, conds[c].status) == 0) ? olt : now));
+        } else if (old) {
+            json_array_append(conditions, old);
+        }
+    }
+    json_object_set_new(st, "conditions", conditions);
+    cur_members = json_object_get(cur_status, "unhealthyMembers");
+    json_array_foreach(cur_members, i, it)
+    {
+        json_t *r = json_object_get(it, "rank");
+        if (unhealthy && json_is_integer(r) && json_integer_value(r) == err_rank) {
+            listed = 1;
+            continue; /* replaced below */
+        }
+        if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
+            json_array_append(members, it);
+    }
+    if (unhealthy) {
+        if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
+            json_array_append_new(members,
+                                  json_pack("{si ss ss ss ss}", "rank", err_rank, "pod", err_pod,
+                                            "node", err_node, "message", err_msg, "time", now));
+        if (!listed)
+            count++;
+    }
+    if (count < (long)json_array_size(members))
+        count = (long)json_array_size(members);
+    json_object_set_new(st, "unhealthyMembers", members);
+    json_object_set_new(st, "unhealthyCount", json_integer(count));
+    if (has_error)
+        json_object_set_new(st, "lastError",
+                            json_pack("{si ss ss ss ss}", "rank", err_rank, "pod", err_pod, "node",
+                                      err_node, "message", err_msg, "time", now));
+    else if (json_object_get(cur_status, "lastError"))
+        json_object_set(st, "lastError", json_object_get(cur_status, "lastError"));
+    (void)h;
+    return st;
+}
+
+static void write_status(agent_health_t *h)
+{
+    agent_ctx_t *ctx = h->ctx;
+    char path[800], phase[16];
+    cond_t conds[NCOND];
+    int ready_ranks, has_error, err_rank, unhealthy;
+    char err_pod[254], err_node[254], err_msg[MAX_MSG];
+    int64_t deadline = agent_now_ms() + 30000;
+
+    pthread_mutex_lock(&h->mu);
+    snprintf(phase, sizeof(phase), "%s", h->phase);
+    memcpy(conds, h->conds, sizeof(conds));
+    ready_ranks = h->ready_ranks;
+    has_error = h->has_error;
+    err_rank = h->err_rank;
+    unhealthy = h->unhealthy;
+    snprintf(err_pod, sizeof(err_pod), "%s", h->err_pod);
+    snprintf(err_node, sizeof(err_node), "%s", h->err_node);
+    snprintf(err_msg, sizeof(err_msg), "%s", h->err_message);
+    h->dirty = 0;
+    h->phase[0] = '\0';
+    h->ready_ranks = -1;
+    memset(h->conds, 0, sizeof(h->conds));
+    h->has_error = h->unhealthy = 0;
+    pthread_mutex_unlock(&h->mu);
+
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
+             ctx->facts.ns, ctx->comm_name);
+    for (int attempt = 0; attempt < 8 && agent_remaining_ms(deadline) > 0; attempt++) {
+        agent_kube_resp_t r;
+        json_t *patch, *st;
+        const char *rv;
+        char spath[820];
+        if (!h->cached) {
+            if (agent_kube_request(ctx->kube, "GET", path, NULL, NULL, deadline, &r) != 0 ||
+                r.code != 200) {
+                agent_warn("AGENT-STATUS-FAIL", "reading Communicator %s: HTTP %ld %s",
+                           ctx->comm_name, r.code, r.message);
+                agent_kube_resp_free(&r);
+                return;
+            }
+            h->cached = r.body;
+        }
+        rv = json_string_value(agent_json_path(h->cached, "metadata.resourceVersion"));
+        st = merged_status(h, json_object_get(h->cached, "status"), phase, ready_ranks, conds,
+                           has_error, err_rank, err_pod, err_node, err_msg, unhealthy);
+        patch = json_pack("{s{ss} so}", "metadata", "resourceVersion", rv ? rv : "", "status", st);
+        snprintf(spath, sizeof(spath), "%s/status", path);
+        if (agent_kube_request(ctx->kube, "PATCH", spath, patch, "application/merge-patch+json",
+                               deadline, &r) != 0) {
+            agent_warn("AGENT-STATUS-FAIL", "patching Communicator %s status: %s", ctx->comm_name,
+                       r.message);
+            json_decref(patch);
+            agent_kube_resp_free(&r);
+            return;
+        }
+        json_decref(patch);
+        ctx->metrics.status_patches++;
+        json_decref(h->cached);
+        h->cached = NULL;
+        if (r.code == 200) {
+            h->cached = r.body;
+            agent_info("AGENT-STATUS-PATCHED", "Communicator %s status: phase=%s", ctx->comm_name,
+                       phase[0] ? phase : "(unchanged)");
+            return;
+        }
+        if (r.code != 409) {
+            agent_warn("AGENT-STATUS-FAIL", "patching Communicator %s status: HTTP %ld %s",
+                       ctx->comm_name, r.code, r.message);
+            agent_kube_resp_free(&r);
+            return;
+        }
+        agent_debug("AGENT-STATUS-CONFLICT", "status patch conflict; re-reading");
+        agent_kube_resp_free(&r);
+    }
+}
+
+static void post_event(agent_ctx_t *ctx, const event_t *e, const char *kind, const char *api,
+                       const char *name, const char *uid)
+{
+    char path[300], ename[400], now[40], nonce[9];
+    unsigned char rnd[4] = {0};
+    agent_kube_resp_t r;
+    json_t *ev;
+    agent_rfc3339_now(now, sizeof(now));
+    if (agent_random_bytes(rnd, sizeof(rnd)) != 0)
+        memset(rnd, 0, sizeof(rnd));
+    agent_hex(rnd, sizeof(rnd), nonce);
+    snprintf(ename, sizeof(ename), "%.240s.%s", name, nonce);
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ctx->facts.ns);
+    ev = json_pack(
+        "{ss ss s{ss ss} s{ss ss ss ss ss} ss ss ss s{ss ss} ss ss si ss ss}", "apiVersion", "v1",
+        "kind", "Event", "metadata", "name", ename, "namespace", ctx->facts.ns, "involvedObject",
+        "kind", kind, "apiVersion", api, "name", name, "namespace", ctx->facts.ns, "uid", uid,
+        "reason", e->reason, "message", e->message, "type", e->type, "source", "component",
+        "coll-agent", "host", ctx->facts.node, "firstTimestamp", now, "lastTimestamp", now, "count",
+        1, "reportingComponent", "kcoll.io/coll-agent", "reportingInstance", ctx->facts.pod);
+    if (!ev)
+        return;
+    if (agent_kube_request(ctx->kube, "POST", path, ev, NULL, agent_now_ms() + 10000, &r) != 0 ||
+        r.code != 201)
+        agent_warn("AGENT-EVENT-FAIL", "posting Event %s on %s %s: HTTP %ld %s", e->reason, kind,
+                   name, r.code, r.message);
+    else
+        ctx->metrics.events_emitted++;
+    agent_kube_resp_free(&r);
+    json_decref(ev);
+}
+
+static void *writer(void *arg)
+{
+    agent_health_t *h = arg;
+    agent_ctx_t *ctx = h->ctx;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        struct timespec ts;
+        event_t ev[MAX_EVENTS_QUEUED];
+        int nev, dirty;
+        while (!h->stop && !h->nevents && !(h->dirty && ctx->comm_name[0])) {
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+        }
+        nev = h->nevents;
+        memcpy(ev, h->events, sizeof(event_t) * (size_t)nev);
+        h->nevents = 0;
+        dirty = h->dirty && ctx->comm_name[0];
+        pthread_mutex_unlock(&h->mu);
+        for (int i = 0; i < nev && ctx->kube; i++) {
+            if (ctx->facts.pod_uid[0])
+                post_event(ctx, &ev[i], "Pod", "v1", ctx->facts.pod, ctx->facts.pod_uid);
+            if (ctx->comm_uid[0] && strcmp(ev[i].type, "Warning") == 0)
+                post_event(ctx, &ev[i], "Communicator", "kcoll.io/v1alpha1", ctx->comm_name,
+                           ctx->comm_uid);
+        }
+        if (dirty && ctx->kube)
+            write_status(h);
+        pthread_mutex_lock(&h->mu);
+        if (h->stop && !h->nevents && !(h->dirty && ctx->comm_name[0]))
+            break;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+int agent_health_start(agent_ctx_t *ctx, agent_health_t **out)
+{
+    agent_health_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return -1;
+    h->ctx = ctx;
+    h->ready_ranks = -1;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    if (pthread_create(&h->thread, NULL, writer, h) != 0) {
+        free(h);
+        return -1;
+    }
+    h->started = 1;
+    *out = h;
+    return 0;
+}
+
+/* Flushes queued Events and status (bounded by their request deadlines), then stops. */
+void agent_health_stop(agent_health_t *h)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (h->started)
+        pthread_join(h->thread, NULL);
+    json_decref(h->cached);
+    free(h);
+}
+
+void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason, const char *message)
+{
+    agent_health_t *h = ctx->health;
+    if (!h || !ctx->kube)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (h->nevents < MAX_EVENTS_QUEUED) {
+        event_t *e = &h->events[h->nevents++];
+        snprintf(e->type, sizeof(e->type), "%s", type);
+        snprintf(e->reason, sizeof(e->reason), "%s", reason);
+        snprintf(e->message, sizeof(e->message), "%s", message);
+        pthread_cond_signal(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+void agent_health_set_phase(agent_health_t *h, const char *phase)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    snprintf(h->phase, sizeof(h->phase), "%s", phase);
+    h->dirty = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void agent_health_report(agent_health_t *h, const json_t *rep)
+{
+    agent_ctx_t *ctx = h->ctx;
+    const char *phase = canonical_phase(json_string_value(json_object_get(rep, "phase")));
+    json_t *err = json_object_get(rep, "error"), *conds = json_object_get(rep, "conditions"), *c;
+    json_t *rr = json_object_get(rep, "ready_ranks");
+    const char *progress = json_string_value(json_object_get(rep, "progress"));
+    int is_root = ctx->facts.is_root, update = 0;
+    size_t i;
+    char msg[MAX_MSG] = "";
+
+    ctx->metrics.reports++;
+    agent_info("AGENT-REPORT", "library report: phase=%s%s%s%s", phase ? phase : "-",
+               progress ? " progress=" : "", progress ? progress : "",
+               json_is_object(err) ? " (error)" : "");
+    pthread_mutex_lock(&h->mu);
+    if (phase && (is_root || strcmp(phase, "Failed") == 0 || strcmp(phase, "Degraded") == 0)) {
+        snprintf(h->phase, sizeof(h->phase), "%s", phase);
+        update = 1;
+        if (is_root && strcmp(phase, "Ready") == 0) {
+            h->ready_ranks = json_is_integer(rr) ? (int)json_integer_value(rr) : ctx->facts.nranks;
+            for (int k = 0; k < NCOND; k++) {
+                snprintf(h->conds[k].status, sizeof(h->conds[k].status), "True");
+                snprintf(h->conds[k].reason, sizeof(h->conds[k].reason), "BootstrapComplete");
+                snprintf(h->conds[k].message, sizeof(h->conds[k].message),
+                         "checked by rank 0 at bootstrap");
+            }
+        }
+    }
+    if (is_root && json_is_integer(rr)) {
+        h->ready_ranks = (int)json_integer_value(rr);
+        update = 1;
+    }
+    json_array_foreach(conds, i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        const char *s = json_string_value(json_object_get(c, "status"));
+        for (int k = 0; t && s && k < NCOND; k++) {
+            if (strcmp(t, cond_types[k]) != 0)
+                continue;
+            snprintf(h->conds[k].status, sizeof(h->conds[k].status), "%s",
+                     strcmp(s, "True") == 0 ? "True"
+                                            : (strcmp(s, "False") == 0 ? "False" : "Unknown"));
+            take_string(h->conds[k].reason, sizeof(h->conds[k].reason),
+                        json_object_get(c, "reason"));
+            take_string(h->conds[k].message, sizeof(h->conds[k].message),
+                        json_object_get(c, "message"));
+            update = 1;
+        }
+    }
+    if (json_is_object(err)) {
+        json_t *r = json_object_get(err, "rank");
+        h->has_error = 1;
+        h->unhealthy = 1;
+        h->err_rank = json_is_integer(r) ? (int)json_integer_value(r) : ctx->facts.rank;
+        take_string(h->err_pod, sizeof(h->err_pod), json_object_get(err, "pod"));
+        take_string(h->err_node, sizeof(h->err_node), json_object_get(err, "node"));
+        take_string(h->err_message, sizeof(h->err_message), json_object_get(err, "message"));
+        if (!h->err_pod[0] && h->err_rank == ctx->facts.rank)
+            snprintf(h->err_pod, sizeof(h->err_pod), "%s", ctx->facts.pod);
+        if (!h->err_node[0] && h->err_rank == ctx->facts.rank)
+            snprintf(h->err_node, sizeof(h->err_node), "%s", ctx->facts.node);
+        snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s): %s", h->err_rank, h->err_pod,
+                 h->err_node, h->err_message);
+        update = 1;
+    }
+    if (update) {
+        h->dirty = 1;
+        pthread_cond_signal(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (msg[0]) {
+        int boot = phase && (strcmp(phase, "Bootstrapping") == 0 || strcmp(phase, "Pending") == 0);
+        agent_warn("AGENT-LIBRARY-ERROR", "%s", msg);
+        agent_health_event(ctx, "Warning", boot ? "KcollBootstrapFailed" : "KcollCollectiveFailed",
+                           msg);
+    }
+}

@@ -1,0 +1,164 @@
+/*
+ * Kubernetes API client of coll-agent: credentials (in-cluster or kubeconfig), requests with
+ * deadlines and retries, watches, and the pod-level pipeline (facts, topology, rendezvous,
+ * health) built on it.
+ */
+#ifndef AGENT_KUBE_H
+#define AGENT_KUBE_H
+
+#include "agent.h"
+
+/* ---- credentials (kubeconfig.c) ---- */
+
+typedef struct {
+    char server[512];   /* https://host:port, no trailing slash */
+    char ca_file[1024]; /* a file, or empty when ca_data is used */
+    char *ca_data;      /* PEM bytes (certificate-authority-data), malloc'd */
+    size_t ca_len;
+    char token_file[1024]; /* re-read when it changes (service-account token rotation) */
+    char *token;           /* current bearer token, malloc'd; NULL = none */
+    char cert_file[1024];
+    char key_file[1024];
+    char *cert_data; /* client-certificate-data */
+    size_t cert_len;
+    char *key_data; /* client-key-data */
+    size_t key_len;
+    char namespace_[64]; /* from the service-account dir or the context; may be empty */
+    int in_cluster;
+} agent_kube_creds_t;
+
+/* In-cluster: KUBERNETES_SERVICE_HOST/PORT and sa_dir (token, ca.crt, namespace). */
+int agent_creds_in_cluster(const char *sa_dir, agent_kube_creds_t *out, char *err, size_t errlen);
+/* Out of cluster: the current context of a kubeconfig file. */
+int agent_creds_kubeconfig(const char *path, agent_kube_creds_t *out, char *err, size_t errlen);
+void agent_creds_free(agent_kube_creds_t *c);
+/* Re-read the token file if it changed; returns 1 when the token changed, 0 if not, -1 error. */
+int agent_creds_refresh_token(agent_kube_creds_t *c);
+
+/* ---- requests (kube_client.c) ---- */
+
+typedef struct agent_kube agent_kube_t;
+
+typedef struct {
+    int request_timeout_ms; /* per attempt */
+    int backoff_base_ms;
+    int backoff_cap_ms;
+    const char *user_agent;
+} agent_kube_config_t;
+
+typedef struct {
+    long code;         /* HTTP status; 0 when no response arrived before the deadline */
+    json_t *body;      /* parsed JSON body (may be NULL) */
+    char reason[64];   /* Status.reason for errors ("Forbidden", "Conflict", ...) */
+    char message[768]; /* Status.message, or the transport error */
+    int attempts;
+} agent_kube_resp_t;
+
+int agent_kube_open(agent_kube_creds_t *creds, const agent_kube_config_t *cfg, agent_kube_t **out);
+void agent_kube_close(agent_kube_t *k);
+const agent_kube_creds_t *agent_kube_creds(const agent_kube_t *k);
+
+/*
+ * One API call, retried on 429 (honouring Retry-After), 5xx and transport errors with capped
+ * exponential back-off and full jitter until deadline_ms; a 401 re-reads the token once.
+ * body may be NULL; content_type defaults to application/json. Returns 0 when a final HTTP
+ * response arrived (check resp->code), -1 when none did before the deadline.
+ * The caller frees resp with agent_kube_resp_free.
+ */
+int agent_kube_request(agent_kube_t *k, const char *method, const char *path, const json_t *body,
+                       const char *content_type, int64_t deadline_ms, agent_kube_resp_t *resp);
+void agent_kube_resp_free(agent_kube_resp_t *r);
+/* URL-escape a query value into buf. */
+void agent_kube_escape(const char *in, char *buf, size_t len);
+/* Request counters (metrics). */
+long agent_kube_request_count(const agent_kube_t *k);
+long agent_kube_retry_count(const agent_kube_t *k);
+long agent_kube_watch_count(const agent_kube_t *k);
+/* For watch.c: a configured curl easy handle (TLS verification, credentials, deadline) for
+ * GET url_path; *headers must be freed with curl_slist_free_all after the transfer. */
+void *agent_kube_easy(agent_kube_t *k, const char *url_path, long timeout_ms, void **headers);
+void agent_kube_count_watch(agent_kube_t *k);
+/* Re-read a rotated token now (after a 401 on a watch); 1 if it changed. */
+int agent_kube_refresh_token(agent_kube_t *k);
+/* Sleep for the capped, jittered back-off of attempt n, never past deadline_ms. */
+void agent_kube_backoff(agent_kube_t *k, int attempt, int64_t deadline_ms);
+
+/* ---- watch (watch.c) ---- */
+
+/* Called for every ADDED / MODIFIED / DELETED object (synthetic ADDED after a relist).
+ * Return 0 to continue, 1 to stop watching. */
+typedef int (*agent_watch_cb)(void *arg, const char *type, json_t *object);
+
+/*
+ * Watch the objects of collection path (".../communicators") selected by field_selector
+ * (may be NULL): starts with the current state, resumes from the last resourceVersion on
+ * disconnect, relists on 410 Gone, consumes bookmarks. Returns 0 when cb stopped it, -1 on a
+ * fatal API error (401/403/404; resp_out's code and message say which) or at deadline_ms.
+ */
+int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_selector,
+                     int64_t deadline_ms, agent_watch_cb cb, void *arg,
+                     agent_kube_resp_t *resp_out);
+
+/* ---- pod pipeline (pod_facts.c, topology.c, rendezvous.c, health.c) ---- */
+
+typedef struct {
+    json_t *pod;       /* own Pod object */
+    char job_kind[64]; /* Job | JobSet | PyTorchJob | "" */
+    char job_api_version[64];
+    char job_name[254];
+    char job_uid[64];
+    char owner_job_name[254]; /* the batch/v1 Job owning the pod (JobSet child), if any */
+    int rank_known;
+    int nranks;              /* 0 = learn it from the Communicator (rank 0 reads the Job) */
+    int completion_index;    /* Indexed Job index or -1 */
+    int jobset_global_index; /* or -1 */
+    json_t *network_status;  /* parsed Multus annotation (array) or NULL */
+} agent_pod_info_t;
+
+/* Read the pod, its owner and rank hints (1 GET, plus the Job when needed). */
+int agent_pod_read(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
+                   agent_condition_t *cond);
+void agent_pod_info_free(agent_pod_info_t *pi);
+/* World size for rank 0 / JobSet members: reads the Job once. */
+int agent_pod_world_size(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
+                         agent_condition_t *cond);
+
+/* Find the one CollectiveTopology selecting the pod and apply its pins to f; resolve the pinned
+ * network to an interface and address in this pod. */
+int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
+                           agent_facts_t *f, agent_condition_t *cond);
+/* Label selector ({matchLabels, matchExpressions}) against a labels object; -1 if invalid. */
+int agent_selector_matches(const json_t *selector, const json_t *labels, char *err, size_t errlen);
+
+/* Rank 0 creates the Communicator, others watch it; fills root endpoint and secret. */
+int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
+                     agent_condition_t *cond);
+
+/* Map an API failure to a named condition (Unauthorized, Forbidden, APIUnavailable, ...). */
+void agent_condition_from_resp(agent_condition_t *cond, const char *what,
+                               const agent_kube_resp_t *r);
+
+/* The whole kube-mode pipeline; sets READY or FAILED. */
+int agent_kube_run(agent_ctx_t *ctx);
+
+/* ---- health (health.c) ---- */
+
+typedef struct agent_health agent_health_t;
+int agent_health_start(agent_ctx_t *ctx, agent_health_t **out);
+void agent_health_stop(agent_health_t *h);
+/* A report from the library (the JSON object of a "report" message). */
+void agent_health_report(agent_health_t *h, const json_t *report);
+/* Emit a pod Event (Warning or Normal) with reason and message; best effort, bounded. */
+void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason,
+                        const char *message);
+/* Set the Communicator status phase from the agent itself (e.g. Bootstrapping). */
+void agent_health_set_phase(agent_health_t *h, const char *phase);
+/* Prometheus text for /metrics into a malloc'd buffer. */
+char *agent_health_metrics(agent_ctx_t *ctx);
+
+/* HTTP endpoints (http.c): /healthz, /readyz, /metrics. */
+typedef struct agent_http agent_http_t;
+int agent_http_start(agent_ctx_t *ctx, agent_http_t **out);
+void agent_http_stop(agent_http_t *h);
+
+#endif /* AGENT_KUBE_H */

@@ -1,0 +1,394 @@
+/* Rendezvous through the job's Communicator object: rank 0 creates it (owned by the job) with the
+ * root endpoint and a random secret; every other agent WATCHes that one object. */
+#define _GNU_SOURCE
+#include "kube.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define COMM_GROUP_PATH "/apis/kcoll.io/v1alpha1/namespaces"
+
+/* A free TCP port on address (the pod's own network namespace: nothing else binds it). */
+static int free_port(const char *address)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd, port = -1, family = strchr(address, ':') ? AF_INET6 : AF_INET;
+    memset(&ss, 0, sizeof(ss));
+    if (family == AF_INET) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        s4->sin_family = AF_INET;
+        if (inet_pton(AF_INET, address, &s4->sin_addr) != 1)
+            return -1;
+        len = sizeof(*s4);
+    } else {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        s6->sin6_family = AF_INET6;
+        if (inet_pton(AF_INET6, address, &s6->sin6_addr) != 1)
+            return -1;
+        len = sizeof(*s6);
+    }
+    fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&ss, len) == 0 &&
+        getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                       : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    close(fd);
+    return port;
+}
+
+static int parse_endpoint(const char *ep, char *host, size_t hlen, int *port)
+{
+    const char *colon = strrchr(ep, ':');
+    const char *h = ep;
+    size_t n;
+    char *end;
+    long p;
+    if (!colon)
+        return -1;
+    n = (size_t)(colon - ep);
+    if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hlen)
+        return -1;
+    p = strtol(colon + 1, &end, 10);
+    if (*end || p <= 0 || p > 65535)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* Apply the Communicator's spec to f; 0 when complete and consistent with this pod's pins. */
+static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
+                     agent_condition_t *cond)
+{
+    json_t *spec = json_object_get(comm, "spec");
+    const char *ep = json_string_value(json_object_get(spec, "rootEndpoint"));
+    const char *secret = json_string_value(json_object_get(spec, "secret"));
+    const char *topo = json_string_value(json_object_get(spec, "topology"));
+    json_t *n = json_object_get(spec, "nranks");
+    int nranks;
+    if (!ep || !secret || !json_is_integer(n))
+        return 1; /* not published yet */
+    nranks = (int)json_integer_value(n);
+    if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 ||
+        agent_unhex(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "CommunicatorInvalid");
+        snprintf(cond->message, sizeof(cond->message),
+                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %d, secret "
+                 "of %zu characters); delete it so that rank 0 recreates it",
+                 f->ns, f->job, ep, nranks, strlen(secret));
+        return -1;
+    }
+    if (nranks_known && nranks != f->nranks) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "WorldSizeMismatch");
+        snprintf(cond->message, sizeof(cond->message),
+                 "rank 0 published %d ranks but this pod's labels say %d", nranks, f->nranks);
+        return -1;
+    }
+    f->nranks = nranks;
+    if (f->rank >= nranks) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "RankOutOfRange");
+        snprintf(cond->message, sizeof(cond->message),
+                 "this pod's rank %d is not below the job's %d ranks", f->rank, nranks);
+        return -1;
+    }
+    if (topo && strcmp(topo, f->topology) != 0) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "TopologyMismatch");
+        snprintf(cond->message, sizeof(cond->message),
+                 "rank 0 of job %s uses CollectiveTopology %s but this pod is selected by %s; "
+                 "every pod of a job must be selected by the same topology",
+                 f->job, topo, f->topology);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    agent_facts_t *f;
+    const char *job_uid;
+    int nranks_known;
+    agent_condition_t *cond;
+    int result; /* 0 ok, -1 fatal */
+    char comm_uid[64];
+} watch_arg_t;
+
+static int on_comm(void *arg, const char *type, json_t *obj)
+{
+    watch_arg_t *w = arg;
+    json_t *owner = json_array_get(agent_json_path(obj, "metadata.ownerReferences"), 0);
+    const char *ouid = json_string_value(json_object_get(owner, "uid"));
+    int rc;
+    if (strcmp(type, "DELETED") == 0)
+        return 0;
+    if (w->job_uid[0] && ouid && strcmp(ouid, w->job_uid) != 0) {
+        agent_info("AGENT-RDV-STALE",
+                   "Communicator %s is owned by uid %s, not this job (%s); "
+                   "waiting for rank 0 to replace it",
+                   w->f->job, ouid, w->job_uid);
+        return 0;
+    }
+    rc = from_comm(obj, w->f, w->nranks_known, w->cond);
+    if (rc > 0)
+        return 0;
+    w->result = rc;
+    agent_json_str(json_object_get(obj, "metadata"), "uid", w->comm_uid, sizeof(w->comm_uid));
+    return 1;
+}
+
+static json_t *comm_object(agent_pod_info_t *pi, const agent_facts_t *f, const char *endpoint,
+                           const char *secret_hex)
+{
+    json_t *o = json_pack(
+        "{ss ss s{ss ss s{ss}} s{ss ss si ss ss ss ss ss ss ss si si}}", "apiVersion",
+        "kcoll.io/v1alpha1", "kind", "Communicator", "metadata", "name", f->job, "namespace", f->ns,
+        "labels", "kcoll.io/job", f->job, "spec", "jobName", f->job, "jobKind",
+        pi->job_kind[0] ? pi->job_kind : "Pod", "nranks", f->nranks, "rootEndpoint", endpoint,
+        "secret", secret_hex, "rootPod", f->pod, "rootNode", f->node, "topology", f->topology,
+        "transport", f->transport, "libraryVersion", f->library_version, "bootstrapTimeoutSeconds",
+        f->bootstrap_timeout_s, "timeoutSeconds", f->timeout_s);
+    if (o && pi->job_uid[0] && pi->job_api_version[0]) {
+        json_t *ref =
+            json_pack("[{ss ss ss ss sb}]", "apiVersion", pi->job_api_version, "kind", pi->job_kind,
+                      "name", pi->job_name, "uid", pi->job_uid, "controller", 0);
+        json_object_set_new(json_object_get(o, "metadata"), "ownerReferences", ref);
+    }
+    return o;
+}
+
+static int jobset_uid(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
+                      const agent_facts_t *f)
+{
+    char path[700];
+    agent_kube_resp_t r;
+    if (strcmp(pi->job_kind, "JobSet") != 0 || pi->job_uid[0])
+        return 0;
+    snprintf(path, sizeof(path), "/apis/jobset.x-k8s.io/v1alpha2/namespaces/%s/jobsets/%s", f->ns,
+             pi->job_name);
+    if (agent_kube_request(ctx->kube, "GET", path, NULL, NULL, deadline, &r) == 0 && r.code == 200)
+        agent_json_str(json_object_get(r.body, "metadata"), "uid", pi->job_uid,
+                       sizeof(pi->job_uid));
+    else
+        agent_warn("AGENT-RDV-OWNER",
+                   "cannot read JobSet %s (HTTP %ld %s): the Communicator "
+                   "will not be garbage-collected with it",
+                   pi->job_name, r.code, r.message);
+    agent_kube_resp_free(&r);
+    return 0;
+}
+
+static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
+                       agent_condition_t *cond)
+{
+    char path[700], one[1000], endpoint[128], secret_hex[33];
+    int port = ctx->opt.root_port > 0 ? ctx->opt.root_port : free_port(f->address);
+    json_t *obj;
+
+    if (port <= 0) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "RootPortUnavailable");
+        snprintf(cond->message, sizeof(cond->message),
+                 "cannot find a free TCP port on %s for the bootstrap root; set --root-port",
+                 f->address);
+        return -1;
+    }
+    if (agent_random_bytes(f->secret, sizeof(f->secret)) != 0) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "RandomUnavailable");
+        snprintf(cond->message, sizeof(cond->message), "getrandom failed: no secret");
+        return -1;
+    }
+    agent_hex(f->secret, sizeof(f->secret), secret_hex);
+    snprintf(f->root_host, sizeof(f->root_host), "%s", f->address);
+    f->root_port = port;
+    if (strchr(f->address, ':'))
+        snprintf(endpoint, sizeof(endpoint), "[%s]:%d", f->address, port);
+    else
+        snprintf(endpoint, sizeof(endpoint), "%s:%d", f->address, port);
+    jobset_uid(ctx, deadline, pi, f);
+    snprintf(path, sizeof(path), "%s/%s/communicators", COMM_GROUP_PATH, f->ns);
+    snprintf(one, sizeof(one), "%s/%s", path, f->job);
+    obj = comm_object(pi, f, endpoint, secret_hex);
+    if (!obj)
+        return -1;
+    for (int tries = 0; tries < 3; tries++) {
+        agent_kube_resp_t r;
+        if (agent_kube_request(ctx->kube, "POST", path, obj, NULL, deadline, &r) != 0) {
+            agent_condition_from_resp(cond, "creating the Communicator", &r);
+            break;
+        }
+        if (r.code == 201 || r.code == 200) {
+            agent_json_str(json_object_get(r.body, "metadata"), "uid", ctx->comm_uid,
+                           sizeof(ctx->comm_uid));
+            agent_info("AGENT-RDV-CREATED", "created Communicator %s/%s root=%s nranks=%d", f->ns,
+                       f->job, endpoint, f->nranks);
+            agent_kube_resp_free(&r);
+            json_decref(obj);
+            return 0;
+        }
+        if (r.code != 409) {
+            agent_condition_from_resp(cond, "creating the Communicator", &r);
+            agent_kube_resp_free(&r);
+            break;
+        }
+        agent_kube_resp_free(&r);
+        /* AlreadyExists: ours (this agent restarted) or a stale one of an earlier job */
+        if (agent_kube_request(ctx->kube, "GET", one, NULL, NULL, deadline, &r) != 0 ||
+            (r.code != 200 && r.code != 404)) {
+            agent_condition_from_resp(cond, "reading the existing Communicator", &r);
+            agent_kube_resp_free(&r);
+            break;
+        }
+        if (r.code == 200) {
+            json_t *owner = json_array_get(agent_json_path(r.body, "metadata.ownerReferences"), 0);
+            const char *ouid = json_string_value(json_object_get(owner, "uid"));
+            const char *cuid = json_string_value(agent_json_path(r.body, "metadata.uid"));
+            if (!pi->job_uid[0] || (ouid && strcmp(ouid, pi->job_uid) == 0)) {
+                int rc = from_comm(r.body, f, 1, cond);
+                if (rc == 0) {
+                    snprintf(ctx->comm_uid, sizeof(ctx->comm_uid), "%s", cuid ? cuid : "");
+                    agent_info("AGENT-RDV-ADOPTED",
+                               "Communicator %s/%s exists for this job; reusing its root "
+                               "endpoint %s:%d",
+                               f->ns, f->job, f->root_host, f->root_port);
+                    agent_kube_resp_free(&r);
+                    json_decref(obj);
+                    return 0;
+                }
+                if (rc < 0) {
+                    agent_kube_resp_free(&r);
+                    break;
+                }
+            }
+            {
+                json_t *pre = json_pack("{s{ss}}", "preconditions", "uid", cuid ? cuid : "");
+                agent_kube_resp_t d;
+                agent_info("AGENT-RDV-REPLACE", "deleting stale Communicator %s/%s (uid %s)", f->ns,
+                           f->job, cuid ? cuid : "?");
+                if (agent_kube_request(ctx->kube, "DELETE", one, pre, NULL, deadline, &d) == 0 &&
+                    d.code != 200 && d.code != 202 && d.code != 404 && d.code != 409)
+                    agent_warn("AGENT-RDV-REPLACE", "delete: HTTP %ld %s", d.code, d.message);
+                agent_kube_resp_free(&d);
+                json_decref(pre);
+            }
+        }
+        agent_kube_resp_free(&r);
+    }
+    json_decref(obj);
+    if (!cond->type[0]) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "CommunicatorConflict");
+        snprintf(cond->message, sizeof(cond->message),
+                 "could not create Communicator %s/%s after 3 attempts", f->ns, f->job);
+    }
+    return -1;
+}
+
+int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
+                     agent_condition_t *cond)
+{
+    char path[700], fsel[400];
+    agent_kube_resp_t r;
+    watch_arg_t w;
+    int64_t rdv_deadline;
+
+    snprintf(ctx->comm_name, sizeof(ctx->comm_name), "%s", f->job);
+    f->is_root = f->rank == 0;
+    if (f->is_root) {
+        if (agent_pod_world_size(ctx, deadline, pi, f, cond) != 0)
+            return -1;
+        f->nranks = pi->nranks;
+        return root_create(ctx, deadline, pi, f, cond);
+    }
+    if (pi->nranks > 0)
+        f->nranks = pi->nranks;
+    snprintf(path, sizeof(path), "%s/%s/communicators", COMM_GROUP_PATH, f->ns);
+    snprintf(fsel, sizeof(fsel), "metadata.name=%s", f->job);
+    memset(&w, 0, sizeof(w));
+    w.f = f;
+    w.job_uid = pi->job_uid;
+    w.nranks_known = pi->nranks > 0;
+    w.cond = cond;
+    rdv_deadline = agent_now_ms() + (int64_t)f->bootstrap_timeout_s * 1000;
+    if (ctx->opt.rendezvous_timeout_s > 0)
+        rdv_deadline = agent_now_ms() + (int64_t)ctx->opt.rendezvous_timeout_s * 1000;
+    agent_info("AGENT-RDV-WAIT", "rank %d waiting for Communicator %s/%s (watch)", f->rank, f->ns,
+               f->job);
+    if (agent_kube_watch(ctx->kube, path, fsel, rdv_deadline, on_comm, &w, &r) != 0) {
+        if (r.code == 401 || r.code == 403 || r.code == 404) {
+            agent_condition_from_resp(cond, "watching the Communicator", &r);
+        } else {
+            cond->fatal = 1;
+            snprintf(cond->type, sizeof(cond->type), "RendezvousTimeout");
+            snprintf(cond->message, sizeof(cond->message),
+                     "rank 0 of job %s did not publish Communicator %s/%s within the bootstrap "
+                     "timeout: is rank 0's pod running and its agent healthy? (%s)",
+                     f->job, f->ns, f->job, r.message);
+        }
+        return -1;
+    }
+    if (w.result != 0)
+        return -1;
+    snprintf(ctx->comm_uid, sizeof(ctx->comm_uid), "%s", w.comm_uid);
+    agent_info("AGENT-RDV-FOUND", "rank %d of %d: root %s:%d", f->rank, f->nranks, f->root_host,
+               f->root_port);
+    return 0;
+}
+
+int agent_kube_run(agent_ctx_t *ctx)
+{
+    agent_facts_t f;
+    agent_condition_t cond;
+    agent_pod_info_t pi;
+    int64_t deadline;
+    int rc = -1;
+
+    memset(&f, 0, sizeof(f));
+    memset(&cond, 0, sizeof(cond));
+    memset(&pi, 0, sizeof(pi));
+    /* reading the pod and topology: bounded by the rendezvous timeout too */
+    deadline =
+        agent_now_ms() +
+        (int64_t)(ctx->opt.rendezvous_timeout_s > 0 ? ctx->opt.rendezvous_timeout_s : 300) * 1000;
+    if (agent_pod_read(ctx, deadline, &pi, &f, &cond) != 0)
+        goto out;
+    agent_log_init(NULL, f.pod);
+    if (agent_topology_resolve(ctx, deadline, &pi, &f, &cond) != 0)
+        goto out;
+    if (agent_preflight(ctx, &f, &cond) != 0)
+        goto out;
+    if (ctx->opt.rendezvous_timeout_s <= 0)
+        deadline = agent_now_ms() + (int64_t)f.bootstrap_timeout_s * 1000;
+    if (agent_rendezvous(ctx, deadline, &pi, &f, &cond) != 0)
+        goto out;
+    rc = 0;
+out:
+    if (rc == 0) {
+        agent_set_ready(ctx, &f);
+        if (f.is_root)
+            agent_health_set_phase(ctx->health, "Bootstrapping");
+    } else {
+        /* the facts known so far (pod, node, uid) address the Event */
+        pthread_mutex_lock(&ctx->mu);
+        ctx->facts = f;
+        pthread_mutex_unlock(&ctx->mu);
+        agent_set_failed(ctx, &cond);
+    }
+    agent_pod_info_free(&pi);
+    return rc;
+}
