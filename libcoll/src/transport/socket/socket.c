@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,10 +26,34 @@ err_free:
     return status;
 }
 
+/* Every peer may need a connection each way per stream (all-to-all): check the descriptor limit
+ * up front, raise the soft limit if the hard one allows, and say how many are needed if not. */
+static void check_fd_limit(const struct coll_comm *comm, int nstreams)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)(comm->nranks - 1) * 2 * (rlim_t)nstreams + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+        return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    struct rlimit nrl = {want, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &nrl) == 0 && want >= need) {
+        coll_info(NET, "raised the open-file limit from %llu to %llu for %d ranks",
+                  (unsigned long long)rl.rlim_cur, (unsigned long long)want, comm->nranks);
+        return;
+    }
+    coll_warn(NET,
+              "the open-file limit (ulimit -n) is %llu (hard %llu) but an all-to-all over %d "
+              "ranks with %d streams needs about %llu descriptors; raise it (ulimit -n %llu, "
+              "or the container's nofile limit) or such collectives will fail",
+              (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, comm->nranks,
+              nstreams, (unsigned long long)need, (unsigned long long)need);
+}
+
 static coll_result_t sock_comm_ready(struct coll_comm *comm)
 {
     sock_state_t *s = comm->tp_state;
     s->nstreams = (int)comm->members[0].nstreams;
+    check_fd_limit(comm, s->nstreams);
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
     s->out = calloc(n, sizeof(sock_conn_t));
     s->in = calloc(n, sizeof(sock_conn_t));
@@ -226,8 +251,8 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
     sock_conn_t *c = &s->out[(size_t)peer * (size_t)s->nstreams + (size_t)stream];
     char who[200];
     if (c->state == SOCK_NONE) {
-        if (s->connecting >= comm->cfg.max_connecting)
-            return COLL_SUCCESS; /* bounded: wait for earlier connects */
+        if (s->connecting >= comm->cfg.max_connecting || colli_now() < c->retry_at)
+            return COLL_SUCCESS; /* bounded: wait for earlier connects, or back off */
         int io = colli_sock_connect_start(&comm->members[peer].addr, &s->bind_addr, &c->fd);
         if (io != COLLI_IO_OK) {
             int e = errno;
@@ -235,8 +260,9 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
             return COLLI_ERR(NET, e == EMFILE || e == ENFILE ? COLL_ERR_SYSTEM : COLL_ERR_REMOTE,
                              "cannot connect to %s: %s", who, strerror(e));
         }
+        if (c->state == SOCK_NONE && c->since == 0)
+            c->since = colli_now();
         c->state = SOCK_CONNECTING;
-        c->since = colli_now();
         s->connecting++;
         *progressed = true;
     }
@@ -250,12 +276,31 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
             err = errno;
         s->connecting--;
         if (err != 0) {
-            close_conn(c);
-            colli_member_desc(comm, peer, who, sizeof(who));
-            return COLLI_ERR(NET, COLL_ERR_REMOTE,
-                             "cannot connect to %s: %s (the process died, destroyed its "
-                             "communicator, or its address is not reachable from here)",
-                             who, strerror(err));
+            close(c->fd);
+            c->fd = -1;
+            /* A refused or overloaded listener gets a few retries within a short window: a
+             * storm of connects can transiently overflow a peer's backlog. */
+            bool transient =
+                err == ECONNREFUSED || err == EAGAIN || err == ETIMEDOUT || err == EINTR;
+            if (transient && colli_now() - c->since < 2.0) {
+                c->state = SOCK_NONE;
+                c->retry_at = colli_now() + 0.02;
+                *progressed = true;
+                return COLL_SUCCESS;
+            }
+            c->state = SOCK_CLOSED;
+            char mine[80], theirs[80];
+            colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
+            colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
+            char *colon = strrchr(mine, ':');
+            if (colon)
+                *colon = '\0'; /* the local port is meaningless here */
+            return COLLI_ERR(NET, COLL_ERR_NETWORK,
+                             "rank %d (%s) cannot reach rank %d (%s): %s. The process died or "
+                             "destroyed its communicator, or the two addresses are on networks "
+                             "that do not route to each other (pin one network on every rank "
+                             "with COLL_SOCKET_IFNAME).",
+                             comm->rank, mine, peer, theirs, strerror(err));
         }
         coll_result_t st = colli_hello_make(&c->hello, comm->secret, COLLI_HELLO_DATA, comm->rank,
                                             peer, (uint32_t)stream, (uint32_t)comm->nranks);

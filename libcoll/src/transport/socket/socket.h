@@ -16,7 +16,8 @@ typedef struct sock_conn {
     uint8_t state;
     size_t hello_off;
     colli_hello_t hello;
-    double since;
+    double since;    /* first connect attempt */
+    double retry_at; /* next attempt after a transient refusal */
 } sock_conn_t;
 
 typedef struct sock_pending {
