@@ -106,6 +106,13 @@ typedef enum {
     COLLI_SRC_ROOT = 3, /* adopted from rank 0 so that every rank runs the same algorithms */
 } colli_source_t;
 
+typedef enum {
+    COLLI_TP_AUTO = 0,       /* InfiniBand where usable, else sockets, silently */
+    COLLI_TP_SOCKET = 1,     /* sockets only */
+    COLLI_TP_PREFER_IB = 2,  /* InfiniBand, else sockets with one WARN saying why */
+    COLLI_TP_REQUIRE_IB = 3, /* InfiniBand or fail, saying why */
+} colli_transport_policy_t;
+
 typedef struct colli_config {
     char socket_ifname[256]; /* NCCL syntax: prefix list, ^exclude, =exact; "" = automatic */
     int socket_family;       /* AF_UNSPEC, AF_INET or AF_INET6 */
@@ -116,6 +123,8 @@ typedef struct colli_config {
     double bootstrap_timeout;
     int spin_us;            /* busy-poll before blocking */
     int max_connecting;     /* outgoing connects in flight at once */
+    int transport;          /* colli_transport_policy_t */
+    char ib_hca[256];       /* COLL_IB_HCA: NCCL syntax */
     colli_source_t src[16]; /* source of each parameter, indexed like the table */
 } colli_config_t;
 
@@ -123,6 +132,9 @@ typedef struct colli_config {
  * source once per communicator. Fails on malformed values, naming the variable. */
 coll_result_t colli_config_load(colli_config_t *cfg);
 void colli_config_log(const colli_config_t *cfg);
+/* COLL_TRANSPORT: probe InfiniBand as the policy asks; RequireIB fails naming the reason,
+ * PreferIB falls back to sockets with one WARN line. */
+coll_result_t colli_apply_transport_policy(const colli_config_t *cfg);
 
 /* ---- members and communicators ---- */
 

@@ -7,6 +7,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll_kernels.h"
+#include "transport/ib/ib_probe.h"
 #include "bootstrap/netif.h"
 #include "transport/transport.h"
 
@@ -139,6 +140,38 @@ static void comm_free(struct coll_comm *comm)
     free(comm);
 }
 
+coll_result_t colli_apply_transport_policy(const colli_config_t *cfg)
+{
+    if (cfg->transport == COLLI_TP_SOCKET)
+        return COLL_SUCCESS;
+    colli_ib_probe_t probe;
+    colli_ib_probe(cfg->ib_hca, &probe);
+    switch (cfg->transport) {
+    case COLLI_TP_REQUIRE_IB:
+        if (!probe.usable)
+            return COLLI_ERR(IB, COLL_ERR_NETWORK,
+                             "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable here: %s",
+                             probe.reason);
+        return COLLI_ERR(IB, COLL_ERR_UNSUPPORTED,
+                         "COLL_TRANSPORT=RequireIB: InfiniBand ports %s are active, but this kcoll "
+                         "build has no InfiniBand transport yet; use PreferIB or Socket",
+                         probe.devices);
+    case COLLI_TP_PREFER_IB:
+        if (!probe.usable)
+            coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
+        else
+            coll_warn(IB,
+                      "COLL_TRANSPORT=PreferIB: InfiniBand ports %s are active but this build "
+                      "has no InfiniBand transport yet; using sockets",
+                      probe.devices);
+        return COLL_SUCCESS;
+    default:
+        coll_info(IB, "transport auto: sockets (%s)",
+                  probe.usable ? "InfiniBand transport not in this build" : probe.reason);
+        return COLL_SUCCESS;
+    }
+}
+
 static int count_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -172,6 +205,7 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     memcpy(comm->secret, secret, 16);
     comm->tag = colli_comm_tag(secret);
     COLL_CHECK_GOTO(colli_config_load(&comm->cfg), err_free);
+    COLL_CHECK_GOTO(colli_apply_transport_policy(&comm->cfg), err_free);
     colli_netif_t nif;
     COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
                     err_free);

@@ -30,6 +30,24 @@ static bool parse_str(const char *t, void *f, char *why, size_t wl)
     return true;
 }
 
+static bool parse_policy(const char *t, void *f, char *why, size_t wl)
+{
+    int *pol = f;
+    if (strcasecmp(t, "auto") == 0)
+        *pol = COLLI_TP_AUTO;
+    else if (strcasecmp(t, "Socket") == 0 || strcasecmp(t, "sockets") == 0)
+        *pol = COLLI_TP_SOCKET;
+    else if (strcasecmp(t, "PreferIB") == 0)
+        *pol = COLLI_TP_PREFER_IB;
+    else if (strcasecmp(t, "RequireIB") == 0)
+        *pol = COLLI_TP_REQUIRE_IB;
+    else {
+        snprintf(why, wl, "use RequireIB, PreferIB, Socket or auto");
+        return false;
+    }
+    return true;
+}
+
 static bool parse_family(const char *t, void *f, char *why, size_t wl)
 {
     int *fam = f;
@@ -141,6 +159,12 @@ static const param_t params[] = {
      parse_seconds, OFF(bootstrap_timeout)},
     {"COLL_SPIN_US", "50", "microseconds of busy polling before blocking in poll()", parse_spin,
      OFF(spin_us)},
+    {"COLL_TRANSPORT", "auto",
+     "transport policy between hosts: RequireIB, PreferIB (fall back to sockets with a warning), "
+     "Socket, or auto",
+     parse_policy, OFF(transport)},
+    {"COLL_IB_HCA", "", "InfiniBand devices and ports: mlx5_0:1,mlx5_1 ; ^ excludes, = exact",
+     parse_str, OFF(ib_hca)},
     {"COLL_SOCKET_MAX_CONNECTING", "16", "outgoing connections being set up at once",
      parse_connecting, OFF(max_connecting)},
 };
@@ -175,7 +199,10 @@ static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len
     const void *field = (const char *)cfg + params[i].offset;
     if (params[i].parse == parse_str)
         snprintf(buf, len, "\"%s\"", (const char *)field);
-    else if (params[i].parse == parse_family) {
+    else if (params[i].parse == parse_policy) {
+        static const char *pol[] = {"auto", "Socket", "PreferIB", "RequireIB"};
+        snprintf(buf, len, "%s", pol[*(const int *)field]);
+    } else if (params[i].parse == parse_family) {
         int f = *(const int *)field;
         snprintf(buf, len, "%s", f == AF_INET ? "AF_INET" : f == AF_INET6 ? "AF_INET6" : "any");
     } else if (params[i].parse == parse_chunk || params[i].parse == parse_threshold)
