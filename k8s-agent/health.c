@@ -50,6 +50,7 @@ struct agent_health {
     event_t events[MAX_EVENTS_QUEUED];
     int nevents;
     json_t *cached; /* last Communicator seen (writer thread only) */
+    json_t *seed;   /* the Communicator as created (under mu): saves the first GET */
 };
 
 static void take_string(char *dst, size_t len, const json_t *v)
@@ -172,6 +173,10 @@ static void write_status(agent_health_t *h)
     h->ready_ranks = -1;
     memset(h->conds, 0, sizeof(h->conds));
     h->has_error = h->unhealthy = 0;
+    if (h->seed && !h->cached) {
+        h->cached = h->seed;
+        h->seed = NULL;
+    }
     pthread_mutex_unlock(&h->mu);
 
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
@@ -323,7 +328,18 @@ void agent_health_stop(agent_health_t *h)
     if (h->started)
         pthread_join(h->thread, NULL);
     json_decref(h->cached);
+    json_decref(h->seed);
     free(h);
+}
+
+void agent_health_set_object(agent_health_t *h, const json_t *comm)
+{
+    if (!h || !comm)
+        return;
+    pthread_mutex_lock(&h->mu);
+    json_decref(h->seed);
+    h->seed = json_deep_copy(comm);
+    pthread_mutex_unlock(&h->mu);
 }
 
 void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason, const char *message)

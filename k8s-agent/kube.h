@@ -151,6 +151,8 @@ void agent_health_report(agent_health_t *h, const json_t *report);
 /* Emit a pod Event (Warning or Normal) with reason and message; best effort, bounded. */
 void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason,
                         const char *message);
+/* The Communicator as the API returned it on create (saves a GET before the first patch). */
+void agent_health_set_object(agent_health_t *h, const json_t *comm);
 /* Set the Communicator status phase from the agent itself (e.g. Bootstrapping). */
 void agent_health_set_phase(agent_health_t *h, const char *phase);
 /* Prometheus text for /metrics into a malloc'd buffer. */

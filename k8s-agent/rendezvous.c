@@ -235,6 +235,7 @@ static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
         if (r.code == 201 || r.code == 200) {
             agent_json_str(json_object_get(r.body, "metadata"), "uid", ctx->comm_uid,
                            sizeof(ctx->comm_uid));
+            agent_health_set_object(ctx->health, r.body);
             agent_info("AGENT-RDV-CREATED", "created Communicator %s/%s root=%s nranks=%d", f->ns,
                        f->job, endpoint, f->nranks);
             agent_kube_resp_free(&r);
