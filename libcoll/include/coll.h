@@ -21,11 +21,11 @@ extern "C" {
 #endif
 
 /** Version of this header, as MAJOR*10000 + MINOR*100 + PATCH. */
-#define COLL_MAJOR 0
-#define COLL_MINOR 1
-#define COLL_PATCH 0
-#define COLL_VERSION_CODE(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
-#define COLL_VERSION COLL_VERSION_CODE(COLL_MAJOR, COLL_MINOR, COLL_PATCH)
+#define COLL_MAJOR                 0
+#define COLL_MINOR                 1
+#define COLL_PATCH                 0
+#define COLL_VERSION_CODE(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
+#define COLL_VERSION               COLL_VERSION_CODE(COLL_MAJOR, COLL_MINOR, COLL_PATCH)
 
 /**
  * Result codes and their strings, from one table so that they never drift.
@@ -101,8 +101,8 @@ typedef struct {
 
 /** Environment variable through which launchers (coll-run) pass the unique id string. */
 #define COLL_ENV_UNIQUE_ID "COLL_UNIQUE_ID"
-#define COLL_ENV_RANK "COLL_RANK"
-#define COLL_ENV_NRANKS "COLL_NRANKS"
+#define COLL_ENV_RANK      "COLL_RANK"
+#define COLL_ENV_NRANKS    "COLL_NRANKS"
 
 /* ---- errors and version ---- */
 
@@ -151,6 +151,14 @@ COLL_API coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const ch
 COLL_API coll_result_t coll_comm_init_rank(coll_comm_t *comm, int nranks, coll_unique_id_t id,
                                            int rank);
 
+/**
+ * Create this pod's member of its job's communicator from the kcoll agent (COLL_AGENT_SOCKET):
+ * rank, world size, root endpoint, pinned network, transport policy, timeouts and the pinned
+ * library version come from the cluster operator's CollectiveTopology. Fails with
+ * COLL_ERR_VERSION, naming both versions, when this library differs from the pin.
+ */
+COLL_API coll_result_t coll_comm_init_agent(coll_comm_t *comm);
+
 /** Free the communicator after its operations completed. The handle is invalid afterwards. */
 COLL_API coll_result_t coll_comm_destroy(coll_comm_t comm);
 
@@ -191,8 +199,8 @@ COLL_API coll_result_t coll_all_gather(const void *sendbuf, void *recvbuf, size_
 /** Reduce sendbuf (nranks*recvcount) and leave block `rank` in recvbuf. In place when
  *  recvbuf == sendbuf + rank*recvcount*size. */
 COLL_API coll_result_t coll_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
-                                           coll_datatype_t datatype, coll_op_t op,
-                                           coll_comm_t comm, coll_stream_t stream);
+                                           coll_datatype_t datatype, coll_op_t op, coll_comm_t comm,
+                                           coll_stream_t stream);
 
 /** Block j of sendbuf (count elements) goes to rank j; block i of recvbuf comes from rank i. */
 COLL_API coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,

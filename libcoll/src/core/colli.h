@@ -132,6 +132,20 @@ typedef struct colli_config {
  * source once per communicator. Fails on malformed values, naming the variable. */
 coll_result_t colli_config_load(colli_config_t *cfg);
 void colli_config_log(const colli_config_t *cfg);
+/* Override one parameter (by its environment name) with a pinned value and record the source. */
+coll_result_t colli_config_pin(colli_config_t *cfg, const char *name, const char *value,
+                               colli_source_t src);
+
+/* Pins applied over the environment when a communicator is created (agent mode). */
+typedef struct colli_pin {
+    const char *name;
+    const char *value;
+} colli_pin_t;
+
+/* Create a communicator member from a root address and secret (both init paths end here). */
+coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
+                                const struct sockaddr_storage *root, const uint8_t secret[16],
+                                const colli_pin_t *pins, int npins, const char *agent_socket);
 /* COLL_TRANSPORT: probe InfiniBand as the policy asks; RequireIB fails naming the reason,
  * PreferIB falls back to sockets with one WARN line. */
 coll_result_t colli_apply_transport_policy(const colli_config_t *cfg);
@@ -180,7 +194,8 @@ struct coll_comm {
 
     coll_result_t async_error;
     char async_msg[1024];
-    int busy; /* an operation is running (atomic) */
+    char agent_socket[108]; /* report failures to the pod's coll-agent ("" = none) */
+    int busy;               /* an operation is running (atomic) */
 };
 
 /* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed
@@ -191,6 +206,9 @@ void colli_comm_unregister(coll_comm_t handle);
 
 /* Record a fatal error on the communicator (first one wins) and tell the peers. */
 void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg);
+
+/* Tell the pod's agent (if any) that this rank failed; bounded, best effort. */
+void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
 
 /* Scratch of at least bytes (grow-only, owned by comm). */
 coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **out);

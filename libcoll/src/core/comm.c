@@ -121,6 +121,7 @@ void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg
     /* One summary line a user can paste into an issue. */
     coll_warn(COLL, "communicator failed on rank %d of %d: %s", comm->rank, comm->nranks, msg);
     comm->tp->notify_abort(comm, msg);
+    colli_agent_notify_failure(comm, msg);
 }
 
 static void comm_free(struct coll_comm *comm)
@@ -195,6 +196,14 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     status = colli_uid_decode(&id, &root, secret);
     if (status != COLL_SUCCESS)
         return status;
+    return colli_comm_create(out, nranks, rank, &root, secret, NULL, 0, NULL);
+}
+
+coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
+                                const struct sockaddr_storage *root, const uint8_t secret[16],
+                                const colli_pin_t *pins, int npins, const char *agent_socket)
+{
+    coll_result_t status;
     struct coll_comm *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating a communicator");
@@ -205,6 +214,11 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     memcpy(comm->secret, secret, 16);
     comm->tag = colli_comm_tag(secret);
     COLL_CHECK_GOTO(colli_config_load(&comm->cfg), err_free);
+    for (int i = 0; i < npins; i++)
+        COLL_CHECK_GOTO(colli_config_pin(&comm->cfg, pins[i].name, pins[i].value, COLLI_SRC_AGENT),
+                        err_free);
+    if (agent_socket != NULL)
+        snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", agent_socket);
     COLL_CHECK_GOTO(colli_apply_transport_policy(&comm->cfg), err_free);
     colli_netif_t nif;
     COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
@@ -226,7 +240,7 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     colli_sockaddr_str(&self.addr, la, sizeof(la));
     coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", rank, nranks, la, nif.name,
               COLL_VERSION_STRING_BUILD, colli_kernels_isa());
-    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &root, &self, &nif.addr), err_free);
+    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, root, &self, &nif.addr), err_free);
     /* Every rank runs rank 0's tuning, so that all choose the same algorithms. */
     const colli_member_t *m0 = &comm->members[0];
     if (m0->nstreams != self.nstreams || m0->chunk_size != self.chunk_size ||

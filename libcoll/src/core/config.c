@@ -222,3 +222,21 @@ void colli_config_log(const colli_config_t *cfg)
         coll_info(CONFIG, "%s = %s (%s)", params[i].name, v, srcs[cfg->src[i]]);
     }
 }
+
+coll_result_t colli_config_pin(colli_config_t *cfg, const char *name, const char *value,
+                               colli_source_t src)
+{
+    for (size_t i = 0; i < NPARAMS; i++) {
+        if (strcmp(params[i].name, name) != 0)
+            continue;
+        char why[160] = "";
+        if (!params[i].parse(value, (char *)cfg + params[i].offset, why, sizeof(why)))
+            return COLLI_ERR(CONFIG, COLL_ERR_INVALID_ARGUMENT,
+                             "the agent pins %s=\"%s\", which is not valid: %s; fix the "
+                             "CollectiveTopology",
+                             name, value, why);
+        cfg->src[i] = src;
+        return COLL_SUCCESS;
+    }
+    return COLLI_ERR(CONFIG, COLL_ERR_INTERNAL, "unknown parameter %s", name);
+}

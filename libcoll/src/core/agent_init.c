@@ -1,0 +1,115 @@
+/* coll_comm_init_agent: a communicator whose rank, world, root endpoint, network, transport
+ * policy, timeouts and pinned version come from the pod's coll-agent (operator pin > COLL_*
+ * environment > default). Rank 0 hosts the bootstrap root at the endpoint its agent published. */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/agent_client.h"
+#include "bootstrap/bootstrap.h"
+
+#define AGENT_REPORT_MS 1000
+
+void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
+{
+    if (comm->agent_socket[0] == '\0')
+        return;
+    if (colli_agent_report(comm->agent_socket, AGENT_REPORT_MS, COLLI_AGENT_FAILED, msg) !=
+        COLL_SUCCESS)
+        coll_debug(AGENT, "could not report the failure to the agent: %s",
+                   colli_agent_last_error());
+}
+
+static coll_result_t resolve(const char *host, int port, struct sockaddr_storage *out)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0 || res == NULL)
+        return COLLI_ERR(AGENT, COLL_ERR_NETWORK,
+                         "the agent's root endpoint %s:%d does not resolve: %s", host, port,
+                         gai_strerror(rc));
+    memset(out, 0, sizeof(*out));
+    memcpy(out, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return COLL_SUCCESS;
+}
+
+coll_result_t coll_comm_init_agent(coll_comm_t *out)
+{
+    coll_result_t status;
+    if (out == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_comm_init_agent: comm is NULL (pass a coll_comm_t to fill)");
+    const char *path = secure_getenv(COLL_ENV_AGENT_SOCKET);
+    if (path == NULL || *path == '\0')
+        return COLLI_ERR(AGENT, COLL_ERR_INVALID_USAGE,
+                         "coll_comm_init_agent: %s is not set. Inside Kubernetes the kcoll "
+                         "webhook sets it when the pod opts in (label kcoll.io/inject=true); "
+                         "outside, start `coll-agent --topology FILE` and point %s at its socket",
+                         COLL_ENV_AGENT_SOCKET, COLL_ENV_AGENT_SOCKET);
+    colli_config_t env;
+    COLL_CHECK_GOTO(colli_config_load(&env), out);
+    colli_agent_facts_t f;
+    status = colli_agent_hello(path, (int)(env.bootstrap_timeout * 1000.0), &f);
+    if (status != COLL_SUCCESS)
+        return COLLI_ERR(AGENT, status, "%s", colli_agent_last_error());
+    colli_log_set_rank(f.rank);
+    if (f.pinned_version[0] != '\0' && strcmp(f.pinned_version, COLL_VERSION_STRING_BUILD) != 0) {
+        char msg[1600];
+        snprintf(msg, sizeof(msg),
+                 "version mismatch: rank %d (pod %s on node %s) runs kcoll %s, but the job pins "
+                 "%s (CollectiveTopology %s). Load the library the kcoll sidecar delivers "
+                 "(LD_LIBRARY_PATH=/var/run/kcoll/lib) or change the pin.",
+                 f.rank, f.pod, f.node, COLL_VERSION_STRING_BUILD, f.pinned_version,
+                 f.topology[0] ? f.topology : "?");
+        (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_FAILED, msg);
+        status = COLLI_ERR(AGENT, COLL_ERR_VERSION, "%s", msg);
+        goto out;
+    }
+    char ifpin[80] = "", boot[32] = "", tmo[32] = "", hca[80] = "";
+    colli_pin_t pins[5];
+    int np = 0;
+    if (f.ifname[0]) {
+        snprintf(ifpin, sizeof(ifpin), "=%s", f.ifname);
+        pins[np++] = (colli_pin_t){"COLL_SOCKET_IFNAME", ifpin};
+    }
+    if (f.transport[0])
+        pins[np++] = (colli_pin_t){"COLL_TRANSPORT", f.transport};
+    if (f.ib_device[0] && strcmp(f.transport, "Socket") != 0) {
+        snprintf(hca, sizeof(hca), "=%s", f.ib_device);
+        pins[np++] = (colli_pin_t){"COLL_IB_HCA", hca};
+    }
+    if (f.bootstrap_timeout_s > 0) {
+        snprintf(boot, sizeof(boot), "%d", f.bootstrap_timeout_s);
+        pins[np++] = (colli_pin_t){"COLL_BOOTSTRAP_TIMEOUT", boot};
+    }
+    if (f.timeout_s > 0) {
+        snprintf(tmo, sizeof(tmo), "%d", f.timeout_s);
+        pins[np++] = (colli_pin_t){"COLL_TIMEOUT", tmo};
+    }
+    struct sockaddr_storage root;
+    COLL_CHECK_GOTO(resolve(f.root_host, f.root_port, &root), report);
+    if (f.is_root) {
+        struct sockaddr_storage bound;
+        double bt = f.bootstrap_timeout_s > 0 ? f.bootstrap_timeout_s : env.bootstrap_timeout;
+        COLL_CHECK_GOTO(colli_root_start(&root, f.secret, bt, &bound), report);
+    }
+    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_BOOTSTRAPPING, NULL);
+    COLL_CHECK_GOTO(colli_comm_create(out, f.nranks, f.rank, &root, f.secret, pins, np, path),
+                    report);
+    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_READY, NULL);
+    goto out;
+report : {
+    char msg[2048];
+    snprintf(msg, sizeof(msg), "%s", colli_last_error());
+    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_FAILED, msg);
+    colli_set_last_error(msg);
+}
+out:
+    colli_log_set_rank(-1);
+    return status;
+}
