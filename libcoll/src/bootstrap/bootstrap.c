@@ -109,3 +109,27 @@ err_close:
     close(fd);
     return status;
 }
+
+void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
+                                  int rank, int nranks, const char *msg)
+{
+    struct {
+        colli_hello_t hello;
+        char text[sizeof(colli_wire_member_t)];
+    } out;
+    memset(&out, 0, sizeof(out));
+    if (colli_hello_make(&out.hello, secret, COLLI_HELLO_BOOT_ERROR, rank, -1, 0,
+                         (uint32_t)nranks) != COLL_SUCCESS)
+        return;
+    char host[64] = "?";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "?");
+    snprintf(out.text, sizeof(out.text), "rank %d (pid %d on %s) cannot start: %s", rank,
+             (int)getpid(), host, msg);
+    int fd = -1;
+    double deadline = colli_now() + 2.0;
+    if (colli_sock_connect(root, NULL, deadline, true, &fd) != COLLI_IO_OK)
+        return;
+    (void)colli_sock_write_all(fd, &out, sizeof(out), deadline);
+    close(fd);
+}

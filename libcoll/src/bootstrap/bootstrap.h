@@ -38,6 +38,11 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
                                        const colli_member_t *self,
                                        const struct sockaddr_storage *bind_addr);
 
+/* Tell the root that this rank cannot start (bounded, best effort), so that every rank fails at
+ * once with msg instead of waiting for the bootstrap timeout. */
+void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
+                                  int rank, int nranks, const char *msg);
+
 void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w);
 coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m);
 /* Fill hostname, host_id and pid of this process. */

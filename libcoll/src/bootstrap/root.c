@@ -105,6 +105,23 @@ static void admit(root_t *r, pending_t *p)
         drop(p, why);
         return;
     }
+    if (h->kind == COLLI_HELLO_BOOT_ERROR) {
+        char text[sizeof(colli_wire_member_t) + 1];
+        memcpy(text, rec, sizeof(colli_wire_member_t));
+        text[sizeof(colli_wire_member_t)] = '\0';
+        if (r->nranks == 0 && h->nranks >= 1 && h->nranks <= ROOT_MAX_RANKS) {
+            r->slots = calloc(h->nranks, sizeof(slot_t));
+            if (r->slots != NULL) {
+                r->nranks = (int)h->nranks;
+                for (int i = 0; i < r->nranks; i++)
+                    r->slots[i].fd = -1;
+            }
+        }
+        close(p->fd);
+        p->fd = -1;
+        fail_all(r, COLL_ERR_REMOTE, text);
+        return;
+    }
     if (h->kind != COLLI_HELLO_BOOTSTRAP || h->from_rank != rec->rank) {
         drop(p, "not a bootstrap hello");
         return;

@@ -204,6 +204,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
                                 const colli_pin_t *pins, int npins, const char *agent_socket)
 {
     coll_result_t status;
+    bool bootstrapped = false;
     struct coll_comm *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating a communicator");
@@ -240,6 +241,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     colli_sockaddr_str(&self.addr, la, sizeof(la));
     coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", rank, nranks, la, nif.name,
               COLL_VERSION_STRING_BUILD, colli_kernels_isa());
+    bootstrapped = true; /* from here on the root itself reports what went wrong */
     COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, root, &self, &nif.addr), err_free);
     /* Every rank runs rank 0's tuning, so that all choose the same algorithms. */
     const colli_member_t *m0 = &comm->members[0];
@@ -271,6 +273,13 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     colli_log_set_rank(saved_rank);
     return COLL_SUCCESS;
 err_free:
+    if (!bootstrapped && status != COLL_SUCCESS) {
+        /* A local problem (configuration, pins, interface): fail every rank now, by name. */
+        char msg[1100];
+        snprintf(msg, sizeof(msg), "%s", colli_last_error());
+        colli_bootstrap_report_error(root, secret, rank, nranks, msg);
+        colli_set_last_error(msg);
+    }
     comm_free(comm);
     colli_log_set_rank(saved_rank);
     return status;

@@ -11,9 +11,10 @@
 #define COLLI_FRAME_MAGIC 0x4d52464bu /* "KFRM" */
 
 enum colli_hello_kind {
-    COLLI_HELLO_BOOTSTRAP = 1, /* rank -> root: a member record follows */
-    COLLI_HELLO_DATA = 2,      /* rank -> rank: data frames follow (one direction) */
-    COLLI_HELLO_ABORT = 3,     /* rank -> rank: a u32 length and an abort reason follow */
+    COLLI_HELLO_BOOTSTRAP = 1,  /* rank -> root: a member record follows */
+    COLLI_HELLO_DATA = 2,       /* rank -> rank: data frames follow (one direction) */
+    COLLI_HELLO_ABORT = 3,      /* rank -> rank: a u32 length and an abort reason follow */
+    COLLI_HELLO_BOOT_ERROR = 4, /* rank -> root: the rank cannot start; 320 bytes of text follow */
 };
 
 typedef struct colli_hello {
