@@ -12,9 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_EVENTS_QUEUED 16
-#define MAX_MSG           512
-#define NCOND             4
+#define MAX_EVENTS_QUEUED  16
+#define MAX_MSG            512
+#define NCOND              4
+#define MAX_PATCH_ATTEMPTS 32
 
 static const char *cond_types[NCOND] = {"VersionsConsistent", "NetworkConsistent", "Reachable",
                                         "Healthy"};
@@ -181,7 +182,8 @@ static void write_status(agent_health_t *h)
 
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
              ctx->facts.ns, ctx->comm_name);
-    for (int attempt = 0; attempt < 8 && agent_remaining_ms(deadline) > 0; attempt++) {
+    for (int attempt = 0; attempt < MAX_PATCH_ATTEMPTS && agent_remaining_ms(deadline) > 0;
+         attempt++) {
         agent_kube_resp_t r;
         json_t *patch, *st;
         const char *rv;
@@ -227,7 +229,10 @@ static void write_status(agent_health_t *h)
         }
         agent_debug("AGENT-STATUS-CONFLICT", "status patch conflict; re-reading");
         agent_kube_resp_free(&r);
+        agent_kube_backoff(ctx->kube, attempt < 3 ? attempt : 3, deadline);
     }
+    agent_warn("AGENT-STATUS-FAIL", "Communicator %s status: still conflicting after %d attempts",
+               ctx->comm_name, MAX_PATCH_ATTEMPTS);
 }
 
 static void post_event(agent_ctx_t *ctx, const event_t *e, const char *kind, const char *api,
@@ -433,6 +438,11 @@ void agent_health_report(agent_health_t *h, const json_t *rep)
             snprintf(h->err_node, sizeof(h->err_node), "%s", ctx->facts.node);
         snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s): %s", h->err_rank, h->err_pod,
                  h->err_node, h->err_message);
+        if (!h->conds[3].status[0]) { /* Healthy: False, unless the report said otherwise */
+            snprintf(h->conds[3].status, sizeof(h->conds[3].status), "False");
+            snprintf(h->conds[3].reason, sizeof(h->conds[3].reason), "MemberUnhealthy");
+            snprintf(h->conds[3].message, sizeof(h->conds[3].message), "%s", msg);
+        }
         update = 1;
     }
     if (update) {

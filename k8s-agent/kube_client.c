@@ -416,8 +416,8 @@ void agent_condition_from_resp(agent_condition_t *cond, const char *what,
     if (r->code == 0) {
         snprintf(cond->type, sizeof(cond->type), "APIUnavailable");
         snprintf(cond->message, sizeof(cond->message),
-                 "%s: the Kubernetes API server did not answer before the deadline (%s); check "
-                 "that the API server is reachable from the pod",
+                 "%s: no answer from the Kubernetes API server (%s); check that it is reachable "
+                 "from the pod and that its certificate chains to the configured CA",
                  what, r->message);
     } else if (r->code == 401) {
         snprintf(cond->type, sizeof(cond->type), "Unauthorized");

@@ -223,7 +223,7 @@ def case_watch_expired(cl):
     a1 = cl.start_agent(pods[1])
     wait_for(lambda: "AGENT-RDV-WAIT" in cl.agent_log(a1), 20, "rank 1 waiting")
     time.sleep(1.5)  # a bookmark carries a resourceVersion
-    cl.control("/compact")
+    cl.control("/compact", {})
     cl.control("/outage", {"seconds": 0.2})  # the watch resumes from a compacted version
     wait_for(lambda: "AGENT-KUBE-RELIST" in cl.agent_log(a1), 20, "relist after 410")
     a0 = cl.start_agent(pods[0])
@@ -320,7 +320,8 @@ def case_kubectl_describe(cl):
     print(r.stderr[-2000:])
     check(r.returncode == 0, "kubectl describe failed")
     for want in ("Phase:", "Ready", "VersionsConsistent", "Healthy", "Last Error",
-                 "connection to rank 3 reset", "KcollCollectiveFailed", "Unhealthy Count"):
+                 "connection to rank 3 reset", "KcollCollectiveFailed", "Unhealthy Count",
+                 "MemberUnhealthy", "Pod:            desc-2"):
         check(want in r.stdout, "describe output lacks %r" % want)
     r = subprocess.run([kubectl, "get", "communicators"], capture_output=True, text=True,
                        env=env, timeout=60)
