@@ -242,19 +242,21 @@ static json_t *sidecar_container(const struct agent_webhook_config *cfg)
     else
         json_decref(limits);
 
-    /* The agent copies its library into the shared volume before it opens its socket, so a
-     * started sidecar (socket present) means the training containers find the library. */
-    return json_pack("{s:s, s:s, s:s, s:[s], s:[s], s:s, s:o, s:o, s:[{s:s, s:s}],"
+    /* coll-agent without a mode argument is the sidecar; it reads POD_NAME, POD_NAMESPACE and
+     * COLL_AGENT_SOCKET from this env. It copies its library into the shared volume before it
+     * opens its socket, so a started sidecar (socket present) means the training containers
+     * find the library. */
+    return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:o, s:o, s:[{s:s, s:s}],"
                      " s:{s:{s:[s,s,s]}, s:i, s:i},"
                      " s:{s:b, s:b, s:b, s:{s:[s]}}}",
                      "name", AGENT_WEBHOOK_SIDECAR_NAME, "image", cfg->agent_image,
-                     "imagePullPolicy", cfg->image_pull_policy, "command", "coll-agent", "args",
-                     "sidecar", "restartPolicy", "Always", "env", env, "resources", resources,
-                     "volumeMounts", "name", AGENT_WEBHOOK_VOLUME_NAME, "mountPath",
-                     AGENT_WEBHOOK_RUN_DIR, "startupProbe", "exec", "command", "test", "-S",
-                     AGENT_WEBHOOK_SOCKET, "periodSeconds", 1, "failureThreshold", 300,
-                     "securityContext", "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1,
-                     "runAsNonRoot", 1, "capabilities", "drop", "ALL");
+                     "imagePullPolicy", cfg->image_pull_policy, "command", "coll-agent",
+                     "restartPolicy", "Always", "env", env, "resources", resources, "volumeMounts",
+                     "name", AGENT_WEBHOOK_VOLUME_NAME, "mountPath", AGENT_WEBHOOK_RUN_DIR,
+                     "startupProbe", "exec", "command", "test", "-S", AGENT_WEBHOOK_SOCKET,
+                     "periodSeconds", 1, "failureThreshold", 300, "securityContext",
+                     "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1,
+                     "capabilities", "drop", "ALL");
 }
 
 /* Index of the entry named name in an array of {"name": ...} objects, or -1. */

@@ -195,8 +195,8 @@ def check_injected(label, req_doc, resp):
     t.check(side.get("restartPolicy") == "Always", label + ": native sidecar (restartPolicy Always)")
     t.check(side.get("image") == IMAGE, label + ": sidecar image from --agent-image")
     t.check(side.get("imagePullPolicy") == "IfNotPresent", label + ": pull policy")
-    t.check(side.get("command") == ["coll-agent"] and side.get("args") == ["sidecar"],
-            label + ": sidecar runs coll-agent sidecar")
+    t.check(side.get("command") == ["coll-agent"] and "args" not in side,
+            label + ": sidecar runs coll-agent (its default mode is the sidecar)")
     res = side.get("resources", {})
     t.check(res.get("requests") == {"cpu": "50m", "memory": "64Mi"},
             label + ": sidecar resource requests")
