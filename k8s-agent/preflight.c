@@ -95,8 +95,8 @@ int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *f, agent_condition_t 
         if (require_ib && rc == 0) {
             *fatal = c;
             rc = -1;
-        } else if (!require_ib) {
-            agent_add_warning(ctx, &c);
+        } else {
+            agent_add_warning(ctx, &c); /* a second fatal problem: still reported */
         }
     }
     return rc;

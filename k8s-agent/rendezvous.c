@@ -309,6 +309,9 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
     int64_t rdv_deadline;
 
     snprintf(ctx->comm_name, sizeof(ctx->comm_name), "%s", f->job);
+    /* JobSet members of later Jobs learn their rank from their Job's completions */
+    if (!pi->rank_known && agent_pod_world_size(ctx, deadline, pi, f, cond) != 0)
+        return -1;
     f->is_root = f->rank == 0;
     if (f->is_root) {
         if (agent_pod_world_size(ctx, deadline, pi, f, cond) != 0)

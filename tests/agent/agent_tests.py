@@ -348,6 +348,91 @@ def case_kubeconfig(cl):
           "unverified TLS must fail")
 
 
+def case_jobset(cl):
+    """JobSet: 2 replicated Jobs x 2 pods; rank = job-global-index * completions + index; one
+    Communicator named after the JobSet, owned by it."""
+    js_uid = "5e7a1c2d-0000-4000-8000-00000000j5e7"
+    socks = {}
+    for g in range(2):
+        def edit(i, p, g=g):
+            md = p["metadata"]
+            for k in ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name"):
+                md["labels"][k] = "js" if "jobset-name" in k else "workers"
+            md["labels"]["jobset.sigs.k8s.io/job-index"] = str(g)
+            md["labels"]["jobset.sigs.k8s.io/job-global-index"] = str(g)
+            md["labels"]["jobset.sigs.k8s.io/global-replicas"] = "2"
+            md["labels"]["jobset.sigs.k8s.io/jobset-uid"] = js_uid
+            md["annotations"]["jobset.sigs.k8s.io/job-global-index"] = str(g)
+        _, pods = cl.add_job("js-workers-%d" % g, 2, pod_edit=edit)
+        for i, p in enumerate(pods):
+            socks[g * 2 + i] = cl.start_agent(p)["sock"]
+    rc, out = hello(ARGS.hello, [socks[r] for r in range(4)], check=4, timeout_ms=30000)
+    print(out.strip())
+    check(rc == 0, "JobSet bootstrap failed")
+    for r, line in enumerate(out.splitlines()[:4]):
+        check(parse_ok(line)["rank"] == str(r), "JobSet rank order")
+    c = comm(cl, "js")
+    check(c and c["metadata"]["ownerReferences"][0]["kind"] == "JobSet" and
+          c["metadata"]["ownerReferences"][0]["uid"] == js_uid, "Communicator owned by the JobSet")
+
+
+def case_conventions(cl):
+    """Explicit kcoll.io/rank labels on bare pods, and PyTorchJob RANK/WORLD_SIZE env."""
+    def labelled(i, p):
+        md = p["metadata"]
+        md["labels"].update({"kcoll.io/rank": str(i), "kcoll.io/world-size": "3",
+                             "kcoll.io/job": "bare", "batch.kubernetes.io/job-name": "bare"})
+        md["labels"].pop("batch.kubernetes.io/job-completion-index")
+        md["annotations"].pop("batch.kubernetes.io/job-completion-index")
+        md.pop("ownerReferences")
+    _, pods = cl.add_job("bare", 3, pod_edit=labelled)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=3, timeout_ms=30000)
+    print(out.strip())
+    check(rc == 0, "explicit labels")
+    check("ownerReferences" not in comm(cl, "bare")["metadata"], "no owner for bare pods")
+
+    ptj_uid = "0b7e0000-1111-4222-8333-444455556666"
+
+    def pytorch(i, p):
+        md = p["metadata"]
+        md["labels"].pop("batch.kubernetes.io/job-completion-index")
+        md["annotations"].pop("batch.kubernetes.io/job-completion-index")
+        md["labels"]["training.kubeflow.org/job-name"] = "ptj"
+        md["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                  "name": "ptj", "uid": ptj_uid, "controller": True}]
+    _, pods = cl.add_job("ptj", 2, pod_edit=pytorch)
+    agents = [cl.start_agent(p, env={"RANK": str(i), "WORLD_SIZE": "2"})
+              for i, p in enumerate(pods)]
+    rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=2, timeout_ms=30000)
+    print(out.strip())
+    check(rc == 0, "PyTorchJob env")
+    c = comm(cl, "ptj")
+    check(c["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob", "owned by the PyTorchJob")
+
+
+def case_preflight(cl):
+    """RequireIB without /dev/infiniband devices is fatal and names the HCA and the fix; a small
+    /dev/shm is a warning Event. The attachment is given as a name in the pod's namespace."""
+    empty = os.path.join(cl.dir, "no-infiniband")
+    os.makedirs(empty)
+    _, pods = cl.add_job("ibjob", 2)
+    a = cl.start_agent(pods[0], extra_args=["--ib-dev-dir", empty, "--min-shm-mb", "1000000"])
+    rc, out = hello(ARGS.hello, [a["sock"]], timeout_ms=20000)
+    print(out.strip())
+    # the first fatal problem answers hello (MemlockTooLow where the memlock limit is low, as in
+    # most containers); every problem becomes an Event
+    check(rc != 0 and ("IBDeviceMissing" in out or "MemlockTooLow" in out), "IB condition")
+    check("transport: Socket" in out or "LimitMEMLOCK" in out, "the message gives the fix")
+    evs = wait_for(lambda: [e["reason"] for e in events_for(cl, pods[0]["metadata"]["name"])
+                            ] if len(events_for(cl, pods[0]["metadata"]["name"])) >= 2 else None,
+                   10, "two Events")
+    msgs = [e["message"] for e in events_for(cl, pods[0]["metadata"]["name"])]
+    check(any("mlx5_3" in m for m in msgs), "the missing HCA is named")
+    print(evs)
+    check("KcollShmTooSmall" in evs and "KcollIBDeviceMissing" in evs, "Events")
+
+
 def frame(obj_bytes):
     return struct.pack(">I", len(obj_bytes)) + obj_bytes
 
@@ -473,6 +558,7 @@ SPECIAL_TOPOLOGIES = {
     "missing_interface": ("topology-missing-interface.json",),
     "ambiguous": ("topology-train.json", "topology-overlap.json"),
     "no_topology": ("topology-train.json", "topology-other-team.json"),
+    "preflight": ("topology-ib.json",),
 }
 
 
