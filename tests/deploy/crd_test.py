@@ -215,6 +215,27 @@ def main():
     t.check("namespace" not in json.dumps(schemas["CollectiveTopology"]["properties"]["spec"]
                                           ["required"]), "topology spec requires no namespace")
 
+    # --- docs/crds.md documents every field of both schemas
+    with open(os.path.join(REPO, "docs", "crds.md")) as f:
+        doc = f.read()
+
+    def fields(node, prefix):
+        for k, sub in node.get("properties", {}).items():
+            yield prefix + k
+            yield from fields(sub, prefix + k + ".")
+            if isinstance(sub.get("items"), dict):
+                yield from fields(sub["items"], prefix + k + "[].")
+
+    for kind, schema in schemas.items():
+        for top in ("spec", "status"):
+            for f in fields(schema["properties"][top], ""):
+                leaf = f.split(".")[-1].replace("[]", "")
+                if ".matchExpressions" in f or ".matchLabels" in f:
+                    continue
+                t.check("`%s`" % f.replace("[]", "") in doc or "`%s[]`" % f.replace("[]", "")
+                        in doc or "`%s`" % leaf in doc,
+                        "docs/crds.md documents %s %s.%s" % (kind, top, f))
+
     # --- documented examples: accepted, nothing pruned
     examples = {}
     for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.yaml"))):

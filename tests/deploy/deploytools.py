@@ -102,7 +102,16 @@ def yaml_file_objects(kubectl, path):
 def need_ajv():
     """node and ajv (tests/deploy/package.json, installed by tests/deploy/setup-node.sh)."""
     node = need_tool("node", "runs the ajv JSON-schema validator")
-    if not os.path.isfile(os.path.join(REPO, ".deps", "node_modules", "ajv", "package.json")):
+    marker = os.path.join(REPO, ".deps", "node_modules", "ajv", "package.json")
+    if not os.path.isfile(marker) and shutil.which("npm"):
+        # same as scripts/setup.sh would do; a test run without the registry just skips
+        print("ajv missing: running tests/deploy/setup-node.sh", flush=True)
+        try:
+            subprocess.run([os.path.join(HERE, "setup-node.sh")], timeout=300,
+                           stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print("setup-node.sh failed: %s" % e)
+    if not os.path.isfile(marker):
         skip("ajv is not installed in .deps/node_modules; run tests/deploy/setup-node.sh "
              "(scripts/setup.sh does)")
     return node
