@@ -2,6 +2,10 @@
  * CPU reduction kernels: the reference semantics that the CUDA kernels match.
  * Internal to kcoll (not installed). Every function accepts count == 0 and dst aliasing a or b
  * exactly (element for element); partial overlap is not allowed.
+ * Pointers need not be aligned, not even to the element size. A divisor of 0 is treated as 1; an
+ * invalid datatype or op does nothing (callers validate). min/max return one of the two inputs
+ * bit for bit; a NaN produced by arithmetic is a quiet NaN whose sign and payload are unspecified.
+ * Float arithmetic assumes the default floating-point environment (no flush-to-zero).
  */
 #ifndef COLL_KERNELS_H
 #define COLL_KERNELS_H
@@ -33,5 +37,11 @@ uint16_t colli_float_to_bf16(float f);
 
 /* Name of the instruction set the dispatcher chose ("avx2", "sse2", ...), for logs. */
 const char *colli_kernels_isa(void);
+
+/* Use the kernels of one instruction set: "generic" (the baseline build, named "sse2" on x86-64),
+ * "avx2" (AVX2 + F16C), or NULL / "auto" for the best the CPU supports (the default). Returns 0,
+ * or -1 when that set is not built in or the CPU lacks it. For tests and benchmarks: switch only
+ * while no kernel runs. */
+int colli_kernels_select_isa(const char *name);
 
 #endif

@@ -1,0 +1,115 @@
+/*
+ * CPU reduction kernels: entry points and the instruction-set dispatcher. The kernels themselves
+ * are in reduce_cpu_body.h, compiled once per instruction set (reduce_cpu_generic.c,
+ * reduce_cpu_avx2.c); the best table the CPU supports is chosen on first use.
+ */
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "coll_kernels.h"
+#include "reduce_cpu_internal.h"
+
+/* The dispatch table in use: a process-wide, read-only choice made once (like an ifunc), replaced
+ * only by colli_kernels_select_isa. */
+static _Atomic(const struct colli_kernel_table *) active_table;
+
+static const struct colli_kernel_table *best_table(void)
+{
+#if defined(COLLI_KERNELS_HAVE_AVX2)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+        return &colli_kernels_avx2;
+#endif
+    return &colli_kernels_generic;
+}
+
+static const struct colli_kernel_table *kernels(void)
+{
+    const struct colli_kernel_table *t = atomic_load_explicit(&active_table, memory_order_acquire);
+    if (t == NULL) {
+        const struct colli_kernel_table *expected = NULL;
+        t = best_table();
+        /* a concurrent colli_kernels_select_isa wins over this default */
+        if (!atomic_compare_exchange_strong(&active_table, &expected, t))
+            t = expected;
+    }
+    return t;
+}
+
+int colli_kernels_select_isa(const char *name)
+{
+    const struct colli_kernel_table *t = NULL;
+
+    if (name == NULL || strcmp(name, "auto") == 0) {
+        t = best_table();
+    } else if (strcmp(name, "generic") == 0 || strcmp(name, colli_kernels_generic.isa) == 0) {
+        t = &colli_kernels_generic;
+    }
+#if defined(COLLI_KERNELS_HAVE_AVX2)
+    else if (strcmp(name, colli_kernels_avx2.isa) == 0) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+            t = &colli_kernels_avx2;
+    }
+#endif
+    if (t == NULL)
+        return -1;
+    atomic_store_explicit(&active_table, t, memory_order_release);
+    return 0;
+}
+
+const char *colli_kernels_isa(void)
+{
+    return kernels()->isa;
+}
+
+static int valid_datatype(coll_datatype_t dt)
+{
+    return (unsigned)dt < (unsigned)COLL_NUM_DATATYPES;
+}
+
+void colli_reduce(void *dst, const void *a, const void *b, size_t count, coll_datatype_t dt,
+                  coll_op_t op)
+{
+    if (count == 0 || !valid_datatype(dt) || (unsigned)op >= (unsigned)COLL_NUM_OPS)
+        return;
+    if (op == COLL_AVG)
+        op = COLL_SUM;
+    kernels()->reduce[dt][op](dst, a, b, count);
+}
+
+void colli_reduce_div(void *dst, const void *a, const void *b, size_t count, coll_datatype_t dt,
+                      uint32_t divisor)
+{
+    if (count == 0 || !valid_datatype(dt))
+        return;
+    kernels()->reduce_div[dt](dst, a, b, count, divisor == 0 ? 1u : divisor);
+}
+
+void colli_div(void *dst, const void *src, size_t count, coll_datatype_t dt, uint32_t divisor)
+{
+    if (count == 0 || !valid_datatype(dt))
+        return;
+    kernels()->div[dt](dst, src, count, divisor == 0 ? 1u : divisor);
+}
+
+float colli_half_to_float(uint16_t h)
+{
+    return colli_soft_half_to_float(h);
+}
+
+uint16_t colli_float_to_half(float f)
+{
+    return colli_soft_float_to_half(f);
+}
+
+float colli_bf16_to_float(uint16_t b)
+{
+    return colli_soft_bf16_to_float(b);
+}
+
+uint16_t colli_float_to_bf16(float f)
+{
+    return colli_soft_float_to_bf16(f);
+}
