@@ -114,6 +114,8 @@ typedef struct {
     const char *shm_path;   /* /dev/shm */
     const char *log_level;
     int exit_after_ready; /* for tests/bench: exit once facts are served (0 = keep running) */
+    const char *lib_src;  /* libcoll.so* in the image */
+    const char *lib_dir;  /* copied here (shared volume) before the socket opens; NULL = no copy */
 } agent_options_t;
 
 typedef enum { AGENT_STATE_STARTING = 0, AGENT_STATE_READY, AGENT_STATE_FAILED } agent_state_t;
@@ -158,6 +160,11 @@ void agent_add_warning(agent_ctx_t *ctx, const agent_condition_t *cond);
 /* /dev/shm size, RLIMIT_MEMLOCK and /dev/infiniband for the pinned transport. Warnings and at
  * most one fatal condition are reported through ctx; returns 0, or -1 when a check is fatal. */
 int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *facts, agent_condition_t *fatal);
+
+/* ---- library delivery (libcopy.c) ---- */
+
+/* Copy libcoll.so* (files and symlinks) from src_dir into dst_dir; -1 with cond on failure. */
+int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond);
 
 /* ---- ipc server (ipc_server.c) ---- */
 

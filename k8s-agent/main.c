@@ -82,6 +82,11 @@ static void usage(FILE *to)
                 "  --shm-path P --ib-dev-dir P   paths checked (default /dev/shm, "
                 "/dev/infiniband)\n"
                 "  --topology FILE --rank N standalone mode (rank also from COLL_RANK)\n"
+                "  --lib-src DIR            libcoll.so* shipped in the image (default "
+                "$COLL_AGENT_LIB_SRC or "
+                "/opt/kcoll/lib)\n"
+                "  --lib-dir DIR            copy them here before the socket opens (default "
+                "$COLL_AGENT_LIB_DIR; unset = no copy)\n"
                 "  --exit-after-ready       exit 0 once facts are resolved (tests), 1 on a fatal "
                 "condition\n"
                 "  --log-level debug|info|warn|error\n"
@@ -105,6 +110,8 @@ enum {
     OPT_SHM_PATH,
     OPT_IB_DIR,
     OPT_EXIT_READY,
+    OPT_LIB_SRC,
+    OPT_LIB_DIR,
     OPT_LOG_LEVEL,
     OPT_VERSION,
     OPT_HELP
@@ -144,13 +151,19 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
         {"shm-path", required_argument, 0, OPT_SHM_PATH},
         {"ib-dev-dir", required_argument, 0, OPT_IB_DIR},
         {"exit-after-ready", no_argument, 0, OPT_EXIT_READY},
+        {"lib-src", required_argument, 0, OPT_LIB_SRC},
+        {"lib-dir", required_argument, 0, OPT_LIB_DIR},
         {"log-level", required_argument, 0, OPT_LOG_LEVEL},
         {"version", no_argument, 0, OPT_VERSION},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     const char *env_sock = secure_getenv("COLL_AGENT_SOCKET");
+    const char *env_src = secure_getenv("COLL_AGENT_LIB_SRC");
+    const char *env_dir = secure_getenv("COLL_AGENT_LIB_DIR");
     int c, v;
     memset(o, 0, sizeof(*o));
+    o->lib_src = env_src && env_src[0] ? env_src : "/opt/kcoll/lib";
+    o->lib_dir = env_dir && env_dir[0] ? env_dir : NULL;
     o->socket_path = env_sock && env_sock[0] ? env_sock : "/var/run/kcoll/agent.sock";
     o->standalone_rank = -1;
     o->health_port = 9470;
@@ -217,6 +230,12 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
             break;
         case OPT_EXIT_READY:
             o->exit_after_ready = 1;
+            break;
+        case OPT_LIB_SRC:
+            o->lib_src = optarg;
+            break;
+        case OPT_LIB_DIR:
+            o->lib_dir = optarg;
             break;
         case OPT_LOG_LEVEL:
             o->log_level = optarg;
@@ -292,6 +311,8 @@ static void *pipeline(void *arg)
 {
     agent_ctx_t *ctx = arg;
     static agent_kube_creds_t creds;
+    if (ctx->state == AGENT_STATE_FAILED)
+        return NULL; /* the library could not be delivered: nothing to serve */
     if (ctx->opt.topology_file)
         agent_standalone_run(ctx);
     else if (open_kube(ctx, &creds) == 0)
@@ -337,6 +358,11 @@ int main(int argc, char **argv)
     if (agent_health_start(&ctx, &ctx.health) != 0) {
         agent_error("AGENT-START-FAIL", "cannot start the health writer thread");
         return 1;
+    }
+    if (ctx.opt.lib_dir) {
+        agent_condition_t lc;
+        if (agent_copy_library(ctx.opt.lib_src, ctx.opt.lib_dir, &lc) != 0)
+            agent_set_failed(&ctx, &lc);
     }
     if (agent_ipc_start(&ctx, ctx.opt.socket_path, &ipc) != 0)
         return 1;

@@ -510,6 +510,27 @@ ranks:
     r = rpc(sock, json.dumps({"v": 1, "type": "report", "phase": "Ready"}).encode())
     check(r["type"] == "ack", "agent died after a truncated frame")
     check(agents[0]["proc"].poll() is None, "agent exited")
+    # library delivery: libcoll.so* (files and symlinks) copied into the shared directory
+    src, dst = os.path.join(cl.dir, "image-lib"), os.path.join(cl.dir, "run", "lib")
+    os.makedirs(src)
+    os.makedirs(os.path.dirname(dst))
+    with open(os.path.join(src, "libcoll.so.0.1.0"), "wb") as f:
+        f.write(b"\x7fELF fake library")
+    os.symlink("libcoll.so.0.1.0", os.path.join(src, "libcoll.so.0"))
+    a = cl.start_agent("standalone-lib", extra_args=["--topology", topo, "--rank", "1",
+                                                    "--lib-src", src],
+                       env={"COLL_AGENT_LIB_DIR": dst}, tag="salib")
+    rc, out = hello(ARGS.hello, [a["sock"]], timeout_ms=10000)
+    check(rc == 0, "agent with library copy")
+    check(os.readlink(os.path.join(dst, "libcoll.so.0")) == "libcoll.so.0.1.0" and
+          open(os.path.join(dst, "libcoll.so.0.1.0"), "rb").read() == b"\x7fELF fake library",
+          "library not copied")
+    a = cl.start_agent("standalone-nolib", extra_args=[
+        "--topology", topo, "--rank", "1", "--lib-src", os.path.join(cl.dir, "nothing")],
+        env={"COLL_AGENT_LIB_DIR": dst}, tag="sanolib")
+    rc, out = hello(ARGS.hello, [a["sock"]], timeout_ms=10000)
+    print(out.strip())
+    check(rc != 0 and "LibraryMissing" in out, "missing library must be a named condition")
     # a rank pinned to an interface this machine lacks
     with open(topo + ".bad", "w") as f:
         f.write('{"port": 29556, "ranks": [{"rank": 0, "address": "127.0.0.1", '
