@@ -8,11 +8,16 @@ validated against the CRD schema (ajv, when installed); invalid values are rejec
 values.schema.json; NOTES.txt is rendered by a client-side dry-run install.
 """
 import base64
+import http.client
 import json
 import os
+import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deploytools import (REPO, Checker, ajv_validate, crd_schema, find_tool,  # noqa: E402
@@ -279,6 +284,80 @@ def check_defaults(objs, schemas, node):
                 % r.get("errors"))
 
 
+def webhook_with_chart(binary, objs):
+    """Runs the real webhook binary with the arguments and the TLS Secret the chart rendered, and
+    calls it the way the API server does: trusting caBundle, by the Service's DNS name."""
+    label = "chart+binary"
+    dep = one(objs, "Deployment")
+    secret = one(objs, "Secret")
+    mwc = one(objs, "MutatingWebhookConfiguration")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    tmp = tempfile.mkdtemp(prefix="kcoll-chart-webhook-")
+    for k in ("tls.crt", "tls.key"):
+        with open(os.path.join(tmp, k), "wb") as f:
+            f.write(base64.b64decode(secret["data"][k]))
+    ca = os.path.join(tmp, "ca.crt")
+    with open(ca, "wb") as f:
+        f.write(base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]))
+    args = []
+    for a in c["args"][1:]:
+        if a.startswith("--cert="):
+            a = "--cert=" + os.path.join(tmp, "tls.crt")
+        elif a.startswith("--key="):
+            a = "--key=" + os.path.join(tmp, "tls.key")
+        elif a.startswith("--listen="):
+            a = "--listen=127.0.0.1:0"
+        args.append(a)
+    log = open(os.path.join(tmp, "log"), "w+")
+    proc = subprocess.Popen([binary] + args, stdout=log, stderr=subprocess.STDOUT)
+    port = None
+    for _ in range(200):
+        with open(log.name) as f:
+            for line in f:
+                if "AGENT-WEBHOOK-LISTEN" in line:
+                    port = int(line.split("port=")[1].split()[0])
+        if port or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if not t.check(port is not None, label + ": webhook starts with the chart's arguments and "
+                   "generated certificate (%s)" % open(log.name).read()[-500:]):
+        proc.kill()
+        return
+    try:
+        svc = mwc["webhooks"][0]["clientConfig"]["service"]
+        ctx = ssl.create_default_context(cafile=ca)
+        # connect to 127.0.0.1 but verify the name the API server uses
+        host = "%s.%s.svc" % (svc["name"], svc["namespace"])
+        conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=20)
+        conn.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)),
+                                    server_hostname=host)
+        with open(os.path.join(REPO, "tests", "fixtures", "admission", "pod-minimal.json"),
+                  "rb") as f:
+            body = f.read()
+        conn.request("POST", svc["path"], body=body,
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        resp = json.loads(r.read())
+        patch = json.loads(base64.b64decode(resp["response"]["patch"]))
+        side = [op for op in patch if op["path"] == "/spec/initContainers"][0]["value"][0]
+        t.check(side["image"] == c["image"], label + ": sidecar image is the chart's image")
+        t.check(side["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                      "limits": {"memory": "256Mi"}},
+                label + ": sidecar resources from chart values (%s)" % side["resources"])
+        t.check({"name": "COLL_LIB_VERSION", "value": APP_VERSION} in side["env"],
+                label + ": library version from the chart")
+        t.check(r.status == 200 and resp["response"]["allowed"] is True,
+                label + ": review over TLS verified by caBundle and the Service DNS name")
+    except (OSError, ssl.SSLError, ValueError, KeyError, IndexError) as e:
+        t.check(False, label + ": review through the chart's TLS setup failed: %r" % e)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def main():
     global ENV, HELM, KUBECTL
     HELM = need_tool("helm", "renders and lints the chart")
@@ -349,6 +428,10 @@ def main():
     # --- defaults
     objs = template()
     check_defaults(objs, schemas, node)
+    if len(sys.argv) > 1 and os.access(sys.argv[1], os.X_OK):
+        webhook_with_chart(sys.argv[1], objs)
+    else:
+        print("note: no webhook binary given; chart+binary check not run")
     rendered_without_crds = template(include_crds=False)
     t.check(not any(o["kind"] == "CustomResourceDefinition" for o in rendered_without_crds),
             "CRDs come from crds/ (only with --include-crds), not from templates")
