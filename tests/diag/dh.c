@@ -69,6 +69,8 @@ void dh_init(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
+    /* loopback only, unless a test pins something else */
+    setenv("COLL_SOCKET_IFNAME", "lo", 0);
 }
 
 int dh_finish(void)
@@ -269,9 +271,19 @@ void dh_expect_signal(dh_job_t *j, int rank, int sig)
     j->expect_sig[rank] = sig;
 }
 
+void dh_begin(dh_ctx_t *ctx, int slot)
+{
+    ctx->sh->out[slot].t0 = dh_now();
+}
+
 void dh_record(dh_ctx_t *ctx, const char *what, coll_result_t rc)
 {
-    dh_out_t *o = &ctx->sh->out[ctx->rank];
+    dh_record_slot(ctx, ctx->rank, what, rc);
+}
+
+void dh_record_slot(dh_ctx_t *ctx, int slot, const char *what, coll_result_t rc)
+{
+    dh_out_t *o = &ctx->sh->out[slot];
     o->t = dh_now();
     o->rc = rc;
     snprintf(o->what, sizeof(o->what), "%s", what);
@@ -516,6 +528,12 @@ dh_job_t *dh_start(const dh_opts_t *o)
             dh_fail("%s: the root holder could not create a unique id: %s", o->name, j->meta->err);
             dh_free(j);
             return NULL;
+        }
+        if (o->root_dead) {
+            kill(j->pid[HOLDER], SIGKILL);
+            waitpid(j->pid[HOLDER], &j->status[HOLDER], 0);
+            j->exited[HOLDER] = 1;
+            drain(j, HOLDER);
         }
     } else {
         coll_result_t rc = coll_get_unique_id_ifname(&j->meta->id, o->ifname ? o->ifname : "lo");

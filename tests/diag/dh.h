@@ -26,6 +26,7 @@
 typedef struct dh_out {
     int rc;       /* code of the call under test (coll_result_t); -1 before the rank got there */
     int done;     /* the rank filled this record */
+    double t0;    /* dh_now() when that call started (dh_begin) */
     double t;     /* dh_now() when that call returned */
     long iters;   /* loop bodies: completed iterations */
     long checked; /* loop bodies: results verified */
@@ -57,6 +58,7 @@ typedef struct dh_opts {
     double deadline_s;  /* every rank still running after this is killed (a hang) */
     const char *ifname; /* interface spec for the unique id ("lo" when NULL) */
     int root_in_child;  /* create the id in a forked holder process; its output is "root" */
+    int root_dead;      /* with root_in_child: kill the holder before the ranks start */
     void (*body)(dh_ctx_t *ctx);
     /* exec mode (body == NULL): argv for rank r; COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS are
      * set in the environment of the exec'd program. */
@@ -100,7 +102,10 @@ void dh_expect_signal(dh_job_t *j, int rank, int sig);
 /* Parse "DIAG-RESULT rank=R rc=C t=T msg=..." lines of exec'd ranks into the shared records. */
 void dh_parse_results(dh_job_t *j);
 
-/* Child side: record the result of the call under test (message = coll_get_last_error()). */
+/* Child side: note the start of the call under test, then record its result (message =
+ * coll_get_last_error()) in record `slot` (normally ctx->rank). */
+void dh_begin(dh_ctx_t *ctx, int slot);
+void dh_record_slot(dh_ctx_t *ctx, int slot, const char *what, coll_result_t rc);
 void dh_record(dh_ctx_t *ctx, const char *what, coll_result_t rc);
 
 /* ---- checks ---- */

@@ -1,0 +1,306 @@
+/*
+ * Ranks that never arrive, a root that is gone, stopped peers and aborts:
+ *   test_faults noinit    4 ranks, rank 3 never calls coll_comm_init_rank; COLL_BOOTSTRAP_TIMEOUT=3
+ *   test_faults rootgone  the process that created the unique id is gone; COLL_BOOTSTRAP_TIMEOUT=3
+ *   test_faults stopped   4 ranks loop all_reduces; rank 2 gets SIGSTOP; COLL_TIMEOUT=3
+ *   test_faults abort     4 ranks loop all_reduces; rank 1 calls coll_comm_abort
+ * The others must fail within the timeout plus a margin, with the code and a message that names
+ * the rank at fault.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dh.h"
+
+#define NRANKS 4
+#define COUNT  (256 * 1024) /* float32: 1 MiB, the ring algorithm */
+#define MARGIN 3.0          /* seconds of slack on a busy (or sanitized) 2-core machine */
+
+enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT };
+enum { U_DONE = 0 }; /* dh_shared.user[] slots */
+
+typedef struct fargs {
+    int mode;
+    int victim;
+    double timeout;
+} fargs_t;
+
+static void wait_all_done(dh_ctx_t *ctx, double max_s)
+{
+    dh_add(&ctx->sh->user[U_DONE], 1);
+    double end = dh_now() + max_s;
+    while (dh_load(&ctx->sh->user[U_DONE]) < ctx->nranks && dh_now() < end)
+        dh_sleep(0.01);
+}
+
+static void init_body(dh_ctx_t *ctx)
+{
+    const fargs_t *a = ctx->arg;
+    if (a->mode == M_NOINIT && ctx->rank == a->victim) {
+        wait_all_done(ctx, 30); /* alive, but never joins */
+        return;
+    }
+    coll_comm_t comm = NULL;
+    dh_begin(ctx, ctx->rank);
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    dh_record(ctx, "coll_comm_init_rank", rc);
+    if (rc == COLL_SUCCESS)
+        coll_comm_destroy(comm);
+    wait_all_done(ctx, 30);
+}
+
+static void loop_body(dh_ctx_t *ctx)
+{
+    const fargs_t *a = ctx->arg;
+    dh_out_t *out = &ctx->sh->out[ctx->rank];
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    float *s = malloc(COUNT * sizeof(float)), *r = malloc(COUNT * sizeof(float));
+    for (size_t i = 0; i < COUNT; i++)
+        s[i] = (float)((i + (size_t)ctx->rank) % 7);
+    double end = dh_now() + 60;
+    dh_begin(ctx, ctx->rank);
+    while (dh_now() < end) {
+        if (a->mode == M_ABORT && ctx->rank == a->victim && out->iters == 3) {
+            ctx->sh->t_event = dh_now();
+            rc = coll_comm_abort(comm);
+            double d = dh_now() - ctx->sh->t_event;
+            CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "coll_comm_abort");
+            CHECK(d < 3.0, "coll_comm_abort took %.1f s", d);
+            dh_record(ctx, "coll_comm_abort", rc);
+            wait_all_done(ctx, 30); /* stay alive: the others learn from the notice */
+            free(s);
+            free(r);
+            return;
+        }
+        rc = coll_all_reduce(s, r, COUNT, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        if (rc != COLL_SUCCESS)
+            break;
+        size_t bad = 0;
+        for (size_t i = 0; i < COUNT; i += out->iters == 0 ? 1 : 4099) {
+            float want = 0;
+            for (int k = 0; k < ctx->nranks; k++)
+                want += (float)((i + (size_t)k) % 7);
+            bad += r[i] != want;
+        }
+        out->bad += (long)bad;
+        dh_store(&out->iters, out->iters + 1);
+    }
+    dh_record(ctx, "all_reduce loop", rc);
+    CHECK(out->bad == 0, "%ld wrong elements before the failure", out->bad);
+    if (rc != COLL_SUCCESS) {
+        coll_result_t ae = COLL_SUCCESS;
+        CHECK_RC(coll_comm_get_async_error(comm, &ae), COLL_SUCCESS, coll_get_last_error(),
+                 "coll_comm_get_async_error");
+        CHECK(ae == rc, "async error %s, the failed call returned %s", dh_rc_name(ae),
+              dh_rc_name(rc));
+        double t0 = dh_now();
+        coll_result_t rc2 = coll_all_reduce(s, r, COUNT, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        CHECK(rc2 == rc && dh_now() - t0 < 1.0,
+              "a call on the failed communicator returned %s after %.1f s (want %s at once)",
+              dh_rc_name(rc2), dh_now() - t0, dh_rc_name(rc));
+    }
+    wait_all_done(ctx, 40);
+    CHECK_RC(coll_comm_abort(comm), COLL_SUCCESS, coll_get_last_error(), "abort");
+    free(s);
+    free(r);
+}
+
+static void test_noinit(fargs_t *a)
+{
+    dh_setenv("COLL_BOOTSTRAP_TIMEOUT", "3"); /* the root reads it when the id is created */
+    dh_opts_t o = {.name = "rank 3 never calls init",
+                   .nranks = NRANKS,
+                   .deadline_s = 30,
+                   .body = init_body,
+                   .arg = a};
+    dh_log("--- %s (COLL_BOOTSTRAP_TIMEOUT=3)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    for (int r = 0; r < NRANKS - 1; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        double dt = out->t - dh_t_start(j);
+        CHECK_RC(out->rc, COLL_ERR_TIMEOUT, out->msg, "rank %d: coll_comm_init_rank", r);
+        CHECK_HAS(out->msg, "bootstrap timeout: 3 of 4 ranks checked in; missing: rank 3.",
+                  "rank %d: names the missing rank", r);
+        CHECK_HAS(out->msg, "COLL_BOOTSTRAP_TIMEOUT", "rank %d: names the setting", r);
+        CHECK(dt > 2.5 && dt < 3.0 + MARGIN,
+              "rank %d failed %.1f s after the id was created "
+              "(want 3 s + %.0f)",
+              r, dt, MARGIN);
+        dh_log("rank %d: %s after %.2f s", r, dh_rc_name(out->rc), dt);
+    }
+    dh_free(j);
+}
+
+static void test_rootgone(fargs_t *a)
+{
+    dh_setenv("COLL_BOOTSTRAP_TIMEOUT", "3");
+    dh_opts_t o = {.name = "the process holding the root is gone",
+                   .nranks = 2,
+                   .deadline_s = 40,
+                   .root_in_child = 1,
+                   .root_dead = 1,
+                   .body = init_body,
+                   .arg = a};
+    dh_log("--- %s (COLL_BOOTSTRAP_TIMEOUT=3)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    /* "kcoll1:127.0.0.1:PORT:secret" -> "127.0.0.1:PORT" */
+    char root[80];
+    snprintf(root, sizeof(root), "%s", dh_id_string(j) + 7);
+    char *colon = strrchr(root, ':');
+    if (colon)
+        *colon = '\0';
+    for (int r = 0; r < 2; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        double dt = out->t - out->t0;
+        CHECK_RC(out->rc, COLL_ERR_TIMEOUT, out->msg, "rank %d: coll_comm_init_rank", r);
+        char want[160];
+        snprintf(want, sizeof(want), "rank %d cannot reach the bootstrap root at %s: ", r, root);
+        CHECK_HAS(out->msg, want, "rank %d: names the root address", r);
+        CHECK_HAS(out->msg, "Is the process that created the unique id still running",
+                  "rank %d: says what to check", r);
+        /* connection refusals are retried until COLL_BOOTSTRAP_TIMEOUT + 5 s */
+        CHECK(dt < 8.0 + MARGIN, "rank %d failed after %.1f s (want < %.0f)", r, dt, 8 + MARGIN);
+        dh_log("rank %d: %s after %.2f s", r, dh_rc_name(out->rc), dt);
+    }
+    dh_free(j);
+}
+
+/* Survivors of a stopped or aborted rank: code, message and timing. */
+static void check_survivors(dh_job_t *j, const fargs_t *a)
+{
+    dh_shared_t *sh = dh_shared(j);
+    char victim[64];
+    snprintf(victim, sizeof(victim), "rank %d (pid %d on ", a->victim, (int)dh_pid(j, a->victim));
+    for (int r = 0; r < NRANKS; r++) {
+        if (r == a->victim)
+            continue;
+        const dh_out_t *out = &sh->out[r];
+        double dt = out->t - sh->t_event;
+        dh_log("rank %d: %s %.2f s after rank %d was %s, after %ld iterations: %s", r,
+               dh_rc_name(out->rc), dt, a->victim, a->mode == M_ABORT ? "aborted" : "stopped",
+               out->iters, out->msg);
+        CHECK(out->iters >= 3, "rank %d: only %ld iterations before the failure", r, out->iters);
+        CHECK_HAS(out->msg, victim, "rank %d: names rank %d with its pid", r, a->victim);
+        if (a->mode == M_ABORT) {
+            CHECK_RC(out->rc, COLL_ERR_REMOTE, out->msg, "rank %d", r);
+            CHECK_HAS(out->msg, ") reported: rank 1 called coll_comm_abort", "rank %d", r);
+            CHECK(dt >= 0 && dt < MARGIN, "rank %d failed %.1f s after the abort (want < %.0f)", r,
+                  dt, MARGIN);
+            continue;
+        }
+        if (out->rc == COLL_ERR_TIMEOUT) {
+            CHECK_HAS(out->msg, "made no progress for 3 s (COLL_TIMEOUT): stuck ", "rank %d", r);
+            char want[64];
+            snprintf(want, sizeof(want), "from rank %d (pid", a->victim);
+            char want2[64];
+            snprintf(want2, sizeof(want2), "to rank %d (pid", a->victim);
+            CHECK(dh_contains(out->msg, want) || dh_contains(out->msg, want2),
+                  "rank %d: the TIMEOUT names the stuck transfer with rank %d: \"%s\"", r,
+                  a->victim, out->msg);
+        } else if (out->rc == COLL_ERR_REMOTE) {
+            /* told by another survivor that timed out */
+            CHECK_HAS(out->msg, ") reported: all_reduce(count 262144, float32, sum) #",
+                      "rank %d: carries the reporter's error", r);
+            CHECK_HAS(out->msg, "(COLL_TIMEOUT): stuck ", "rank %d", r);
+        } else {
+            dh_fail("rank %d: expected COLL_ERR_TIMEOUT or COLL_ERR_REMOTE, got %s: \"%s\"", r,
+                    dh_rc_name(out->rc), out->msg);
+        }
+        CHECK(dt > 1.0 && dt < a->timeout + MARGIN,
+              "rank %d failed %.1f s after rank %d was stopped (want COLL_TIMEOUT %.0f s + %.0f)",
+              r, dt, a->victim, a->timeout, MARGIN);
+    }
+}
+
+static void test_loop(fargs_t *a)
+{
+    dh_setenv("COLL_TIMEOUT", "3");
+    a->timeout = 3;
+    dh_opts_t o = {.name = a->mode == M_ABORT ? "rank 1 aborts mid-loop"
+                                              : "rank 2 stopped (SIGSTOP) mid all_reduce",
+                   .nranks = NRANKS,
+                   .deadline_s = 60,
+                   .body = loop_body,
+                   .arg = a};
+    dh_log("--- %s (COLL_TIMEOUT=3)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_shared_t *sh = dh_shared(j);
+    if (a->mode == M_STOPPED) {
+        double end = dh_now() + 30;
+        while (dh_load(&sh->out[a->victim].iters) < 3 && dh_now() < end)
+            dh_pump(j, 0.001);
+        kill(dh_pid(j, a->victim), SIGSTOP);
+        sh->t_event = dh_now();
+        /* the others give up; then let the victim run on and see that it fails, too */
+        end = dh_now() + a->timeout + 20;
+        int survivors = 0;
+        while (dh_now() < end) {
+            survivors = 0;
+            for (int r = 0; r < NRANKS; r++)
+                survivors += r != a->victim && sh->out[r].done;
+            if (survivors == NRANKS - 1)
+                break;
+            dh_pump(j, 0.02);
+        }
+        CHECK(survivors == NRANKS - 1, "only %d of %d survivors failed within %.0f s", survivors,
+              NRANKS - 1, a->timeout + 20);
+        double t_cont = dh_now();
+        kill(dh_pid(j, a->victim), SIGCONT);
+        end = dh_now() + 10;
+        while (!sh->out[a->victim].done && dh_now() < end)
+            dh_pump(j, 0.02);
+        const dh_out_t *v = &sh->out[a->victim];
+        dh_log("rank %d after SIGCONT: %s after %.2f s: %s", a->victim, dh_rc_name(v->rc),
+               v->t - t_cont, v->msg);
+        CHECK(v->done && (v->rc == COLL_ERR_REMOTE || v->rc == COLL_ERR_TIMEOUT),
+              "rank %d, continued after the others failed: %s (want REMOTE or TIMEOUT, not a "
+              "hang or success)",
+              a->victim, dh_rc_name(v->rc));
+        CHECK(v->done && v->t - t_cont < MARGIN, "rank %d failed %.1f s after SIGCONT", a->victim,
+              v->t - t_cont);
+    }
+    dh_wait(j);
+    check_survivors(j, a);
+    dh_free(j);
+}
+
+int main(int argc, char **argv)
+{
+    dh_init();
+    fargs_t a = {.victim = -1};
+    const char *m = argc == 2 ? argv[1] : "";
+    if (strcmp(m, "noinit") == 0) {
+        a.mode = M_NOINIT;
+        a.victim = 3;
+        test_noinit(&a);
+    } else if (strcmp(m, "rootgone") == 0) {
+        a.mode = M_ROOTGONE;
+        test_rootgone(&a);
+    } else if (strcmp(m, "stopped") == 0) {
+        a.mode = M_STOPPED;
+        a.victim = 2;
+        test_loop(&a);
+    } else if (strcmp(m, "abort") == 0) {
+        a.mode = M_ABORT;
+        a.victim = 1;
+        test_loop(&a);
+    } else {
+        printf("usage: test_faults noinit|rootgone|stopped|abort\n");
+        return 2;
+    }
+    return dh_finish();
+}
