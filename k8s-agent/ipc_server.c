@@ -377,5 +377,13 @@ void agent_ipc_stop(agent_ipc_t *ipc)
     pthread_join(ipc->thread, NULL);
     close(ipc->fd);
     unlink(ipc->path);
-    /* connection threads are detached and bounded by IDLE_MS; the process exits after this */
+    /* connection threads are detached; a hello waiting for rendezvous sees ctx->stop within
+     * 200 ms. One still busy after 2 s keeps the struct (the process exits next). */
+    for (int i = 0; i < 200 && ipc->nconn > 0; i++)
+        agent_sleep_ms(10);
+    if (ipc->nconn > 0)
+        return;
+    close(ipc->stop_pipe[0]);
+    close(ipc->stop_pipe[1]);
+    free(ipc);
 }

@@ -139,11 +139,11 @@ int main(int argc, char **argv)
         if (first < 0)
             first = s;
     }
-    if (check < 0)
+    if (check < 0 || failures) {
+        free(facts);
+        if (check >= 0)
+            printf("CHECK FAIL: %d hello(s) failed\n", failures);
         return failures ? 1 : 0;
-    if (failures) {
-        printf("CHECK FAIL: %d hello(s) failed\n", failures);
-        return 1;
     }
     {
         char *seen = calloc((size_t)check, 1);
@@ -155,6 +155,8 @@ int main(int argc, char **argv)
             if (f->nranks != check || f->rank < 0 || f->rank >= check || seen[f->rank]) {
                 printf("CHECK FAIL: socket %s rank %d nranks %d (duplicate or out of range)\n",
                        argv[i + s], f->rank, f->nranks);
+                free(seen);
+                free(facts);
                 return 1;
             }
             seen[f->rank] = 1;
@@ -162,14 +164,17 @@ int main(int argc, char **argv)
             if (strcmp(f->root_host, f0->root_host) || f->root_port != f0->root_port ||
                 memcmp(f->secret, f0->secret, 16)) {
                 printf("CHECK FAIL: socket %s disagrees on root endpoint or secret\n", argv[i + s]);
+                free(seen);
+                free(facts);
                 return 1;
             }
         }
+        free(seen);
         if (nsock != check || roots != 1) {
             printf("CHECK FAIL: %d sockets for %d ranks, %d roots\n", nsock, check, roots);
+            free(facts);
             return 1;
         }
-        free(seen);
     }
     printf("CHECK OK: %d ranks, one root %s:%d, one secret\n", check, facts[first].root_host,
            facts[first].root_port);
