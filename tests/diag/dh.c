@@ -466,29 +466,42 @@ static int running(dh_job_t *j)
     return n;
 }
 
+/* Wait up to `seconds` for output, read it, reap exited ranks. */
+static void pump_once(dh_job_t *j, double seconds)
+{
+    struct pollfd pf[DH_MAX_RANKS + 1];
+    int idx[DH_MAX_RANKS + 1], k = 0;
+    for (int i = 0; i <= HOLDER; i++)
+        if (j->fd[i] >= 0) {
+            pf[k] = (struct pollfd){.fd = j->fd[i], .events = POLLIN};
+            idx[k++] = i;
+        }
+    int ms = seconds <= 0 ? 0 : seconds > 0.01 ? 10 : (int)(seconds * 1000) + 1;
+    if (k > 0)
+        poll(pf, (nfds_t)k, ms);
+    else
+        dh_sleep(ms / 1000.0);
+    for (int x = 0; x < k; x++)
+        if (pf[x].revents)
+            drain(j, idx[x]);
+    reap(j);
+}
+
 int dh_pump(dh_job_t *j, double seconds)
 {
     double end = dh_now() + seconds;
-    do {
-        struct pollfd pf[DH_MAX_RANKS + 1];
-        int idx[DH_MAX_RANKS + 1], k = 0;
-        for (int i = 0; i <= HOLDER; i++)
-            if (j->fd[i] >= 0) {
-                pf[k] = (struct pollfd){.fd = j->fd[i], .events = POLLIN};
-                idx[k++] = i;
-            }
-        double left = end - dh_now();
-        int ms = left <= 0 ? 0 : left > 0.01 ? 10 : (int)(left * 1000) + 1;
-        if (k > 0)
-            poll(pf, (nfds_t)k, ms);
-        else
-            dh_sleep(ms / 1000.0);
-        for (int x = 0; x < k; x++)
-            if (pf[x].revents)
-                drain(j, idx[x]);
-        reap(j);
-    } while (dh_now() < end && running(j) > 0);
+    do
+        pump_once(j, end - dh_now());
+    while (dh_now() < end && running(j) > 0);
     return running(j);
+}
+
+int dh_wait_output(dh_job_t *j, int rank, const char *needle, double seconds)
+{
+    double end = dh_now() + seconds;
+    while (!dh_contains(dh_output(j, rank), needle) && dh_now() < end)
+        pump_once(j, end - dh_now());
+    return dh_contains(dh_output(j, rank), needle);
 }
 
 dh_job_t *dh_start(const dh_opts_t *o)
@@ -546,6 +559,8 @@ dh_job_t *dh_start(const dh_opts_t *o)
             return NULL;
         }
     }
+    if (o->before_ranks)
+        o->before_ranks(j, o->arg);
     j->deadline = dh_now() + (o->deadline_s > 0 ? o->deadline_s : 60);
     for (int r = 0; r < o->nranks; r++)
         if (spawn(j, r) < 0) {

@@ -52,6 +52,8 @@ typedef struct dh_ctx {
     void *arg;
 } dh_ctx_t;
 
+typedef struct dh_job dh_job_t;
+
 typedef struct dh_opts {
     const char *name;
     int nranks;
@@ -65,9 +67,9 @@ typedef struct dh_opts {
     char *const *(*argv_for)(int rank, void *arg);
     void *arg;
     int quiet; /* do not echo the ranks' output */
+    /* called after the unique id exists and before any rank starts */
+    void (*before_ranks)(dh_job_t *j, void *arg);
 } dh_opts_t;
-
-typedef struct dh_job dh_job_t;
 
 /* Counters of this process (a forked rank starts at zero; the parent adds the ranks' counts). */
 extern long dh_passed, dh_failed;
@@ -88,6 +90,9 @@ int dh_pump(dh_job_t *j, double seconds);
  * ranks' counters; report ranks that crashed. Returns the number of failures the job added. */
 long dh_wait(dh_job_t *j);
 void dh_free(dh_job_t *j);
+/* Pump until the output of rank (-1: the root holder) contains needle, or seconds passed;
+ * returns 1 when found. */
+int dh_wait_output(dh_job_t *j, int rank, const char *needle, double seconds);
 
 dh_shared_t *dh_shared(dh_job_t *j);
 pid_t dh_pid(dh_job_t *j, int rank);
