@@ -71,7 +71,7 @@ RUN for f in /opt/kcoll/bin/* /opt/kcoll/lib/libcoll.so; do \
 ENV PATH=/opt/kcoll/bin:${PATH} \
     LD_LIBRARY_PATH=/opt/kcoll/lib \
     NVIDIA_VISIBLE_DEVICES=void \
-    COLL_AGENT_LIB_SOURCE=/opt/kcoll/lib \
+    COLL_AGENT_LIB_SRC=/opt/kcoll/lib \
     COLL_LIB_VERSION=${KCOLL_VERSION}
 LABEL org.opencontainers.image.title="kcoll-agent" \
       org.opencontainers.image.description="kcoll coll-agent sidecar/webhook with the pinned libcoll build" \
