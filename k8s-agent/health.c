@@ -432,6 +432,8 @@ void agent_health_report(agent_health_t *h, const json_t *rep)
         take_string(h->err_pod, sizeof(h->err_pod), json_object_get(err, "pod"));
         take_string(h->err_node, sizeof(h->err_node), json_object_get(err, "node"));
         take_string(h->err_message, sizeof(h->err_message), json_object_get(err, "message"));
+        if (!h->err_message[0]) /* the CRD requires a non-empty message */
+            snprintf(h->err_message, sizeof(h->err_message), "(the library gave no message)");
         if (!h->err_pod[0] && h->err_rank == ctx->facts.rank)
             snprintf(h->err_pod, sizeof(h->err_pod), "%s", ctx->facts.pod);
         if (!h->err_node[0] && h->err_rank == ctx->facts.rank)
