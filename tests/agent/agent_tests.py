@@ -337,6 +337,24 @@ def case_kubeconfig(cl):
     rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=2, timeout_ms=30000)
     print(out.strip())
     check(rc == 0, "kubeconfig mode failed")
+    # certificate-authority-data (base64, given to curl as a blob) and a tokenFile
+    import base64
+    tokfile = os.path.join(cl.dir, "kc-token")
+    with open(tokfile, "w") as f:
+        f.write("token-v1\n")
+    with open(kc) as f:
+        text = f.read()
+    ca_b64 = base64.b64encode(open(cl.ca, "rb").read()).decode()
+    text = text.replace("certificate-authority: " + cl.ca,
+                        "certificate-authority-data: " + ca_b64)
+    text = text.replace("token: token-v1", "tokenFile: kc-token")
+    kc2 = os.path.join(cl.dir, "kubeconfig-data")
+    with open(kc2, "w") as f:
+        f.write(text)
+    _, pods2 = cl.add_job("kcdata", 2)
+    agents = [cl.start_agent(p, kubeconfig=kc2) for p in pods2]
+    rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=2, timeout_ms=30000)
+    check(rc == 0, "kubeconfig with certificate-authority-data and tokenFile failed:\n" + out)
     # a kubeconfig without a CA the server's certificate chains to: TLS verification fails
     bad = kc + ".bad"
     with open(kc) as f, open(bad, "w") as g:
