@@ -5,5 +5,5 @@
 #endif
 #define COLLI_ISA_NAME   "avx2"
 #define COLLI_TABLE_NAME colli_kernels_avx2
-#define COLLI_BODY_F16C  1
+#define COLLI_BODY_AVX2  1
 #include "reduce_cpu_body.h"

@@ -1,7 +1,8 @@
 /*
  * Every CPU reduction kernel, written once and instantiated per instruction set: the including
  * file is compiled with that ISA's flags, defines COLLI_TABLE_NAME and COLLI_ISA_NAME, and, where
- * F16C may be used, COLLI_BODY_F16C. No include guard: each including file gets its own copy.
+ * AVX2 and F16C may be used, COLLI_BODY_AVX2. No include guard: each including file gets its own
+ * copy.
  *
  * Loops are plain C that GCC vectorises at -O3. Pointers may have any alignment (the *_u types
  * below have alignment 1, so no access is undefined) and dst may equal a or b: GCC's runtime
@@ -244,9 +245,8 @@ FLOAT_KERNELS(f64, double)
 
 HALF_MINMAX(f16, 0x7c00)
 HALF_MINMAX(bf16, 0x7f80)
-HALF_ARITH(bf16, colli_bf16_expand, colli_soft_float_to_bf16)
 
-#if defined(COLLI_BODY_F16C)
+#if defined(COLLI_BODY_AVX2)
 /* float16 arithmetic with the F16C conversion instructions, 8 elements at a time. vcvtph2ps and
  * vcvtps2ph (immediate round-to-nearest-even) give exactly the results of the software
  * conversions, NaNs included, independently of MXCSR; the unit test checks both paths. */
@@ -330,8 +330,87 @@ static void div_f16(void *dst, const void *src, size_t n, uint32_t divisor)
     for (; i < n; i++)
         f16c_store1(d + i, f16c_load1(x + i) / fd);
 }
+
+/* bfloat16 arithmetic with AVX2, 16 elements at a time. Unpacking with zero puts each value in
+ * the top half of a 32-bit lane (the float32 it stands for); unpack and pack both work within
+ * 128-bit lanes, so packing the low and high results restores the element order. Rounding is the
+ * integer formula of colli_soft_float_to_bf16; the scalar tail uses that function itself. */
+static inline __m256i bf16_round8(__m256 f)
+{
+    const __m256i w = _mm256_castps_si256(f);
+    const __m256i hi = _mm256_srli_epi32(w, 16);
+    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(0x7fff)), lsb);
+    r = _mm256_srli_epi32(r, 16);
+    const __m256i nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7fffffff)),
+                                              _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, nan, is_nan);
+}
+
+#define BF16_LO(v) _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), (v)))
+#define BF16_HI(v) _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), (v)))
+
+/* VEXPR combines __m256 va (and vb), SEXPR float fa (and fb), like F16C_LOOP2. */
+#define BF16_LOOP2(VEXPR, SEXPR)                                                                   \
+    size_t i = 0;                                                                                  \
+    for (; i + 16 <= n; i += 16) {                                                                 \
+        const __m256i x16 = _mm256_loadu_si256((const void *)(x + i));                             \
+        const __m256i y16 = _mm256_loadu_si256((const void *)(y + i));                             \
+        __m256 va = BF16_LO(x16), vb = BF16_LO(y16);                                               \
+        const __m256i r0 = bf16_round8(VEXPR);                                                     \
+        va = BF16_HI(x16);                                                                         \
+        vb = BF16_HI(y16);                                                                         \
+        const __m256i r1 = bf16_round8(VEXPR);                                                     \
+        _mm256_storeu_si256((void *)(d + i), _mm256_packus_epi32(r0, r1));                         \
+    }                                                                                              \
+    for (; i < n; i++) {                                                                           \
+        float fa = colli_bf16_expand(x[i]), fb = colli_bf16_expand(y[i]);                          \
+        d[i] = colli_soft_float_to_bf16(SEXPR);                                                    \
+    }
+
+static void sum_bf16(void *dst, const void *a, const void *b, size_t n)
+{
+    bf16_u *d = dst;
+    const bf16_u *x = a, *y = b;
+    BF16_LOOP2(_mm256_add_ps(va, vb), fa + fb)
+}
+
+static void prod_bf16(void *dst, const void *a, const void *b, size_t n)
+{
+    bf16_u *d = dst;
+    const bf16_u *x = a, *y = b;
+    BF16_LOOP2(_mm256_mul_ps(va, vb), fa * fb)
+}
+
+static void reduce_div_bf16(void *dst, const void *a, const void *b, size_t n, uint32_t divisor)
+{
+    bf16_u *d = dst;
+    const bf16_u *x = a, *y = b;
+    const float fd = (float)divisor;
+    const __m256 vd = _mm256_set1_ps(fd);
+    BF16_LOOP2(_mm256_div_ps(_mm256_add_ps(va, vb), vd), (fa + fb) / fd)
+}
+
+static void div_bf16(void *dst, const void *src, size_t n, uint32_t divisor)
+{
+    bf16_u *d = dst;
+    const bf16_u *x = src;
+    const float fd = (float)divisor;
+    const __m256 vd = _mm256_set1_ps(fd);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i x16 = _mm256_loadu_si256((const void *)(x + i));
+        const __m256i r0 = bf16_round8(_mm256_div_ps(BF16_LO(x16), vd));
+        const __m256i r1 = bf16_round8(_mm256_div_ps(BF16_HI(x16), vd));
+        _mm256_storeu_si256((void *)(d + i), _mm256_packus_epi32(r0, r1));
+    }
+    for (; i < n; i++)
+        d[i] = colli_soft_float_to_bf16(colli_bf16_expand(x[i]) / fd);
+}
 #else
 HALF_ARITH(f16, colli_soft_half_to_float, colli_soft_float_to_half)
+HALF_ARITH(bf16, colli_bf16_expand, colli_soft_float_to_bf16)
 #endif
 
 #define KERNEL_ROW(tn)                                                                             \
