@@ -287,8 +287,13 @@ static void *writer(void *arg)
         dirty = h->dirty && ctx->comm_name[0];
         pthread_mutex_unlock(&h->mu);
         for (int i = 0; i < nev && ctx->kube; i++) {
-            if (ctx->facts.pod_uid[0])
-                post_event(ctx, &ev[i], "Pod", "v1", ctx->facts.pod, ctx->facts.pod_uid);
+            char pod[254], uid[64];
+            pthread_mutex_lock(&ctx->mu);
+            snprintf(pod, sizeof(pod), "%s", ctx->facts.pod);
+            snprintf(uid, sizeof(uid), "%s", ctx->facts.pod_uid);
+            pthread_mutex_unlock(&ctx->mu);
+            if (pod[0] && ctx->facts.ns[0])
+                post_event(ctx, &ev[i], "Pod", "v1", pod, uid);
             if (ctx->comm_uid[0] && strcmp(ev[i].type, "Warning") == 0)
                 post_event(ctx, &ev[i], "Communicator", "kcoll.io/v1alpha1", ctx->comm_name,
                            ctx->comm_uid);

@@ -371,6 +371,13 @@ int agent_kube_run(agent_ctx_t *ctx)
         (int64_t)(ctx->opt.rendezvous_timeout_s > 0 ? ctx->opt.rendezvous_timeout_s : 300) * 1000;
     if (agent_pod_read(ctx, deadline, &pi, &f, &cond) != 0)
         goto out;
+    /* the pod's identity addresses Events from here on (warnings come before READY) */
+    pthread_mutex_lock(&ctx->mu);
+    snprintf(ctx->facts.pod, sizeof(ctx->facts.pod), "%s", f.pod);
+    snprintf(ctx->facts.pod_uid, sizeof(ctx->facts.pod_uid), "%s", f.pod_uid);
+    snprintf(ctx->facts.node, sizeof(ctx->facts.node), "%s", f.node);
+    snprintf(ctx->facts.ns, sizeof(ctx->facts.ns), "%s", f.ns);
+    pthread_mutex_unlock(&ctx->mu);
     agent_log_init(NULL, f.pod);
     if (agent_topology_resolve(ctx, deadline, &pi, &f, &cond) != 0)
         goto out;

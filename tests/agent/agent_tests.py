@@ -442,9 +442,10 @@ def case_preflight(cl):
     # most containers); every problem becomes an Event
     check(rc != 0 and ("IBDeviceMissing" in out or "MemlockTooLow" in out), "IB condition")
     check("transport: Socket" in out or "LimitMEMLOCK" in out, "the message gives the fix")
-    evs = wait_for(lambda: [e["reason"] for e in events_for(cl, pods[0]["metadata"]["name"])
-                            ] if len(events_for(cl, pods[0]["metadata"]["name"])) >= 2 else None,
-                   10, "two Events")
+    def reasons():
+        r = [e["reason"] for e in events_for(cl, pods[0]["metadata"]["name"])]
+        return r if {"KcollShmTooSmall", "KcollIBDeviceMissing"} <= set(r) else None
+    evs = wait_for(reasons, 10, "ShmTooSmall and IBDeviceMissing Events")
     msgs = [e["message"] for e in events_for(cl, pods[0]["metadata"]["name"])]
     check(any("mlx5_3" in m for m in msgs), "the missing HCA is named")
     print(evs)
