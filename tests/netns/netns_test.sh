@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# Network-namespace diagnostics: three "nodes" (network namespaces, each rank also in its own UTS
+# and IPC namespace with hostname node1..node3) on one bridged network 10.77.1.0/24, with
+# different interface names: bond0 on node1, eth1 on node2, ens5 on node3. node3 also has a
+# decoy interface eth0 in 10.77.9.0/24 that reaches no other node (the bridge namespace is the
+# nodes' default gateway and has no route there, so it answers with ICMP "net unreachable").
+#
+#   a0  the root and every rank pinned with COLL_SOCKET_IFNAME=bond,eth: the root on node3
+#       listens on the decoy, ranks 0 and 1 cannot reach it -> COLL_ERR_TIMEOUT naming the root
+#       address, rank 2 -> bootstrap timeout naming the missing ranks 0 and 1
+#   a   the ranks pinned with bond,eth (the root by CIDR): rank 2 advertises 10.77.9.3 ->
+#       "rank 1 (10.77.1.2) cannot reach rank 2 (10.77.9.3:PORT)", every rank fails
+#   a2  as a, but node2 has no default route, so connect() fails at once instead of by ICMP:
+#       the same message and code are expected
+#   b   the fix: COLL_SOCKET_IFNAME=10.77.1.0/24 everywhere -> three different interface names,
+#       one network, the all_reduces succeed
+#   c   node2's link goes down mid-collective -> ranks 0 and 2 fail within COLL_TIMEOUT naming
+#       rank 1
+#
+# usage: netns_test.sh <netns_root> <netns_rank>       (root only: exits 77 otherwise)
+set -u
+
+ROOTPROG=${1:-}
+RANKPROG=${2:-}
+pass=0
+fail=0
+note() { echo "[netns] $*"; }
+ok() { pass=$((pass + 1)); }
+bad() {
+    fail=$((fail + 1))
+    echo "[netns] FAIL: $*"
+}
+skip() {
+    echo "SKIPPED: $*"
+    echo "0 passed, 0 failed"
+    exit 77
+}
+finish() {
+    echo "$pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+}
+
+[ -x "$ROOTPROG" ] && [ -x "$RANKPROG" ] || {
+    echo "usage: netns_test.sh <netns_root> <netns_rank>"
+    exit 2
+}
+[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces and veth links"
+command -v ip >/dev/null 2>&1 || skip "iproute2 (ip) is not installed"
+
+TAG=kcd$$
+NS1=${TAG}n1
+NS2=${TAG}n2
+NS3=${TAG}n3
+SW=${TAG}sw
+WORK=$(mktemp -d /tmp/kcoll-netns.XXXXXX)
+PIDS=()
+
+cleanup() {
+    local p ns
+    for p in "${PIDS[@]}"; do
+        kill -CONT "$p" 2>/dev/null
+        kill -KILL "$p" 2>/dev/null
+    done
+    wait 2>/dev/null
+    for ns in "$NS1" "$NS2" "$NS3" "$SW" "${TAG}probe"; do
+        ip netns del "$ns" 2>/dev/null
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+if ! ip netns add "${TAG}probe" 2>"$WORK/err"; then
+    skip "cannot create network namespaces: $(cat "$WORK/err")"
+fi
+ip netns del "${TAG}probe"
+# Each node also gets its own hostname and IPC namespace, so that kcoll sees three hosts.
+if unshare --uts --ipc true 2>/dev/null; then
+    UNSHARE=1
+else
+    UNSHARE=0
+    note "unshare --uts --ipc is not available: the nodes share one hostname"
+fi
+
+# ---- topology ----
+setup() {
+    local ns
+    for ns in "$NS1" "$NS2" "$NS3" "$SW"; do
+        ip netns add "$ns" || return 1
+        ip -n "$ns" link set lo up || return 1
+    done
+    ip -n "$SW" link add br0 type bridge || return 1
+    ip -n "$SW" addr add 10.77.1.254/24 dev br0 || return 1
+    ip -n "$SW" link set br0 up || return 1
+    ip netns exec "$SW" sysctl -qw net.ipv4.ip_forward=1 || return 1
+    # answer every packet for the decoy network with ICMP at once (no per-host rate limit)
+    ip netns exec "$SW" sysctl -qw net.ipv4.icmp_ratelimit=0 || return 1
+    # node3's decoy first: 10.77.9.3 on eth0, a veth whose other end stays on node3
+    ip -n "$NS3" link add eth0 type veth peer name eth0peer || return 1
+    ip -n "$NS3" addr add 10.77.9.3/24 dev eth0 || return 1
+    ip -n "$NS3" link set eth0peer up || return 1
+    ip -n "$NS3" link set eth0 up || return 1
+    # the real network: one veth per node into the bridge
+    attach "$NS1" bond0 10.77.1.1 p1 || return 1
+    attach "$NS2" eth1 10.77.1.2 p2 || return 1
+    attach "$NS3" ens5 10.77.1.3 p3 || return 1
+}
+attach() { # ns ifname addr bridge-port
+    ip link add "$2" netns "$1" type veth peer name "$4" netns "$SW" || return 1
+    ip -n "$SW" link set "$4" master br0 || return 1
+    ip -n "$SW" link set "$4" up || return 1
+    ip -n "$1" addr add "$3/24" dev "$2" || return 1
+    ip -n "$1" link set "$2" up || return 1
+    ip -n "$1" route add default via 10.77.1.254 || return 1
+}
+if ! setup >"$WORK/setup.log" 2>&1; then
+    cat "$WORK/setup.log"
+    skip "could not build the namespace topology (veth/bridge support?)"
+fi
+note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3"
+
+NODE_NS=("$NS1" "$NS2" "$NS3")
+CASES=" ${NETNS_CASES:-a0 a a2 b c} " # a subset can be chosen for debugging
+want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
+
+# run_on <node index 0..2> <command...>: inside the node's namespaces, in the background
+run_on() {
+    local i=$1
+    shift
+    if [ "$UNSHARE" = 1 ]; then
+        ip netns exec "${NODE_NS[$i]}" unshare --uts --ipc sh -c 'hostname "$0" && exec "$@"' \
+            "node$((i + 1))" "$@" &
+    else
+        ip netns exec "${NODE_NS[$i]}" "$@" &
+    fi
+    PIDS+=($!)
+}
+
+# start_root <name> <ifname spec> <bootstrap timeout>: root on node3; sets ID
+start_root() {
+    local out="$WORK/$1.root"
+    ID=""
+    run_on 2 env COLL_BOOTSTRAP_TIMEOUT="$3" "$ROOTPROG" "$2" 60 >"$out" 2>&1
+    local k
+    for k in $(seq 100); do
+        ID=$(sed -n 's/^ID //p' "$out")
+        [ -n "$ID" ] && return 0
+        grep -q '^ERROR' "$out" && break
+        sleep 0.1
+    done
+    bad "$1: the root did not start: $(cat "$out")"
+    return 1
+}
+
+# start_ranks <name> <pin> <COLL_TIMEOUT> <bootstrap timeout> <iterations> <count>
+start_ranks() {
+    local r
+    RANK_PIDS=()
+    for r in 0 1 2; do
+        run_on "$r" env COLL_UNIQUE_ID="$ID" COLL_RANK=$r COLL_NRANKS=3 COLL_SOCKET_IFNAME="$2" \
+            COLL_TIMEOUT="$3" COLL_BOOTSTRAP_TIMEOUT="$4" COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT \
+            "$RANKPROG" "$5" "$6" >"$WORK/$1.r$r" 2>&1
+        RANK_PIDS+=($!)
+    done
+}
+
+# wait_ranks <name> <seconds>: every rank must exit in time (a hang is a failure)
+wait_ranks() {
+    local end=$((SECONDS + $2)) p alive
+    while :; do
+        alive=0
+        for p in "${RANK_PIDS[@]}"; do
+            kill -0 "$p" 2>/dev/null && alive=$((alive + 1))
+        done
+        [ "$alive" -eq 0 ] && break
+        if [ "$SECONDS" -ge "$end" ]; then
+            bad "$1: $alive rank(s) still running after $2 s (hang); killed"
+            for p in "${RANK_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+            break
+        fi
+        sleep 0.1
+    done
+    wait "${RANK_PIDS[@]}" 2>/dev/null
+    for r in 0 1 2; do
+        sed "s/^/  [$1 r$r] /" "$WORK/$1.r$r" | grep -v '^  \[[^]]*\] ITER' | grep -v 'INFO INIT' |
+            cut -c1-700
+    done
+}
+
+# field <name> <rank> <field>: from the rank's DIAG-RESULT line
+field() {
+    local line
+    line=$(grep -m1 '^DIAG-RESULT ' "$WORK/$1.r$2")
+    case "$3" in
+    msg) echo "${line#*msg=}" ;;
+    *) echo "$line" | sed -n "s/.* $3=\([^ ]*\).*/\1/p" ;;
+    esac
+}
+
+expect_rc() { # name rank rc...
+    local got
+    got=$(field "$1" "$2" rc)
+    local want
+    for want in "${@:3}"; do
+        [ "$got" = "$want" ] && {
+            ok
+            return 0
+        }
+    done
+    bad "$1: rank $2 returned '${got:-nothing}', expected ${*:3}: $(field "$1" "$2" msg)"
+    return 1
+}
+expect_msg() { # name rank text
+    if field "$1" "$2" msg | grep -qF -- "$3"; then
+        ok
+    else
+        bad "$1: rank $2: message lacks \"$3\": $(field "$1" "$2" msg)"
+    fi
+}
+expect_within() { # name rank t0 seconds
+    local t
+    t=$(field "$1" "$2" t)
+    if [ -n "$t" ] && awk -v t="$t" -v t0="$3" -v lim="$4" 'BEGIN { exit !(t - t0 <= lim) }'; then
+        ok
+    else
+        bad "$1: rank $2 failed at ${t:-never}, more than $4 s after $3"
+    fi
+    [ -n "$t" ] && note "$1: rank $2 failed $(awk -v t="$t" -v t0="$3" 'BEGIN { printf "%.1f", t - t0 }') s after the event"
+}
+now() { "$RANKPROG" --now; }
+
+# ---- a0: the root itself pinned onto the decoy ----
+name=a0
+note "--- a0: root and ranks pinned with COLL_SOCKET_IFNAME=bond,eth (root lands on the decoy)"
+if want_case $name && start_root $name "bond,eth" 3; then
+    case "$ID" in kcoll1:10.77.9.3:*) ok ;; *) bad "a0: the root is not on the decoy: $ID" ;; esac
+    t0=$(now)
+    start_ranks $name "bond,eth" 10 3 1 65536
+    wait_ranks $name 30
+    for r in 0 1; do
+        expect_rc $name $r COLL_ERR_TIMEOUT
+        expect_msg $name $r "rank $r cannot reach the bootstrap root at 10.77.9.3:"
+        expect_msg $name $r "(COLL_SOCKET_IFNAME)"
+        expect_within $name $r "$t0" 12
+    done
+    expect_rc $name 2 COLL_ERR_TIMEOUT
+    expect_msg $name 2 "bootstrap timeout: 1 of 3 ranks checked in; missing: rank 0, rank 1."
+    expect_within $name 2 "$t0" 7
+fi
+
+# ---- a: the ranks pinned onto the decoy, the root reachable ----
+name=a
+note "--- a: ranks pinned with COLL_SOCKET_IFNAME=bond,eth (node3 picks the decoy), root by CIDR"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    t0=$(now)
+    start_ranks $name "bond,eth" 5 20 3 65536
+    wait_ranks $name 40
+    if grep -q "rank 2 of 3: 10.77.9.3:[0-9]* on eth0" "$WORK/$name.r2"; then ok; else
+        bad "a: rank 2 did not choose the decoy eth0 10.77.9.3"
+    fi
+    # rank 1 sends to rank 2 in the ring: its connect is answered by ICMP net unreachable
+    expect_rc $name 1 COLL_ERR_NETWORK
+    expect_msg $name 1 "rank 1 (10.77.1.2) cannot reach rank 2 (10.77.9.3:"
+    expect_msg $name 1 "pin one network on every rank with COLL_SOCKET_IFNAME"
+    # rank 0 learns it from rank 1's abort notice
+    expect_rc $name 0 COLL_ERR_REMOTE COLL_ERR_NETWORK
+    expect_msg $name 0 "cannot reach rank 2 (10.77.9.3:"
+    # rank 2 cannot be told (nothing reaches its address): it gives up at COLL_TIMEOUT
+    expect_rc $name 2 COLL_ERR_TIMEOUT COLL_ERR_REMOTE COLL_ERR_NETWORK
+    for r in 0 1 2; do expect_within $name $r "$t0" 12; done
+fi
+
+# ---- a2: as a, but node2 has no default route: its connect fails at once (ENETUNREACH) ----
+name=a2
+note "--- a2: as a, without a default route on node2 (connect() itself fails)"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    ip -n "$NS2" route del default
+    t0=$(now)
+    start_ranks $name "bond,eth" 5 20 3 65536
+    wait_ranks $name 40
+    ip -n "$NS2" route add default via 10.77.1.254
+    expect_rc $name 1 COLL_ERR_NETWORK
+    expect_msg $name 1 "rank 1 (10.77.1.2) cannot reach rank 2 (10.77.9.3:"
+    expect_msg $name 1 "pin one network on every rank with COLL_SOCKET_IFNAME"
+    expect_rc $name 0 COLL_ERR_REMOTE COLL_ERR_NETWORK
+    expect_msg $name 0 "cannot reach rank 2 (10.77.9.3:"
+    for r in 0 1 2; do expect_within $name $r "$t0" 12; done
+fi
+
+# ---- b: the fix, one network by CIDR, three interface names ----
+name=b
+note "--- b: COLL_SOCKET_IFNAME=10.77.1.0/24 on the root and every rank"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    start_ranks $name "10.77.1.0/24" 10 20 5 65536
+    wait_ranks $name 40
+    ifs=(bond0 eth1 ens5)
+    for r in 0 1 2; do
+        expect_rc $name $r COLL_SUCCESS
+        [ "$(field $name $r iters)" = 5 ] && [ "$(field $name $r bad)" = 0 ] && ok ||
+            bad "b: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
+        if grep -q "rank $r of 3: 10.77.1.$((r + 1)):[0-9]* on ${ifs[$r]}," "$WORK/$name.r$r"; then
+            ok
+        else
+            bad "b: rank $r did not log that it uses ${ifs[$r]} 10.77.1.$((r + 1))"
+        fi
+    done
+fi
+
+# ---- c: a link goes down mid-collective ----
+name=c
+note "--- c: node2's eth1 goes down during a loop of 4 MiB all_reduces (COLL_TIMEOUT=4)"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    start_ranks $name "10.77.1.0/24" 4 20 0 1048576
+    end=$((SECONDS + 40))
+    while [ "$SECONDS" -lt "$end" ]; do
+        n=0
+        for r in 0 1 2; do
+            [ "$(grep -c '^ITER' "$WORK/$name.r$r")" -ge 3 ] && n=$((n + 1))
+        done
+        [ "$n" -eq 3 ] && break
+        grep -q '^DIAG-RESULT' "$WORK/$name.r0" && break
+        sleep 0.05
+    done
+    if [ "$n" -eq 3 ]; then
+        ok
+        ip -n "$NS2" link set eth1 down
+        t0=$(now)
+        note "c: eth1 of node2 is down"
+        wait_ranks $name 40
+        for r in 0 2; do
+            expect_rc $name $r COLL_ERR_TIMEOUT COLL_ERR_REMOTE
+            expect_msg $name $r "rank 1 (pid "
+            expect_msg $name $r "on node"
+            expect_within $name $r "$t0" 8
+            [ "$(field $name $r bad)" = 0 ] && ok || bad "c: rank $r: wrong results before the failure"
+        done
+        # rank 1 itself must not hang either
+        expect_rc $name 1 COLL_ERR_TIMEOUT COLL_ERR_REMOTE COLL_ERR_NETWORK
+    else
+        bad "c: the ranks did not complete 3 all_reduces before the link went down"
+        wait_ranks $name 1
+    fi
+fi
+
+finish
