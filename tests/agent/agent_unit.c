@@ -1,0 +1,179 @@
+/* Unit tests of coll-agent internals: label selectors, YAML loading, kubeconfig parsing,
+ * base64/hex helpers and interface checks. */
+#define _GNU_SOURCE
+#include "kube.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures;
+
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                    \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static int sel(const char *selector, const char *labels)
+{
+    char err[256];
+    json_t *s = json_loads(selector, 0, NULL), *l = json_loads(labels, 0, NULL);
+    int r = agent_selector_matches(s, l, err, sizeof(err));
+    json_decref(s);
+    json_decref(l);
+    return r;
+}
+
+static void test_selectors(void)
+{
+    const char *pod = "{\"app\":\"train\",\"tier\":\"gpu\"}";
+    EXPECT(sel("{}", pod) == 1);
+    EXPECT(sel("null", pod) == 1);
+    EXPECT(sel("{\"matchLabels\":{\"app\":\"train\"}}", pod) == 1);
+    EXPECT(sel("{\"matchLabels\":{\"app\":\"serve\"}}", pod) == 0);
+    EXPECT(sel("{\"matchLabels\":{\"missing\":\"x\"}}", pod) == 0);
+    EXPECT(sel("{\"matchExpressions\":[{\"key\":\"tier\",\"operator\":\"In\",\"values\":[\"cpu\","
+               "\"gpu\"]}]}",
+               pod) == 1);
+    EXPECT(sel("{\"matchExpressions\":[{\"key\":\"tier\",\"operator\":\"NotIn\",\"values\":["
+               "\"gpu\"]}]}",
+               pod) == 0);
+    EXPECT(sel("{\"matchExpressions\":[{\"key\":\"zone\",\"operator\":\"NotIn\",\"values\":["
+               "\"a\"]}]}",
+               pod) == 1);
+    EXPECT(sel("{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"Exists\"}]}", pod) == 1);
+    EXPECT(sel("{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"DoesNotExist\"}]}", pod) ==
+           0);
+    EXPECT(sel("{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"Near\"}]}", pod) == -1);
+    EXPECT(sel("{\"matchExpressions\":[{\"operator\":\"Exists\"}]}", pod) == -1);
+    EXPECT(sel("{\"matchLabels\":{\"app\":3}}", pod) == -1);
+    EXPECT(sel("{\"matchLabels\":{\"app\":\"train\"},\"matchExpressions\":[{\"key\":\"tier\","
+               "\"operator\":\"In\",\"values\":[\"cpu\"]}]}",
+               pod) == 0);
+}
+
+static void test_yaml(void)
+{
+    char err[256];
+    const char *y = "a: 1\nb: \"2\"\nc: true\nd: [x, 07, ~]\ne: {f: g}\n";
+    json_t *j = agent_yaml_load(y, strlen(y), err, sizeof(err));
+    EXPECT(j != NULL);
+    EXPECT(json_integer_value(json_object_get(j, "a")) == 1);
+    EXPECT(json_is_string(json_object_get(j, "b")));
+    EXPECT(json_is_true(json_object_get(j, "c")));
+    EXPECT(json_is_string(json_array_get(json_object_get(j, "d"), 1))); /* 07 stays a string */
+    EXPECT(json_is_null(json_array_get(json_object_get(j, "d"), 2)));
+    EXPECT(strcmp(json_string_value(agent_json_path(j, "e.f")), "g") == 0);
+    json_decref(j);
+    j = agent_yaml_load("{\"k\": [1,2]}", 12, err, sizeof(err));
+    EXPECT(j && json_array_size(json_object_get(j, "k")) == 2);
+    json_decref(j);
+    j = agent_yaml_load("a: [1, 2\n", 9, err, sizeof(err));
+    EXPECT(j == NULL && strstr(err, "YAML error") != NULL);
+}
+
+static void test_kubeconfig(void)
+{
+    char dir[] = "/tmp/agent-unit-XXXXXX", path[256], err[1024];
+    agent_kube_creds_t c;
+    FILE *f;
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/config", dir);
+    f = fopen(path, "w");
+    EXPECT(f != NULL);
+    if (!f)
+        return;
+    fprintf(f, "apiVersion: v1\nkind: Config\ncurrent-context: b\n"
+               "contexts:\n- name: a\n  context: {cluster: c1, user: u1}\n"
+               "- name: b\n  context: {cluster: c2, user: u2, namespace: ns2}\n"
+               "clusters:\n- name: c1\n  cluster: {server: https://one:6443}\n"
+               "- name: c2\n  cluster:\n    server: https://two:6443/\n"
+               "    certificate-authority-data: aGVsbG8=\n"
+               "users:\n- name: u2\n  user:\n    client-certificate: certs/u2.crt\n"
+               "    client-key-data: a2V5\n");
+    fclose(f);
+    EXPECT(agent_creds_kubeconfig(path, &c, err, sizeof(err)) == 0);
+    EXPECT(strcmp(c.server, "https://two:6443") == 0);
+    EXPECT(c.ca_len == 5 && memcmp(c.ca_data, "hello", 5) == 0);
+    EXPECT(c.key_len == 3 && memcmp(c.key_data, "key", 3) == 0);
+    EXPECT(strstr(c.cert_file, "/certs/u2.crt") != NULL && c.cert_file[0] == '/');
+    EXPECT(strcmp(c.namespace_, "ns2") == 0);
+    agent_creds_free(&c);
+
+    f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "current-context: a\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\n"
+               "clusters:\n- name: c\n  cluster: {server: 'https://x', insecure-skip-tls-verify: "
+               "true}\nusers:\n- name: u\n  user: {token: t}\n");
+    fclose(f);
+    EXPECT(agent_creds_kubeconfig(path, &c, err, sizeof(err)) != 0);
+    EXPECT(strstr(err, "always verifies TLS") != NULL);
+
+    f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "current-context: a\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\n"
+               "clusters:\n- name: c\n  cluster: {server: 'http://x'}\n");
+    fclose(f);
+    EXPECT(agent_creds_kubeconfig(path, &c, err, sizeof(err)) != 0);
+    EXPECT(strstr(err, "https://") != NULL);
+
+    f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "current-context: a\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\n"
+               "clusters:\n- name: c\n  cluster: {server: 'https://x'}\n"
+               "users:\n- name: u\n  user:\n    exec: {command: aws}\n");
+    fclose(f);
+    EXPECT(agent_creds_kubeconfig(path, &c, err, sizeof(err)) != 0);
+    EXPECT(strstr(err, "exec") != NULL);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_helpers(void)
+{
+    unsigned char b[16], *dec = NULL;
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        b[i] = (unsigned char)(i * 17);
+    agent_hex(b, 16, hex);
+    EXPECT(strcmp(hex, "00112233445566778899aabbccddeeff") == 0);
+    memset(b, 0, sizeof(b));
+    EXPECT(agent_unhex(hex, b, 16) == 0 && b[15] == 0xff);
+    EXPECT(agent_unhex("zz112233445566778899aabbccddeeff", b, 16) != 0);
+    EXPECT(agent_unhex("0011", b, 16) != 0);
+    EXPECT(agent_base64_decode("a2NvbGw=", &dec) == 5 && memcmp(dec, "kcoll", 5) == 0);
+    free(dec);
+    EXPECT(agent_base64_decode("a2N*", &dec) == -1);
+    {
+        char found[64] = "", list[512];
+        EXPECT(agent_check_interface("lo", "", found, sizeof(found)) == 0);
+        EXPECT(strcmp(found, "127.0.0.1") == 0 || strcmp(found, "::1") == 0);
+        EXPECT(agent_check_interface("lo", "127.0.0.1", NULL, 0) == 0);
+        EXPECT(agent_check_interface("lo", "10.255.255.254", NULL, 0) == 2);
+        EXPECT(agent_check_interface("kcollnosuch9", "", NULL, 0) == 1);
+        agent_list_interfaces(list, sizeof(list));
+        EXPECT(strstr(list, "lo 127.0.0.1") != NULL);
+    }
+}
+
+int main(void)
+{
+    agent_log_init("error", NULL);
+    test_selectors();
+    test_yaml();
+    test_kubeconfig();
+    test_helpers();
+    if (failures) {
+        fprintf(stderr, "%d expectation(s) failed\n", failures);
+        return 1;
+    }
+    printf("agent_unit: all passed\n");
+    return 0;
+}
