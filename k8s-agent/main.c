@@ -285,7 +285,11 @@ static int open_kube(agent_ctx_t *ctx, agent_kube_creds_t *creds)
     if (rc != 0) {
         agent_condition_t c = {.fatal = 1};
         snprintf(c.type, sizeof(c.type), "CredentialsMissing");
-        snprintf(c.message, sizeof(c.message), "%s", err);
+        snprintf(c.message, sizeof(c.message), "%s%s", err,
+                 secure_getenv("KUBERNETES_SERVICE_HOST")
+                     ? ""
+                     : " (not in a pod: KUBERNETES_SERVICE_HOST is unset; without a cluster run "
+                       "coll-agent --topology FILE --rank N)");
         agent_set_failed(ctx, &c);
         return -1;
     }
