@@ -134,9 +134,8 @@ check_kube_tools() {
     local v
     v=$("$DEPS_BIN/helm" version --short 2>&1) || die "$DEPS_BIN/helm does not run: $v"
     log "helm $v"
-    v=$("$DEPS_BIN/kubectl" version --client 2>&1 | head -n 1) ||
-        die "$DEPS_BIN/kubectl does not run: $v"
-    log "kubectl: $v"
+    v=$("$DEPS_BIN/kubectl" version --client 2>&1) || die "$DEPS_BIN/kubectl does not run: $v"
+    log "kubectl: ${v%%$'\n'*}"
 }
 
 install_packages
