@@ -30,15 +30,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data + 1, size - 1);
     text[size - 1] = '\0';
     if ((sel & 1) == 0) {
-        /* spec \0 name \0 address bytes */
+        /* spec \0 name \0 address bytes; text[tl] is the terminating NUL */
+        const size_t tl = size - 1;
         const char *spec = text;
-        size_t sl = strlen(spec);
-        const char *name = sl + 1 < size - 1 ? text + sl + 1 : "";
-        size_t nl = strlen(name);
-        const uint8_t *ab = (const uint8_t *)name + nl + 1;
-        size_t an = (const uint8_t *)text + size - 1 > ab
-                        ? (size_t)((const uint8_t *)text + size - 1 - ab)
-                        : 0;
+        size_t off = strlen(spec) + 1;
+        if (off > tl)
+            off = tl;
+        const char *name = text + off;
+        size_t aoff = off + strlen(name) + 1;
+        const uint8_t *ab = (const uint8_t *)text + (aoff < tl ? aoff : tl);
+        size_t an = aoff < tl ? tl - aoff : 0;
         struct sockaddr_storage ss;
         memset(&ss, 0, sizeof(ss));
         if (sel & 2) {
