@@ -36,6 +36,8 @@ struct dh_job {
     int fd[DH_MAX_RANKS + 1];
     char *buf[DH_MAX_RANKS + 1];
     size_t len[DH_MAX_RANKS + 1], cap[DH_MAX_RANKS + 1], echoed[DH_MAX_RANKS + 1];
+    long lines_echoed[DH_MAX_RANKS + 1];
+    int truncated[DH_MAX_RANKS + 1];
     int status[DH_MAX_RANKS + 1];
     int exited[DH_MAX_RANKS + 1];
     int expect_sig[DH_MAX_RANKS + 1];
@@ -291,8 +293,20 @@ void dh_record_slot(dh_ctx_t *ctx, int slot, const char *what, coll_result_t rc)
     __atomic_store_n(&o->done, 1, __ATOMIC_SEQ_CST);
 }
 
+/* A runaway process (a log flood) must not exhaust memory or the ctest log. */
+#define DH_KEEP_BYTES (8u << 20)
+#define DH_ECHO_LINES 400
+
 static void append(dh_job_t *j, int i, const char *data, size_t n)
 {
+    if (j->len[i] + n > DH_KEEP_BYTES) {
+        if (!j->truncated[i])
+            dh_log("output of %s %d exceeds %u MiB: the rest is dropped",
+                   i == HOLDER ? "the root holder" : "rank", i == HOLDER ? -1 : i,
+                   DH_KEEP_BYTES >> 20);
+        j->truncated[i] = 1;
+        return;
+    }
     if (j->len[i] + n + 1 > j->cap[i]) {
         size_t cap = j->cap[i] ? j->cap[i] : 4096;
         while (cap < j->len[i] + n + 1)
@@ -320,7 +334,10 @@ static void append(dh_job_t *j, int i, const char *data, size_t n)
         else
             snprintf(pre, sizeof(pre), "  r%-3d| ", i);
         size_t ll = (size_t)(nl - start) + 1;
-        char *line = malloc(ll + sizeof(pre));
+        char *line = ++j->lines_echoed[i] <= DH_ECHO_LINES ? malloc(ll + sizeof(pre)) : NULL;
+        if (j->lines_echoed[i] == DH_ECHO_LINES + 1)
+            dh_log("%s %d printed more than %d lines: not echoing the rest",
+                   i == HOLDER ? "root holder" : "rank", i == HOLDER ? -1 : i, DH_ECHO_LINES);
         if (line) {
             size_t pl = strlen(pre);
             memcpy(line, pre, pl);

@@ -4,11 +4,13 @@
  *   test_faults rootgone  the process that created the unique id is gone; COLL_BOOTSTRAP_TIMEOUT=3
  *   test_faults stopped   4 ranks loop all_reduces; rank 2 gets SIGSTOP; COLL_TIMEOUT=3
  *   test_faults abort     4 ranks loop all_reduces; rank 1 calls coll_comm_abort
+ *   test_faults fdlimit   16 ranks all_to_all; rank 0 runs with a descriptor limit of 24
  * The others must fail within the timeout plus a margin, with the code and a message that names
  * the rank at fault.
  */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,7 @@
 #define COUNT  (256 * 1024) /* float32: 1 MiB, the ring algorithm */
 #define MARGIN 3.0          /* seconds of slack on a busy (or sanitized) 2-core machine */
 
-enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT };
+enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT };
 enum { U_DONE = 0 }; /* dh_shared.user[] slots */
 
 typedef struct fargs {
@@ -109,6 +111,79 @@ static void loop_body(dh_ctx_t *ctx)
     CHECK_RC(coll_comm_abort(comm), COLL_SUCCESS, coll_get_last_error(), "abort");
     free(s);
     free(r);
+}
+
+#define FD_RANKS 16
+#define FD_LIMIT 24
+
+static void fdlimit_body(dh_ctx_t *ctx)
+{
+    const fargs_t *a = ctx->arg;
+    if (ctx->rank == a->victim) {
+        struct rlimit rl = {FD_LIMIT, FD_LIMIT};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            dh_fail("setrlimit: cannot lower the descriptor limit");
+    }
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    size_t count = 1024, bytes = count * sizeof(int32_t) * (size_t)ctx->nranks;
+    int32_t *s = calloc(1, bytes), *r = calloc(1, bytes);
+    dh_begin(ctx, ctx->rank);
+    rc = coll_all_to_all(s, r, count, COLL_INT32, comm, NULL);
+    dh_record(ctx, "all_to_all", rc);
+    wait_all_done(ctx, 40);
+    coll_comm_abort(comm);
+    free(s);
+    free(r);
+}
+
+static void test_fdlimit(fargs_t *a)
+{
+    dh_setenv("COLL_TIMEOUT", "5");
+    dh_opts_t o = {.name = "rank 0 with a descriptor limit of 24 in a 16-rank all_to_all",
+                   .nranks = FD_RANKS,
+                   .deadline_s = 60,
+                   .body = fdlimit_body,
+                   .arg = a};
+    dh_log("--- %s (COLL_TIMEOUT=5)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    const dh_out_t *v = &dh_shared(j)->out[0];
+    char want[256];
+    snprintf(want, sizeof(want),
+             "the open-file limit (ulimit -n) is %d (hard %d) but an all-to-all over %d ranks "
+             "with 1 streams needs about %d descriptors; raise it",
+             FD_LIMIT, FD_LIMIT, FD_RANKS, (FD_RANKS - 1) * 2 + 64);
+    CHECK(dh_count_lines(dh_output(j, 0), "kcoll WARN NET", want) == 1,
+          "rank 0 warns about the descriptor limit at init: \"%s\"", want);
+    dh_log("rank 0: %s: %s", dh_rc_name(v->rc), v->msg);
+    CHECK_RC(v->rc, COLL_ERR_SYSTEM, v->msg, "rank 0: all_to_all over its descriptor limit");
+    CHECK_HAS(v->msg, "Too many open files", "rank 0: says why");
+    CHECK(v->t - v->t0 < MARGIN, "rank 0 failed after %.1f s (want < %.0f; COLL_TIMEOUT is 5)",
+          v->t - v->t0, MARGIN);
+    /* the place that decides an error logs it once */
+    int floods = dh_count_lines(dh_output(j, 0), "accept: Too many open files", NULL);
+    CHECK(floods <= 3, "rank 0 logged \"accept: Too many open files\" %d%s times", floods,
+          floods > 100000 ? "+" : "");
+    int remote = 0; /* ranks that finished before rank 0 failed may return COLL_SUCCESS */
+    for (int r = 1; r < FD_RANKS; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        if (out->rc == COLL_SUCCESS)
+            continue; /* exchanged everything with rank 0 before it failed */
+        remote++;
+        CHECK_RC(out->rc, COLL_ERR_REMOTE, out->msg, "rank %d", r);
+        snprintf(want, sizeof(want), "rank 0 (pid %d on ", (int)dh_pid(j, 0));
+        CHECK_HAS(out->msg, want, "rank %d: names rank 0", r);
+        CHECK_HAS(out->msg, "Too many open files", "rank %d: carries rank 0's reason", r);
+        CHECK(out->t - out->t0 < 5.0, "rank %d failed after %.1f s", r, out->t - out->t0);
+    }
+    dh_log("%d other ranks failed, naming rank 0; the rest completed their exchange with it",
+           remote);
+    dh_free(j);
 }
 
 static void test_noinit(fargs_t *a)
@@ -298,8 +373,12 @@ int main(int argc, char **argv)
         a.mode = M_ABORT;
         a.victim = 1;
         test_loop(&a);
+    } else if (strcmp(m, "fdlimit") == 0) {
+        a.mode = M_FDLIMIT;
+        a.victim = 0;
+        test_fdlimit(&a);
     } else {
-        printf("usage: test_faults noinit|rootgone|stopped|abort\n");
+        printf("usage: test_faults noinit|rootgone|stopped|abort|fdlimit\n");
         return 2;
     }
     return dh_finish();
