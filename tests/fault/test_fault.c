@@ -6,6 +6,8 @@
  *   noinit       rank 3 never calls coll_comm_init_rank (COLL_BOOTSTRAP_TIMEOUT)
  *   noinit2      ranks 0 and 2 never call coll_comm_init_rank
  *   mismatch     2 ranks call collectives that differ in count / datatype / op / root / kind
+ *   stop         the parent SIGSTOPs rank 2 inside iteration 4: alive but stuck, its sockets
+ *                stay open, so only the COLL_TIMEOUT deadline can end the wait
  * Survivors must fail (not hang) within COLL_TIMEOUT (+ margin), name the failed rank, report
  * the async error, and destroy/abort without hanging.
  */
@@ -22,13 +24,22 @@
 #define COUNT     (2u * 1024 * 1024) /* float32: 8 MiB */
 #define MAX_ITERS 100000
 
-typedef enum { M_KILL_SELF, M_KILL_PARENT, M_ABORT, M_NOINIT, M_NOINIT2, M_MISMATCH } mode_t_;
+typedef enum {
+    M_KILL_SELF,
+    M_KILL_PARENT,
+    M_ABORT,
+    M_NOINIT,
+    M_NOINIT2,
+    M_MISMATCH,
+    M_STOP
+} mode_t_;
 
 typedef struct fshared {
     double t_fail; /* when the victim died / aborted (mp_now) */
     long iters[MP_MAX_RANKS];
     long killed;
-    long done; /* survivors that finished their checks */
+    long done;  /* survivors that finished their checks */
+    long named; /* survivors whose error named the victim */
     long rc[MP_MAX_RANKS];
 } fshared_t;
 
@@ -40,8 +51,8 @@ typedef struct fargs {
     int sub; /* mismatch variant */
 } fargs_t;
 
-static const char *mode_names[] = {"kill_self", "kill_parent", "abort",
-                                   "noinit",    "noinit2",     "mismatch"};
+static const char *mode_names[] = {"kill_self", "kill_parent", "abort", "noinit",
+                                   "noinit2",   "mismatch",    "stop"};
 
 static void wait_done(fshared_t *fs, long want, double max_s)
 {
@@ -61,7 +72,10 @@ static void survivor_checks(mp_ctx_t *ctx, const fargs_t *a, coll_result_t rc, d
     double t_fail = mp_load_d(&fs->t_fail);
     double elapsed = t_fail > 0 ? t_err - t_fail : -1;
     mp_log("%s: failed with %s %.2f s after rank %d %s: \"%s\"", mode_names[a->mode],
-           mp_result_name(rc), elapsed, a->victim, a->mode == M_ABORT ? "aborted" : "died",
+           mp_result_name(rc), elapsed, a->victim,
+           a->mode == M_ABORT  ? "aborted"
+           : a->mode == M_STOP ? "was stopped"
+                               : "died",
            msgcopy);
     CHECK(t_fail > 0, "the collective failed before rank %d failed (%s: \"%s\")", a->victim,
           mp_result_name(rc), msgcopy);
@@ -78,8 +92,16 @@ static void survivor_checks(mp_ctx_t *ctx, const fargs_t *a, coll_result_t rc, d
     CHECK(elapsed >= 0 && elapsed < a->timeout + a->margin,
           "error came %.2f s after the failure of rank %d (limit: COLL_TIMEOUT %.0f s + %.0f s)",
           elapsed, a->victim, a->timeout, a->margin);
-    CHECK(mp_mentions_rank(msgcopy, a->victim), "the last error does not name rank %d: \"%s\"",
-          a->victim, msgcopy);
+    if (a->mode == M_STOP) {
+        /* A stuck rank: only its neighbours can see that it is the one not moving; the
+         * others may time out on a neighbour first. At least one survivor must name it
+         * (checked by the parent). */
+        if (mp_mentions_rank(msgcopy, a->victim))
+            mp_add(&fs->named, 1);
+    } else {
+        CHECK(mp_mentions_rank(msgcopy, a->victim), "the last error does not name rank %d: \"%s\"",
+              a->victim, msgcopy);
+    }
 
     coll_result_t ae = COLL_SUCCESS;
     coll_result_t arc = coll_comm_get_async_error(ctx->comm, &ae);
@@ -170,6 +192,35 @@ static void loop_body(mp_ctx_t *ctx)
 out:
     free(s);
     free(r);
+}
+
+/* SIGSTOP the victim inside iteration 4; SIGKILL it once the survivors are done. */
+static void stop_poll(mp_parent_t *p)
+{
+    const fargs_t *a = p->arg;
+    fshared_t *fs = p->shared;
+    if (p->exited[a->victim])
+        return;
+    if (!fs->killed && mp_load(&fs->iters[a->victim]) >= 3) {
+        mp_store_d(&fs->t_fail, mp_now());
+        kill(p->pids[a->victim], SIGSTOP);
+        fs->killed = 1;
+    } else if (fs->killed == 1 && mp_load(&fs->done) >= p->nranks - 1) {
+        kill(p->pids[a->victim], SIGKILL);
+        fs->killed = 2;
+    } else if (fs->killed == 1 && mp_now() > mp_load_d(&fs->t_fail) + 3 * a->timeout + 20) {
+        kill(p->pids[a->victim], SIGKILL); /* survivors hang: let the deadline report them */
+        fs->killed = 2;
+    }
+}
+
+static void stop_done(mp_parent_t *p)
+{
+    const fargs_t *a = p->arg;
+    fshared_t *fs = p->shared;
+    long named = mp_load(&fs->named);
+    CHECK(named >= 1, "no survivor's error named the stuck rank %d", a->victim);
+    mp_log("stop: %ld of %d survivors named rank %d", named, p->nranks - 1, a->victim);
 }
 
 static void kill_poll(mp_parent_t *p)
@@ -347,13 +398,14 @@ int main(int argc, char **argv)
 {
     mp_init();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s kill_self|kill_parent|abort|noinit|noinit2|mismatch\n", argv[0]);
+        fprintf(stderr, "usage: %s kill_self|kill_parent|abort|noinit|noinit2|mismatch|stop\n",
+                argv[0]);
         return 2;
     }
     fargs_t a;
     memset(&a, 0, sizeof(a));
     a.mode = (mode_t_)-1;
-    for (int m = 0; m <= M_MISMATCH; m++)
+    for (int m = 0; m <= M_STOP; m++)
         if (strcmp(argv[1], mode_names[m]) == 0)
             a.mode = (mode_t_)m;
     if ((int)a.mode < 0) {
@@ -377,6 +429,14 @@ int main(int argc, char **argv)
         o.expect_sigkill_rank = 2;
         if (a.mode == M_KILL_PARENT)
             o.parent_poll = kill_poll;
+        break;
+    case M_STOP:
+        a.victim = 2;
+        a.timeout = mp_env_int("COLL_TIMEOUT", 10);
+        o.body = loop_body;
+        o.expect_sigkill_rank = 2;
+        o.parent_poll = stop_poll;
+        o.parent_done = stop_done;
         break;
     case M_ABORT:
         a.victim = 1;

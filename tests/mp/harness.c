@@ -22,6 +22,8 @@ typedef struct report {
     long passed[MP_MAX_RANKS];
     long failed[MP_MAX_RANKS];
     long reported[MP_MAX_RANKS];
+    long id_state; /* 0: not yet, 1: id is valid, -1: the parent could not create one */
+    coll_unique_id_t id;
 } report_t;
 
 static const char *who(char *buf, size_t len)
@@ -264,12 +266,23 @@ void mp_buf_free(mp_buf_t *b)
 
 /* ---- processes ---- */
 
-static void child_main(const mp_opts_t *o, int rank, coll_unique_id_t id, void *shared,
-                       report_t *rep)
+static void child_main(const mp_opts_t *o, int rank, void *shared, report_t *rep)
 {
     mp_rank = rank;
     mp_passed = 0;
     mp_failed = 0;
+    /* wait for the parent's unique id */
+    double until = mp_now() + 60;
+    long st;
+    while ((st = __atomic_load_n(&rep->id_state, __ATOMIC_SEQ_CST)) == 0 && mp_now() < until)
+        mp_sleep(0.001);
+    if (st != 1) {
+        if (st == 0)
+            mp_fail("%s: no unique id from the parent after 60 s", o->name);
+        fflush(stdout);
+        _exit(3);
+    }
+    coll_unique_id_t id = rep->id;
     mp_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));
     ctx.rank = rank;
@@ -305,6 +318,18 @@ out:
     _exit(mp_failed ? 1 : 0);
 }
 
+/* MP_GDB_ON_HANG=1: print every thread's stack of a hung rank before killing it. */
+static void dump_stacks(int rank, pid_t pid)
+{
+    char cmd[256];
+    mp_log("rank %d (pid %d) hung; its threads:", rank, (int)pid);
+    snprintf(cmd, sizeof(cmd),
+             "gdb -q -batch -p %d -ex 'thread apply all bt 30' 2>&1 | grep -E '^(Thread|#)'",
+             (int)pid);
+    if (system(cmd) != 0)
+        mp_log("(gdb failed)");
+}
+
 long mp_run(const mp_opts_t *o)
 {
     long failed_before = mp_failed;
@@ -324,21 +349,19 @@ long mp_run(const mp_opts_t *o)
     memset(shared, 0, MP_SHARED_BYTES);
     memset(rep, 0, sizeof(*rep));
 
-    coll_unique_id_t id;
-    memset(&id, 0, sizeof(id));
-    coll_result_t rc = coll_get_unique_id_ifname(&id, "lo");
-    if (!CHECK_RC(rc, COLL_SUCCESS, "%s: coll_get_unique_id_ifname(\"lo\")", name)) {
-        munmap(shared, MP_SHARED_BYTES);
-        munmap(rep, sizeof(*rep));
-        return mp_failed - failed_before;
-    }
-
+    /*
+     * Fork first, then create the unique id (which starts the bootstrap root thread in this
+     * process) and hand it to the children through shared memory: a fork while a library
+     * thread runs can copy a lock held by that thread into the child (seen with the ASan
+     * allocator: children deadlocked in calloc), so no fork happens after the id exists.
+     */
     pid_t pids[MP_MAX_RANKS];
     int exited[MP_MAX_RANKS];
     int status[MP_MAX_RANKS];
     int hung[MP_MAX_RANKS];
     memset(exited, 0, sizeof(exited));
     memset(hung, 0, sizeof(hung));
+    memset(status, 0, sizeof(status));
     fflush(stdout);
     fflush(stderr);
     for (int r = 0; r < o->nranks; r++) {
@@ -349,11 +372,28 @@ long mp_run(const mp_opts_t *o)
                 kill(pids[k], SIGKILL);
             for (int k = 0; k < r; k++)
                 waitpid(pids[k], NULL, 0);
+            munmap(shared, MP_SHARED_BYTES);
+            munmap(rep, sizeof(*rep));
             return mp_failed - failed_before;
         }
         if (pid == 0)
-            child_main(o, r, id, shared, rep);
+            child_main(o, r, shared, rep);
         pids[r] = pid;
+    }
+
+    coll_unique_id_t id;
+    memset(&id, 0, sizeof(id));
+    coll_result_t rc = o->no_id ? COLL_SUCCESS : coll_get_unique_id_ifname(&id, "lo");
+    if (CHECK_RC(rc, COLL_SUCCESS, "%s: coll_get_unique_id_ifname(\"lo\")", name)) {
+        rep->id = id;
+        __atomic_store_n(&rep->id_state, 1, __ATOMIC_SEQ_CST);
+    } else {
+        __atomic_store_n(&rep->id_state, -1, __ATOMIC_SEQ_CST);
+        for (int r = 0; r < o->nranks; r++)
+            waitpid(pids[r], NULL, 0);
+        munmap(shared, MP_SHARED_BYTES);
+        munmap(rep, sizeof(*rep));
+        return mp_failed - failed_before;
     }
 
     mp_parent_t par = {o->nranks, pids, exited, shared, o->arg};
@@ -377,6 +417,8 @@ long mp_run(const mp_opts_t *o)
             for (int r = 0; r < o->nranks; r++) {
                 if (!exited[r]) {
                     hung[r] = 1;
+                    if (getenv("MP_GDB_ON_HANG"))
+                        dump_stacks(r, pids[r]);
                     kill(pids[r], SIGKILL);
                 }
             }

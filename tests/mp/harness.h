@@ -1,8 +1,9 @@
 /*
- * Multi-process test harness: the parent creates a unique id (which starts the bootstrap root
- * thread in the parent), forks one child per rank, each child joins the communicator and runs
- * a test body; the parent waits with a deadline, kills everything that hangs and sums the
- * per-rank pass/fail counts that the children leave in shared memory.
+ * Multi-process test harness: the parent forks one child per rank, then creates a unique id
+ * (which starts the bootstrap root thread in the parent) and hands it to the children through
+ * shared memory; each child joins the communicator and runs a test body; the parent waits with
+ * a deadline, kills everything that hangs and sums the per-rank pass/fail counts that the
+ * children leave in shared memory.
  *
  * Only the public API (coll.h) is used.
  */
@@ -41,6 +42,7 @@ typedef struct mp_opts {
     int nranks;
     double deadline_s;       /* the parent kills every rank still running after this */
     int manual_init;         /* the body calls coll_comm_init_rank itself (ctx->id) */
+    int no_id;               /* no unique id (and no root thread): ctx->id is all zero */
     int expect_sigkill_rank; /* this rank is expected to die by SIGKILL; -1 for none */
     void (*body)(mp_ctx_t *ctx);
     void (*parent_poll)(mp_parent_t *p); /* optional, called every few ms while ranks run */

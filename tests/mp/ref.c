@@ -324,8 +324,8 @@ static uint64_t raw_reduced(const ref_gen_t *g, int nranks, size_t idx)
 static struct {
     ref_gen_t key;
     int valid;
-    uint64_t *input[MP_MAX_RANKS];
-    uint64_t *reduced;
+    unsigned char *input[MP_MAX_RANKS]; /* one period of elements, in memory layout */
+    unsigned char *reduced;
     int reduced_n;
 } tab;
 
@@ -344,30 +344,32 @@ static void tab_reset(const ref_gen_t *g)
     tab.valid = 1;
 }
 
-static const uint64_t *input_table(const ref_gen_t *g, int rank)
+static const unsigned char *input_table(const ref_gen_t *g, int rank)
 {
     tab_reset(g);
     if (!tab.input[rank]) {
-        uint64_t *t = malloc(REF_PERIOD * sizeof(uint64_t));
+        size_t esz = ref_dt_size(g->dt);
+        unsigned char *t = malloc(REF_PERIOD * esz);
         if (!t)
             abort();
         for (size_t i = 0; i < REF_PERIOD; i++)
-            t[i] = raw_input(g, rank, i);
+            ref_store(t, i, esz, raw_input(g, rank, i));
         tab.input[rank] = t;
     }
     return tab.input[rank];
 }
 
-static const uint64_t *reduced_table(const ref_gen_t *g, int nranks)
+static const unsigned char *reduced_table(const ref_gen_t *g, int nranks)
 {
     tab_reset(g);
     if (!tab.reduced || tab.reduced_n != nranks) {
         free(tab.reduced);
-        uint64_t *t = malloc(REF_PERIOD * sizeof(uint64_t));
+        size_t esz = ref_dt_size(g->dt);
+        unsigned char *t = malloc(REF_PERIOD * esz);
         if (!t)
             abort();
         for (size_t i = 0; i < REF_PERIOD; i++)
-            t[i] = raw_reduced(g, nranks, i);
+            ref_store(t, i, esz, raw_reduced(g, nranks, i));
         tab.reduced = t;
         tab.reduced_n = nranks;
     }
@@ -444,12 +446,15 @@ void ref_fill_input(void *buf, const ref_gen_t *g, int rank, size_t first, size_
             ref_store(buf, i, esz, ref_input(g, rank, first + i));
         return;
     }
-    const uint64_t *t = input_table(g, rank);
+    const unsigned char *t = input_table(g, rank);
+    unsigned char *out = buf;
     size_t k = first % REF_PERIOD;
-    for (size_t i = 0; i < count; i++) {
-        ref_store(buf, i, esz, t[k]);
-        if (++k == REF_PERIOD)
-            k = 0;
+    while (count > 0) {
+        size_t n = REF_PERIOD - k < count ? REF_PERIOD - k : count;
+        memcpy(out, t + k * esz, n * esz);
+        out += n * esz;
+        count -= n;
+        k = 0;
     }
 }
 
@@ -496,21 +501,36 @@ static void report_mismatch(const char *what, coll_datatype_t dt, size_t idx, ui
     mp_log("  %s: element %zu: expected %s, got %s", what, idx, e, g);
 }
 
-/* Either a table (t) or, for short buffers, direct computation (rank >= 0: inputs of rank;
+/* Either a table image t (compared a period-chunk at a time, element by element only where a
+ * chunk differs) or, for short buffers, direct computation (rank >= 0: the inputs of rank;
  * otherwise the reduction over nranks). */
-static size_t check_table(const void *buf, const ref_gen_t *g, const uint64_t *t, int rank,
+static size_t check_table(const void *buf, const ref_gen_t *g, const unsigned char *t, int rank,
                           int nranks, size_t first, size_t count, const char *what)
 {
     coll_datatype_t dt = g->dt;
     size_t esz = ref_dt_size(dt), bad = 0;
-    size_t k = first % REF_PERIOD;
-    for (size_t i = 0; i < count; i++) {
-        uint64_t exp = t ? t[k] : rank >= 0 ? raw_input(g, rank, k) : raw_reduced(g, nranks, k);
-        uint64_t got = ref_load(buf, i, esz);
-        if (exp != got && bad++ < MAX_REPORTED)
-            report_mismatch(what, dt, i, exp, got);
-        if (++k == REF_PERIOD)
-            k = 0;
+    size_t k = first % REF_PERIOD, i = 0;
+    while (i < count) {
+        size_t n = count - i;
+        if (t) {
+            if (n > REF_PERIOD - k)
+                n = REF_PERIOD - k;
+            if (memcmp((const unsigned char *)buf + i * esz, t + k * esz, n * esz) == 0) {
+                i += n;
+                k = 0;
+                continue;
+            }
+        }
+        for (size_t e = 0; e < n; e++, i++) {
+            uint64_t exp = t           ? ref_load(t, k, esz)
+                           : rank >= 0 ? raw_input(g, rank, k)
+                                       : raw_reduced(g, nranks, k);
+            uint64_t got = ref_load(buf, i, esz);
+            if (exp != got && bad++ < MAX_REPORTED)
+                report_mismatch(what, dt, i, exp, got);
+            if (++k == REF_PERIOD)
+                k = 0;
+        }
     }
     if (bad > MAX_REPORTED)
         mp_log("  %s: %zu of %zu elements differ", what, bad, count);
@@ -520,14 +540,14 @@ static size_t check_table(const void *buf, const ref_gen_t *g, const uint64_t *t
 size_t ref_check_input(const void *buf, const ref_gen_t *g, int rank, size_t first, size_t count,
                        const char *what)
 {
-    const uint64_t *t = count >= TABLE_MIN_COUNT ? input_table(g, rank) : NULL;
+    const unsigned char *t = count >= TABLE_MIN_COUNT ? input_table(g, rank) : NULL;
     return check_table(buf, g, t, rank, 0, first, count, what);
 }
 
 size_t ref_check_reduced(const void *buf, const ref_gen_t *g, int nranks, size_t first,
                          size_t count, const char *what)
 {
-    const uint64_t *t = count >= TABLE_MIN_COUNT ? reduced_table(g, nranks) : NULL;
+    const unsigned char *t = count >= TABLE_MIN_COUNT ? reduced_table(g, nranks) : NULL;
     return check_table(buf, g, t, -1, nranks, first, count, what);
 }
 

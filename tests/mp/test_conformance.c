@@ -42,6 +42,7 @@ static int kind_has_root(kind_t k)
 typedef struct conf_args {
     int kinds[K_NUM];
     int large;
+    int verbose; /* MP_VERBOSE=1: rank 0 logs the time of every large case */
 } conf_args_t;
 
 typedef struct ccase {
@@ -66,15 +67,21 @@ static int large_selected(kind_t k, coll_datatype_t dt, coll_op_t op)
     return dt == COLL_INT8 || dt == COLL_BFLOAT16 || dt == COLL_FLOAT32 || dt == COLL_FLOAT64;
 }
 
-/* Checks shared by every case. Returns 0 when the communicator is no longer usable. */
-static int check_call(const ccase_t *c, coll_result_t rc)
+/*
+ * Checks the result of the call. A failed call stops the run (returns 0) only when the
+ * communicator reports an async error; a local rejection (the same on every rank, e.g. a
+ * combination the library refuses) is reported and the run goes on with the next case.
+ */
+static int check_call(const ccase_t *c, coll_comm_t comm, coll_result_t rc)
 {
-    if (rc != COLL_SUCCESS) {
-        mp_fail("%s: returned %s (%d); last error: \"%s\"", c->desc, mp_result_name(rc), (int)rc,
-                coll_get_last_error());
+    if (rc == COLL_SUCCESS)
+        return 1;
+    mp_fail("%s: returned %s (%d); last error: \"%s\"", c->desc, mp_result_name(rc), (int)rc,
+            coll_get_last_error());
+    coll_result_t ae = COLL_SUCCESS;
+    if (coll_comm_get_async_error(comm, &ae) != COLL_SUCCESS || ae != COLL_SUCCESS)
         return 0;
-    }
-    return 1;
+    return -1;
 }
 
 static void verdict(const ccase_t *c, size_t bad)
@@ -91,13 +98,14 @@ static int run_all_reduce(coll_comm_t comm, int rank, int n, ccase_t *c)
     size_t esz = ref_dt_size(c->dt), bytes = c->count * esz, bad = 0;
     mp_buf_t sb, rb;
     coll_result_t rc;
+    int ok;
     if (c->inplace) {
         void *buf = mp_buf_alloc(&rb, bytes, POISON);
         ref_fill_input(buf, &g, rank, 0, c->count);
         rc = coll_all_reduce(buf, buf, c->count, c->dt, c->op, comm, NULL);
-        if (!check_call(c, rc)) {
+        if ((ok = check_call(c, comm, rc)) != 1) {
             mp_buf_free(&rb);
-            return 0;
+            return ok == 0 ? 0 : 1;
         }
         bad += ref_check_reduced(buf, &g, n, 0, c->count, c->desc);
         bad += !mp_buf_guards_ok(&rb, c->desc);
@@ -107,10 +115,10 @@ static int run_all_reduce(coll_comm_t comm, int rank, int n, ccase_t *c)
         void *r = mp_buf_alloc(&rb, bytes, POISON);
         ref_fill_input(s, &g, rank, 0, c->count);
         rc = coll_all_reduce(s, r, c->count, c->dt, c->op, comm, NULL);
-        if (!check_call(c, rc)) {
+        if ((ok = check_call(c, comm, rc)) != 1) {
             mp_buf_free(&sb);
             mp_buf_free(&rb);
-            return 0;
+            return ok == 0 ? 0 : 1;
         }
         bad += ref_check_reduced(r, &g, n, 0, c->count, c->desc);
         bad += ref_check_input(s, &g, rank, 0, c->count, "sendbuf changed");
@@ -129,15 +137,16 @@ static int run_broadcast(coll_comm_t comm, int rank, int n, ccase_t *c)
     size_t esz = ref_dt_size(c->dt), bytes = c->count * esz, bad = 0;
     mp_buf_t sb, rb;
     coll_result_t rc;
+    int ok;
     (void)n;
     if (c->inplace) {
         void *buf = mp_buf_alloc(&rb, bytes, POISON);
         if (rank == c->root)
             ref_fill_input(buf, &g, rank, 0, c->count);
         rc = coll_broadcast(buf, buf, c->count, c->dt, c->root, comm, NULL);
-        if (!check_call(c, rc)) {
+        if ((ok = check_call(c, comm, rc)) != 1) {
             mp_buf_free(&rb);
-            return 0;
+            return ok == 0 ? 0 : 1;
         }
         bad += ref_check_input(buf, &g, c->root, 0, c->count, c->desc);
         bad += !mp_buf_guards_ok(&rb, c->desc);
@@ -149,10 +158,10 @@ static int run_broadcast(coll_comm_t comm, int rank, int n, ccase_t *c)
         if (rank == c->root)
             ref_fill_input(s, &g, rank, 0, c->count);
         rc = coll_broadcast(s, r, c->count, c->dt, c->root, comm, NULL);
-        if (!check_call(c, rc)) {
+        if ((ok = check_call(c, comm, rc)) != 1) {
             mp_buf_free(&sb);
             mp_buf_free(&rb);
-            return 0;
+            return ok == 0 ? 0 : 1;
         }
         bad += ref_check_input(r, &g, c->root, 0, c->count, c->desc);
         if (rank == c->root)
@@ -174,13 +183,14 @@ static int run_reduce(coll_comm_t comm, int rank, int n, ccase_t *c)
     size_t esz = ref_dt_size(c->dt), bytes = c->count * esz, bad = 0;
     mp_buf_t sb, rb;
     coll_result_t rc;
+    int ok;
     if (c->inplace) {
         void *buf = mp_buf_alloc(&rb, bytes, POISON);
         ref_fill_input(buf, &g, rank, 0, c->count);
         rc = coll_reduce(buf, buf, c->count, c->dt, c->op, c->root, comm, NULL);
-        if (!check_call(c, rc)) {
+        if ((ok = check_call(c, comm, rc)) != 1) {
             mp_buf_free(&rb);
-            return 0;
+            return ok == 0 ? 0 : 1;
         }
         if (rank == c->root)
             bad += ref_check_reduced(buf, &g, n, 0, c->count, c->desc);
@@ -193,10 +203,10 @@ static int run_reduce(coll_comm_t comm, int rank, int n, ccase_t *c)
         void *r = mp_buf_alloc(&rb, bytes, OTHER);
         ref_fill_input(s, &g, rank, 0, c->count);
         rc = coll_reduce(s, r, c->count, c->dt, c->op, c->root, comm, NULL);
-        if (!check_call(c, rc)) {
+        if ((ok = check_call(c, comm, rc)) != 1) {
             mp_buf_free(&sb);
             mp_buf_free(&rb);
-            return 0;
+            return ok == 0 ? 0 : 1;
         }
         if (rank == c->root)
             bad += ref_check_reduced(r, &g, n, 0, c->count, c->desc);
@@ -218,6 +228,7 @@ static int run_all_gather(coll_comm_t comm, int rank, int n, ccase_t *c)
     size_t esz = ref_dt_size(c->dt), bytes = c->count * esz, bad = 0;
     mp_buf_t sb, rb;
     coll_result_t rc;
+    int ok;
     char what[200];
     unsigned char *r = mp_buf_alloc(&rb, bytes * (size_t)n, POISON);
     const void *s;
@@ -229,11 +240,11 @@ static int run_all_gather(coll_comm_t comm, int rank, int n, ccase_t *c)
         ref_fill_input(sb.p, &g, rank, 0, c->count);
     }
     rc = coll_all_gather(s, r, c->count, c->dt, comm, NULL);
-    if (!check_call(c, rc)) {
+    if ((ok = check_call(c, comm, rc)) != 1) {
         mp_buf_free(&rb);
         if (!c->inplace)
             mp_buf_free(&sb);
-        return 0;
+        return ok == 0 ? 0 : 1;
     }
     for (int b = 0; b < n; b++) {
         snprintf(what, sizeof(what), "%s: block of rank %d", c->desc, b);
@@ -257,15 +268,16 @@ static int run_reduce_scatter(coll_comm_t comm, int rank, int n, ccase_t *c)
     size_t total = c->count * (size_t)n;
     mp_buf_t sb, rb;
     coll_result_t rc;
+    int ok;
     unsigned char *s = mp_buf_alloc(&sb, bytes * (size_t)n, POISON);
     ref_fill_input(s, &g, rank, 0, total);
     void *r = c->inplace ? s + (size_t)rank * bytes : mp_buf_alloc(&rb, bytes, POISON);
     rc = coll_reduce_scatter(s, r, c->count, c->dt, c->op, comm, NULL);
-    if (!check_call(c, rc)) {
+    if ((ok = check_call(c, comm, rc)) != 1) {
         mp_buf_free(&sb);
         if (!c->inplace)
             mp_buf_free(&rb);
-        return 0;
+        return ok == 0 ? 0 : 1;
     }
     bad += ref_check_reduced(r, &g, n, (size_t)rank * c->count, c->count, c->desc);
     bad += !mp_buf_guards_ok(&sb, "sendbuf");
@@ -286,17 +298,18 @@ static int run_all_to_all(coll_comm_t comm, int rank, int n, ccase_t *c)
     size_t total = c->count * (size_t)n;
     mp_buf_t sb, rb;
     coll_result_t rc;
+    int ok;
     char what[200];
     /* rank r's block j holds ref_input(r, j*count + e) */
     unsigned char *s = mp_buf_alloc(&sb, bytes * (size_t)n, POISON);
     ref_fill_input(s, &g, rank, 0, total);
     unsigned char *r = c->inplace ? s : mp_buf_alloc(&rb, bytes * (size_t)n, POISON);
     rc = coll_all_to_all(s, r, c->count, c->dt, comm, NULL);
-    if (!check_call(c, rc)) {
+    if ((ok = check_call(c, comm, rc)) != 1) {
         mp_buf_free(&sb);
         if (!c->inplace)
             mp_buf_free(&rb);
-        return 0;
+        return ok == 0 ? 0 : 1;
     }
     for (int b = 0; b < n; b++) {
         snprintf(what, sizeof(what), "%s: block from rank %d", c->desc, b);
@@ -384,7 +397,12 @@ static void body(mp_ctx_t *ctx)
                         if (kind_has_root(c.kind))
                             snprintf(c.desc + len, sizeof(c.desc) - (size_t)len, " root=%d",
                                      c.root);
-                        if (!run_case(ctx->comm, rank, n, &c)) {
+                        double tc = mp_now();
+                        int cont = run_case(ctx->comm, rank, n, &c);
+                        tc = mp_now() - tc;
+                        if ((a->verbose && rank == 0 && count == LARGE_COUNT) || tc > 2.0)
+                            mp_log("%s: %.3f s%s", c.desc, tc, tc > 2.0 ? " (slow)" : "");
+                        if (!cont) {
                             ctx->fatal = 1;
                             mp_log("stopping after the failed call (the communicator is no "
                                    "longer usable)");
@@ -416,6 +434,7 @@ int main(int argc, char **argv)
     conf_args_t a;
     memset(&a, 0, sizeof(a));
     a.large = argc > 3 ? atoi(argv[3]) : 1;
+    a.verbose = mp_env_int("MP_VERBOSE", 0);
     for (int k = 0; k < K_NUM; k++) {
         if (strcmp(argv[1], "all") == 0 || strcmp(argv[1], kind_names[k]) == 0 ||
             (strcmp(argv[1], "reductions") == 0 && kind_reduces((kind_t)k)) ||
