@@ -2,7 +2,8 @@
  * Point-to-point and group calls: test_p2p <nranks>
  *   blocking send/recv pairs, a 4 MiB ring exchange inside a group (deadlocks without groups),
  *   an uneven all-to-all-v from grouped send/recv (zero-length and self sends included),
- *   several messages to one peer in one group (matched in order), nested groups.
+ *   several messages to one peer in one group (matched in order), nested groups, collectives
+ *   and send/recv in one group.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -235,6 +236,58 @@ static int test_ordered(mp_ctx_t *ctx, uint64_t seed)
     return ok;
 }
 
+/* Collectives inside a group (coll.h: every operation issued in a group is deferred to the
+ * outermost coll_group_end) next to a ring exchange. */
+static int test_collectives_in_group(mp_ctx_t *ctx, uint64_t seed)
+{
+    int rank = ctx->rank, n = ctx->nranks;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n, root = n - 1;
+    size_t count = 100003;
+    ref_gen_t ga = {seed, COLL_FLOAT32, COLL_SUM}, gb = {seed + 1, COLL_INT64, COLL_SUM};
+    ref_gen_t gr = {seed + 2, COLL_UINT8, COLL_SUM};
+    mp_buf_t as, ar, bb, rs, rr;
+    void *a_s = mp_buf_alloc(&as, count * 4, POISON);
+    void *a_r = mp_buf_alloc(&ar, count * 4, POISON);
+    void *b = mp_buf_alloc(&bb, count * 8, POISON);
+    void *r_s = mp_buf_alloc(&rs, count, POISON);
+    void *r_r = mp_buf_alloc(&rr, count, POISON);
+    ref_fill_input(a_s, &ga, rank, 0, count);
+    if (rank == root)
+        ref_fill_input(b, &gb, rank, 0, count);
+    ref_fill_input(r_s, &gr, rank, msg_index(next, 0), count);
+    const char *what = "all_reduce + broadcast + send/recv ring in one group";
+    int ok = ok_or_fatal(ctx, coll_group_start(), "coll_group_start");
+    if (ok)
+        ok = ok_or_fatal(ctx,
+                         coll_all_reduce(a_s, a_r, count, COLL_FLOAT32, COLL_SUM, ctx->comm, NULL),
+                         "coll_all_reduce inside a group");
+    if (ok)
+        ok = ok_or_fatal(ctx, coll_broadcast(b, b, count, COLL_INT64, root, ctx->comm, NULL),
+                         "coll_broadcast inside a group");
+    if (ok)
+        ok = ok_or_fatal(ctx, coll_send(r_s, count, COLL_UINT8, next, ctx->comm, NULL),
+                         "coll_send inside a group with collectives");
+    if (ok)
+        ok = ok_or_fatal(ctx, coll_recv(r_r, count, COLL_UINT8, prev, ctx->comm, NULL),
+                         "coll_recv inside a group with collectives");
+    if (ok)
+        ok = ok_or_fatal(ctx, coll_group_end(), what);
+    if (ok) {
+        size_t bad = ref_check_reduced(a_r, &ga, n, 0, count, "all_reduce in a group");
+        bad += ref_check_input(b, &gb, root, 0, count, "broadcast in a group");
+        bad += ref_check_input(r_r, &gr, prev, msg_index(rank, 0), count, "recv in a group");
+        bad += !mp_buf_guards_ok(&ar, "all_reduce recvbuf") + !mp_buf_guards_ok(&bb, "bcast buf") +
+               !mp_buf_guards_ok(&rr, "recvbuf");
+        CHECK(bad == 0, "%s: wrong data", what);
+    }
+    mp_buf_free(&as);
+    mp_buf_free(&ar);
+    mp_buf_free(&bb);
+    mp_buf_free(&rs);
+    mp_buf_free(&rr);
+    return ok;
+}
+
 static void body(mp_ctx_t *ctx)
 {
     double t = mp_now();
@@ -259,6 +312,8 @@ static void body(mp_ctx_t *ctx)
         return;
     if (ctx->rank == 0)
         mp_log("ordered + nested: %.2f s", mp_now() - t);
+    if (!test_collectives_in_group(ctx, 51))
+        return;
     /* an empty group is a no-op */
     CHECK_RC(coll_group_start(), COLL_SUCCESS, "coll_group_start (empty group)");
     CHECK_RC(coll_group_end(), COLL_SUCCESS, "coll_group_end (empty group)");
