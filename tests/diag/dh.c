@@ -544,37 +544,28 @@ dh_job_t *dh_start(const dh_opts_t *o)
     memset(j->meta, 0, sizeof(*j->meta));
     for (int r = 0; r < DH_MAX_RANKS; r++)
         j->sh->out[r].rc = -1;
-    if (o->root_in_child) {
-        if (spawn(j, HOLDER) < 0) {
-            dh_free(j);
-            return NULL;
-        }
-        double end = dh_now() + 30;
-        while (__atomic_load_n(&j->meta->id_ready, __ATOMIC_SEQ_CST) == 0 && dh_now() < end) {
-            drain(j, HOLDER);
-            dh_sleep(0.002);
-        }
-        if (j->meta->id_ready != 1) {
-            dh_fail("%s: the root holder could not create a unique id: %s", o->name, j->meta->err);
-            dh_free(j);
-            return NULL;
-        }
-        if (o->root_dead) {
-            kill(j->pid[HOLDER], SIGKILL);
-            waitpid(j->pid[HOLDER], &j->status[HOLDER], 0);
-            j->exited[HOLDER] = 1;
-            drain(j, HOLDER);
-        }
-    } else {
-        coll_result_t rc = coll_get_unique_id_ifname(&j->meta->id, o->ifname ? o->ifname : "lo");
-        j->meta->t_start = dh_now();
-        if (rc == COLL_SUCCESS)
-            rc = coll_unique_id_to_string(&j->meta->id, j->meta->idstr, sizeof(j->meta->idstr));
-        if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "%s: coll_get_unique_id_ifname",
-                      o->name)) {
-            dh_free(j);
-            return NULL;
-        }
+    /* The root is a thread of a forked holder process, never of this one: the parent stays
+     * single-threaded, so that forking ranks cannot copy a lock (malloc's, the sanitizer
+     * allocator's, kcoll's log lock) that the root thread holds at that moment. */
+    if (spawn(j, HOLDER) < 0) {
+        dh_free(j);
+        return NULL;
+    }
+    double end = dh_now() + 30;
+    while (__atomic_load_n(&j->meta->id_ready, __ATOMIC_SEQ_CST) == 0 && dh_now() < end) {
+        drain(j, HOLDER);
+        dh_sleep(0.002);
+    }
+    if (j->meta->id_ready != 1) {
+        dh_fail("%s: the root holder could not create a unique id: %s", o->name, j->meta->err);
+        dh_free(j);
+        return NULL;
+    }
+    if (o->root_dead) {
+        kill(j->pid[HOLDER], SIGKILL);
+        waitpid(j->pid[HOLDER], &j->status[HOLDER], 0);
+        j->exited[HOLDER] = 1;
+        drain(j, HOLDER);
     }
     if (o->before_ranks)
         o->before_ranks(j, o->arg);

@@ -1,10 +1,11 @@
 /*
- * Diagnostics test harness (tests/diag): the parent creates a unique id over loopback (or in a
- * forked "root holder" process, so that the bootstrap root's log can be inspected too), forks one
- * process per rank with stdout and stderr captured through a pipe, and lets the test drive the
- * job from the parent: pump output, read per-rank results from shared memory, stop or kill ranks,
- * connect to their ports. Ranks are either forked bodies (mode body) or exec'd programs (mode
- * exec: they print one DIAG-RESULT line that the parent parses).
+ * Diagnostics test harness (tests/diag): a forked "root holder" process creates the unique id
+ * over loopback and keeps the bootstrap root (a thread) alive, with its log captured like a
+ * rank's; the parent stays single-threaded and forks one process per rank with stdout and stderr
+ * captured through a pipe, and lets the test drive the job from the parent: pump output, read
+ * per-rank results from shared memory, stop or kill ranks, connect to their ports. Ranks are either
+ * forked bodies (mode body) or exec'd programs (mode exec: they print one DIAG-RESULT line that the
+ * parent parses).
  *
  * Each rank leaves its result (the code of the call under test, its message and when it
  * returned) in shared memory, so that the assertions live in the parent and every test prints
@@ -59,8 +60,7 @@ typedef struct dh_opts {
     int nranks;
     double deadline_s;  /* every rank still running after this is killed (a hang) */
     const char *ifname; /* interface spec for the unique id ("lo" when NULL) */
-    int root_in_child;  /* create the id in a forked holder process; its output is "root" */
-    int root_dead;      /* with root_in_child: kill the holder before the ranks start */
+    int root_dead;      /* kill the root's holder process before the ranks start */
     void (*body)(dh_ctx_t *ctx);
     /* exec mode (body == NULL): argv for rank r; COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS are
      * set in the environment of the exec'd program. */

@@ -221,7 +221,6 @@ static void test_rootgone(fargs_t *a)
     dh_opts_t o = {.name = "the process holding the root is gone",
                    .nranks = 2,
                    .deadline_s = 40,
-                   .root_in_child = 1,
                    .root_dead = 1,
                    .body = init_body,
                    .arg = a};

@@ -229,7 +229,6 @@ static int test_flood(void)
     dh_opts_t o = {.name = "idle strangers at the root",
                    .nranks = 2,
                    .deadline_s = 60,
-                   .root_in_child = 1,
                    .body = body,
                    .before_ranks = before_ranks_flood};
     dh_log("--- %s", o.name);
@@ -267,7 +266,6 @@ int main(int argc, char **argv)
     dh_opts_t o = {.name = "strangers",
                    .nranks = 2,
                    .deadline_s = 60,
-                   .root_in_child = 1,
                    .body = body,
                    .before_ranks = before_ranks};
     dh_log("--- strangers at the bootstrap root, then at the ranks' listeners");
