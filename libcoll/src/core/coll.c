@@ -125,9 +125,9 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: root %d is out of range [0, %d)", fn,
                          a->root, n);
     if (stream != NULL)
-        return COLLI_ERR(COLL, COLL_ERR_UNSUPPORTED,
-                         "%s: stream is not NULL, but this build handles host buffers only; pass "
-                         "NULL for host buffers (device buffers need the CUDA build)",
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "%s: stream is not NULL, but the buffers are host memory; pass NULL as "
+                         "the stream for host buffers (streams order device buffers only)",
                          fn);
     size_t e = coll_datatype_size(a->dt);
     size_t mult = (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_REDUCE_SCATTER ||
@@ -270,8 +270,10 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: peer %d is out of range [0, %d)", fn,
                          peer, comm->nranks);
     if (stream != NULL)
-        return COLLI_ERR(COLL, COLL_ERR_UNSUPPORTED,
-                         "%s: stream is not NULL, but this build handles host buffers only", fn);
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "%s: stream is not NULL, but the buffer is host memory; pass NULL as the "
+                         "stream for host buffers",
+                         fn);
     if (count > (SIZE_MAX >> 1) / coll_datatype_size(dt))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: count %zu of %s overflows the addressable size", fn, count,

@@ -15,7 +15,7 @@ const char *coll_get_error_string(coll_result_t result)
         COLL_RESULT_MAP(COLL_RESULT_STR_)
 #undef COLL_RESULT_STR_
     default:
-        return "unknown result code";
+        return "unknown result";
     }
 }
 
