@@ -3,6 +3,8 @@
  *   test_faults noinit    4 ranks, rank 3 never calls coll_comm_init_rank; COLL_BOOTSTRAP_TIMEOUT=3
  *   test_faults rootgone  the process that created the unique id is gone; COLL_BOOTSTRAP_TIMEOUT=3
  *   test_faults stopped   4 ranks loop all_reduces; rank 2 gets SIGSTOP; COLL_TIMEOUT=3
+ *   test_faults stopped_far  the same, with COLL_TIMEOUT=6 on rank 2's neighbours: rank 0,
+ *                         which has no transfer with rank 2, times out first
  *   test_faults abort     4 ranks loop all_reduces; rank 1 calls coll_comm_abort
  *   test_faults fdlimit   16 ranks all_to_all; rank 0 runs with a descriptor limit of 24
  * The others must fail within the timeout plus a margin, with the code and a message that names
@@ -27,6 +29,7 @@ enum { U_DONE = 0 }; /* dh_shared.user[] slots */
 typedef struct fargs {
     int mode;
     int victim;
+    int far; /* stopped: the victim's ring neighbours wait 6 s, rank 0 only 3 s */
     double timeout;
 } fargs_t;
 
@@ -59,6 +62,8 @@ static void loop_body(dh_ctx_t *ctx)
     const fargs_t *a = ctx->arg;
     dh_out_t *out = &ctx->sh->out[ctx->rank];
     coll_comm_t comm = NULL;
+    if (a->far && ctx->rank != 0)
+        dh_setenv("COLL_TIMEOUT", "6");
     coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
     if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
         return;
@@ -257,6 +262,7 @@ static void check_survivors(dh_job_t *j, const fargs_t *a)
     dh_shared_t *sh = dh_shared(j);
     char victim[64];
     snprintf(victim, sizeof(victim), "rank %d (pid %d on ", a->victim, (int)dh_pid(j, a->victim));
+    int naming = 0;
     for (int r = 0; r < NRANKS; r++) {
         if (r == a->victim)
             continue;
@@ -265,8 +271,22 @@ static void check_survivors(dh_job_t *j, const fargs_t *a)
         dh_log("rank %d: %s %.2f s after rank %d was %s, after %ld iterations: %s", r,
                dh_rc_name(out->rc), dt, a->victim, a->mode == M_ABORT ? "aborted" : "stopped",
                out->iters, out->msg);
-        CHECK(out->iters >= 3, "rank %d: only %ld iterations before the failure", r, out->iters);
-        CHECK_HAS(out->msg, victim, "rank %d: names rank %d with its pid", r, a->victim);
+        /* the victim was stopped after its 3rd all_reduce; a rank may be one behind */
+        CHECK(out->iters >= 2, "rank %d: only %ld iterations before the failure", r, out->iters);
+        /* In the ring, ranks victim-1 and victim+1 have a transfer with the victim; rank 0 has
+         * none and, stalled by back-pressure, names only healthy peers. All survivors time out
+         * within milliseconds of each other and the first abort notice wins, so with equal
+         * timeouts any survivor may end up with rank 0's view (a known gap, docs/diagnostics.md
+         * section 9): logged. The `far` variant makes rank 0 time out first on purpose; then its
+         * notice must not hide what the neighbours see: they must still name the victim. */
+        int neighbour = r == (a->victim + 1) % NRANKS || r == (a->victim + NRANKS - 1) % NRANKS;
+        int names = dh_contains(out->msg, victim);
+        naming += names;
+        if (a->mode == M_ABORT || (a->far && neighbour))
+            CHECK_HAS(out->msg, victim, "rank %d: names rank %d with its pid", r, a->victim);
+        else if (!names)
+            dh_log("KNOWN GAP: the error of rank %d does not name the stopped rank %d", r,
+                   a->victim);
         if (a->mode == M_ABORT) {
             CHECK_RC(out->rc, COLL_ERR_REMOTE, out->msg, "rank %d", r);
             CHECK_HAS(out->msg, ") reported: rank 1 called coll_comm_abort", "rank %d", r);
@@ -275,13 +295,13 @@ static void check_survivors(dh_job_t *j, const fargs_t *a)
             continue;
         }
         if (out->rc == COLL_ERR_TIMEOUT) {
-            CHECK_HAS(out->msg, "made no progress for 3 s (COLL_TIMEOUT): stuck ", "rank %d", r);
+            CHECK_HAS(out->msg, "(COLL_TIMEOUT): stuck ", "rank %d", r);
             char want[64];
             snprintf(want, sizeof(want), "from rank %d (pid", a->victim);
             char want2[64];
             snprintf(want2, sizeof(want2), "to rank %d (pid", a->victim);
-            CHECK(dh_contains(out->msg, want) || dh_contains(out->msg, want2),
-                  "rank %d: the TIMEOUT names the stuck transfer with rank %d: \"%s\"", r,
+            CHECK(!neighbour || dh_contains(out->msg, want) || dh_contains(out->msg, want2),
+                  "rank %d: its own TIMEOUT names its stuck transfer with rank %d: \"%s\"", r,
                   a->victim, out->msg);
         } else if (out->rc == COLL_ERR_REMOTE) {
             /* told by another survivor that timed out */
@@ -296,19 +316,23 @@ static void check_survivors(dh_job_t *j, const fargs_t *a)
               "rank %d failed %.1f s after rank %d was stopped (want COLL_TIMEOUT %.0f s + %.0f)",
               r, dt, a->victim, a->timeout, MARGIN);
     }
+    if (naming == 0)
+        dh_log("KNOWN GAP: no survivor's error names the stopped rank %d", a->victim);
 }
 
 static void test_loop(fargs_t *a)
 {
     dh_setenv("COLL_TIMEOUT", "3");
-    a->timeout = 3;
+    a->timeout = a->far ? 6 : 3;
     dh_opts_t o = {.name = a->mode == M_ABORT ? "rank 1 aborts mid-loop"
-                                              : "rank 2 stopped (SIGSTOP) mid all_reduce",
+                           : a->far
+                               ? "rank 2 stopped; COLL_TIMEOUT 3 s on rank 0, 6 s on ranks 1 and 3"
+                               : "rank 2 stopped (SIGSTOP) mid all_reduce",
                    .nranks = NRANKS,
                    .deadline_s = 60,
                    .body = loop_body,
                    .arg = a};
-    dh_log("--- %s (COLL_TIMEOUT=3)", o.name);
+    dh_log("--- %s", o.name);
     dh_job_t *j = dh_start(&o);
     if (j == NULL)
         return;
@@ -368,6 +392,11 @@ int main(int argc, char **argv)
         a.mode = M_STOPPED;
         a.victim = 2;
         test_loop(&a);
+    } else if (strcmp(m, "stopped_far") == 0) {
+        a.mode = M_STOPPED;
+        a.victim = 2;
+        a.far = 1;
+        test_loop(&a);
     } else if (strcmp(m, "abort") == 0) {
         a.mode = M_ABORT;
         a.victim = 1;
@@ -377,7 +406,7 @@ int main(int argc, char **argv)
         a.victim = 0;
         test_fdlimit(&a);
     } else {
-        printf("usage: test_faults noinit|rootgone|stopped|abort|fdlimit\n");
+        printf("usage: test_faults noinit|rootgone|stopped|stopped_far|abort|fdlimit\n");
         return 2;
     }
     return dh_finish();
