@@ -2,7 +2,13 @@
  * coll-perf: kcoll's benchmark, in the style of nccl-tests.
  *
  * Run one process per rank under coll-run (which sets COLL_UNIQUE_ID, COLL_RANK, COLL_NRANKS):
- *   coll-run -n 4 coll-perf -c all_reduce -b 8 -e 64M -f 2 -d float32 -o sum
+ *   coll-run -n 4 coll-perf -C all_reduce -b 8 -e 64M -f 2 -d float32 -o sum -c 1
+ * or, as in a pod, with the rank, world size and root from the kcoll agent (COLL_AGENT_SOCKET,
+ * coll_comm_init_agent), which coll-run --agent sets up:
+ *   coll-run -n 4 --agent coll-perf -C all_reduce -b 8 -e 64M -f 2 -c 1
+ *
+ * Flags follow nccl-tests where nccl-tests has them (-b -e -f -i -n -w -c -d -o -r -z); nccl-tests
+ * has one binary per collective, so the collective is coll-perf's own -C/--collective.
  *
  * Sizes follow nccl-tests: "size" is the total buffer (for all_gather, reduce_scatter and
  * all_to_all nranks * the per-rank count), "count" the count passed to the call. Bus bandwidth
@@ -644,8 +650,8 @@ static void usage(FILE *f, const char *prog)
 {
     fprintf(
         f,
-        "usage: coll-run -n N %s [options]\n"
-        "  -c, --collective NAME   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
+        "usage: coll-run -n N [--agent] %s [options]\n"
+        "  -C, --collective NAME   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
         "                          all_to_all, sendrecv or all (default all_reduce)\n"
         "  -b, --minbytes SIZE     smallest total size, K/M/G suffixes (default 32M)\n"
         "  -e, --maxbytes SIZE     largest total size (default 32M)\n"
@@ -658,10 +664,12 @@ static void usage(FILE *f, const char *prog)
         "  -w, --warmup_iters N    untimed iterations (default 5)\n"
         "  -n, --iters N           timed iterations (default 20)\n"
         "  -z, --placement P       out (out-of-place), in (in-place) or both (default)\n"
-        "      --check 0|1         check every result exactly (default 1)\n"
+        "  -c, --check 0|1         check every result exactly (default 1), as nccl-tests' -c\n"
         "      --json FILE         also write the rows as JSON to FILE ('-': stdout, no table)\n"
         "  -h, --help\n"
-        "Needs COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS, which coll-run sets.\n",
+        "The communicator comes from COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS (coll-run sets\n"
+        "them) or, when COLL_UNIQUE_ID is not set, from the kcoll agent at COLL_AGENT_SOCKET\n"
+        "(coll_comm_init_agent: in a pod with the kcoll sidecar, or under coll-run --agent).\n",
         prog);
 }
 
@@ -670,7 +678,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
     static const char *const dt_alias[] = {"half",   "fp16", "bf16", "float", "fp32",
                                            "double", "fp64", "char", "int",   NULL};
     static const int dt_alias_val[] = {6, 6, 7, 8, 8, 9, 9, 0, 2};
-    static const struct option longopts[] = {{"collective", required_argument, NULL, 'c'},
+    static const struct option longopts[] = {{"collective", required_argument, NULL, 'C'},
                                              {"minbytes", required_argument, NULL, 'b'},
                                              {"maxbytes", required_argument, NULL, 'e'},
                                              {"stepfactor", required_argument, NULL, 'f'},
@@ -681,7 +689,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              {"warmup_iters", required_argument, NULL, 'w'},
                                              {"iters", required_argument, NULL, 'n'},
                                              {"placement", required_argument, NULL, 'z'},
-                                             {"check", required_argument, NULL, 'C'},
+                                             {"check", required_argument, NULL, 'c'},
                                              {"json", required_argument, NULL, 'J'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -700,9 +708,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
                        .do_in = 1,
                        .check = 1};
     int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "c:b:e:f:i:d:o:r:w:n:z:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "C:c:b:e:f:i:d:o:r:w:n:z:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'c':
+        case 'C':
             bad = parse_mask(optarg, kind_names, K_NUM, NULL, NULL, &o->kind_mask);
             break;
         case 'b':
@@ -741,8 +749,17 @@ static void parse_args(int argc, char **argv, struct opts *o)
                        strcmp(optarg, "both") == 0;
             bad = !o->do_out && !o->do_in;
             break;
-        case 'C':
-            bad = strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0;
+        case 'c':
+            if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0) {
+                int is_coll = 0;
+                for (int i = 0; i < K_NUM; i++)
+                    is_coll |= strcmp(optarg, kind_names[i]) == 0;
+                fprintf(stderr, "coll-perf: invalid value '%s' for -c/--check (0 or 1)%s%s\n",
+                        optarg, is_coll ? "; the collective is -C/--collective " : "",
+                        is_coll ? optarg : "");
+                usage(stderr, argv[0]);
+                exit(2);
+            }
             o->check = strcmp(optarg, "1") == 0;
             break;
         case 'J':
@@ -756,7 +773,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             exit(2);
         }
         if (bad) {
-            fprintf(stderr, "coll-perf: invalid value '%s' for -%c\n", optarg, c < 'a' ? '-' : c);
+            fprintf(stderr, "coll-perf: invalid value '%s' for -%c\n", optarg, c);
             usage(stderr, argv[0]);
             exit(2);
         }
@@ -776,13 +793,17 @@ static const char *need_env(const char *name)
     const char *v = getenv(name);
     if (v == NULL || *v == '\0') {
         fprintf(stderr,
-                "coll-perf: %s is not set: run under coll-run or set "
-                "COLL_UNIQUE_ID/COLL_RANK/COLL_NRANKS\n",
+                "coll-perf: %s is not set: run under coll-run (or coll-run --agent), set "
+                "COLL_UNIQUE_ID/COLL_RANK/COLL_NRANKS, or set COLL_AGENT_SOCKET to the kcoll "
+                "agent's socket\n",
                 name);
         exit(2);
     }
     return v;
 }
+
+/* Where the communicator came from, for the header. */
+static const char *g_agent_socket; /* non-NULL: coll_comm_init_agent */
 
 struct rank_info {
     char host[56];
@@ -806,6 +827,13 @@ static void print_header(struct ctx *c, int argc, char **argv)
             printf(" %s", argv[i]);
         printf("\n# kcoll %s (version code %d, header %d), nranks %d, host %s\n",
                coll_get_version_string(), version, COLL_VERSION, c->nranks, mine.host);
+        if (g_agent_socket != NULL)
+            printf("# communicator: coll_comm_init_agent; rank, world size (%d), root and pins "
+                   "supplied by the kcoll agent at %s (rank 0's)\n",
+                   c->nranks, g_agent_socket);
+        else
+            printf("# communicator: coll_comm_init_rank from COLL_UNIQUE_ID, COLL_RANK, "
+                   "COLL_NRANKS\n");
         printf("# minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d check: %d "
                "placement: %s\n",
                c->o->minbytes, c->o->maxbytes,
@@ -832,29 +860,44 @@ int main(int argc, char **argv)
     struct opts o;
     parse_args(argc, argv, &o);
 
-    const char *id_str = need_env(COLL_ENV_UNIQUE_ID);
     struct ctx c = {.o = &o};
-    if (parse_int(need_env(COLL_ENV_RANK), 0, &c.rank) ||
-        parse_int(need_env(COLL_ENV_NRANKS), 1, &c.nranks) || c.rank >= c.nranks) {
-        fprintf(stderr, "coll-perf: COLL_RANK=%s / COLL_NRANKS=%s are not a valid rank and size\n",
-                getenv(COLL_ENV_RANK), getenv(COLL_ENV_NRANKS));
-        return 2;
+    const char *id_str = getenv(COLL_ENV_UNIQUE_ID);
+    const char *agent_sock = getenv("COLL_AGENT_SOCKET");
+    if ((id_str == NULL || *id_str == '\0') && agent_sock != NULL && *agent_sock != '\0') {
+        /* As in a pod: rank, world size, root endpoint and pins come from the agent. */
+        g_agent_socket = agent_sock;
+        CHECK(coll_comm_init_agent(&c.comm));
+        g_comm = c.comm;
+        CHECK(coll_comm_count(c.comm, &c.nranks));
+        CHECK(coll_comm_user_rank(c.comm, &c.rank));
+        g_rank = c.rank;
+    } else {
+        id_str = need_env(COLL_ENV_UNIQUE_ID);
+        if (parse_int(need_env(COLL_ENV_RANK), 0, &c.rank) ||
+            parse_int(need_env(COLL_ENV_NRANKS), 1, &c.nranks) || c.rank >= c.nranks) {
+            fprintf(stderr,
+                    "coll-perf: COLL_RANK=%s / COLL_NRANKS=%s are not a valid rank and size\n",
+                    getenv(COLL_ENV_RANK), getenv(COLL_ENV_NRANKS));
+            return 2;
+        }
+        g_rank = c.rank;
+        if (o.root >= c.nranks) {
+            fprintf(stderr, "coll-perf: root %d is not a rank of %d\n", o.root, c.nranks);
+            return 2;
+        }
+        coll_unique_id_t id;
+        CHECK(coll_unique_id_from_string(&id, id_str));
+        CHECK(coll_comm_init_rank(&c.comm, c.nranks, id, c.rank));
+        g_comm = c.comm;
+        int n = 0, r = -1;
+        CHECK(coll_comm_count(c.comm, &n));
+        CHECK(coll_comm_user_rank(c.comm, &r));
+        if (n != c.nranks || r != c.rank)
+            fatal("communicator reports rank %d of %d, the environment says %d of %d", r, n, c.rank,
+                  c.nranks);
     }
-    g_rank = c.rank;
-    if (o.root >= c.nranks) {
-        fprintf(stderr, "coll-perf: root %d is not a rank of %d\n", o.root, c.nranks);
-        return 2;
-    }
-    coll_unique_id_t id;
-    CHECK(coll_unique_id_from_string(&id, id_str));
-    CHECK(coll_comm_init_rank(&c.comm, c.nranks, id, c.rank));
-    g_comm = c.comm;
-    int n = 0, r = -1;
-    CHECK(coll_comm_count(c.comm, &n));
-    CHECK(coll_comm_user_rank(c.comm, &r));
-    if (n != c.nranks || r != c.rank)
-        fatal("communicator reports rank %d of %d, the environment says %d of %d", r, n, c.rank,
-              c.nranks);
+    if (o.root >= c.nranks) /* the agent's world size is known only now; every rank agrees */
+        fatal("root %d is not a rank of %d", o.root, c.nranks);
 
     size_t alloc = o.maxbytes + 64;
     c.sbuf = malloc(alloc);
