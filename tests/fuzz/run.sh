@@ -26,7 +26,8 @@ for t in uniqueid wire config; do
     fi
     grep -E "^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|stat::new_units_added|cov:" \
         "$OUT/$t/log" | tail -3
-    echo "corpus: $(ls "$OUT/$t/corpus" | wc -l) inputs, artifacts: $(ls "$OUT/$t/artifacts" | wc -l)"
+    echo "corpus: $(find "$OUT/$t/corpus" -type f | wc -l) inputs," \
+        "artifacts: $(find "$OUT/$t/artifacts" -type f | wc -l)"
 done
 echo "logs, corpora and artifacts: $OUT"
 exit $status

@@ -40,10 +40,10 @@ finish() {
     [ "$fail" -eq 0 ]
 }
 
-[ -x "$ROOTPROG" ] && [ -x "$RANKPROG" ] || {
+if [ ! -x "$ROOTPROG" ] || [ ! -x "$RANKPROG" ]; then
     echo "usage: netns_test.sh <netns_root> <netns_rank>"
     exit 2
-}
+fi
 [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces and veth links"
 command -v ip >/dev/null 2>&1 || skip "iproute2 (ip) is not installed"
 
@@ -128,6 +128,7 @@ run_on() {
     local i=$1
     shift
     if [ "$UNSHARE" = 1 ]; then
+        # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
         ip netns exec "${NODE_NS[$i]}" unshare --uts --ipc sh -c 'hostname "$0" && exec "$@"' \
             "node$((i + 1))" "$@" &
     else
@@ -142,7 +143,7 @@ start_root() {
     ID=""
     run_on 2 env COLL_BOOTSTRAP_TIMEOUT="$3" "$ROOTPROG" "$2" 60 >"$out" 2>&1
     local k
-    for k in $(seq 100); do
+    for ((k = 0; k < 100; k++)); do
         ID=$(sed -n 's/^ID //p' "$out")
         [ -n "$ID" ] && return 0
         grep -q '^ERROR' "$out" && break
@@ -296,8 +297,11 @@ if want_case $name && start_root $name "10.77.1.0/24" 20; then
     ifs=(bond0 eth1 ens5)
     for r in 0 1 2; do
         expect_rc $name $r COLL_SUCCESS
-        [ "$(field $name $r iters)" = 5 ] && [ "$(field $name $r bad)" = 0 ] && ok ||
+        if [ "$(field $name $r iters)" = 5 ] && [ "$(field $name $r bad)" = 0 ]; then
+            ok
+        else
             bad "b: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
+        fi
         if grep -q "rank $r of 3: 10.77.1.$((r + 1)):[0-9]* on ${ifs[$r]}," "$WORK/$name.r$r"; then
             ok
         else
@@ -332,7 +336,7 @@ if want_case $name && start_root $name "10.77.1.0/24" 20; then
             expect_msg $name $r "rank 1 (pid "
             expect_msg $name $r "on node"
             expect_within $name $r "$t0" 8
-            [ "$(field $name $r bad)" = 0 ] && ok || bad "c: rank $r: wrong results before the failure"
+            if [ "$(field $name $r bad)" = 0 ]; then ok; else bad "c: rank $r: wrong results"; fi
         done
         # rank 1 itself must not hang either
         expect_rc $name 1 COLL_ERR_TIMEOUT COLL_ERR_REMOTE COLL_ERR_NETWORK
