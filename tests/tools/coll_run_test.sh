@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Behaviour tests for coll-run. Usage: coll_run_test.sh PATH/TO/coll-run
+# Behaviour tests for coll-run. Usage: coll_run_test.sh PATH/TO/coll-run [PATH/TO/coll-agent]
 # The ranks are `sh -c` one-liners, so nothing but coll_get_unique_id is needed from libcoll.
+# With a coll-agent, the --agent mode is tested too (real standalone agents, and fake agents for
+# the failure paths); the ranks that create a communicator through it are in tests/e2e/.
 # shellcheck disable=SC2016 # the single-quoted scripts expand in the ranks, on purpose
 set -uo pipefail
 
-RUN=${1:?usage: coll_run_test.sh PATH/TO/coll-run}
+RUN=${1:?usage: coll_run_test.sh PATH/TO/coll-run [PATH/TO/coll-agent]}
+AGENT=${2:-}
 [ -x "$RUN" ] || { echo "coll-run not found at $RUN"; exit 1; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coll-run-test.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
-unset COLL_SOCKET_IFNAME COLL_RANK COLL_NRANKS COLL_LOCAL_RANK COLL_UNIQUE_ID
+unset COLL_SOCKET_IFNAME COLL_RANK COLL_NRANKS COLL_LOCAL_RANK COLL_UNIQUE_ID COLL_AGENT_SOCKET
+unset COLL_BOOTSTRAP_TIMEOUT COLL_TIMEOUT
 
 pass=0
 fail=0
@@ -180,6 +184,185 @@ if [ "$rc" = 143 ] && [ "$(grep -c '^\[rank [01]\] got-term$' "$TMP/out")" = 2 ]
     ok "SIGTERM forwarded to every rank"
 else
     bad "SIGTERM forwarding (rc=$rc)"
+fi
+
+# ==== --agent ====
+check_usage "--pin-version without --agent" "needs --agent" -n 2 --pin-version 1.0 true
+check_usage "--agent=PATH missing" "cannot be run" -n 2 --agent=/nonexistent/coll-agent true
+check_usage "--agent= empty" "empty path" -n 2 --agent= true
+run_cr --help
+if [ "$rc" = 0 ] && out_has "--agent\[=PATH\]" && out_has "--pin-version"; then
+    ok "--help documents --agent and --pin-version"
+else
+    bad "--help for --agent (rc=$rc)"
+fi
+
+# Fake agents for the failure paths: shell scripts that take the agent's command line.
+cat >"$TMP/agent-false" <<'EOS'
+#!/bin/sh
+echo "fake agent: cannot start" >&2
+exit 1
+EOS
+cat >"$TMP/agent-sleep" <<'EOS'
+#!/bin/sh
+echo "fake agent $4: never opens $6"
+exec sleep 30
+EOS
+cat >"$TMP/agent-stubborn" <<'EOS'
+#!/bin/sh
+# opens its socket, then ignores SIGTERM
+trap '' TERM
+python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); time.sleep(60)' "$6" &
+wait
+EOS
+chmod +x "$TMP/agent-false" "$TMP/agent-sleep" "$TMP/agent-stubborn"
+
+# No temporary directory of ours may be left behind: coll-run makes them under $TMPDIR.
+export TMPDIR="$TMP/tmpdir"
+mkdir -p "$TMPDIR"
+tmp_left() { find "$TMPDIR" -mindepth 1 -maxdepth 1 -name 'coll-run.*' | wc -l; }
+
+run_cr -n 2 --agent="$TMP/agent-false" sh -c 'echo rank-ran'
+if [ "$rc" = 1 ] && err_has '^\[agent [01]\] fake agent: cannot start$' &&
+    err_has 'agent [01] (pid [0-9]*) exited with status 1 before its rank started' &&
+    ! out_has rank-ran && [ "$(tmp_left)" = 0 ]; then
+    ok "--agent: an agent that exits at once fails the job (exit 1), no rank starts"
+else
+    bad "--agent: agent exiting at start (rc=$rc, $(tmp_left) dirs left)"
+fi
+
+run_cr -n 2 --timeout 1 --agent="$TMP/agent-sleep" sh -c 'echo rank-ran'
+if [ "$rc" = 124 ] && err_has 'while the agents were starting' && ! out_has rank-ran &&
+    out_has '^\[agent 1\] fake agent 1: never opens .*/agent1.sock$' && [ "$elapsed" -lt 10 ] &&
+    [ "$(tmp_left)" = 0 ]; then
+    ok "--agent: --timeout covers agents that never open their socket (${elapsed}s)"
+else
+    bad "--agent: agent without socket (rc=$rc, ${elapsed}s)"
+fi
+
+if command -v python3 >/dev/null; then
+    run_cr -n 2 --agent="$TMP/agent-stubborn" sh -c 'test -S "$COLL_AGENT_SOCKET" && echo sock-ok'
+    if [ "$rc" = 0 ] && [ "$(grep -c 'sock-ok' "$TMP/out")" = 2 ] &&
+        err_has 'agent(s) still running 2 s after SIGTERM; sending SIGKILL' &&
+        [ "$elapsed" -lt 15 ] && [ "$(tmp_left)" = 0 ]; then
+        ok "--agent: agents ignoring SIGTERM get SIGKILL after the ranks are done (${elapsed}s)"
+    else
+        bad "--agent: stubborn agents (rc=$rc, ${elapsed}s)"
+    fi
+fi
+
+if [ -z "$AGENT" ] || [ ! -x "$AGENT" ]; then
+    echo "skip --agent with a real coll-agent: none given (coll-agent not built)"
+else
+    VERSION=$(sed -n 's/.*coll-run.s library, \([^;]*\);.*/\1/p' < <("$RUN" --help))
+    topo_py='import json, os, sys
+t = json.load(open(os.path.join(os.path.dirname(os.environ["COLL_AGENT_SOCKET"]), "topology.json")))
+r = t["ranks"]
+print("topo n=%d ranks=%d port=%s secret=%d transport=%s version=%s if=%s addr=%s boot=%s tmo=%s" % (
+    t["nranks"], len(r), "ok" if 0 < t["port"] < 65536 else t["port"],
+    len(t["secret"]) if all(c in "0123456789abcdef" for c in t["secret"]) else -1,
+    t["transport"], t.get("libraryVersion", "none"), r[0]["interface"], r[0]["address"],
+    t["bootstrapTimeoutSeconds"], t["timeoutSeconds"]))'
+    export topo_py
+
+    COLL_RANK=7 COLL_NRANKS=9 COLL_UNIQUE_ID=stale run_cr -n 3 --agent="$AGENT" sh -c \
+        'echo "env lr=$COLL_LOCAL_RANK r=${COLL_RANK-unset} n=${COLL_NRANKS-unset} id=${COLL_UNIQUE_ID-unset} sock=${COLL_AGENT_SOCKET##*/}"
+         test -S "$COLL_AGENT_SOCKET" && echo "socket ok"
+         python3 -c "$topo_py"; echo "dir $(dirname "$COLL_AGENT_SOCKET")"'
+    dir=$(sed -n 's/^\[rank 0\] dir //p' "$TMP/out")
+    if [ "$rc" = 0 ] && out_has '^\[rank 2\] env lr=2 r=unset n=unset id=unset sock=agent2.sock$' &&
+        [ "$(grep -c '^\[rank [0-2]\] socket ok$' "$TMP/out")" = 3 ]; then
+        ok "--agent: ranks get COLL_AGENT_SOCKET and COLL_LOCAL_RANK, no COLL_UNIQUE_ID/RANK/NRANKS"
+    else
+        bad "--agent: rank environment (rc=$rc)"
+    fi
+    if [ "$(grep -c "^\[rank [0-2]\] topo n=3 ranks=3 port=ok secret=32 transport=Socket version=$VERSION if=lo addr=127.0.0.1 boot=120 tmo=300$" "$TMP/out")" = 3 ] &&
+        [ "$(sed -n 's/^\[rank [0-9]\] topo //p' "$TMP/out" | sort -u | wc -l)" = 1 ]; then
+        ok "--agent: one topology (free port, 32-hex secret, Socket, pin $VERSION, lo)"
+    else
+        bad "--agent: topology contents (version '$VERSION')"
+    fi
+    if [ "$(grep -c '^\[agent [0-2]\] .* AGENT-READY rank [0-2] of 3 ' "$TMP/err")" = 3 ] &&
+        [ "$(grep -c '^\[agent [0-2]\] .* AGENT-STOP ' "$TMP/err")" = 3 ] &&
+        ! grep -v '^\[agent [0-2]\] ' "$TMP/err" | grep -q .; then
+        ok "--agent: the agents' output is prefixed [agent R]; they are stopped at the end"
+    else
+        bad "--agent: agent output"
+    fi
+    pids=$(sed -n 's/^\[agent [0-9]*\] .* coll-agent\[\([0-9]*\)\] .*/\1/p' "$TMP/err" | sort -u)
+    alive=0
+    for p in $pids; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    if [ -n "$dir" ] && [ ! -e "$dir" ] && [ "$(tmp_left)" = 0 ] && [ "$alive" = 0 ] &&
+        [ "$(echo "$pids" | wc -w)" = 3 ]; then
+        ok "--agent: temporary directory removed, no agent left running"
+    else
+        bad "--agent: cleanup (dir '$dir', $alive agents alive)"
+    fi
+
+    run_cr -n 2 --agent="$AGENT" --pin-version 9.9.9 sh -c 'python3 -c "$topo_py"'
+    if [ "$rc" = 0 ] && out_has '^\[rank 1\] topo .* version=9.9.9 '; then
+        ok "--agent: --pin-version sets the topology's libraryVersion"
+    else
+        bad "--agent: --pin-version (rc=$rc)"
+    fi
+    COLL_BOOTSTRAP_TIMEOUT=7 COLL_TIMEOUT=2.5 run_cr -n 1 --agent="$AGENT" --pin-version '' \
+        --ifname =lo sh -c 'python3 -c "$topo_py"'
+    if [ "$rc" = 0 ] && out_has '^\[rank 0\] topo n=1 .* version=none if=lo addr=127.0.0.1 boot=7 tmo=3$'; then
+        ok "--agent: --pin-version '' pins none; --ifname and COLL_*TIMEOUT reach the topology"
+    else
+        bad "--agent: no pin / timeouts (rc=$rc)"
+    fi
+
+    run_cr -n 2 --agent="$AGENT" --ifname kcollnosuch9 true
+    if [ "$rc" = 1 ] && err_has "no interface that is up matches the interface spec 'kcollnosuch9'" &&
+        err_has 'lo 127.0.0.1' && [ "$(tmp_left)" = 0 ]; then
+        ok "--agent: an interface spec nothing matches is named with the host's interfaces"
+    else
+        bad "--agent: bad --ifname (rc=$rc)"
+    fi
+
+    run_cr -n 3 --agent="$AGENT" sh -c 'if [ "$COLL_LOCAL_RANK" = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 30'
+    if [ "$rc" = 3 ] && err_has 'rank 1 (pid [0-9]*) exited with status 3' && [ "$elapsed" -lt 15 ] &&
+        [ "$(grep -c 'AGENT-STOP' "$TMP/err")" = 3 ] && [ "$(tmp_left)" = 0 ]; then
+        ok "--agent: a failing rank is named, the others and the agents stopped (${elapsed}s)"
+    else
+        bad "--agent: failing rank (rc=$rc, ${elapsed}s)"
+    fi
+
+    "$RUN" -n 2 --agent="$AGENT" sh -c 'trap "echo got-term; exit 0" TERM; echo ready; sleep 30 & wait' \
+        >"$TMP/out" 2>"$TMP/err" </dev/null &
+    pid=$!
+    for _ in $(seq 100); do
+        [ "$(grep -c ready "$TMP/out")" = 2 ] && break
+        sleep 0.1
+    done
+    kill -TERM "$pid"
+    wait "$pid"
+    rc=$?
+    if [ "$rc" = 143 ] && [ "$(grep -c '^\[rank [01]\] got-term$' "$TMP/out")" = 2 ] &&
+        [ "$(grep -c 'AGENT-STOP' "$TMP/err")" = 2 ] && [ "$(tmp_left)" = 0 ]; then
+        ok "--agent: SIGTERM reaches the ranks, then the agents stop and the directory goes"
+    else
+        bad "--agent: SIGTERM (rc=$rc)"
+    fi
+
+    # The default: coll-agent next to coll-run, else the build tree's k8s-agent/, else PATH.
+    if [ -x "$(dirname "$RUN")/coll-agent" ] || [ -x "$(dirname "$RUN")/../k8s-agent/coll-agent" ]; then
+        run_cr -n 2 --agent sh -c 'test -S "$COLL_AGENT_SOCKET" && echo found'
+        if [ "$rc" = 0 ] && [ "$(grep -c found "$TMP/out")" = 2 ]; then
+            ok "--agent without PATH finds the coll-agent of this build"
+        else
+            bad "--agent default lookup (rc=$rc)"
+        fi
+    fi
+    mkdir -p "$TMP/pathdir"
+    ln -sf "$(cd "$(dirname "$AGENT")" && pwd)/$(basename "$AGENT")" "$TMP/pathdir/coll-agent"
+    PATH="$TMP/pathdir:$PATH" run_cr -n 1 --agent=coll-agent sh -c 'test -S "$COLL_AGENT_SOCKET" && echo found'
+    if [ "$rc" = 0 ] && out_has '^\[rank 0\] found$'; then
+        ok "--agent=NAME is looked up in PATH"
+    else
+        bad "--agent=NAME in PATH (rc=$rc)"
+    fi
 fi
 
 echo "$pass passed, $fail failed"
