@@ -281,7 +281,7 @@ static void noinit_body(mp_ctx_t *ctx)
         if (is_missing(a, r))
             CHECK(mp_mentions_rank(msg, r), "the error does not name missing rank %d: \"%s\"", r,
                   msg);
-        else if (mp_mentions_rank(msg, r))
+        else if (r != ctx->rank && mp_mentions_rank(msg, r))
             mp_log("note: the error also names rank %d, which did call init: \"%s\"", r, msg);
     }
     /* style.md: outputs are written only on success */
