@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""End-to-end tests: library processes (tests/e2e/e2e_check.c) create their communicator through
+coll-agent, as the ranks of a pod do, and run checked collectives.
+
+    e2e_tests.py CASE --coll-run PATH --agent PATH --check PATH [--keep]
+
+Cases:
+  standalone    coll-run -n 4 --agent: all_reduce / all_gather / broadcast checked on every rank;
+                with --pin-version 9.9.9 every rank fails with ERR_VERSION naming both versions
+  k8s64         64 agents of one Indexed Job against the fake API server, 64 library processes
+                (one per agent), checked collectives, then the Communicator's status is Ready
+  version_pin   a CollectiveTopology pinning libraryVersion 9.9.9: every rank fails with
+                ERR_VERSION naming both versions; the Communicator is Failed with that message;
+                real `kubectl describe communicator` shows it
+  rank_failure  4 ranks against the fixture; one is SIGKILLed mid all_reduce; the survivors fail
+                naming it; the Communicator's lastError names it and `kubectl describe` shows it
+
+Every case prints one line per assertion and a closing `N passed, M failed` line. Exit 0 when
+everything passed, 1 otherwise, 77 (skipped, with the reason) when a prerequisite is missing.
+python3 standard library only; the Kubernetes cases reuse tests/agent/harness.py.
+"""
+import argparse
+import copy
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "agent"))
+import harness  # noqa: E402
+
+SKIP = 77
+ARGS = None
+
+
+class Checks:
+    """Counts assertions instead of stopping at the first one, so a run says all it can."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def __call__(self, cond, what, detail=""):
+        if cond:
+            self.passed += 1
+            print("ok   " + what)
+        else:
+            self.failed += 1
+            print("FAIL " + what)
+            if detail:
+                print("     " + detail.replace("\n", "\n     "))
+        sys.stdout.flush()
+        return bool(cond)
+
+
+class Skip(Exception):
+    pass
+
+
+def library_version():
+    r = subprocess.run([ARGS.check, "--version"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise RuntimeError("%s --version failed: %s" % (ARGS.check, r.stderr))
+    return r.stdout.strip()
+
+
+def topology(name, version, boot_s=60, timeout_s=60):
+    """The fixture's loopback topology (network team-a/lo-net = lo/127.0.0.1, Socket) with the
+    given library pin and timeouts."""
+    t = copy.deepcopy(harness.fixture("topology-train.json"))
+    t["metadata"]["name"] = name
+    t["spec"]["libraryVersion"] = version
+    t["spec"]["bootstrapTimeoutSeconds"] = boot_s
+    t["spec"]["timeoutSeconds"] = timeout_s
+    return t
+
+
+def rank_env(sock):
+    """A pod's environment as the webhook leaves it: COLL_AGENT_SOCKET, no launcher variables."""
+    e = dict(os.environ)
+    for k in ("COLL_UNIQUE_ID", "COLL_RANK", "COLL_NRANKS", "COLL_LOCAL_RANK",
+              "COLL_SOCKET_IFNAME", "COLL_TIMEOUT", "COLL_BOOTSTRAP_TIMEOUT"):
+        e.pop(k, None)
+    e["COLL_AGENT_SOCKET"] = sock
+    return e
+
+
+class Ranks:
+    """Library processes, one per agent socket, output in files (64 pipes could fill up)."""
+
+    def __init__(self, cl, socks, args):
+        self.procs, self.logs = [], []
+        for i, sock in enumerate(socks):
+            path = os.path.join(cl.dir, "rank-%d.log" % i)
+            f = open(path, "w")
+            self.logs.append(path)
+            self.procs.append(subprocess.Popen([ARGS.check] + list(args), env=rank_env(sock),
+                                               stdout=f, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL))
+            f.close()
+
+    def output(self, i):
+        with open(self.logs[i], errors="replace") as f:
+            return f.read()
+
+    def wait(self, timeout):
+        """Exit codes (None for a process still running at the deadline, which is killed)."""
+        deadline = time.time() + timeout
+        codes = []
+        for p in self.procs:
+            try:
+                codes.append(p.wait(timeout=max(0.1, deadline - time.time())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        self.kill()
+        return codes
+
+    def kill(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def comm_status(cl, name):
+    for o in cl.objects("communicators"):
+        if o["metadata"]["name"] == name:
+            return o.get("status") or {}
+    return {}
+
+
+def wait_status(cl, name, pred, timeout):
+    deadline = time.time() + timeout
+    st = {}
+    while time.time() < deadline:
+        st = comm_status(cl, name)
+        if pred(st):
+            return st, True
+        time.sleep(0.1)
+    return st, False
+
+
+def kubectl_describe(cl, name):
+    kubectl = harness.find_kubectl()
+    if not kubectl:
+        return None
+    env = dict(os.environ, KUBECONFIG=cl.kubeconfig(), HOME=cl.dir)
+    r = subprocess.run([kubectl, "describe", "communicator", name], capture_output=True,
+                       text=True, env=env, timeout=60)
+    return r
+
+
+def tail(text, n=3000):
+    return text[-n:]
+
+
+# ---------------------------------------------------------------------------------------------
+def case_standalone(ck, _cl):
+    """coll-run -n 4 --agent with the checker; then a pin this library does not match."""
+    n = 4
+    t0 = time.time()
+    r = subprocess.run([ARGS.coll_run, "-n", str(n), "--timeout", "120", "--agent=" + ARGS.agent,
+                        ARGS.check, "--count", "262144"], capture_output=True, text=True,
+                       timeout=180, stdin=subprocess.DEVNULL)
+    print("coll-run -n 4 --agent e2e_check: exit %d in %.1f s" % (r.returncode, time.time() - t0))
+    out, err = r.stdout, r.stderr
+    ck(r.returncode == 0, "coll-run exits 0", tail(out + err))
+    for rank in range(n):
+        for want in ("init ok rank=%d nranks=%d" % (rank, n), "all_reduce ok count=7",
+                     "all_reduce ok count=262144", "all_gather ok per_rank=65536",
+                     "broadcast ok count=262144 root=3", "done rank=%d" % rank):
+            ck("[rank %d] %s" % (rank, want) in out.splitlines(),
+               "rank %d: %s" % (rank, want))
+    ck("WRONG" not in out, "no wrong element on any rank")
+    for rank in range(n):
+        ck(re.search(r"^\[agent %d\] .* AGENT-STANDALONE rank %d of %d " % (rank, rank, n), err,
+                     re.M), "agent %d served rank %d of %d from the topology" % (rank, rank, n))
+        ck(re.search(r"^\[agent %d\] .* AGENT-REPORT library report: phase=Ready" % rank, err,
+                     re.M), "rank %d reported Ready to its agent" % rank)
+
+    version = library_version()
+    r = subprocess.run([ARGS.coll_run, "-n", "2", "--timeout", "60", "--agent=" + ARGS.agent,
+                        "--pin-version", "9.9.9", ARGS.check], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    out = r.stdout
+    ck(r.returncode == 3, "pin 9.9.9: coll-run exits with the first failing rank's status 3",
+       "exit %d\n%s" % (r.returncode, tail(out + r.stderr)))
+    # coll-run stops the other rank as soon as one fails, so only the first may get to print
+    lines = [x for x in out.splitlines() if re.match(r"^\[rank \d\] init failed", x)]
+    ck(lines and all("result=ERR_VERSION" in x and "runs kcoll %s" % version in x and
+                     "pins 9.9.9" in x for x in lines),
+       "pin 9.9.9: the failing rank's coll_comm_init_agent gives ERR_VERSION naming %s and "
+       "9.9.9" % version, tail(out))
+    ck(re.search(r"^coll-run: rank \d \(pid \d+\) exited with status 3", r.stderr, re.M),
+       "pin 9.9.9: coll-run names the failing rank", tail(r.stderr))
+    if lines:
+        print(lines[0])
+
+
+def case_k8s64(ck, cl):
+    """64 agents of one Indexed Job, 64 library processes, checked collectives, status Ready."""
+    n = 64
+    version = library_version()
+    cl.add(topology("e2e-loopback", version))
+    _, pods = cl.add_job("e2e64", n)
+    t0 = time.time()
+    agents = [cl.start_agent(p) for p in pods]
+    ranks = Ranks(cl, [a["sock"] for a in agents], ["--count", "16384"])
+    codes = ranks.wait(120)
+    elapsed = time.time() - t0
+    print("64 agents + 64 ranks: collectives done in %.1f s" % elapsed)
+    ok = [i for i, c in enumerate(codes) if c == 0]
+    ck(len(ok) == n, "all 64 library processes exit 0 (%d did)" % len(ok),
+       "" if len(ok) == n else "exit codes %s\nfirst failure:\n%s" % (
+           codes, tail(ranks.output(next(i for i, c in enumerate(codes) if c != 0)))))
+    seen = {}
+    for i in range(n):
+        m = re.search(r"^init ok rank=(\d+) nranks=(\d+)$", ranks.output(i), re.M)
+        if m:
+            seen[i] = (int(m.group(1)), int(m.group(2)))
+    ck(all(seen.get(i) == (i, n) for i in range(n)),
+       "the agent of completion index i gives rank i of 64, for every i",
+       "got %s" % {k: v for k, v in seen.items() if v != (k, n)})
+    good = sum(1 for i in range(n) if all(w in ranks.output(i) for w in (
+        "all_reduce ok count=7", "all_reduce ok count=16384", "all_gather ok per_rank=256",
+        "broadcast ok count=16384 root=63")) and "WRONG" not in ranks.output(i))
+    ck(good == n, "all_reduce, all_gather and broadcast results checked on %d of 64 ranks" % good)
+    st, ready = wait_status(cl, "e2e64", lambda s: s.get("phase") == "Ready", 30)
+    print("Communicator e2e64 status: %s" % json.dumps(
+        {k: st.get(k) for k in ("phase", "readyRanks", "nranks", "unhealthyCount")}))
+    ck(ready, "the Communicator's status.phase is Ready", json.dumps(st)[:2000])
+    ck(st.get("readyRanks") == n, "status.readyRanks is 64 (%s)" % st.get("readyRanks"))
+    conds = {c["type"]: c["status"] for c in st.get("conditions", [])}
+    ck(all(conds.get(t) == "True" for t in ("VersionsConsistent", "NetworkConsistent",
+                                            "Reachable", "Healthy")),
+       "conditions VersionsConsistent, NetworkConsistent, Reachable, Healthy are True",
+       json.dumps(conds))
+    ck(elapsed < 60, "64-rank bootstrap and collectives within 60 s (%.1f s)" % elapsed)
+
+
+def case_version_pin(ck, cl):
+    """libraryVersion 9.9.9 pinned by the topology: ERR_VERSION everywhere, Failed status."""
+    n = 4
+    version = library_version()
+    cl.add(topology("e2e-pin", "9.9.9"))
+    _, pods = cl.add_job("e2epin", n)
+    agents = [cl.start_agent(p) for p in pods]
+    ranks = Ranks(cl, [a["sock"] for a in agents], [])
+    codes = ranks.wait(60)
+    ck(codes == [3] * n, "every rank's coll_comm_init_agent fails (exit 3): %s" % codes)
+    msg = ""
+    for i in range(n):
+        out = ranks.output(i)
+        line = [x for x in out.splitlines() if x.startswith("init failed")]
+        good = (line and "result=ERR_VERSION" in line[0] and
+                "runs kcoll %s" % version in line[0] and "pins 9.9.9" in line[0])
+        ck(good, "rank %d: ERR_VERSION naming this library's %s and the pin 9.9.9" % (i, version),
+           tail(out))
+        if good and not msg:
+            msg = line[0]
+    print(msg)
+    st, failed = wait_status(cl, "e2epin", lambda s: s.get("phase") == "Failed" and (
+        s.get("lastError") or {}).get("message"), 30)
+    err = (st.get("lastError") or {}).get("message", "")
+    print("Communicator e2epin status: %s" % json.dumps(
+        {k: st.get(k) for k in ("phase", "lastError", "unhealthyCount")}))
+    ck(failed, "the Communicator's status.phase is Failed", json.dumps(st)[:2000])
+    ck("9.9.9" in err and version in err and "version mismatch" in err,
+       "status.lastError.message names both versions", err)
+    reasons = sorted({e["reason"] for e in cl.objects("events")
+                      if e["involvedObject"]["kind"] == "Communicator"})
+    print("Event reasons on the Communicator: %s" % reasons)
+    r = kubectl_describe(cl, "e2epin")
+    if r is None:
+        raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "
+                   "the rest of the case ran")
+    print(r.stdout)
+    ck(r.returncode == 0, "kubectl describe communicator e2epin exits 0", r.stderr[-2000:])
+    ck(re.search(r"^\s*Phase:\s+Failed\s*$", r.stdout, re.M), "kubectl describe shows Phase Failed")
+    ck("pins 9.9.9" in r.stdout and "runs kcoll %s" % version in r.stdout,
+       "kubectl describe shows the version mismatch message")
+
+
+def case_rank_failure(ck, cl):
+    """A rank SIGKILLed mid all_reduce after Ready: survivors fail naming it; status says so."""
+    n, victim = 4, 2
+    version = library_version()
+    cl.add(topology("e2e-fail", version, timeout_s=30))
+    _, pods = cl.add_job("e2efail", n)
+    agents = [cl.start_agent(p) for p in pods]
+    # 4 Mi floats (16 MiB) per all_reduce: each takes tens of milliseconds, so one is in flight
+    # whenever the victim is killed.
+    ranks = Ranks(cl, [a["sock"] for a in agents], ["--mode", "loop", "--count", "4194304"])
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if all("looping rank=" in ranks.output(i) for i in range(n)):
+            break
+        if any(p.poll() is not None for p in ranks.procs):
+            break
+        time.sleep(0.1)
+    looping = all("looping rank=" in ranks.output(i) for i in range(n))
+    ck(looping, "4 ranks are running all_reduce in a loop",
+       "\n".join(tail(ranks.output(i), 800) for i in range(n)))
+    st, ready = wait_status(cl, "e2efail", lambda s: s.get("phase") == "Ready", 20)
+    ck(ready, "the Communicator is Ready before the failure", json.dumps(st)[:1000])
+    if not looping:
+        ranks.kill()
+        return
+    time.sleep(0.3)
+    t0 = time.time()
+    ranks.procs[victim].send_signal(signal.SIGKILL)
+    codes = ranks.wait(60)
+    print("survivors finished %.1f s after the SIGKILL: exit codes %s" % (time.time() - t0, codes))
+    ck(codes[victim] == -signal.SIGKILL, "rank %d was killed by SIGKILL" % victim)
+    for i in range(n):
+        if i == victim:
+            continue
+        out = ranks.output(i)
+        line = [x for x in out.splitlines() if x.startswith("collective failed")]
+        ck(codes[i] == 4 and line and "op=all_reduce" in line[0],
+           "rank %d: its all_reduce fails (exit %s)" % (i, codes[i]), tail(out))
+        ck(line and re.search(r"\brank %d\b" % victim, line[0]),
+           "rank %d: the error names rank %d" % (i, victim), line[0] if line else "")
+        if line:
+            print("rank %d: %s" % (i, line[0]))
+    st, named = wait_status(cl, "e2efail", lambda s: re.search(
+        r"\brank %d\b" % victim, (s.get("lastError") or {}).get("message", "")), 30)
+    print("Communicator e2efail status: %s" % json.dumps(
+        {k: st.get(k) for k in ("phase", "lastError", "unhealthyCount", "unhealthyMembers")}))
+    last = st.get("lastError") or {}
+    ck(named, "status.lastError.message names rank %d" % victim, json.dumps(last))
+    ck(last.get("rank") is not None and last.get("rank") != victim,
+       "status.lastError was reported by a survivor (rank %s)" % last.get("rank"))
+    ck(st.get("phase") in ("Failed", "Degraded"), "status.phase is Failed or Degraded (%s)"
+       % st.get("phase"))
+    r = kubectl_describe(cl, "e2efail")
+    if r is None:
+        raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "
+                   "the rest of the case ran")
+    print(r.stdout)
+    ck(r.returncode == 0, "kubectl describe communicator e2efail exits 0", r.stderr[-2000:])
+    ck(re.search(r"^\s*Phase:\s+(Failed|Degraded)\s*$", r.stdout, re.M),
+       "kubectl describe shows Phase Failed or Degraded")
+    ck(re.search(r"\brank %d\b" % victim, r.stdout[r.stdout.find("Last Error"):]),
+       "kubectl describe's Last Error names rank %d" % victim)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure"}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--coll-run", required=True)
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--check", required=True)
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    for p in (ARGS.coll_run, ARGS.agent, ARGS.check):
+        if not os.access(p, os.X_OK):
+            harness.skip("%s is not built" % p)
+    ck = Checks()
+    cl = None
+    skipped = None
+    t0 = time.time()
+    try:
+        if ARGS.case in NEEDS_CLUSTER:
+            cl = harness.Cluster(ARGS.agent, topologies=())
+        CASES[ARGS.case](ck, cl)
+    except Skip as e:
+        skipped = str(e)
+    except Exception as e:  # an unexpected error is a failure with its trace, not a crash
+        import traceback
+        traceback.print_exc()
+        ck(False, "case %s raised %s: %s" % (ARGS.case, type(e).__name__, e))
+    finally:
+        if cl is not None:
+            if ck.failed:
+                for a in cl.agents[:4]:
+                    print("---- %s" % a["log"])
+                    print(tail(cl.agent_log(a), 2000))
+            cl.close(keep=ARGS.keep or ck.failed > 0)
+    print("case %s took %.1f s" % (ARGS.case, time.time() - t0))
+    print("%d passed, %d failed" % (ck.passed, ck.failed))
+    if ck.failed:
+        return 1
+    if skipped:
+        print("SKIP: " + skipped)
+        return SKIP
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
