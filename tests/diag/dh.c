@@ -1,8 +1,10 @@
 #define _GNU_SOURCE
 #include "dh.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +46,7 @@ struct dh_job {
     int expect_sig[DH_MAX_RANKS + 1];
     int hung[DH_MAX_RANKS + 1];
     double deadline;
+    int guard_fd; /* holds the dead root's port (root_dead) */
 };
 
 /* ---- output and checks ---- */
@@ -521,6 +525,23 @@ int dh_wait_output(dh_job_t *j, int rank, const char *needle, double seconds)
     return dh_contains(dh_output(j, rank), needle);
 }
 
+/* Keep the dead root's port bound but not listening: connections to it are refused, and no
+ * other socket (a rank's listener, another test) can take the port while the ranks retry. */
+static void guard_port(dh_job_t *j)
+{
+    const char *last = strrchr(j->meta->idstr, ':');
+    const char *p = last;
+    while (p && p > j->meta->idstr && p[-1] != ':')
+        p--;
+    int port = p ? atoi(p) : 0;
+    j->guard_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (j->guard_fd < 0 || port <= 0 || bind(j->guard_fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        dh_log("could not hold the dead root's port %d (%s): another socket may take it", port,
+               strerror(errno));
+}
+
 dh_job_t *dh_start(const dh_opts_t *o)
 {
     dh_job_t *j = calloc(1, sizeof(*j));
@@ -528,6 +549,7 @@ dh_job_t *dh_start(const dh_opts_t *o)
         abort();
     j->o = *o;
     j->n = o->nranks;
+    j->guard_fd = -1;
     for (int i = 0; i <= HOLDER; i++)
         j->fd[i] = -1;
     if (o->nranks < 1 || o->nranks > DH_MAX_RANKS) {
@@ -566,6 +588,7 @@ dh_job_t *dh_start(const dh_opts_t *o)
         waitpid(j->pid[HOLDER], &j->status[HOLDER], 0);
         j->exited[HOLDER] = 1;
         drain(j, HOLDER);
+        guard_port(j);
     }
     if (o->before_ranks)
         o->before_ranks(j, o->arg);
@@ -677,6 +700,8 @@ void dh_free(dh_job_t *j)
             close(j->fd[i]);
         free(j->buf[i]);
     }
+    if (j->guard_fd >= 0)
+        close(j->guard_fd);
     munmap(j->sh, sizeof(dh_shared_t));
     munmap(j->meta, sizeof(meta_t));
     free(j);
