@@ -19,12 +19,16 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
     double deadline = colli_now() + comm->cfg.bootstrap_timeout + 5.0;
     int fd = -1;
     int io = colli_sock_connect(root, bind_addr, deadline, true, &fd);
-    if (io != COLLI_IO_OK)
+    if (io != COLLI_IO_OK) {
+        int e = errno;
         return COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_NETWORK,
-                         "rank %d cannot reach the bootstrap root at %s: %s. Is the process that "
-                         "created the unique id still running, and is %s reachable from this "
+                         "rank %d cannot reach the bootstrap root at %s: %s%s%s. Is the process "
+                         "that created the unique id still running, and is %s reachable from this "
                          "host (COLL_SOCKET_IFNAME)?",
-                         comm->rank, ra, colli_io_str(io, errno), ra);
+                         comm->rank, ra, colli_io_str(io, e),
+                         io == COLLI_IO_TIMEOUT && e != 0 ? ", last error: " : "",
+                         io == COLLI_IO_TIMEOUT && e != 0 ? strerror(e) : "", ra);
+    }
     struct {
         colli_hello_t hello;
         colli_wire_member_t rec;

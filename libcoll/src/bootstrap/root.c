@@ -42,8 +42,9 @@ typedef struct {
     int nranks; /* from the first valid record */
     int arrived;
     slot_t *slots;
-    pending_t pend[64];
-    int npend;
+    pending_t *pend;
+    int npend, pend_cap;
+    struct pollfd *pfd;
     char failure[ROOT_MSG_MAX];
     coll_result_t fail_code;
 } root_t;
@@ -243,7 +244,19 @@ static void serve(root_t *r)
     while (colli_now() < r->deadline) {
         if (r->nranks > 0 && r->arrived == r->nranks)
             break;
-        struct pollfd pfd[65];
+        if (r->npend + 65 > r->pend_cap) {
+            int cap = r->pend_cap ? r->pend_cap * 2 : 128;
+            pending_t *np = realloc(r->pend, (size_t)cap * sizeof(*np));
+            struct pollfd *nf = realloc(r->pfd, (size_t)(cap + 1) * sizeof(*nf));
+            if (np)
+                r->pend = np;
+            if (nf)
+                r->pfd = nf;
+            if (np == NULL || nf == NULL)
+                break;
+            r->pend_cap = cap;
+        }
+        struct pollfd *pfd = r->pfd;
         int n = 0;
         pfd[n++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
         for (int i = 0; i < r->npend; i++)
@@ -253,7 +266,7 @@ static void serve(root_t *r)
         if (rc < 0 && errno != EINTR)
             break;
         if (pfd[0].revents & POLLIN) {
-            for (int k = 0; k < 64 && r->npend < 64; k++) {
+            for (int k = 0; k < 64 && r->npend < ROOT_MAX_PENDING; k++) {
                 pending_t *p = &r->pend[r->npend];
                 socklen_t sl = sizeof(p->from);
                 int fd = accept4(r->listen_fd, (struct sockaddr *)&p->from, &sl,
@@ -286,6 +299,8 @@ static void serve(root_t *r)
             }
             if (p->fd >= 0 && p->got == sizeof(p->in))
                 admit(r, p);
+            else if (p->fd >= 0 && p->got == 0 && colli_now() - p->since > 2.0)
+                drop(p, "sent nothing within 2 s");
             else if (p->fd >= 0 && colli_now() - p->since > 10.0)
                 drop(p, "sent no complete hello within 10 s");
         }
@@ -318,6 +333,8 @@ static void *root_main(void *arg)
         if (r->slots[i].fd >= 0)
             close(r->slots[i].fd);
     close(r->listen_fd);
+    free(r->pend);
+    free(r->pfd);
     free(r->slots);
     free(r);
     return NULL;

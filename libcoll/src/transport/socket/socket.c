@@ -94,6 +94,36 @@ static void sock_comm_fini(struct coll_comm *comm)
     comm->tp_state = NULL;
 }
 
+/* "rank A (addr) cannot reach rank B (addr)": the pair and both addresses. */
+static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int peer, int err)
+{
+    char mine[80], theirs[80];
+    colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
+    colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
+    char *colon = strrchr(mine, ':');
+    if (colon)
+        *colon = '\0'; /* the local port is meaningless here */
+    return COLLI_ERR(NET, COLL_ERR_NETWORK,
+                     "rank %d (%s) cannot reach rank %d (%s): %s. The process died or destroyed "
+                     "its communicator, or the two addresses are on networks that do not route to "
+                     "each other (pin one network on every rank with COLL_SOCKET_IFNAME).",
+                     comm->rank, mine, peer, theirs, strerror(err));
+}
+
+/* Out of descriptors: say how many this communicator needs. */
+static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int err)
+{
+    struct rlimit rl = {0, 0};
+    (void)getrlimit(RLIMIT_NOFILE, &rl);
+    unsigned long long need =
+        (unsigned long long)(comm->nranks - 1) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
+    return COLLI_ERR(NET, COLL_ERR_SYSTEM,
+                     "rank %d cannot %s: %s; the open-file limit is %llu but this communicator "
+                     "may need about %llu descriptors: raise it (ulimit -n %llu, or the "
+                     "container's nofile limit)",
+                     comm->rank, what, strerror(err), (unsigned long long)rl.rlim_cur, need, need);
+}
+
 static void drop_pending(sock_pending_t *p, const char *why)
 {
     char a[80];
@@ -202,8 +232,7 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
             accept4(s->listen_fd, (struct sockaddr *)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE)
-                coll_warn(NET, "accept: %s: raise the descriptor limit (ulimit -n)",
-                          strerror(errno));
+                return fd_exhausted(comm, "accept a connection", errno);
             break;
         }
         colli_sock_tune(fd);
@@ -256,9 +285,10 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
         int io = colli_sock_connect_start(&comm->members[peer].addr, &s->bind_addr, &c->fd);
         if (io != COLLI_IO_OK) {
             int e = errno;
-            colli_member_desc(comm, peer, who, sizeof(who));
-            return COLLI_ERR(NET, e == EMFILE || e == ENFILE ? COLL_ERR_SYSTEM : COLL_ERR_REMOTE,
-                             "cannot connect to %s: %s", who, strerror(e));
+            c->fd = -1;
+            if (e == EMFILE || e == ENFILE)
+                return fd_exhausted(comm, "connect", e);
+            return unreachable(comm, s, peer, e);
         }
         if (c->state == SOCK_NONE && c->since == 0)
             c->since = colli_now();
@@ -289,18 +319,7 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
                 return COLL_SUCCESS;
             }
             c->state = SOCK_CLOSED;
-            char mine[80], theirs[80];
-            colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
-            colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
-            char *colon = strrchr(mine, ':');
-            if (colon)
-                *colon = '\0'; /* the local port is meaningless here */
-            return COLLI_ERR(NET, COLL_ERR_NETWORK,
-                             "rank %d (%s) cannot reach rank %d (%s): %s. The process died or "
-                             "destroyed its communicator, or the two addresses are on networks "
-                             "that do not route to each other (pin one network on every rank "
-                             "with COLL_SOCKET_IFNAME).",
-                             comm->rank, mine, peer, theirs, strerror(err));
+            return unreachable(comm, s, peer, err);
         }
         coll_result_t st = colli_hello_make(&c->hello, comm->secret, COLLI_HELLO_DATA, comm->rank,
                                             peer, (uint32_t)stream, (uint32_t)comm->nranks);
