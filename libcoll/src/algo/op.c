@@ -183,9 +183,58 @@ void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len)
     }
 }
 
+/* Ranks this rank's unfinished lanes wait on, as a bitmap and as "1 3 ...". */
+void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < op->nlanes; i++) {
+        const colli_lane_t *l = &op->lanes[i];
+        if (l->done == l->n || mask[l->peer])
+            continue;
+        mask[l->peer] = 1;
+        int n = snprintf(buf + used, len - used, "%s%d", used ? " " : "", l->peer);
+        if (n > 0 && (size_t)n < len - used)
+            used += (size_t)n;
+    }
+}
+
 static coll_result_t stall_error(colli_op_t *op, double idle)
 {
     struct coll_comm *comm = op->comm;
+    char d[160] = "";
+    if (op->nfps > 0)
+        colli_fp_desc(&op->fps[0], d, sizeof(d));
+    const char *what = op->nfps > 0 ? d : op->what;
+    unsigned long long seq = op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL;
+    /* Ranks somebody waits on that sent no stuck report of their own are the silent ones: a
+     * stopped, hung or cut-off process cannot report. */
+    uint8_t *mine = calloc((size_t)comm->nranks, 1);
+    char waits[512];
+    if (mine != NULL)
+        colli_op_waits(op, mine, waits, sizeof(waits));
+    char silent[700] = "";
+    size_t su = 0;
+    int nsilent = 0;
+    for (int r = 0; mine != NULL && comm->stuck_reported != NULL && r < comm->nranks; r++) {
+        if (r == comm->rank || comm->stuck_reported[r] || !(mine[r] || comm->stuck_waits[r]))
+            continue;
+        if (nsilent++ < 4 && su < sizeof(silent) - 220) {
+            char who[200];
+            colli_member_desc(comm, r, who, sizeof(who));
+            int n = snprintf(silent + su, sizeof(silent) - su, "%s%s", su ? ", " : "", who);
+            su += n > 0 ? (size_t)n : 0;
+        }
+    }
+    free(mine);
+    if (nsilent > 0)
+        return COLLI_ERR(COLL, COLL_ERR_TIMEOUT,
+                         "%s #%llu made no progress for %.0f s (COLL_TIMEOUT): %s%s sent no data "
+                         "and no status while other ranks waited on %s; %s stopped, hung or cut "
+                         "off from the network (this is rank %d, waiting on ranks %s)",
+                         what, seq, idle, silent, nsilent > 4 ? " and more" : "",
+                         nsilent > 1 ? "them" : "it", nsilent > 1 ? "they are" : "it is",
+                         comm->rank, waits);
     char msg[1024];
     size_t used = 0;
     int listed = 0;
@@ -202,25 +251,32 @@ static coll_result_t stall_error(colli_op_t *op, double idle)
                          l->done + 1, l->n);
         used += n > 0 ? (size_t)n : 0;
     }
-    char d[160] = "";
-    if (op->nfps > 0)
-        colli_fp_desc(&op->fps[0], d, sizeof(d));
     return COLLI_ERR(COLL, COLL_ERR_TIMEOUT,
                      "%s #%llu on rank %d made no progress for %.0f s (COLL_TIMEOUT): stuck %s. "
                      "The peer is stuck, stopped or unreachable; check its state and logs.",
-                     op->nfps > 0 ? d : op->what,
-                     op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL, comm->rank, idle,
-                     msg);
+                     what, seq, comm->rank, idle, msg);
 }
+
+static coll_result_t run_loop(colli_op_t *op, double last, double grace_end);
 
 coll_result_t colli_op_run(colli_op_t *op)
 {
     struct coll_comm *comm = op->comm;
     if (op->oom)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", op->what);
+    double last = colli_now();
+    double grace_end = 0;
+    comm->cur_op = op;
+    coll_result_t status = run_loop(op, last, grace_end);
+    comm->cur_op = NULL;
+    return status;
+}
+
+static coll_result_t run_loop(colli_op_t *op, double last, double grace_end)
+{
+    struct coll_comm *comm = op->comm;
     const double spin = comm->cfg.spin_us * 1e-6;
     const double timeout = comm->cfg.timeout;
-    double last = colli_now();
     while (op->lanes_left > 0) {
         bool progressed = false;
         coll_result_t status = comm->tp->progress(comm, op, &progressed);
@@ -239,10 +295,23 @@ coll_result_t colli_op_run(colli_op_t *op)
                 sched_yield();
             continue;
         }
-        if (idle >= timeout)
-            return stall_error(op, idle);
-        double left = timeout - idle;
-        int ms = left > 1.0 ? 1000 : (int)(left * 1000.0) + 1;
+        if (idle >= timeout) {
+            if (grace_end == 0) {
+                /* Tell everyone whom we wait on, then keep going briefly to hear the others. */
+                uint8_t *mask = calloc((size_t)comm->nranks, 1);
+                char waits[512] = "";
+                if (mask != NULL)
+                    colli_op_waits(op, mask, waits, sizeof(waits));
+                free(mask);
+                comm->tp->notify_stuck(comm, waits);
+                double grace = timeout / 4 < 0.5 ? 0.5 : timeout / 4 > 1.0 ? 1.0 : timeout / 4;
+                grace_end = colli_now() + grace;
+            } else if (now >= grace_end) {
+                return stall_error(op, idle);
+            }
+        }
+        double left = grace_end > 0 ? grace_end - now : timeout - idle;
+        int ms = left > 1.0 ? 1000 : left <= 0 ? 1 : (int)(left * 1000.0) + 1;
         status = comm->tp->wait(comm, op, ms);
         if (status != COLL_SUCCESS)
             return status;

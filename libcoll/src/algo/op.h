@@ -95,6 +95,9 @@ static inline bool colli_dep_done(const colli_op_t *op, colli_dep_t d)
  * dependency is satisfied), then mark it done. */
 void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane);
 
+/* Ranks the unfinished lanes of op wait on, as "1 3 ..." (also marks them in mask[nranks]). */
+void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len);
+
 /* Run until every lane completed, a peer failed, or no progress for COLL_TIMEOUT. */
 coll_result_t colli_op_run(colli_op_t *op);
 

@@ -195,7 +195,11 @@ struct coll_comm {
     coll_result_t async_error;
     char async_msg[1024];
     char agent_socket[108]; /* report failures to the pod's coll-agent ("" = none) */
-    int busy;               /* an operation is running (atomic) */
+    /* Stuck reports from other ranks (timeout diagnosis): who reported, and whom they wait on. */
+    uint8_t *stuck_reported; /* [nranks] */
+    uint8_t *stuck_waits;    /* [nranks] */
+    struct colli_op *cur_op; /* the operation in progress, for answering stuck reports */
+    int busy;                /* an operation is running (atomic) */
 };
 
 /* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed

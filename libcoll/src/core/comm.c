@@ -138,6 +138,8 @@ static void comm_free(struct coll_comm *comm)
     free(comm->members);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
+    free(comm->stuck_reported);
+    free(comm->stuck_waits);
     free(comm);
 }
 
@@ -260,7 +262,10 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     comm->staging = calloc((size_t)nranks * m0->nstreams, sizeof(void *));
     comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
     comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
-    if (comm->staging == NULL || comm->p2p_send_seq == NULL || comm->p2p_recv_seq == NULL) {
+    comm->stuck_reported = calloc((size_t)nranks, 1);
+    comm->stuck_waits = calloc((size_t)nranks, 1);
+    if (comm->staging == NULL || comm->p2p_send_seq == NULL || comm->p2p_recv_seq == NULL ||
+        comm->stuck_reported == NULL || comm->stuck_waits == NULL) {
         status =
             COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for a %d-rank communicator", nranks);
         goto err_free;

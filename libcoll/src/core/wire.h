@@ -15,6 +15,8 @@ enum colli_hello_kind {
     COLLI_HELLO_DATA = 2,       /* rank -> rank: data frames follow (one direction) */
     COLLI_HELLO_ABORT = 3,      /* rank -> rank: a u32 length and an abort reason follow */
     COLLI_HELLO_BOOT_ERROR = 4, /* rank -> root: the rank cannot start; 320 bytes of text follow */
+    COLLI_HELLO_STUCK = 5,      /* rank -> rank: timed out; u32 length + the ranks it waits on */
+    COLLI_HELLO_STATUS = 6,     /* answer to STUCK: the ranks the sender waits on ("" = idle) */
 };
 
 typedef struct colli_hello {

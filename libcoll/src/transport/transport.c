@@ -21,6 +21,7 @@ static coll_result_t stub_wait(struct coll_comm *c, colli_op_t *op, int ms)
     return COLLI_ERR(NET, COLL_ERR_UNSUPPORTED, "transport cannot wait");
 }
 static void stub_notify(struct coll_comm *c, const char *reason) {}
+static void stub_stuck(struct coll_comm *c, const char *w) {}
 static void stub_fini(struct coll_comm *c) {}
 
 static const colli_transport_t *const builtin[] = {&colli_socket_transport};
@@ -49,6 +50,8 @@ static void registry_init(void)
             t->wait = stub_wait;
         if (!t->notify_abort)
             t->notify_abort = stub_notify;
+        if (!t->notify_stuck)
+            t->notify_stuck = stub_stuck;
         if (!t->comm_fini)
             t->comm_fini = stub_fini;
     }

@@ -25,6 +25,9 @@ typedef struct colli_transport {
     /* Best effort, bounded (about a second): tell every other rank that this communicator
      * failed, with reason. */
     void (*notify_abort)(struct coll_comm *comm, const char *reason);
+    /* Best effort, bounded: tell every other rank that this rank timed out waiting on the ranks
+     * listed in waits (space-separated). Receivers record it in comm->stuck_*. */
+    void (*notify_stuck)(struct coll_comm *comm, const char *waits);
     /* Close everything. Does not block. */
     void (*comm_fini)(struct coll_comm *comm);
 } colli_transport_t;

@@ -133,10 +133,39 @@ static void drop_pending(sock_pending_t *p, const char *why)
     p->fd = -1;
 }
 
+static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only);
+
 /* A pending connection has its complete hello (and abort text): act on it. */
 static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
 {
     const colli_hello_t *h = &p->hello;
+    if (h->kind == COLLI_HELLO_STUCK || h->kind == COLLI_HELLO_STATUS) {
+        if (h->kind == COLLI_HELLO_STUCK) {
+            /* Answer at once with whom we wait on, so that the asking rank can tell a live but
+             * waiting rank from a silent one. */
+            char waits[512] = "";
+            uint8_t *mask = calloc((size_t)comm->nranks, 1);
+            if (mask != NULL && comm->cur_op != NULL)
+                colli_op_waits(comm->cur_op, mask, waits, sizeof(waits));
+            free(mask);
+            send_notices(comm, COLLI_HELLO_STATUS, waits, h->from_rank);
+        }
+        if (comm->stuck_reported != NULL) {
+            comm->stuck_reported[h->from_rank] = 1;
+            char list[sizeof(p->abort_msg) + 1];
+            memcpy(list, p->abort_msg, p->abort_len);
+            list[p->abort_len] = '\0';
+            char *save = NULL;
+            for (char *t = strtok_r(list, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                long r;
+                if (colli_parse_long(t, 0, comm->nranks - 1, &r))
+                    comm->stuck_waits[r] = 1;
+            }
+        }
+        close(p->fd);
+        p->fd = -1;
+        return COLL_SUCCESS;
+    }
     if (h->kind == COLLI_HELLO_ABORT) {
         char who[200];
         colli_member_desc(comm, h->from_rank, who, sizeof(who));
@@ -170,7 +199,7 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
         if (p->got < hl) {
             dst = (char *)&p->hello + p->got;
             want = hl - p->got;
-        } else if (p->hello.kind != COLLI_HELLO_ABORT) {
+        } else if (p->hello.kind == COLLI_HELLO_DATA) {
             return;
         } else if (p->got < hl + 4) {
             dst = (char *)&p->abort_len + (p->got - hl);
@@ -202,12 +231,13 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
             const colli_hello_t *h = &p->hello;
             if (!colli_hello_verify(h, comm->secret, &why))
                 drop_pending(p, why);
-            else if ((h->kind != COLLI_HELLO_DATA && h->kind != COLLI_HELLO_ABORT) ||
-                     h->to_rank != comm->rank || h->from_rank < 0 || h->from_rank >= comm->nranks ||
+            else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_STATUS ||
+                     h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank ||
+                     h->from_rank < 0 || h->from_rank >= comm->nranks ||
                      h->from_rank == comm->rank || h->stream >= (uint32_t)s->nstreams)
                 drop_pending(p, "hello for another rank or stream of this communicator");
         }
-        if (p->fd >= 0 && p->hello.kind == COLLI_HELLO_ABORT && p->got == hl + 4 &&
+        if (p->fd >= 0 && p->hello.kind != COLLI_HELLO_DATA && p->got == hl + 4 &&
             p->abort_len > sizeof(p->abort_msg))
             drop_pending(p, "abort notice too long");
     }
@@ -218,7 +248,7 @@ static bool pending_complete(const sock_pending_t *p)
     size_t hl = sizeof(colli_hello_t);
     if (p->got < hl)
         return false;
-    if (p->hello.kind != COLLI_HELLO_ABORT)
+    if (p->hello.kind == COLLI_HELLO_DATA)
         return true;
     return p->got >= hl + 4 && p->got == hl + 4 + p->abort_len;
 }
@@ -383,7 +413,21 @@ typedef struct {
     char text[1024];
 } abort_msg_t;
 
+static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only);
+
 static void sock_notify_abort(struct coll_comm *comm, const char *reason)
+{
+    send_notices(comm, COLLI_HELLO_ABORT, reason, -1);
+}
+
+static void sock_notify_stuck(struct coll_comm *comm, const char *waits)
+{
+    send_notices(comm, COLLI_HELLO_STUCK, waits, -1);
+}
+
+/* Send a notice (hello of kind + u32 length + text) to every other rank, or only to `only`;
+ * bounded to about a second, best effort. */
+static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only)
 {
     sock_state_t *s = comm->tp_state;
     if (s == NULL || comm->members == NULL)
@@ -403,10 +447,10 @@ static void sock_notify_abort(struct coll_comm *comm, const char *reason)
     int open_n = 0;
     for (int p = 0; p < n; p++) {
         fds[p] = -1;
-        if (p == comm->rank)
+        if (p == comm->rank || (only >= 0 && p != only))
             continue;
-        if (colli_hello_make(&msg[p].h, comm->secret, COLLI_HELLO_ABORT, comm->rank, p, 0,
-                             (uint32_t)n) != COLL_SUCCESS)
+        if (colli_hello_make(&msg[p].h, comm->secret, kind, comm->rank, p, 0, (uint32_t)n) !=
+            COLL_SUCCESS)
             continue;
         msg[p].len = (uint32_t)len;
         memcpy(msg[p].text, reason, len);
@@ -454,5 +498,6 @@ const colli_transport_t colli_socket_transport = {
     .progress = sock_progress,
     .wait = sock_wait,
     .notify_abort = sock_notify_abort,
+    .notify_stuck = sock_notify_stuck,
     .comm_fini = sock_comm_fini,
 };
