@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Behaviour tests for coll-run. Usage: coll_run_test.sh PATH/TO/coll-run [PATH/TO/coll-agent]
+# With COLL_PERF_BIN=PATH/TO/coll-perf in the environment, coll-perf's flags and its two ways of
+# creating a communicator (unique id, agent) are checked too.
 # The ranks are `sh -c` one-liners, so nothing but coll_get_unique_id is needed from libcoll.
 # With a coll-agent, the --agent mode is tested too (real standalone agents, and fake agents for
 # the failure paths); the ranks that create a communicator through it are in tests/e2e/.
@@ -8,6 +10,7 @@ set -uo pipefail
 
 RUN=${1:?usage: coll_run_test.sh PATH/TO/coll-run [PATH/TO/coll-agent]}
 AGENT=${2:-}
+PERF=${COLL_PERF_BIN:-}
 [ -x "$RUN" ] || { echo "coll-run not found at $RUN"; exit 1; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coll-run-test.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
@@ -362,6 +365,59 @@ print("topo n=%d ranks=%d port=%s secret=%d transport=%s version=%s if=%s addr=%
         ok "--agent=NAME is looked up in PATH"
     else
         bad "--agent=NAME in PATH (rc=$rc)"
+    fi
+fi
+
+# ==== coll-perf: nccl-tests flags (-c is check, -C the collective), unique id and agent ====
+if [ -z "$PERF" ] || [ ! -x "$PERF" ]; then
+    echo "skip coll-perf: COLL_PERF_BIN not set (coll-perf not built)"
+else
+    "$PERF" -c all_reduce >"$TMP/out" 2>"$TMP/err" </dev/null
+    rc=$?
+    if [ "$rc" = 2 ] && err_has "invalid value 'all_reduce' for -c/--check (0 or 1); the collective is -C/--collective all_reduce"; then
+        ok "coll-perf: -c is check (0|1); a collective name there points to -C"
+    else
+        bad "coll-perf -c all_reduce (rc=$rc)"
+    fi
+    "$PERF" --help >"$TMP/out" 2>"$TMP/err" </dev/null
+    rc=$?
+    if [ "$rc" = 0 ] && out_has '^  -C, --collective NAME' && out_has '^  -c, --check 0|1' &&
+        out_has 'COLL_AGENT_SOCKET'; then
+        ok "coll-perf --help: -C/--collective, -c/--check, COLL_AGENT_SOCKET"
+    else
+        bad "coll-perf --help (rc=$rc)"
+    fi
+    run_cr -n 2 --timeout 100 "$PERF" -C all_gather -b 1K -e 4K -f 2 -n 2 -w 1 -c 1
+    if [ "$rc" = 0 ] && out_has '^\[rank 0\] # Collective: all_gather$' &&
+        out_has '^\[rank 0\] # communicator: coll_comm_init_rank from COLL_UNIQUE_ID' &&
+        out_has '^\[rank 0\] *4096 .* float32 ' && out_has '^\[rank 0\] # Out of bounds values : 0 OK$'; then
+        ok "coll-perf -C all_gather -c 1 under coll-run (unique id)"
+    else
+        bad "coll-perf -C all_gather (rc=$rc)"
+    fi
+    run_cr -n 2 --timeout 100 "$PERF" -b 1K -e 1K -n 1 -w 0 --check 0
+    if [ "$rc" = 0 ] && out_has 'check: 0 ' && out_has '(not checked)' &&
+        out_has '^\[rank 0\] # Collective: all_reduce$'; then
+        ok "coll-perf --check 0; all_reduce by default"
+    else
+        bad "coll-perf --check 0 (rc=$rc)"
+    fi
+    if [ -n "$AGENT" ] && [ -x "$AGENT" ]; then
+        run_cr -n 3 --timeout 100 --agent="$AGENT" "$PERF" -C broadcast -r 2 -b 1K -e 2K -n 2 -w 1 -c 1
+        if [ "$rc" = 0 ] &&
+            out_has '^\[rank 0\] # communicator: coll_comm_init_agent; rank, world size (3), root and pins supplied by the kcoll agent at .*/agent0.sock' &&
+            out_has '^\[rank 0\] # kcoll .*, nranks 3, ' && out_has '^\[rank 0\] # Collective: broadcast$' &&
+            out_has '^\[rank 0\] # Out of bounds values : 0 OK$'; then
+            ok "coll-perf under coll-run --agent: coll_comm_init_agent, the agent's world size"
+        else
+            bad "coll-perf under --agent (rc=$rc)"
+        fi
+        run_cr -n 2 --timeout 100 --agent="$AGENT" "$PERF" -C broadcast -r 5 -b 1K -e 1K
+        if [ "$rc" = 1 ] && err_has 'root 5 is not a rank of 2'; then
+            ok "coll-perf under --agent: a root outside the agent's world size is refused"
+        else
+            bad "coll-perf -r 5 under --agent (rc=$rc)"
+        fi
     fi
 fi
 
