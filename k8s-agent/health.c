@@ -48,6 +48,7 @@ struct agent_health {
     int err_rank;
     char err_pod[254], err_node[254], err_message[MAX_MSG];
     int unhealthy; /* add err_rank to the unhealthy members */
+    int lib_ready; /* this pod's library reported Ready: later failures are collective ones */
     event_t events[MAX_EVENTS_QUEUED];
     int nevents;
     json_t *cached; /* last Communicator seen (writer thread only) */
@@ -395,6 +396,11 @@ void agent_health_report(agent_health_t *h, const json_t *rep)
                progress ? " progress=" : "", progress ? progress : "",
                json_is_object(err) ? " (error)" : "");
     pthread_mutex_lock(&h->mu);
+    if (phase && strcmp(phase, "Ready") == 0)
+        h->lib_ready = 1;
+    /* A failure before this library was ever Ready happened during bootstrap (a version pin, a
+     * missing interface, a rank that never arrived), whatever phase the report carries. */
+    int boot = !h->lib_ready;
     if (phase && (is_root || strcmp(phase, "Failed") == 0 || strcmp(phase, "Degraded") == 0)) {
         snprintf(h->phase, sizeof(h->phase), "%s", phase);
         update = 1;
@@ -458,7 +464,6 @@ void agent_health_report(agent_health_t *h, const json_t *rep)
     }
     pthread_mutex_unlock(&h->mu);
     if (msg[0]) {
-        int boot = phase && (strcmp(phase, "Bootstrapping") == 0 || strcmp(phase, "Pending") == 0);
         agent_warn("AGENT-LIBRARY-ERROR", "%s", msg);
         agent_health_event(ctx, "Warning", boot ? "KcollBootstrapFailed" : "KcollCollectiveFailed",
                            msg);

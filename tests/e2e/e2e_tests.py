@@ -274,6 +274,8 @@ def case_version_pin(ck, cl):
     reasons = sorted({e["reason"] for e in cl.objects("events")
                       if e["involvedObject"]["kind"] == "Communicator"})
     print("Event reasons on the Communicator: %s" % reasons)
+    ck(reasons == ["KcollBootstrapFailed"],
+       "a failure before Ready is reported as KcollBootstrapFailed", str(reasons))
     r = kubectl_describe(cl, "e2epin")
     if r is None:
         raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "
