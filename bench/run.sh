@@ -13,9 +13,15 @@
 #   --markdown FILE    also write the comparison as a markdown table to FILE
 #   --out DIR          keep raw logs here (default: BUILD_DIR/bench-results/DATE)
 #   --no-kcoll         measure only Open MPI and TCP (kcoll columns read n/a)
+#   --kcoll-shm        also measure kcoll over its shared-memory transport (an extra column,
+#                      for information: the comparison itself is TCP against TCP)
 #   --no-build         use the binaries already in BUILD_DIR
+#   --max-load L       before each round wait (up to 15 min) for the 1-minute load average to
+#                      drop below L; other work on the machine disturbs the figures
 #
-# Open MPI is forced onto TCP over lo, off shared memory: pml ob1, btl self,tcp, coll ^sm.
+# Both sides use loopback TCP: Open MPI is forced off shared memory (pml ob1, btl self,tcp over lo,
+# coll ^sm) and kcoll runs with COLL_SHM_DISABLE=1 (its ranks on one host would otherwise talk
+# through shared memory).
 # Exit status: 0 when every measurement ran; 1 when one failed or timed out; 2 for bad usage or
 # a missing prerequisite.
 set -uo pipefail
@@ -31,7 +37,9 @@ TIMEOUT=300
 MARKDOWN=
 OUT=
 DO_KCOLL=1
+DO_SHM=0
 DO_BUILD=1
+MAX_LOAD=
 COLLS="all_reduce all_gather reduce_scatter broadcast reduce all_to_all sendrecv"
 SIZES="1048576 16777216 67108864"
 
@@ -52,8 +60,10 @@ while [ $# -gt 0 ]; do
     --markdown) MARKDOWN=$(realpath -m "${2:?}"); shift ;;
     --out) OUT=$(realpath -m "${2:?}"); shift ;;
     --no-kcoll) DO_KCOLL=0 ;;
+    --kcoll-shm) DO_SHM=1 ;;
     --no-build) DO_BUILD=0 ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --max-load) MAX_LOAD=${2:?}; shift ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
     esac
     shift
@@ -141,8 +151,21 @@ LAT_ARGS=(-c all_reduce -b 8 -e 8 -w 100 -n "$LAT_ITERS")
 
 echo "== results and logs in $OUT"
 echo "== load before: $(uptime)" | tee "$OUT/load.txt"
+# wait_load: wait for the 1-minute load average to drop below MAX_LOAD (at most 15 minutes)
+wait_load() {
+    [ -n "$MAX_LOAD" ] || return 0
+    local i
+    for i in $(seq 1 180); do
+        awk -v max="$MAX_LOAD" '{ exit !($1 < max) }' /proc/loadavg && return 0
+        [ "$i" = 1 ] && echo "   waiting for load < $MAX_LOAD (now $(cut -d' ' -f1 /proc/loadavg))"
+        sleep 5
+    done
+    echo "   load still $(cut -d' ' -f1 /proc/loadavg) after 15 minutes; measuring anyway" >&2
+}
+
 for rep in $(seq 1 "$REPEAT"); do
-    echo "== round $rep of $REPEAT"
+    wait_load
+    echo "== round $rep of $REPEAT (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$OUT/load.txt"
     for ws in 262144 1048576 4194304; do
         if run_one "tcp-r$rep-w$ws" "$BIN/tcp_stream" -t 2.5 -s "$ws" -q; then
             echo -e "tcp\t$rep\t1\ttcp_stream\t$ws\t0\t$(tail -n 1 "$OUT/tcp-r$rep-w$ws.log")" >>"$RESULTS"
@@ -155,8 +178,13 @@ for rep in $(seq 1 "$REPEAT"); do
                 "${BW_ARGS[@]}" && collect "$OUT/$name.log" ompi "$rep" "$n"
             if [ "$DO_KCOLL" = 1 ]; then
                 name=kcoll-r$rep-n$n-$coll
-                run_one "$name" "$COLL_RUN" -n "$n" "$COLL_PERF" -c "$coll" -d float32 -o sum \
-                    -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kcoll "$rep" "$n"
+                run_one "$name" env COLL_SHM_DISABLE=1 "$COLL_RUN" -n "$n" "$COLL_PERF" -c "$coll" \
+                    -d float32 -o sum -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kcoll "$rep" "$n"
+            fi
+            if [ "$DO_KCOLL" = 1 ] && [ "$DO_SHM" = 1 ]; then
+                name=kshm-r$rep-n$n-$coll
+                run_one "$name" env COLL_SHM_DISABLE=0 "$COLL_RUN" -n "$n" "$COLL_PERF" -c "$coll" \
+                    -d float32 -o sum -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kshm "$rep" "$n"
             fi
         done
         name=ompi-r$rep-n$n-lat
@@ -164,8 +192,13 @@ for rep in $(seq 1 "$REPEAT"); do
             collect "$OUT/$name.log" ompi "$rep" "$n"
         if [ "$DO_KCOLL" = 1 ]; then
             name=kcoll-r$rep-n$n-lat
-            run_one "$name" "$COLL_RUN" -n "$n" "$COLL_PERF" "${LAT_ARGS[@]}" -d float32 -o sum \
-                -z out && collect "$OUT/$name.log" kcoll "$rep" "$n"
+            run_one "$name" env COLL_SHM_DISABLE=1 "$COLL_RUN" -n "$n" "$COLL_PERF" "${LAT_ARGS[@]}" \
+                -d float32 -o sum -z out && collect "$OUT/$name.log" kcoll "$rep" "$n"
+        fi
+        if [ "$DO_KCOLL" = 1 ] && [ "$DO_SHM" = 1 ]; then
+            name=kshm-r$rep-n$n-lat
+            run_one "$name" env COLL_SHM_DISABLE=0 "$COLL_RUN" -n "$n" "$COLL_PERF" "${LAT_ARGS[@]}" \
+                -d float32 -o sum -z out && collect "$OUT/$name.log" kshm "$rep" "$n"
         fi
     done
 done
@@ -177,23 +210,24 @@ report() { # $1 = text or markdown
     function best_bw(k) { return (k in bw) ? sprintf("%.2f", bw[k]) : "n/a" }
     function ratio(a, b) { return (a in bw && b in bw && bw[b] > 0) ? sprintf("%.2fx", bw[a] / bw[b]) : "n/a" }
     function human(s) { return s >= 1048576 ? (s / 1048576) " MiB" : s " B" }
-    function row(a, b, c, d, e, f, g) {
-        if (fmt == "markdown") printf("| %s | %s | %s | %s | %s | %s | %s |\n", a, b, c, d, e, f, g)
-        else printf("%-16s %5s %9s %12s %12s %8s  %s\n", a, b, c, d, e, f, g)
+    function row(a, b, c, d, e, f, g, h) {
+        if (fmt == "markdown") printf("| %s | %s | %s | %s | %s | %s | %s |%s\n", a, b, c, d, e, f, g, shm ? " " h " |" : "")
+        else printf("%-16s %5s %9s %12s %12s %8s  %-36s%s\n", a, b, c, d, e, f, g, shm ? " " h : "")
     }
     {
         k = $1 SUBSEP $3 SUBSEP $4 SUBSEP $5
         if (!(k in bw) || $7 + 0 > bw[k]) bw[k] = $7 + 0
         if ($5 == 8 && (!(k in lat) || $6 + 0 < lat[k])) lat[k] = $6 + 0
         if ($1 == "tcp" && $7 + 0 > tcp) tcp = $7 + 0
+        if ($1 == "kshm") shm = 1
     }
     END {
         if (fmt == "markdown") {
-            print "| collective | ranks | size | kcoll busbw (GB/s) | Open MPI busbw (GB/s) | ratio | target |"
-            print "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+            row("collective", "ranks", "size", "kcoll busbw (GB/s)", "Open MPI busbw (GB/s)", "ratio", "target", "kcoll shm busbw (GB/s, info)")
+            row("---", "---:", "---:", "---:", "---:", "---:", "---", "---:")
         } else {
             printf("single-stream loopback TCP (best write size): %.2f GB/s\n\n", tcp)
-            row("collective", "ranks", "size", "kcoll busbw", "OMPI busbw", "ratio", "target")
+            row("collective", "ranks", "size", "kcoll busbw", "OMPI busbw", "ratio", "target", "kcoll shm")
         }
         nr = split(ranks, R, " "); nc = split(colls, C, " "); ns = split(sizes, S, " ")
         for (c = 1; c <= nc; c++) for (r = 1; r <= nr; r++) for (s = 1; s <= ns; s++) {
@@ -212,14 +246,14 @@ report() { # $1 = text or markdown
                 else
                     target = target " (>= OMPI)"
             }
-            row(coll, n, human(size), best_bw(kk), best_bw(ko), ratio(kk, ko), target)
+            row(coll, n, human(size), best_bw(kk), best_bw(ko), ratio(kk, ko), target, best_bw("kshm" SUBSEP n SUBSEP coll SUBSEP size))
         }
         if (fmt == "markdown") {
             print ""
-            print "| 8-byte all_reduce latency | ranks | kcoll (us) | Open MPI (us) | target |"
-            print "| --- | ---: | ---: | ---: | --- |"
+            print "| 8-byte all_reduce latency | ranks | kcoll (us) | Open MPI (us) | target |" (shm ? " kcoll shm (us, info) |" : "")
+            print "| --- | ---: | ---: | ---: | --- |" (shm ? " ---: |" : "")
         } else {
-            printf("\n%-26s %5s %12s %12s  %s\n", "8-byte all_reduce latency", "ranks", "kcoll (us)", "OMPI (us)", "target")
+            printf("\n%-26s %5s %12s %12s  %-20s%s\n", "8-byte all_reduce latency", "ranks", "kcoll (us)", "OMPI (us)", "target", shm ? " kcoll shm (us)" : "")
         }
         for (r = 1; r <= nr; r++) {
             n = R[r]
@@ -228,8 +262,10 @@ report() { # $1 = text or markdown
             kl = (kk in lat) ? sprintf("%.1f", lat[kk]) : "n/a"
             ol = (ko in lat) ? sprintf("%.1f", lat[ko]) : "n/a"
             target = (kk in lat && ko in lat) ? ((lat[kk] <= lat[ko]) ? "met" : "NOT met") " (<= OMPI)" : "n/a"
-            if (fmt == "markdown") printf("| all_reduce 8 B | %s | %s | %s | %s |\n", n, kl, ol, target)
-            else printf("%-26s %5s %12s %12s  %s\n", "all_reduce 8 B", n, kl, ol, target)
+            ks = "kshm" SUBSEP n SUBSEP "all_reduce" SUBSEP 8
+            sl = (ks in lat) ? sprintf("%.1f", lat[ks]) : "n/a"
+            if (fmt == "markdown") printf("| all_reduce 8 B | %s | %s | %s | %s |%s\n", n, kl, ol, target, shm ? " " sl " |" : "")
+            else printf("%-26s %5s %12s %12s  %-20s%s\n", "all_reduce 8 B", n, kl, ol, target, shm ? " " sl : "")
         }
         if (fmt == "markdown") {
             printf("\nSingle-stream loopback TCP (tcp_stream, best of 256 KiB / 1 MiB / 4 MiB writes): %.2f GB/s\n", tcp)
