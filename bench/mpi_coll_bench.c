@@ -9,7 +9,7 @@
  * broadcast, reduce, sendrecv 1.
  *
  * Built by bench/run.sh with mpicc.openmpi (not part of the CMake build):
- *   mpirun -n 4 mpi_coll_bench -c all_reduce -b 8 -e 64M -f 2 -w 5 -n 20
+ *   mpirun -n 4 mpi_coll_bench -C all_reduce -b 8 -e 64M -f 2 -w 5 -n 20
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -97,7 +97,7 @@ static void run_once(enum kind k, float *sb, float *rb, int count, int root, int
 static void usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: mpirun -n N %s [-c all_reduce|all_gather|reduce_scatter|broadcast|reduce|"
+            "usage: mpirun -n N %s [-C all_reduce|all_gather|reduce_scatter|broadcast|reduce|"
             "all_to_all|sendrecv|all] [-b SIZE] [-e SIZE] [-f FACTOR] [-w WARMUP] [-n ITERS] "
             "[-r ROOT]\n",
             prog);
@@ -122,6 +122,7 @@ int main(int argc, char **argv)
         }
         i++;
         switch (a[1]) {
+        case 'C': /* coll-perf's flag; -c kept as an alias */
         case 'c':
             kind_mask = strcmp(v, "all") == 0 ? (1 << K_NUM) - 1 : 0;
             for (int k = 0; k < K_NUM; k++)

@@ -147,7 +147,7 @@ collect() {
 }
 
 BW_ARGS=(-b 1M -e 64M -f 4 -w "$WARMUP" -n "$ITERS")
-LAT_ARGS=(-c all_reduce -b 8 -e 8 -w 100 -n "$LAT_ITERS")
+LAT_ARGS=(-C all_reduce -b 8 -e 8 -w 100 -n "$LAT_ITERS")
 
 echo "== results and logs in $OUT"
 echo "== load before: $(uptime)" | tee "$OUT/load.txt"
@@ -174,16 +174,16 @@ for rep in $(seq 1 "$REPEAT"); do
     for n in $RANKS; do
         for coll in $COLLS; do
             name=ompi-r$rep-n$n-$coll
-            run_one "$name" "$MPIRUN" "${MPI_ARGS[@]}" -n "$n" "$BIN/mpi_coll_bench" -c "$coll" \
+            run_one "$name" "$MPIRUN" "${MPI_ARGS[@]}" -n "$n" "$BIN/mpi_coll_bench" -C "$coll" \
                 "${BW_ARGS[@]}" && collect "$OUT/$name.log" ompi "$rep" "$n"
             if [ "$DO_KCOLL" = 1 ]; then
                 name=kcoll-r$rep-n$n-$coll
-                run_one "$name" env COLL_SHM_DISABLE=1 "$COLL_RUN" -n "$n" "$COLL_PERF" -c "$coll" \
+                run_one "$name" env COLL_SHM_DISABLE=1 "$COLL_RUN" -n "$n" "$COLL_PERF" -C "$coll" \
                     -d float32 -o sum -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kcoll "$rep" "$n"
             fi
             if [ "$DO_KCOLL" = 1 ] && [ "$DO_SHM" = 1 ]; then
                 name=kshm-r$rep-n$n-$coll
-                run_one "$name" env COLL_SHM_DISABLE=0 "$COLL_RUN" -n "$n" "$COLL_PERF" -c "$coll" \
+                run_one "$name" env COLL_SHM_DISABLE=0 "$COLL_RUN" -n "$n" "$COLL_PERF" -C "$coll" \
                     -d float32 -o sum -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kshm "$rep" "$n"
             fi
         done
