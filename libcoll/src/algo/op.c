@@ -17,24 +17,55 @@ coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *
     op->dt = dt;
     op->redop = redop;
     op->cur_fp = -1;
-    op->send_ctr = calloc((size_t)comm->nranks, sizeof(uint32_t));
-    op->recv_ctr = calloc((size_t)comm->nranks, sizeof(uint32_t));
-    if (op->send_ctr == NULL || op->recv_ctr == NULL) {
-        colli_op_free(op);
-        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", what);
+    const size_t n = (size_t)comm->nranks;
+    if (comm->op_cache.ctrs != NULL) {
+        /* reuse the last op's arrays; lanes keep their unit arrays */
+        op->lanes = comm->op_cache.lanes;
+        op->cap = comm->op_cache.lane_cap;
+        op->fps = comm->op_cache.fps;
+        op->fpcap = comm->op_cache.fp_cap;
+        op->send_ctr = comm->op_cache.ctrs;
+        comm->op_cache.ctrs = NULL;
+        memset(op->send_ctr, 0, 2 * n * sizeof(uint32_t));
+    } else {
+        op->send_ctr = calloc(2 * n, sizeof(uint32_t));
+        if (op->send_ctr == NULL)
+            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", what);
     }
+    op->recv_ctr = op->send_ctr + n;
     return COLL_SUCCESS;
+}
+
+static void free_arrays(colli_lane_t *lanes, int cap, colli_fp_t *fps, uint32_t *ctrs)
+{
+    for (int i = 0; i < cap; i++)
+        free(lanes[i].units);
+    free(lanes);
+    free(fps);
+    free(ctrs);
 }
 
 void colli_op_free(colli_op_t *op)
 {
-    for (int i = 0; i < op->nlanes; i++)
-        free(op->lanes[i].units);
-    free(op->lanes);
-    free(op->fps);
-    free(op->send_ctr);
-    free(op->recv_ctr);
+    struct coll_comm *comm = op->comm;
+    if (comm != NULL && comm->op_cache.ctrs == NULL && op->send_ctr != NULL) {
+        comm->op_cache.lanes = op->lanes;
+        comm->op_cache.lane_cap = op->cap;
+        comm->op_cache.fps = op->fps;
+        comm->op_cache.fp_cap = op->fpcap;
+        comm->op_cache.ctrs = op->send_ctr;
+    } else {
+        free_arrays(op->lanes, op->cap, op->fps, op->send_ctr);
+    }
     memset(op, 0, sizeof(*op));
+}
+
+void colli_op_cache_free(struct coll_comm *comm)
+{
+    if (comm->op_cache.ctrs != NULL)
+        free_arrays(comm->op_cache.lanes, comm->op_cache.lane_cap, comm->op_cache.fps,
+                    comm->op_cache.ctrs);
+    memset(&comm->op_cache, 0, sizeof(comm->op_cache));
 }
 
 int colli_op_add_fp(colli_op_t *op, int coll, coll_datatype_t dt, coll_op_t redop, int root,
@@ -80,24 +111,38 @@ static int lane_for(colli_op_t *op, int peer, int stream, bool send)
         colli_lane_t *n = realloc(op->lanes, (size_t)cap * sizeof(*n));
         if (n == NULL)
             return -1;
+        for (int i = op->cap; i < cap; i++) {
+            n[i].units = NULL;
+            n[i].cap = 0;
+        }
         op->lanes = n;
         op->cap = cap;
     }
     colli_lane_t *l = &op->lanes[op->nlanes];
+    colli_unit_t *units = l->units; /* kept from an earlier op */
+    int ucap = l->cap;
     memset(l, 0, sizeof(*l));
+    l->units = units;
+    l->cap = ucap;
     l->peer = peer;
     l->stream = stream;
     l->send = send;
+    l->tp = op->comm->peer_tp[peer];
+    op->tp_lanes[l->tp]++;
     op->lanes_left++;
     return op->nlanes++;
 }
 
 static colli_dep_t add_unit(colli_op_t *op, int peer, bool send, colli_unit_t u)
 {
+    struct coll_comm *comm = op->comm;
     uint32_t *ctr = send ? &op->send_ctr[peer] : &op->recv_ctr[peer];
     u.msg_unit = (*ctr)++;
     u.fp = op->cur_fp;
-    int stream = (int)(u.msg_unit % (uint32_t)op->comm->members[0].nstreams);
+    /* Streams spread units over several TCP connections; a shared-memory peer has one ring. */
+    int stream = comm->peer_tp[peer] == COLLI_TPI_SOCKET
+                     ? (int)(u.msg_unit % (uint32_t)comm->members[0].nstreams)
+                     : 0;
     int li = lane_for(op, peer, stream, send);
     if (li < 0) {
         op->oom = true;
@@ -152,6 +197,11 @@ void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane)
         else
             colli_reduce(u->buf, u->src, lane->staging, n, op->dt, op->redop);
     }
+    colli_op_unit_complete(op, lane);
+}
+
+void colli_op_unit_complete(colli_op_t *op, colli_lane_t *lane)
+{
     lane->staged = false;
     lane->hdr_off = 0;
     lane->pay_off = 0;
@@ -279,7 +329,7 @@ static coll_result_t run_loop(colli_op_t *op, double last, double grace_end)
     const double timeout = comm->cfg.timeout;
     while (op->lanes_left > 0) {
         bool progressed = false;
-        coll_result_t status = comm->tp->progress(comm, op, &progressed);
+        coll_result_t status = colli_tp_progress(comm, op, &progressed);
         if (status != COLL_SUCCESS)
             return status;
         if (op->lanes_left == 0)
@@ -303,7 +353,7 @@ static coll_result_t run_loop(colli_op_t *op, double last, double grace_end)
                 if (mask != NULL)
                     colli_op_waits(op, mask, waits, sizeof(waits));
                 free(mask);
-                comm->tp->notify_stuck(comm, waits);
+                colli_tp_notify_stuck(comm, waits);
                 double grace = timeout / 4 < 0.5 ? 0.5 : timeout / 4 > 1.0 ? 1.0 : timeout / 4;
                 grace_end = colli_now() + grace;
             } else if (now >= grace_end) {
@@ -312,7 +362,7 @@ static coll_result_t run_loop(colli_op_t *op, double last, double grace_end)
         }
         double left = grace_end > 0 ? grace_end - now : timeout - idle;
         int ms = left > 1.0 ? 1000 : left <= 0 ? 1 : (int)(left * 1000.0) + 1;
-        status = comm->tp->wait(comm, op, ms);
+        status = colli_tp_wait(comm, op, ms);
         if (status != COLL_SUCCESS)
             return status;
     }

@@ -43,12 +43,13 @@ typedef struct colli_lane {
     int peer;
     int stream;
     bool send;
+    uint8_t tp; /* COLLI_TPI_* of the transport that moves this lane (that of its peer) */
     colli_unit_t *units;
     int n, cap;
     int done; /* units completed (sent; received and processed) */
     /* transport's progress on units[done] */
     size_t hdr_off;
-    size_t pay_off;
+    size_t pay_off; /* payload bytes of units[done] sent, or received (and applied, shm) */
     bool staged; /* REDUCE payload complete in staging, waiting for the dependency */
     colli_frame_t hdr;
     void *staging;
@@ -59,6 +60,7 @@ typedef struct colli_op {
     colli_lane_t *lanes;
     int nlanes, cap;
     int lanes_left;
+    int tp_lanes[COLLI_NTPI]; /* lanes per transport */
     colli_fp_t *fps;
     int nfps, fpcap;
     int cur_fp;
@@ -70,9 +72,14 @@ typedef struct colli_op {
     bool oom;
 } colli_op_t;
 
+/* Start an empty op. Its arrays come from comm->op_cache when the last op left them there, so a
+ * call allocates nothing once the communicator has run a similar op. */
 coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *what,
                             coll_datatype_t dt, coll_op_t redop);
+/* Give the op's arrays back to comm->op_cache (or free them). */
 void colli_op_free(colli_op_t *op);
+/* Free comm->op_cache (communicator teardown). */
+void colli_op_cache_free(struct coll_comm *comm);
 
 /* Add a message fingerprint and make it current; returns its index. */
 int colli_op_add_fp(colli_op_t *op, int coll, coll_datatype_t dt, coll_op_t redop, int root,
@@ -94,6 +101,9 @@ static inline bool colli_dep_done(const colli_op_t *op, colli_dep_t d)
 /* Apply a staged REDUCE unit (the transport calls this when the payload is complete and the
  * dependency is satisfied), then mark it done. */
 void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane);
+/* Mark units[done] complete: its data was applied already (a transport that reduces straight
+ * from its own buffers). */
+void colli_op_unit_complete(colli_op_t *op, colli_lane_t *lane);
 
 /* Ranks the unfinished lanes of op wait on, as "1 3 ..." (also marks them in mask[nranks]). */
 void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len);

@@ -83,6 +83,7 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
     w->nstreams = m->nstreams;
     w->chunk_size = m->chunk_size;
     w->small_threshold = m->small_threshold;
+    w->caps = m->caps;
 }
 
 coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m)
@@ -118,6 +119,7 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
     m->nstreams = w->nstreams;
     m->chunk_size = w->chunk_size;
     m->small_threshold = w->small_threshold;
+    m->caps = w->caps;
     return COLL_SUCCESS;
 }
 

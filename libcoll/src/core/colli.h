@@ -125,6 +125,10 @@ typedef struct colli_config {
     int max_connecting;     /* outgoing connects in flight at once */
     int transport;          /* colli_transport_policy_t */
     char ib_hca[256];       /* COLL_IB_HCA: NCCL syntax */
+    int shm_disable;        /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
+    size_t shm_slot_size;   /* bytes of one shared-memory ring slot (header line included) */
+    int shm_nslots;         /* slots per ring */
+    char host_id_suffix[256]; /* test only: appended to the host identity (list: by rank) */
     colli_source_t src[16]; /* source of each parameter, indexed like the table */
 } colli_config_t;
 
@@ -162,14 +166,24 @@ typedef struct colli_member {
     int pid;
     struct sockaddr_storage addr; /* data listener */
     char ifname[32];
+    uint32_t caps; /* COLLI_CAP_* this rank offers */
     /* rank 0's tuning is adopted by every rank */
     uint32_t nstreams;
     uint64_t chunk_size;
     uint64_t small_threshold;
 } colli_member_t;
 
+/* Capabilities a rank offers in its member record. */
+#define COLLI_CAP_SHM 0x1u /* shared memory works here and is not disabled */
+
+/* Transports of a communicator, by index (transport/transport.h). */
+enum { COLLI_TPI_SOCKET = 0, COLLI_TPI_SHM = 1, COLLI_NTPI = 2 };
+
 struct colli_transport;
 struct colli_op;
+struct colli_lane;
+struct colli_fp;
+struct pollfd;
 
 struct coll_comm {
     int rank;
@@ -181,8 +195,19 @@ struct coll_comm {
     int local_ranks;         /* ranks sharing this host */
     bool oversubscribed;     /* more local ranks than cores: yield while spinning */
 
-    const struct colli_transport *tp;
-    void *tp_state;
+    const struct colli_transport *tps[COLLI_NTPI]; /* NULL: transport not in use */
+    void *tp_state[COLLI_NTPI];
+    uint8_t *peer_tp;     /* [nranks] COLLI_TPI_* that reaches each peer */
+    struct pollfd *pfds;  /* one poll() set for every transport (grow-only) */
+    int pfd_cap;
+    /* Arrays of the last freed op, reused by the next one (no allocation per call). */
+    struct {
+        struct colli_lane *lanes;
+        int lane_cap;
+        struct colli_fp *fps;
+        int fp_cap;
+        uint32_t *ctrs; /* [2 * nranks] */
+    } op_cache;
 
     uint64_t coll_seq;      /* collectives issued so far */
     uint64_t *p2p_send_seq; /* [nranks] messages sent to each peer */

@@ -120,14 +120,14 @@ void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg
     snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg);
     /* One summary line a user can paste into an issue. */
     coll_warn(COLL, "communicator failed on rank %d of %d: %s", comm->rank, comm->nranks, msg);
-    comm->tp->notify_abort(comm, msg);
+    colli_tp_notify_abort(comm, msg);
     colli_agent_notify_failure(comm, msg);
 }
 
 static void comm_free(struct coll_comm *comm)
 {
-    if (comm->tp)
-        comm->tp->comm_fini(comm);
+    colli_tp_fini(comm);
+    colli_op_cache_free(comm);
     if (comm->staging) {
         size_t n = (size_t)comm->nranks * (comm->members ? comm->members[0].nstreams : 1);
         for (size_t i = 0; i < n; i++)
@@ -173,6 +173,31 @@ coll_result_t colli_apply_transport_policy(const colli_config_t *cfg)
                   probe.usable ? "InfiniBand transport not in this build" : probe.reason);
         return COLL_SUCCESS;
     }
+}
+
+/* COLL_HOST_ID_SUFFIX (tests only): "a" for every rank, or "a,a,b" by rank, appended to the
+ * host identity so that ranks of one machine count as different hosts (and use sockets). */
+static void apply_host_id_suffix(const struct coll_comm *comm, colli_member_t *self)
+{
+    const char *list = comm->cfg.host_id_suffix;
+    if (list[0] == '\0')
+        return;
+    const char *p = list;
+    if (strchr(list, ',') != NULL)
+        for (int r = 0; r < comm->rank && p != NULL; r++) {
+            p = strchr(p, ',');
+            p = p ? p + 1 : NULL;
+        }
+    if (p == NULL)
+        return; /* list shorter than the rank: no suffix */
+    size_t n = strcspn(p, ",");
+    if (n > 32)
+        n = 32;
+    size_t base = strlen(self->host_id);
+    if (base + 1 + n >= sizeof(self->host_id))
+        base = sizeof(self->host_id) - 2 - n;
+    snprintf(self->host_id + base, sizeof(self->host_id) - base, "+%.*s", (int)n, p);
+    coll_info(INIT, "COLL_HOST_ID_SUFFIX (tests only): host identity %s", self->host_id);
 }
 
 static int count_cores(void)
@@ -226,16 +251,16 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     colli_netif_t nif;
     COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
                     err_free);
-    comm->tp = colli_transport_get("socket");
     colli_member_t self;
     memset(&self, 0, sizeof(self));
-    COLL_CHECK_GOTO(comm->tp->comm_init(comm, &nif, &self), err_free);
+    COLL_CHECK_GOTO(colli_tp_init(comm, &nif, &self), err_free);
     self.rank = rank;
     self.nranks = nranks;
     self.proto = COLLI_PROTO_VERSION;
     snprintf(self.version, sizeof(self.version), "%s", COLL_VERSION_STRING_BUILD);
     snprintf(self.ifname, sizeof(self.ifname), "%s", nif.name);
     colli_member_fill_host(&self);
+    apply_host_id_suffix(comm, &self);
     self.nstreams = (uint32_t)comm->cfg.nstreams;
     self.chunk_size = comm->cfg.chunk_size;
     self.small_threshold = comm->cfg.small_threshold;
@@ -270,7 +295,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
             COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for a %d-rank communicator", nranks);
         goto err_free;
     }
-    COLL_CHECK_GOTO(comm->tp->comm_ready(comm), err_free);
+    COLL_CHECK_GOTO(colli_tp_ready(comm), err_free);
     colli_config_log(&comm->cfg);
     COLL_CHECK_GOTO(colli_comm_register(comm, out), err_free);
     coll_info(INIT, "communicator ready: rank %d of %d, %d on this host", rank, nranks,
@@ -318,7 +343,7 @@ coll_result_t coll_comm_abort(coll_comm_t handle)
     if (comm->async_error == COLL_SUCCESS) {
         comm->async_error = COLL_ERR_ABORTED;
         snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);
-        comm->tp->notify_abort(comm, why);
+        colli_tp_notify_abort(comm, why);
     }
     colli_comm_unregister(handle);
     comm_free(comm);

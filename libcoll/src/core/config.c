@@ -87,6 +87,27 @@ static bool parse_spin(const char *t, void *f, char *why, size_t wl)
     return parse_int_range(t, f, 0, 1000000, why, wl);
 }
 
+static bool parse_bool(const char *t, void *f, char *why, size_t wl)
+{
+    int *b = f;
+    if (strcmp(t, "1") == 0 || strcasecmp(t, "true") == 0 || strcasecmp(t, "yes") == 0 ||
+        strcasecmp(t, "on") == 0)
+        *b = 1;
+    else if (*t == '\0' || strcmp(t, "0") == 0 || strcasecmp(t, "false") == 0 ||
+             strcasecmp(t, "no") == 0 || strcasecmp(t, "off") == 0)
+        *b = 0;
+    else {
+        snprintf(why, wl, "use 1 or 0");
+        return false;
+    }
+    return true;
+}
+
+static bool parse_nslots(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 2, 1024, why, wl);
+}
+
 static bool parse_connecting(const char *t, void *f, char *why, size_t wl)
 {
     return parse_int_range(t, f, 1, 4096, why, wl);
@@ -120,6 +141,17 @@ static bool parse_bytes_range(const char *t, size_t *out, size_t lo, size_t hi, 
 static bool parse_chunk(const char *t, void *f, char *why, size_t wl)
 {
     return parse_bytes_range(t, f, 4096, 64u << 20, why, wl);
+}
+
+static bool parse_slot(const char *t, void *f, char *why, size_t wl)
+{
+    if (!parse_bytes_range(t, f, 4096, 16u << 20, why, wl))
+        return false;
+    if (*(size_t *)f % 4096 != 0) {
+        snprintf(why, wl, "expected a multiple of 4096 bytes");
+        return false;
+    }
+    return true;
 }
 
 static bool parse_threshold(const char *t, void *f, char *why, size_t wl)
@@ -167,6 +199,19 @@ static const param_t params[] = {
      parse_str, OFF(ib_hca)},
     {"COLL_SOCKET_MAX_CONNECTING", "16", "outgoing connections being set up at once",
      parse_connecting, OFF(max_connecting)},
+    {"COLL_SHM_DISABLE", "0",
+     "1: ranks on one host talk over loopback sockets instead of shared memory", parse_bool,
+     OFF(shm_disable)},
+    {"COLL_SHM_SLOT_SIZE", "64K",
+     "bytes of one slot of a shared-memory ring (a multiple of 4096; 64 bytes of it are the "
+     "slot header)",
+     parse_slot, OFF(shm_slot_size)},
+    {"COLL_SHM_NSLOTS", "16", "slots per shared-memory ring (one ring per sender and receiver)",
+     parse_nslots, OFF(shm_nslots)},
+    {"COLL_HOST_ID_SUFFIX", "",
+     "tests only: appended to this process's host identity, so that ranks of one machine count "
+     "as different hosts; a comma-separated list is indexed by rank",
+     parse_str, OFF(host_id_suffix)},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 _Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),
@@ -205,7 +250,8 @@ static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len
     } else if (params[i].parse == parse_family) {
         int f = *(const int *)field;
         snprintf(buf, len, "%s", f == AF_INET ? "AF_INET" : f == AF_INET6 ? "AF_INET6" : "any");
-    } else if (params[i].parse == parse_chunk || params[i].parse == parse_threshold)
+    } else if (params[i].parse == parse_chunk || params[i].parse == parse_threshold ||
+               params[i].parse == parse_slot)
         snprintf(buf, len, "%zu", *(const size_t *)field);
     else if (params[i].parse == parse_seconds)
         snprintf(buf, len, "%g", *(const double *)field);

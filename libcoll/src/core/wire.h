@@ -17,6 +17,7 @@ enum colli_hello_kind {
     COLLI_HELLO_BOOT_ERROR = 4, /* rank -> root: the rank cannot start; 320 bytes of text follow */
     COLLI_HELLO_STUCK = 5,      /* rank -> rank: timed out; u32 length + the ranks it waits on */
     COLLI_HELLO_STATUS = 6,     /* answer to STUCK: the ranks the sender waits on ("" = idle) */
+    COLLI_HELLO_LINK = 7,       /* lower -> higher local rank: the shared-memory liveness link */
 };
 
 typedef struct colli_hello {
@@ -58,8 +59,8 @@ typedef struct colli_frame {
     uint64_t seq;
     uint64_t count;
     uint64_t tag;
-    uint32_t len; /* payload bytes that follow */
-    uint32_t reserved;
+    uint32_t len;      /* payload bytes of the unit */
+    uint32_t reserved; /* sockets: 0; shared memory: index of the slot-sized fragment */
 } colli_frame_t;
 _Static_assert(sizeof(colli_frame_t) == 48, "frame header is 48 bytes");
 
@@ -80,7 +81,8 @@ typedef struct colli_wire_member {
     uint32_t nstreams;
     uint64_t chunk_size;
     uint64_t small_threshold;
-    uint8_t reserved[40];
+    uint32_t caps; /* COLLI_CAP_*; zero from builds before shared memory */
+    uint8_t reserved[36];
 } colli_wire_member_t;
 _Static_assert(sizeof(colli_wire_member_t) == 320, "member record size");
 

@@ -1,6 +1,11 @@
-/* Transport registry: built once; fills missing operations with "unsupported" stubs. */
+/* Transport registry (built once; fills missing operations with stubs) and the communicator's
+ * transports driven as one: each peer's transport chosen from the member table, one progress
+ * pass over all of them, one poll() over all their descriptors. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "transport/transport.h"
 
@@ -16,16 +21,31 @@ static coll_result_t stub_progress(struct coll_comm *c, colli_op_t *op, bool *p)
 {
     return COLLI_ERR(NET, COLL_ERR_UNSUPPORTED, "transport cannot move data");
 }
-static coll_result_t stub_wait(struct coll_comm *c, colli_op_t *op, int ms)
+static bool stub_wait_arm(struct coll_comm *c, colli_op_t *op, colli_pollset_t *set)
 {
-    return COLLI_ERR(NET, COLL_ERR_UNSUPPORTED, "transport cannot wait");
+    return false;
+}
+static coll_result_t stub_wait_done(struct coll_comm *c, colli_op_t *op, colli_pollset_t *set)
+{
+    return COLL_SUCCESS;
+}
+static coll_result_t stub_adopt(struct coll_comm *c, const colli_hello_t *h, int fd)
+{
+    close(fd);
+    return COLL_SUCCESS;
+}
+static coll_result_t stub_poll_notices(struct coll_comm *c)
+{
+    return COLL_SUCCESS;
 }
 static void stub_notify(struct coll_comm *c, const char *reason) {}
 static void stub_stuck(struct coll_comm *c, const char *w) {}
 static void stub_fini(struct coll_comm *c) {}
 
-static const colli_transport_t *const builtin[] = {&colli_socket_transport};
+/* Indexed by COLLI_TPI_*. */
+static const colli_transport_t *const builtin[] = {&colli_socket_transport, &colli_shm_transport};
 #define NTRANSPORTS (sizeof(builtin) / sizeof(builtin[0]))
+_Static_assert(NTRANSPORTS == COLLI_NTPI, "one built-in transport per COLLI_TPI_* index");
 
 static struct {
     pthread_once_t once;
@@ -46,8 +66,14 @@ static void registry_init(void)
             t->comm_ready = stub_comm_ready;
         if (!t->progress)
             t->progress = stub_progress;
-        if (!t->wait)
-            t->wait = stub_wait;
+        if (!t->wait_arm)
+            t->wait_arm = stub_wait_arm;
+        if (!t->wait_done)
+            t->wait_done = stub_wait_done;
+        if (!t->adopt)
+            t->adopt = stub_adopt;
+        if (!t->poll_notices)
+            t->poll_notices = stub_poll_notices;
         if (!t->notify_abort)
             t->notify_abort = stub_notify;
         if (!t->notify_stuck)
@@ -64,4 +90,170 @@ const colli_transport_t *colli_transport_get(const char *name)
         if (strcmp(registry.filled[i].name, name) == 0)
             return &registry.filled[i];
     return NULL;
+}
+
+int colli_pollset_add(colli_pollset_t *set, int fd, short events)
+{
+    if (set->n == set->cap) {
+        int cap = set->cap ? set->cap * 2 : 16;
+        struct pollfd *n = realloc(set->fds, (size_t)cap * sizeof(*n));
+        if (n == NULL) {
+            set->oom = true;
+            return -1;
+        }
+        set->fds = n;
+        set->cap = cap;
+    }
+    set->fds[set->n] = (struct pollfd){.fd = fd, .events = events};
+    return set->n++;
+}
+
+/* ---- the communicator's transports ---- */
+
+coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, colli_member_t *self)
+{
+    coll_result_t status;
+    comm->tps[COLLI_TPI_SOCKET] = colli_transport_get("socket");
+    COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SOCKET]->comm_init(comm, nif, self), err);
+    if (comm->cfg.shm_disable) {
+        coll_info(SHM, "COLL_SHM_DISABLE=1: ranks on this host use sockets");
+        return COLL_SUCCESS;
+    }
+    comm->tps[COLLI_TPI_SHM] = colli_transport_get("shm");
+    COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SHM]->comm_init(comm, nif, self), err);
+    if (!(self->caps & COLLI_CAP_SHM)) {
+        /* unusable here (said why at init): the peers reach this rank over sockets */
+        comm->tps[COLLI_TPI_SHM]->comm_fini(comm);
+        comm->tps[COLLI_TPI_SHM] = NULL;
+    }
+    return COLL_SUCCESS;
+err:
+    return status;
+}
+
+coll_result_t colli_tp_ready(struct coll_comm *comm)
+{
+    comm->peer_tp = calloc((size_t)comm->nranks, 1);
+    if (comm->peer_tp == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory choosing transports");
+    const colli_member_t *me = &comm->members[comm->rank];
+    int nshm = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const colli_member_t *m = &comm->members[p];
+        bool shm = p != comm->rank && comm->tps[COLLI_TPI_SHM] != NULL &&
+                   (me->caps & m->caps & COLLI_CAP_SHM) && strcmp(m->host_id, me->host_id) == 0;
+        comm->peer_tp[p] = shm ? COLLI_TPI_SHM : COLLI_TPI_SOCKET;
+        nshm += shm;
+    }
+    if (nshm == 0 && comm->tps[COLLI_TPI_SHM] != NULL) {
+        comm->tps[COLLI_TPI_SHM]->comm_fini(comm);
+        comm->tps[COLLI_TPI_SHM] = NULL;
+    }
+    coll_info(INIT, "rank %d: %d peers over shared memory, %d over sockets", comm->rank, nshm,
+              comm->nranks - 1 - nshm);
+    for (int i = 0; i < COLLI_NTPI; i++) {
+        if (comm->tps[i] == NULL)
+            continue;
+        coll_result_t status = comm->tps[i]->comm_ready(comm);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
+{
+    if (op->tp_lanes[COLLI_TPI_SHM] > 0) {
+        coll_result_t status = comm->tps[COLLI_TPI_SHM]->progress(comm, op, progressed);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    /* always: it also reads notices and new connections now and then */
+    return comm->tps[COLLI_TPI_SOCKET]->progress(comm, op, progressed);
+}
+
+coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms)
+{
+    colli_pollset_t set = {comm->pfds, 0, comm->pfd_cap, false};
+    bool ready = false;
+    bool armed[COLLI_NTPI] = {false};
+    for (int i = 0; i < COLLI_NTPI; i++) {
+        if (comm->tps[i] == NULL || (i != COLLI_TPI_SOCKET && op != NULL && op->tp_lanes[i] == 0))
+            continue;
+        armed[i] = true;
+        ready |= comm->tps[i]->wait_arm(comm, op, &set);
+    }
+    comm->pfds = set.fds;
+    comm->pfd_cap = set.cap;
+    coll_result_t status = COLL_SUCCESS;
+    if (set.oom) {
+        status = COLLI_ERR(NET, COLL_ERR_SYSTEM, "out of memory waiting");
+    } else if (poll(set.fds, (nfds_t)set.n, ready ? 0 : timeout_ms) < 0 && errno != EINTR) {
+        status = COLLI_ERR(NET, COLL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
+    }
+    /* every armed transport disarms, even after an error */
+    for (int i = 0; i < COLLI_NTPI; i++) {
+        if (!armed[i])
+            continue;
+        if (status != COLL_SUCCESS)
+            for (int k = 0; k < set.n; k++)
+                set.fds[k].revents = 0;
+        coll_result_t st = comm->tps[i]->wait_done(comm, op, &set);
+        if (status == COLL_SUCCESS)
+            status = st;
+    }
+    return status;
+}
+
+coll_result_t colli_tp_adopt(struct coll_comm *comm, const colli_hello_t *hello, int fd)
+{
+    int owner = hello->kind == COLLI_HELLO_LINK ? COLLI_TPI_SHM : -1;
+    if (owner < 0 || comm->tps[owner] == NULL) {
+        coll_warn(NET, "rank %d opened a connection of kind %u that rank %d does not use; closed",
+                  hello->from_rank, hello->kind, comm->rank);
+        close(fd);
+        return COLL_SUCCESS;
+    }
+    return comm->tps[owner]->adopt(comm, hello, fd);
+}
+
+coll_result_t colli_tp_poll_notices(struct coll_comm *comm)
+{
+    return comm->tps[COLLI_TPI_SOCKET] ? comm->tps[COLLI_TPI_SOCKET]->poll_notices(comm)
+                                       : COLL_SUCCESS;
+}
+
+void colli_tp_notify_abort(struct coll_comm *comm, const char *reason)
+{
+    for (int i = 0; i < COLLI_NTPI; i++)
+        if (comm->tps[i] != NULL)
+            comm->tps[i]->notify_abort(comm, reason);
+}
+
+void colli_tp_notify_stuck(struct coll_comm *comm, const char *waits)
+{
+    for (int i = 0; i < COLLI_NTPI; i++)
+        if (comm->tps[i] != NULL)
+            comm->tps[i]->notify_stuck(comm, waits);
+}
+
+void colli_tp_fini(struct coll_comm *comm)
+{
+    for (int i = COLLI_NTPI - 1; i >= 0; i--) {
+        if (comm->tps[i] != NULL)
+            comm->tps[i]->comm_fini(comm);
+        comm->tps[i] = NULL;
+    }
+    free(comm->peer_tp);
+    comm->peer_tp = NULL;
+    free(comm->pfds);
+    comm->pfds = NULL;
+    comm->pfd_cap = 0;
+}
+
+const char *colli_tp_name(const struct coll_comm *comm, int peer)
+{
+    if (comm->peer_tp == NULL || peer < 0 || peer >= comm->nranks || peer == comm->rank)
+        return "self";
+    return comm->peer_tp[peer] == COLLI_TPI_SHM ? "shm" : "socket";
 }

@@ -19,11 +19,20 @@ static coll_result_t sock_comm_init(struct coll_comm *comm, const colli_netif_t 
     s->listen_fd = -1;
     s->bind_addr = nif->addr;
     COLL_CHECK_GOTO(colli_sock_listen(&nif->addr, &s->listen_fd, &self->addr), err_free);
-    comm->tp_state = s;
+    comm->tp_state[COLLI_TPI_SOCKET] = s;
     return COLL_SUCCESS;
 err_free:
     free(s);
     return status;
+}
+
+/* Peers this rank reaches over sockets (the others: shared memory). */
+static int sock_peers(const struct coll_comm *comm)
+{
+    int n = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        n += p != comm->rank && comm->peer_tp[p] == COLLI_TPI_SOCKET;
+    return n;
 }
 
 /* Every peer may need a connection each way per stream (all-to-all): check the descriptor limit
@@ -31,7 +40,9 @@ err_free:
 static void check_fd_limit(const struct coll_comm *comm, int nstreams)
 {
     struct rlimit rl;
-    rlim_t need = (rlim_t)(comm->nranks - 1) * 2 * (rlim_t)nstreams + 64;
+    /* + one liveness link per shared-memory peer */
+    rlim_t need = (rlim_t)sock_peers(comm) * 2 * (rlim_t)nstreams +
+                  (rlim_t)(comm->nranks - 1 - sock_peers(comm)) + 64;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
         return;
     rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
@@ -45,13 +56,14 @@ static void check_fd_limit(const struct coll_comm *comm, int nstreams)
               "the open-file limit (ulimit -n) is %llu (hard %llu) but an all-to-all over %d "
               "ranks with %d streams needs about %llu descriptors; raise it (ulimit -n %llu, "
               "or the container's nofile limit) or such collectives will fail",
-              (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, comm->nranks,
-              nstreams, (unsigned long long)need, (unsigned long long)need);
+              (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+              sock_peers(comm) + 1, nstreams, (unsigned long long)need,
+              (unsigned long long)need);
 }
 
 static coll_result_t sock_comm_ready(struct coll_comm *comm)
 {
-    sock_state_t *s = comm->tp_state;
+    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
     s->nstreams = (int)comm->members[0].nstreams;
     check_fd_limit(comm, s->nstreams);
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
@@ -74,7 +86,7 @@ static void close_conn(sock_conn_t *c)
 
 static void sock_comm_fini(struct coll_comm *comm)
 {
-    sock_state_t *s = comm->tp_state;
+    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
     if (s == NULL)
         return;
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
@@ -89,9 +101,8 @@ static void sock_comm_fini(struct coll_comm *comm)
     free(s->out);
     free(s->in);
     free(s->pend);
-    free(s->pfds);
     free(s);
-    comm->tp_state = NULL;
+    comm->tp_state[COLLI_TPI_SOCKET] = NULL;
 }
 
 /* "rank A (addr) cannot reach rank B (addr)": the pair and both addresses. */
@@ -116,7 +127,7 @@ static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int 
     struct rlimit rl = {0, 0};
     (void)getrlimit(RLIMIT_NOFILE, &rl);
     unsigned long long need =
-        (unsigned long long)(comm->nranks - 1) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
+        (unsigned long long)sock_peers(comm) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
     return COLLI_ERR(NET, COLL_ERR_SYSTEM,
                      "rank %d cannot %s: %s; the open-file limit is %llu but this communicator "
                      "may need about %llu descriptors: raise it (ulimit -n %llu, or the "
@@ -178,6 +189,11 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
         p->fd = -1;
         return COLL_SUCCESS;
     }
+    if (h->kind == COLLI_HELLO_LINK) {
+        int fd = p->fd;
+        p->fd = -1;
+        return colli_tp_adopt(comm, h, fd);
+    }
     sock_conn_t *c = &s->in[(size_t)h->from_rank * (size_t)s->nstreams + h->stream];
     if (c->fd >= 0) {
         coll_warn(NET, "rank %d opened stream %u twice; replacing the older connection",
@@ -190,6 +206,12 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
     return COLL_SUCCESS;
 }
 
+/* Kinds whose hello is the whole preamble (no length and text follow). */
+static bool hello_only(uint8_t kind)
+{
+    return kind == COLLI_HELLO_DATA || kind == COLLI_HELLO_LINK;
+}
+
 static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
 {
     while (p->fd >= 0) {
@@ -199,7 +221,7 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
         if (p->got < hl) {
             dst = (char *)&p->hello + p->got;
             want = hl - p->got;
-        } else if (p->hello.kind == COLLI_HELLO_DATA) {
+        } else if (hello_only(p->hello.kind)) {
             return;
         } else if (p->got < hl + 4) {
             dst = (char *)&p->abort_len + (p->got - hl);
@@ -231,13 +253,13 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
             const colli_hello_t *h = &p->hello;
             if (!colli_hello_verify(h, comm->secret, &why))
                 drop_pending(p, why);
-            else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_STATUS ||
+            else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_LINK ||
                      h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank ||
                      h->from_rank < 0 || h->from_rank >= comm->nranks ||
                      h->from_rank == comm->rank || h->stream >= (uint32_t)s->nstreams)
                 drop_pending(p, "hello for another rank or stream of this communicator");
         }
-        if (p->fd >= 0 && p->hello.kind != COLLI_HELLO_DATA && p->got == hl + 4 &&
+        if (p->fd >= 0 && !hello_only(p->hello.kind) && p->got == hl + 4 &&
             p->abort_len > sizeof(p->abort_msg))
             drop_pending(p, "abort notice too long");
     }
@@ -248,7 +270,7 @@ static bool pending_complete(const sock_pending_t *p)
     size_t hl = sizeof(colli_hello_t);
     if (p->got < hl)
         return false;
-    if (p->hello.kind == COLLI_HELLO_DATA)
+    if (hello_only(p->hello.kind))
         return true;
     return p->got >= hl + 4 && p->got == hl + 4 + p->abort_len;
 }
@@ -429,7 +451,7 @@ static void sock_notify_stuck(struct coll_comm *comm, const char *waits)
  * bounded to about a second, best effort. */
 static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only)
 {
-    sock_state_t *s = comm->tp_state;
+    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
     if (s == NULL || comm->members == NULL)
         return;
     int n = comm->nranks;
@@ -490,13 +512,22 @@ static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reaso
     free(msg);
 }
 
+static coll_result_t sock_poll_notices(struct coll_comm *comm)
+{
+    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    bool dummy = false;
+    return s == NULL ? COLL_SUCCESS : sock_accept_progress(comm, s, &dummy);
+}
+
 const colli_transport_t colli_socket_transport = {
     .struct_size = sizeof(colli_transport_t),
     .name = "socket",
     .comm_init = sock_comm_init,
     .comm_ready = sock_comm_ready,
     .progress = sock_progress,
-    .wait = sock_wait,
+    .wait_arm = sock_wait_arm,
+    .wait_done = sock_wait_done,
+    .poll_notices = sock_poll_notices,
     .notify_abort = sock_notify_abort,
     .notify_stuck = sock_notify_stuck,
     .comm_fini = sock_comm_fini,

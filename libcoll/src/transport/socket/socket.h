@@ -39,8 +39,7 @@ typedef struct sock_state {
     sock_pending_t *pend;
     int npend, pend_cap;
     int connecting;
-    struct pollfd *pfds;
-    int pfd_cap;
+    int pfd_listen; /* index of the listener in the current wait's poll set */
     unsigned accept_tick;
     bool aborted; /* a peer's abort notice arrived */
     char abort_msg[1300];
@@ -54,7 +53,8 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
                                     bool *progressed);
 
 coll_result_t sock_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
-coll_result_t sock_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms);
+bool sock_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
+coll_result_t sock_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
 
 /* Error for a broken connection to peer, preferring an abort notice that explains it. */
 coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_t *op, int peer,

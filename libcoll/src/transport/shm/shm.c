@@ -1,0 +1,466 @@
+/* Shared-memory transport: segments (create, announce, map, unlink) and the links between local
+ * ranks (set-up at communicator creation, wake-ups, end of a peer). See shm.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/sockutil.h"
+#include "transport/shm/shm.h"
+
+void shm_seg_name(const struct coll_comm *comm, int from, int to, char *buf, size_t len)
+{
+    snprintf(buf, len, "/kcoll-%016llx-%d-%d", (unsigned long long)comm->tag, from, to);
+}
+
+/* The advice every /dev/shm failure ends with. */
+#define SHM_FIX                                                                                    \
+    "make /dev/shm larger (in Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), "  \
+    "lower COLL_SHM_NSLOTS or COLL_SHM_SLOT_SIZE, or set COLL_SHM_DISABLE=1 to use sockets"
+
+/* Can this process create, size and map a POSIX shared-memory segment? */
+static bool shm_works(const struct coll_comm *comm, char *why, size_t len)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d", (unsigned long long)comm->tag,
+             (int)getpid());
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(why, len, "shm_open(%s): %s", name, strerror(errno));
+        return false;
+    }
+    shm_unlink(name);
+    bool ok = false;
+    if (ftruncate(fd, 4096) != 0) {
+        snprintf(why, len, "ftruncate of a shared-memory segment: %s", strerror(errno));
+    } else {
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            snprintf(why, len, "mmap of a shared-memory segment: %s", strerror(errno));
+        } else {
+            munmap(p, 4096);
+            ok = true;
+        }
+    }
+    close(fd);
+    return ok;
+}
+
+static coll_result_t shm_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
+                                   colli_member_t *self)
+{
+    char why[256];
+    if (!shm_works(comm, why, sizeof(why))) {
+        coll_warn(SHM,
+                  "shared memory does not work in this process (%s): ranks on this host use "
+                  "loopback sockets, which is slower; mount a writable tmpfs at /dev/shm, or set "
+                  "COLL_SHM_DISABLE=1 to silence this",
+                  why);
+        return COLL_SUCCESS;
+    }
+    shm_state_t *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM, "out of memory for the shared-memory transport");
+    st->bind_addr = nif->addr;
+    st->nslots = (uint32_t)comm->cfg.shm_nslots;
+    st->cap = (uint32_t)comm->cfg.shm_slot_size;
+    comm->tp_state[COLLI_TPI_SHM] = st;
+    self->caps |= COLLI_CAP_SHM;
+    return COLL_SUCCESS;
+}
+
+static bool is_local(const struct coll_comm *comm, int p)
+{
+    return p != comm->rank && comm->peer_tp[p] == COLLI_TPI_SHM;
+}
+
+static void link_close(shm_peer_t *pp)
+{
+    if (pp->fd >= 0)
+        close(pp->fd);
+    pp->fd = -1;
+    pp->link = LINK_CLOSED;
+}
+
+/* Start (or restart after a refusal) the link to a higher local rank. */
+static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p)
+{
+    shm_peer_t *pp = &st->peers[p];
+    if (pp->since == 0)
+        pp->since = colli_now();
+    if (colli_sock_connect_start(&comm->members[p].addr, &st->bind_addr, &pp->fd) != COLLI_IO_OK) {
+        int e = errno;
+        pp->fd = -1;
+        char who[200];
+        colli_member_desc(comm, p, who, sizeof(who));
+        return COLLI_ERR(SHM, COLL_ERR_NETWORK,
+                         "rank %d cannot open its shared-memory link to %s: %s (the link is a "
+                         "loopback-speed TCP connection that tells when a local peer dies)",
+                         comm->rank, who, strerror(e));
+    }
+    colli_sock_tune(pp->fd);
+    pp->link = LINK_CONNECTING;
+    return COLL_SUCCESS;
+}
+
+/* A connecting link became writable: finish the connect and send the hello. */
+coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
+{
+    shm_peer_t *pp = &st->peers[p];
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(pp->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    if (err == 0) {
+        colli_hello_t h;
+        coll_result_t status = colli_hello_make(&h, comm->secret, COLLI_HELLO_LINK, comm->rank, p,
+                                                0, (uint32_t)comm->nranks);
+        if (status != COLL_SUCCESS)
+            return status;
+        /* 64 bytes into an empty socket buffer: complete or failed, never partial */
+        ssize_t w = send(pp->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w == (ssize_t)sizeof(h)) {
+            pp->link = LINK_READY;
+            return COLL_SUCCESS;
+        }
+        err = w < 0 ? errno : EIO;
+    }
+    close(pp->fd);
+    pp->fd = -1;
+    pp->link = LINK_NONE;
+    if ((err == ECONNREFUSED || err == EAGAIN || err == EINTR) && colli_now() - pp->since < 2.0) {
+        pp->retry_at = colli_now() + 0.02;
+        return COLL_SUCCESS;
+    }
+    char who[200];
+    colli_member_desc(comm, p, who, sizeof(who));
+    return COLLI_ERR(SHM, COLL_ERR_NETWORK,
+                     "rank %d cannot open its shared-memory link to %s: %s. The process died, or "
+                     "its listener is unreachable from this one.",
+                     comm->rank, who, strerror(err));
+}
+
+static coll_result_t shm_adopt(struct coll_comm *comm, const colli_hello_t *h, int fd)
+{
+    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    int p = h->from_rank;
+    if (st == NULL || st->peers == NULL || p >= comm->rank || !is_local(comm, p) ||
+        st->peers[p].link != LINK_NONE) {
+        coll_warn(SHM, "rank %d opened a shared-memory link that rank %d does not expect; closed",
+                  p, comm->rank);
+        close(fd);
+        return COLL_SUCCESS;
+    }
+    st->peers[p].fd = fd;
+    st->peers[p].link = LINK_READY;
+    return COLL_SUCCESS;
+}
+
+/* Every pair of local ranks opens its link now (the lower rank connects), so that wake-ups and
+ * the death of a peer work from the first operation on. Bounded by COLL_BOOTSTRAP_TIMEOUT. */
+static coll_result_t shm_comm_ready(struct coll_comm *comm)
+{
+    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    st->peers = calloc((size_t)comm->nranks, sizeof(shm_peer_t));
+    if (st->peers == NULL)
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM, "out of memory for %d peers", comm->nranks);
+    for (int p = 0; p < comm->nranks; p++) {
+        st->peers[p].fd = -1;
+        st->peers[p].pfd = -1;
+    }
+    for (int p = comm->rank + 1; p < comm->nranks; p++) {
+        if (!is_local(comm, p))
+            continue;
+        coll_result_t status = link_connect(comm, st, p);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    double deadline = colli_now() + comm->cfg.bootstrap_timeout;
+    for (;;) {
+        char missing[256] = "";
+        size_t used = 0;
+        int nmissing = 0;
+        for (int p = 0; p < comm->nranks; p++) {
+            if (!is_local(comm, p) || st->peers[p].link == LINK_READY)
+                continue;
+            if (st->peers[p].link == LINK_NONE && p > comm->rank &&
+                colli_now() >= st->peers[p].retry_at) {
+                coll_result_t status = link_connect(comm, st, p);
+                if (status != COLL_SUCCESS)
+                    return status;
+            }
+            if (nmissing++ < 8 && used < sizeof(missing) - 16) {
+                int n = snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "",
+                                 p);
+                used += n > 0 ? (size_t)n : 0;
+            }
+        }
+        if (nmissing == 0)
+            return COLL_SUCCESS;
+        if (colli_now() > deadline)
+            return COLLI_ERR(SHM, COLL_ERR_TIMEOUT,
+                             "rank %d: no shared-memory link from local rank%s %s%s within %.0f s "
+                             "(COLL_BOOTSTRAP_TIMEOUT) after the bootstrap; %s stopped or died "
+                             "while the communicator was being created",
+                             comm->rank, nmissing > 1 ? "s" : "", missing,
+                             nmissing > 8 ? " and more" : "", comm->cfg.bootstrap_timeout,
+                             nmissing > 1 ? "they" : "it");
+        coll_result_t status = colli_tp_wait(comm, NULL, 20);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+}
+
+static void unlink_name(const struct coll_comm *comm, int from, int to)
+{
+    char name[96];
+    shm_seg_name(comm, from, to, name, sizeof(name));
+    shm_unlink(name);
+}
+
+/* A peer ended without saying goodbye (it died or aborted): no one will map what it announced
+ * or what was announced to it, so remove every name of a pair with it, also those of other
+ * local ranks, which may have left already. */
+static void unlink_dead(struct coll_comm *comm, shm_state_t *st, int dead)
+{
+    for (int q = 0; q < comm->nranks; q++) {
+        if (q == dead || (q != comm->rank && !is_local(comm, q)))
+            continue;
+        if (q != comm->rank || st->peers[dead].in.seg == NULL)
+            unlink_name(comm, dead, q);
+        unlink_name(comm, q, dead);
+    }
+    st->peers[dead].out.named = false;
+}
+coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
+{
+    shm_peer_t *pp = &st->peers[peer];
+    shm_ring_t *r = &pp->out;
+    char name[96], who[200];
+    shm_seg_name(comm, comm->rank, peer, name, sizeof(name));
+    const uint32_t stride = st->cap + SHM_SLOT_HDR;
+    const size_t bytes = SHM_SLOTS_OFF + (size_t)st->nslots * stride;
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        colli_member_desc(comm, peer, who, sizeof(who));
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot create the shared-memory segment %s for %s: %s%s",
+                         comm->rank, name, who, strerror(errno),
+                         errno == EEXIST ? " (another process uses this name)" : "");
+    }
+    r->named = true;
+    /* allocate every page now: a full /dev/shm is an error here, not a SIGBUS later */
+    int err = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+    void *p = MAP_FAILED;
+    if (err == 0) {
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            err = errno;
+    }
+    close(fd);
+    if (err != 0) {
+        shm_unlink(name);
+        r->named = false;
+        colli_member_desc(comm, peer, who, sizeof(who));
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot allocate %zu bytes of shared memory (%s) for its ring to "
+                         "%s: %s; " SHM_FIX,
+                         comm->rank, bytes, name, who, strerror(err));
+    }
+    shm_seg_t *seg = p;
+    seg->magic = SHM_SEG_MAGIC;
+    seg->version = SHM_SEG_VERSION;
+    seg->tag = comm->tag;
+    seg->from = comm->rank;
+    seg->to = peer;
+    seg->nslots = st->nslots;
+    seg->slot_bytes = stride;
+    seg->seg_bytes = bytes;
+    colli_siphash128(comm->secret, seg, offsetof(shm_seg_t, mac), seg->mac);
+    r->seg = seg;
+    r->slots = (char *)p + SHM_SLOTS_OFF;
+    r->map_bytes = bytes;
+    r->nslots = st->nslots;
+    r->slot_bytes = stride;
+    r->cap = st->cap;
+    r->pos = 0;
+    r->tail_seen = 0;
+    /* the header is complete before the peer can learn of the segment (the send orders it) */
+    char c = 'N';
+    if (send(pp->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1 && errno != EAGAIN)
+        return shm_gone_error(comm, NULL, peer, "announcing a shared-memory segment to");
+    return COLL_SUCCESS;
+}
+
+/* Map the segment peer announced, check it, and unlink its name: both sides have it now. */
+static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
+{
+    shm_ring_t *r = &st->peers[peer].in;
+    if (r->seg != NULL)
+        return COLL_SUCCESS;
+    char name[96], who[200];
+    shm_seg_name(comm, peer, comm->rank, name, sizeof(name));
+    colli_member_desc(comm, peer, who, sizeof(who));
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ENOENT && st->peers[peer].gone && !st->peers[peer].bye)
+        return shm_gone_error(comm, NULL, peer, "receiving from");
+    if (fd < 0)
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot open the shared-memory segment %s that %s announced: %s "
+                         "(/dev/shm must be the same directory for every rank of one host)",
+                         comm->rank, name, who, strerror(errno));
+    struct stat sb;
+    void *p = MAP_FAILED;
+    const char *bad = NULL;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < SHM_SLOTS_OFF)
+        bad = "it is too small";
+    else if ((p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+             MAP_FAILED)
+        bad = strerror(errno);
+    close(fd);
+    shm_unlink(name);
+    shm_seg_t *seg = p;
+    uint8_t mac[16];
+    if (bad == NULL) {
+        colli_siphash128(comm->secret, seg, offsetof(shm_seg_t, mac), mac);
+        if (seg->magic != SHM_SEG_MAGIC || seg->version != SHM_SEG_VERSION ||
+            seg->tag != comm->tag || seg->from != peer || seg->to != comm->rank ||
+            !colli_mem_equal(mac, seg->mac, sizeof(mac)))
+            bad = "its header does not belong to this communicator and pair";
+        else if (seg->nslots < 2 || seg->slot_bytes <= SHM_SLOT_HDR ||
+                 seg->slot_bytes % SHM_SLOT_HDR != 0 || seg->seg_bytes != (size_t)sb.st_size ||
+                 SHM_SLOTS_OFF + (uint64_t)seg->nslots * seg->slot_bytes > seg->seg_bytes)
+            bad = "its ring geometry is invalid";
+    }
+    if (bad != NULL) {
+        if (p != MAP_FAILED)
+            munmap(p, (size_t)sb.st_size);
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot use the shared-memory segment %s from %s: %s", comm->rank,
+                         name, who, bad);
+    }
+    r->seg = seg;
+    r->slots = (char *)p + SHM_SLOTS_OFF;
+    r->map_bytes = (size_t)sb.st_size;
+    r->nslots = seg->nslots;
+    r->slot_bytes = seg->slot_bytes;
+    r->cap = seg->slot_bytes - SHM_SLOT_HDR;
+    r->pos = 0;
+    return COLL_SUCCESS;
+}
+
+coll_result_t shm_link_read(struct coll_comm *comm, shm_state_t *st, int peer)
+{
+    shm_peer_t *pp = &st->peers[peer];
+    while (pp->fd >= 0 && !pp->gone) {
+        char buf[64];
+        ssize_t n = recv(pp->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return COLL_SUCCESS;
+        if (n <= 0) {
+            pp->gone = true;
+            pp->gone_err = n < 0 ? errno : 0;
+            if (!pp->bye)
+                unlink_dead(comm, st, peer);
+            coll_debug(SHM, "rank %d: the shared-memory link to rank %d ended (%s%s)", comm->rank,
+                       peer, n < 0 ? strerror(errno) : "end of stream",
+                       pp->bye ? ", after goodbye" : "");
+            return COLL_SUCCESS;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == 'B') {
+                pp->bye = true;
+            } else if (buf[i] == 'N') {
+                coll_result_t status = ring_map(comm, st, peer);
+                if (status != COLL_SUCCESS)
+                    return status;
+            }
+        }
+    }
+    return COLL_SUCCESS;
+}
+
+void shm_link_wake(shm_peer_t *pp)
+{
+    char c = 'W';
+    if (pp->fd >= 0)
+        (void)send(pp->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what)
+{
+    /* The peer may have explained itself with an abort notice before leaving: prefer that. */
+    coll_result_t status = colli_tp_poll_notices(comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    int err = st->peers[peer].gone_err;
+    char who[200], d[160] = "";
+    colli_member_desc(comm, peer, who, sizeof(who));
+    if (op != NULL && op->nfps > 0)
+        colli_fp_desc(&op->fps[0], d, sizeof(d));
+    return COLLI_ERR(SHM, COLL_ERR_REMOTE,
+                     "%s left while rank %d was %s it in %s #%llu over shared memory: the peer "
+                     "process died, aborted or destroyed its communicator early (its link %s)",
+                     who, comm->rank, what,
+                     op == NULL ? "an operation" : op->nfps > 0 ? d : op->what,
+                     op != NULL && op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL,
+                     err ? strerror(err) : "reached end of stream");
+}
+
+static void ring_unmap(shm_ring_t *r)
+{
+    if (r->seg != NULL)
+        munmap(r->seg, r->map_bytes);
+    r->seg = NULL;
+}
+
+/* Leaving. After a clean destroy a segment we announced stays named until its receiver, which
+ * may still need the data, maps it (it unlinks it then, or at its own destroy); everything else
+ * goes now. Peers learn of a clean destroy from a goodbye byte, of anything else from the end of
+ * the link alone. */
+static void shm_comm_fini(struct coll_comm *comm)
+{
+    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    if (st == NULL)
+        return;
+    const bool clean = comm->async_error == COLL_SUCCESS;
+    for (int p = 0; st->peers != NULL && p < comm->nranks; p++) {
+        if (!is_local(comm, p))
+            continue;
+        shm_peer_t *pp = &st->peers[p];
+        if (pp->fd >= 0 && !pp->gone)
+            (void)shm_link_read(comm, st, p); /* has it left? */
+        if (pp->in.seg == NULL)
+            unlink_name(comm, p, comm->rank);
+        if (pp->out.named && (!clean || pp->gone))
+            unlink_name(comm, comm->rank, p);
+        if (clean && pp->fd >= 0 && !pp->gone) {
+            char c = 'B';
+            (void)send(pp->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        link_close(pp);
+        ring_unmap(&pp->out);
+        ring_unmap(&pp->in);
+    }
+    free(st->peers);
+    free(st);
+    comm->tp_state[COLLI_TPI_SHM] = NULL;
+}
+
+const colli_transport_t colli_shm_transport = {
+    .struct_size = sizeof(colli_transport_t),
+    .name = "shm",
+    .comm_init = shm_comm_init,
+    .comm_ready = shm_comm_ready,
+    .progress = shm_progress,
+    .wait_arm = shm_wait_arm,
+    .wait_done = shm_wait_done,
+    .adopt = shm_adopt,
+    .comm_fini = shm_comm_fini,
+};
