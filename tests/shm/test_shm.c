@@ -1,0 +1,392 @@
+/*
+ * Shared-memory transport tests: test_shm <case>
+ *   transports   which transport each pair uses: 4 ranks on two "hosts" (COLL_HOST_ID_SUFFIX
+ *                a,a,b,b): shared memory inside a host, sockets between; a rank with
+ *                COLL_SHM_DISABLE=1 is reached over sockets by everyone; results checked
+ *   kill_ring    4 local ranks loop 8 MiB all_reduces (ring); the parent SIGKILLs rank 2
+ *   kill_small   the same with 8-byte all_reduces (recursive doubling); rank 1 is killed
+ *   kill_mixed   4 ranks on two hosts (a,a,b,b), 8 MiB all_reduces; rank 1 is killed
+ *   kill_a2a     5 local ranks loop all_to_alls (every pair has rings); rank 3 is killed
+ *   clean        5 local ranks run every collective, then ranks 0-2 destroy, 3-4 abort
+ * Survivors of a kill must fail at once (well within COLL_TIMEOUT) with COLL_ERR_REMOTE or
+ * COLL_ERR_TIMEOUT naming the victim by rank and pid. After every case no shared-memory
+ * segment may be left in /dev/shm. As root the test runs in its own mount namespace with a
+ * private tmpfs on /dev/shm, so that anything found there is its own; otherwise it compares
+ * the kcoll entries of /dev/shm before and after.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include "dh.h"
+
+#define MARGIN 3.0 /* seconds: survivors of a kill must fail well before COLL_TIMEOUT (10 s) */
+
+enum { C_TRANSPORTS, C_KILL_RING, C_KILL_SMALL, C_KILL_MIXED, C_KILL_A2A, C_CLEAN };
+static const char *const case_names[] = {"transports", "kill_ring", "kill_small",
+                                         "kill_mixed", "kill_a2a",  "clean"};
+
+typedef struct targs {
+    int c;
+    int victim;
+    size_t count; /* elements per call (float32) */
+    int a2a;
+} targs_t;
+
+/* ---- /dev/shm ---- */
+
+static int private_shm; /* the test has its own tmpfs on /dev/shm */
+static char *before[4096];
+static int nbefore;
+
+static int list_kcoll(char **names, int max)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, "kcoll-", 6) == 0 && n < max)
+            names[n++] = strdup(e->d_name);
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void private_dev_shm(void)
+{
+    if (geteuid() != 0) {
+        dh_log("not root: comparing /dev/shm before and after instead of a private tmpfs");
+    } else if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+               mount("kcoll-test", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")) {
+        dh_log("no private /dev/shm (%s): comparing before and after instead", strerror(errno));
+    } else {
+        private_shm = 1;
+    }
+    nbefore = list_kcoll(before, 4096);
+}
+
+static void check_no_segments(const char *what)
+{
+    char *now[4096];
+    int n = list_kcoll(now, 4096), left = 0;
+    for (int i = 0; i < n; i++) {
+        int old = 0;
+        for (int k = 0; k < nbefore && !private_shm; k++)
+            old |= strcmp(now[i], before[k]) == 0;
+        if (!old) {
+            dh_fail("%s: /dev/shm/%s was left behind", what, now[i]);
+            left++;
+        }
+        free(now[i]);
+    }
+    CHECK(left == 0, "%s: %d shared-memory segments left in /dev/shm", what, left);
+    if (left == 0)
+        dh_log("%s: no kcoll segment left in /dev/shm", what);
+}
+
+/* ---- bodies ---- */
+
+/* Count this rank as done, then wait until `want` ranks are. */
+static void wait_done(dh_ctx_t *ctx, long want, double max_s)
+{
+    dh_add(&ctx->sh->user[0], 1);
+    double end = dh_now() + max_s;
+    while (dh_load(&ctx->sh->user[0]) < want && dh_now() < end)
+        dh_sleep(0.01);
+}
+
+static float value(size_t i, int rank)
+{
+    return (float)((i * 7 + (size_t)rank * 3) % 13);
+}
+
+/* Loop checked all_reduces (or all_to_alls) until one fails or 60 s passed. */
+static void loop_body(dh_ctx_t *ctx)
+{
+    const targs_t *a = ctx->arg;
+    dh_out_t *out = &ctx->sh->out[ctx->rank];
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    const size_t n = a->count, total = a->a2a ? n * (size_t)ctx->nranks : n;
+    float *s = malloc(total * sizeof(float)), *r = malloc(total * sizeof(float));
+    for (size_t i = 0; i < total; i++)
+        s[i] = value(i, ctx->rank);
+    double end = dh_now() + 60;
+    dh_begin(ctx, ctx->rank);
+    while (dh_now() < end) {
+        rc = a->a2a ? coll_all_to_all(s, r, n, COLL_FLOAT32, comm, NULL)
+                    : coll_all_reduce(s, r, n, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        if (rc != COLL_SUCCESS)
+            break;
+        size_t bad = 0;
+        for (size_t i = 0; i < total; i += out->iters == 0 ? 1 : 4099) {
+            float want = 0;
+            if (a->a2a)
+                want = value((size_t)ctx->rank * n + i % n, (int)(i / n));
+            else
+                for (int k = 0; k < ctx->nranks; k++)
+                    want += value(i, k);
+            bad += r[i] != want;
+        }
+        out->bad += (long)bad;
+        dh_store(&out->iters, out->iters + 1);
+    }
+    dh_record(ctx, a->a2a ? "all_to_all loop" : "all_reduce loop", rc);
+    CHECK(out->bad == 0, "rank %d: %ld wrong elements before the failure", ctx->rank, out->bad);
+    wait_done(ctx, ctx->nranks - 1, 40); /* every survivor */
+    if (ctx->rank % 2)
+        CHECK_RC(coll_comm_abort(comm), COLL_SUCCESS, coll_get_last_error(), "abort");
+    else
+        CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    free(s);
+    free(r);
+}
+
+static void kill_case(targs_t *a, int nranks)
+{
+    dh_setenv("COLL_TIMEOUT", "10");
+    dh_setenv("COLL_HOST_ID_SUFFIX", a->c == C_KILL_MIXED ? "a,a,b,b" : NULL);
+    dh_opts_t o = {.name = case_names[a->c],
+                   .nranks = nranks,
+                   .deadline_s = 60,
+                   .body = loop_body,
+                   .arg = a};
+    dh_log("--- %s: %d ranks, %zu floats per %s, rank %d is killed", o.name, nranks, a->count,
+           a->a2a ? "all_to_all" : "all_reduce", a->victim);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_shared_t *sh = dh_shared(j);
+    double end = dh_now() + 30;
+    while (dh_load(&sh->out[a->victim].iters) < 3 && dh_now() < end)
+        dh_pump(j, 0.0005);
+    sh->t_event = dh_now();
+    dh_expect_signal(j, a->victim, SIGKILL);
+    kill(dh_pid(j, a->victim), SIGKILL);
+    dh_wait(j);
+    char victim[64];
+    snprintf(victim, sizeof(victim), "rank %d (pid %d on ", a->victim, (int)dh_pid(j, a->victim));
+    for (int r = 0; r < nranks; r++) {
+        if (r == a->victim)
+            continue;
+        const dh_out_t *out = &sh->out[r];
+        double dt = out->t - sh->t_event;
+        dh_log("rank %d: %s %.3f s after the kill, after %ld iterations: %s", r,
+               dh_rc_name(out->rc), dt, out->iters, out->msg);
+        CHECK(out->rc == COLL_ERR_REMOTE || out->rc == COLL_ERR_TIMEOUT,
+              "rank %d: expected COLL_ERR_REMOTE or COLL_ERR_TIMEOUT, got %s", r,
+              dh_rc_name(out->rc));
+        CHECK_HAS(out->msg, victim, "rank %d: names the killed rank with its pid", r);
+        CHECK(dt >= 0 && dt < MARGIN, "rank %d failed %.2f s after the kill (want < %.0f s)", r, dt,
+              MARGIN);
+    }
+    dh_free(j);
+    check_no_segments(case_names[a->c]);
+}
+
+/* ---- transports ---- */
+
+static void transports_body(dh_ctx_t *ctx)
+{
+    const int *disable = ctx->arg;
+    if (*disable == ctx->rank)
+        dh_setenv("COLL_SHM_DISABLE", "1");
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    dh_record(ctx, "init", rc);
+    if (rc != COLL_SUCCESS)
+        return;
+    /* small (recursive doubling), large (ring) and every pair (all_to_all) */
+    const size_t counts[] = {2, 3 * 65536 + 5};
+    long bad = 0;
+    for (int k = 0; k < 2 && rc == COLL_SUCCESS; k++) {
+        size_t n = counts[k];
+        float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            s[i] = value(i, ctx->rank);
+        rc = coll_all_reduce(s, r, n, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        for (size_t i = 0; i < n && rc == COLL_SUCCESS; i++) {
+            float want = 0;
+            for (int q = 0; q < ctx->nranks; q++)
+                want += value(i, q);
+            bad += r[i] != want;
+        }
+        free(s);
+        free(r);
+    }
+    size_t n = 4097, total = n * (size_t)ctx->nranks;
+    float *s = malloc(total * sizeof(float)), *r = malloc(total * sizeof(float));
+    for (size_t i = 0; i < total; i++)
+        s[i] = value(i, ctx->rank);
+    if (rc == COLL_SUCCESS)
+        rc = coll_all_to_all(s, r, n, COLL_FLOAT32, comm, NULL);
+    for (size_t i = 0; i < total && rc == COLL_SUCCESS; i++)
+        bad += r[i] != value((size_t)ctx->rank * n + i % n, (int)(i / n));
+    free(s);
+    free(r);
+    dh_record(ctx, "collectives", rc);
+    ctx->sh->out[ctx->rank].bad = bad;
+    coll_comm_destroy(comm);
+}
+
+static void transports_job(const char *name, const char *suffix, int disable,
+                           const char *const want[4])
+{
+    dh_setenv("COLL_HOST_ID_SUFFIX", suffix);
+    dh_setenv("COLL_DEBUG", "INFO");
+    dh_setenv("COLL_DEBUG_SUBSYS", "INIT");
+    dh_opts_t o = {.name = name,
+                   .nranks = 4,
+                   .deadline_s = 60,
+                   .body = transports_body,
+                   .arg = &disable,
+                   .quiet = 1};
+    dh_log("--- %s", name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    for (int r = 0; r < 4; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "%s: rank %d", name, r);
+        CHECK(out->bad == 0, "%s: rank %d: %ld wrong elements", name, r, out->bad);
+        char line[128];
+        snprintf(line, sizeof(line), "rank %d: %s", r, want[r]);
+        CHECK(dh_count_lines(dh_output(j, r), line, NULL) == 1, "%s: rank %d logs \"%s\"", name,
+              r, line);
+    }
+    dh_free(j);
+    dh_setenv("COLL_DEBUG", NULL);
+    dh_setenv("COLL_DEBUG_SUBSYS", NULL);
+    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+}
+
+static void test_transports(void)
+{
+    const char *const local[4] = {
+        "3 peers over shared memory, 0 over sockets", "3 peers over shared memory, 0 over sockets",
+        "3 peers over shared memory, 0 over sockets", "3 peers over shared memory, 0 over sockets"};
+    transports_job("one host", NULL, -1, local);
+    const char *const two[4] = {
+        "1 peers over shared memory, 2 over sockets", "1 peers over shared memory, 2 over sockets",
+        "1 peers over shared memory, 2 over sockets", "1 peers over shared memory, 2 over sockets"};
+    transports_job("two hosts (a,a,b,b)", "a,a,b,b", -1, two);
+    const char *const three[4] = {
+        "1 peers over shared memory, 2 over sockets", "0 peers over shared memory, 3 over sockets",
+        "1 peers over shared memory, 2 over sockets", "0 peers over shared memory, 3 over sockets"};
+    transports_job("three hosts (a,b,a,c)", "a,b,a,c", -1, three);
+    const char *const off2[4] = {
+        "2 peers over shared memory, 1 over sockets", "2 peers over shared memory, 1 over sockets",
+        "0 peers over shared memory, 3 over sockets", "2 peers over shared memory, 1 over sockets"};
+    transports_job("one host, rank 2 with COLL_SHM_DISABLE=1", NULL, 2, off2);
+    check_no_segments("transports");
+}
+
+/* ---- clean run ---- */
+
+static void clean_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    const size_t n = 300001;
+    const int nr = ctx->nranks;
+    float *s = calloc(n * (size_t)nr, sizeof(float)), *r = calloc(n * (size_t)nr, sizeof(float));
+    for (int k = 0; k < 3 && rc == COLL_SUCCESS; k++) {
+        rc = coll_all_reduce(s, r, n, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            rc = coll_all_to_all(s, r, n, COLL_FLOAT32, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            rc = coll_broadcast(s, r, n, COLL_FLOAT32, k, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            rc = coll_reduce(s, r, n, COLL_FLOAT32, COLL_MAX, nr - 1 - k, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            rc = coll_all_gather(s, r, n, COLL_FLOAT32, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            rc = coll_reduce_scatter(s, r, n, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            rc = coll_all_reduce(s, r, 1, COLL_FLOAT32, COLL_SUM, comm, NULL);
+    }
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: collectives", ctx->rank);
+    /* No barrier before a destroy: a rank that finishes first leaves while the others may still
+     * read what it sent. An abort tells everyone that the communicator failed, so ranks 3 and 4
+     * abort only once every rank is done. */
+    if (ctx->rank >= 3) {
+        wait_done(ctx, nr, 40);
+        CHECK_RC(coll_comm_abort(comm), COLL_SUCCESS, coll_get_last_error(), "abort");
+    } else {
+        dh_add(&ctx->sh->user[0], 1);
+        CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    }
+    free(s);
+    free(r);
+}
+
+static void test_clean(void)
+{
+    for (int round = 0; round < 3; round++) {
+        dh_opts_t o = {.name = "clean", .nranks = 5, .deadline_s = 60, .body = clean_body};
+        dh_log("--- every collective on 5 local ranks, then destroy (ranks 0-2) / abort (3-4)");
+        dh_job_t *j = dh_start(&o);
+        if (j == NULL)
+            return;
+        dh_wait(j);
+        dh_free(j);
+        check_no_segments("clean");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    dh_init();
+    int c = -1;
+    for (int k = 0; argc == 2 && k <= C_CLEAN; k++)
+        if (strcmp(argv[1], case_names[k]) == 0)
+            c = k;
+    if (c < 0) {
+        fprintf(stderr, "usage: test_shm transports|kill_ring|kill_small|kill_mixed|kill_a2a|clean\n");
+        return 2;
+    }
+    private_dev_shm();
+    targs_t a = {.c = c};
+    switch (c) {
+    case C_TRANSPORTS:
+        test_transports();
+        break;
+    case C_KILL_RING:
+        a.victim = 2;
+        a.count = 2u << 20;
+        kill_case(&a, 4);
+        break;
+    case C_KILL_SMALL:
+        a.victim = 1;
+        a.count = 2;
+        kill_case(&a, 4);
+        break;
+    case C_KILL_MIXED:
+        a.victim = 1;
+        a.count = 2u << 20;
+        kill_case(&a, 4);
+        break;
+    case C_KILL_A2A:
+        a.victim = 3;
+        a.count = 65536 + 3;
+        a.a2a = 1;
+        kill_case(&a, 5);
+        break;
+    default:
+        test_clean();
+        break;
+    }
+    return dh_finish();
+}
