@@ -11,61 +11,107 @@
 coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *what,
                             coll_datatype_t dt, coll_op_t redop)
 {
+    colli_op_t *spare = comm->spare_op;
     memset(op, 0, sizeof(*op));
-    op->comm = comm;
-    op->what = what;
-    op->dt = dt;
-    op->redop = redop;
-    op->cur_fp = -1;
     const size_t n = (size_t)comm->nranks;
-    if (comm->op_cache.ctrs != NULL) {
+    if (spare != NULL && spare->send_ctr != NULL) {
         /* reuse the last op's arrays; lanes keep their unit arrays */
-        op->lanes = comm->op_cache.lanes;
-        op->cap = comm->op_cache.lane_cap;
-        op->fps = comm->op_cache.fps;
-        op->fpcap = comm->op_cache.fp_cap;
-        op->send_ctr = comm->op_cache.ctrs;
-        comm->op_cache.ctrs = NULL;
+        op->lanes = spare->lanes;
+        op->cap = spare->cap;
+        op->fps = spare->fps;
+        op->fpcap = spare->fpcap;
+        op->send_ctr = spare->send_ctr;
+        memset(spare, 0, sizeof(*spare));
         memset(op->send_ctr, 0, 2 * n * sizeof(uint32_t));
     } else {
         op->send_ctr = calloc(2 * n, sizeof(uint32_t));
         if (op->send_ctr == NULL)
             return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", what);
     }
+    op->comm = comm;
+    op->what = what;
+    op->dt = dt;
+    op->redop = redop;
+    op->cur_fp = -1;
     op->recv_ctr = op->send_ctr + n;
     return COLL_SUCCESS;
 }
 
-static void free_arrays(colli_lane_t *lanes, int cap, colli_fp_t *fps, uint32_t *ctrs)
+/* Where p, a pointer into the buffers of key o, points in the buffers of key n. */
+static inline void *moved(const void *p, const colli_op_key_t *o, const colli_op_key_t *n,
+                          size_t bytes)
 {
-    for (int i = 0; i < cap; i++)
-        free(lanes[i].units);
-    free(lanes);
-    free(fps);
-    free(ctrs);
+    uintptr_t a = (uintptr_t)p, s = (uintptr_t)o->sendbuf, r = (uintptr_t)o->recvbuf;
+    if (a - s < bytes)
+        return (char *)n->sendbuf + (a - s);
+    if (a - r < bytes)
+        return (char *)n->recvbuf + (a - r);
+    return (void *)p;
+}
+
+colli_op_t *colli_op_reuse(struct coll_comm *comm, const colli_op_key_t *key, uint64_t seq)
+{
+    colli_op_t *op = comm->spare_op;
+    if (op == NULL || !op->key.valid || op->key.coll != key->coll || op->key.count != key->count ||
+        op->key.dt != key->dt || op->key.redop != key->redop || op->key.root != key->root ||
+        (op->key.sendbuf == op->key.recvbuf) != (key->sendbuf == key->recvbuf))
+        return NULL;
+    const size_t bytes = key->count * coll_datatype_size(key->dt);
+    for (int i = 0; i < op->nlanes; i++) {
+        colli_lane_t *l = &op->lanes[i];
+        for (int k = 0; k < l->n; k++) {
+            colli_unit_t *u = &l->units[k];
+            u->buf = moved(u->buf, &op->key, key, bytes);
+            if (u->src != NULL)
+                u->src = moved(u->src, &op->key, key, bytes);
+        }
+        l->done = 0;
+        l->hdr_off = 0;
+        l->pay_off = 0;
+        l->staged = false;
+    }
+    op->lanes_left = op->nlanes;
+    op->key = *key;
+    for (int i = 0; i < op->nfps; i++)
+        op->fps[i].seq = seq;
+    op->key.valid = false; /* valid again once it completes */
+    return op;
+}
+
+static void free_arrays(colli_op_t *op)
+{
+    for (int i = 0; i < op->cap; i++)
+        free(op->lanes[i].units);
+    free(op->lanes);
+    free(op->fps);
+    free(op->send_ctr);
 }
 
 void colli_op_free(colli_op_t *op)
 {
     struct coll_comm *comm = op->comm;
-    if (comm != NULL && comm->op_cache.ctrs == NULL && op->send_ctr != NULL) {
-        comm->op_cache.lanes = op->lanes;
-        comm->op_cache.lane_cap = op->cap;
-        comm->op_cache.fps = op->fps;
-        comm->op_cache.fp_cap = op->fpcap;
-        comm->op_cache.ctrs = op->send_ctr;
+    if (comm != NULL && op == comm->spare_op) { /* a reused op stays where it is */
+        op->key.valid = op->lanes_left == 0;
+        return;
+    }
+    if (comm != NULL && comm->spare_op == NULL)
+        comm->spare_op = calloc(1, sizeof(colli_op_t));
+    colli_op_t *spare = comm != NULL ? comm->spare_op : NULL;
+    if (spare != NULL && spare->send_ctr == NULL && op->send_ctr != NULL) {
+        *spare = *op;
+        spare->key.valid = op->key.valid && op->lanes_left == 0 && !op->oom;
     } else {
-        free_arrays(op->lanes, op->cap, op->fps, op->send_ctr);
+        free_arrays(op);
     }
     memset(op, 0, sizeof(*op));
 }
 
 void colli_op_cache_free(struct coll_comm *comm)
 {
-    if (comm->op_cache.ctrs != NULL)
-        free_arrays(comm->op_cache.lanes, comm->op_cache.lane_cap, comm->op_cache.fps,
-                    comm->op_cache.ctrs);
-    memset(&comm->op_cache, 0, sizeof(comm->op_cache));
+    if (comm->spare_op != NULL)
+        free_arrays(comm->spare_op);
+    free(comm->spare_op);
+    comm->spare_op = NULL;
 }
 
 int colli_op_add_fp(colli_op_t *op, int coll, coll_datatype_t dt, coll_op_t redop, int root,
@@ -307,26 +353,27 @@ static coll_result_t stall_error(colli_op_t *op, double idle)
                      what, seq, comm->rank, idle, msg);
 }
 
-static coll_result_t run_loop(colli_op_t *op, double last, double grace_end);
+static coll_result_t run_loop(colli_op_t *op);
 
 coll_result_t colli_op_run(colli_op_t *op)
 {
     struct coll_comm *comm = op->comm;
     if (op->oom)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", op->what);
-    double last = colli_now();
-    double grace_end = 0;
     comm->cur_op = op;
-    coll_result_t status = run_loop(op, last, grace_end);
+    coll_result_t status = run_loop(op);
     comm->cur_op = NULL;
     return status;
 }
 
-static coll_result_t run_loop(colli_op_t *op, double last, double grace_end)
+static coll_result_t run_loop(colli_op_t *op)
 {
     struct coll_comm *comm = op->comm;
     const double spin = comm->cfg.spin_us * 1e-6;
     const double timeout = comm->cfg.timeout;
+    double last = 0, grace_end = 0;
+    unsigned idle_passes = 0;
+    bool stamp = true; /* progress (or the start) since the clock was last read */
     while (op->lanes_left > 0) {
         bool progressed = false;
         coll_result_t status = colli_tp_progress(comm, op, &progressed);
@@ -334,17 +381,27 @@ static coll_result_t run_loop(colli_op_t *op, double last, double grace_end)
             return status;
         if (op->lanes_left == 0)
             break;
-        double now = colli_now();
         if (progressed) {
-            last = now;
+            stamp = true;
+            idle_passes = 0;
             continue;
+        }
+        /* Read the clock only every few idle passes: a pass over shared memory is much
+         * shorter than a clock read. Yield now and then even with a core per rank: the peer
+         * we wait for may have been placed on this core. */
+        ++idle_passes;
+        if (comm->oversubscribed || (idle_passes & 255) == 0)
+            sched_yield();
+        else if ((idle_passes & 7) != 0)
+            continue;
+        double now = colli_now();
+        if (stamp) {
+            last = now;
+            stamp = false;
         }
         double idle = now - last;
-        if (idle < spin) {
-            if (comm->oversubscribed)
-                sched_yield();
+        if (idle < spin)
             continue;
-        }
         if (idle >= timeout) {
             if (grace_end == 0) {
                 /* Tell everyone whom we wait on, then keep going briefly to hear the others. */

@@ -55,6 +55,19 @@ typedef struct colli_lane {
     void *staging;
 } colli_lane_t;
 
+/* What a built op depends on besides its buffers: an op whose key is valid can run again for a
+ * call with an equal key, with its units moved from the old buffers to the new ones. */
+typedef struct colli_op_key {
+    bool valid;
+    int coll;
+    size_t count;
+    coll_datatype_t dt;
+    coll_op_t redop;
+    int root;
+    const void *sendbuf;
+    void *recvbuf;
+} colli_op_key_t;
+
 typedef struct colli_op {
     struct coll_comm *comm;
     colli_lane_t *lanes;
@@ -70,15 +83,20 @@ typedef struct colli_op {
     coll_op_t redop;
     const char *what; /* "all_reduce", "group" */
     bool oom;
+    colli_op_key_t key; /* set by the caller when the op may be reused (colli_op_reuse) */
 } colli_op_t;
 
-/* Start an empty op. Its arrays come from comm->op_cache when the last op left them there, so a
+/* Start an empty op. Its arrays come from comm->spare_op when the last op left them there, so a
  * call allocates nothing once the communicator has run a similar op. */
 coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *what,
                             coll_datatype_t dt, coll_op_t redop);
-/* Give the op's arrays back to comm->op_cache (or free them). */
+/* The op the last call built when its key equals key (buffers aside, but in place or not alike),
+ * with its units moved to key's buffers, its lanes rewound and its message numbered seq; it
+ * lives in comm (give it back with colli_op_free). NULL when there is no such op. */
+colli_op_t *colli_op_reuse(struct coll_comm *comm, const colli_op_key_t *key, uint64_t seq);
+/* Give the op (arrays, and the op itself when its key is valid) to comm->spare_op. */
 void colli_op_free(colli_op_t *op);
-/* Free comm->op_cache (communicator teardown). */
+/* Free comm->spare_op (communicator teardown). */
 void colli_op_cache_free(struct coll_comm *comm);
 
 /* Add a message fingerprint and make it current; returns its index. */

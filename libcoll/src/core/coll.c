@@ -78,24 +78,43 @@ static coll_result_t op_end(struct coll_comm *comm, colli_op_t *op, coll_result_
     return status;
 }
 
-static coll_result_t run_collective(coll_comm_t handle, const colli_coll_args_t *a)
+static coll_result_t run_collective_on(struct coll_comm *comm, const colli_coll_args_t *a)
 {
-    struct coll_comm *comm;
-    coll_result_t status = colli_comm_lookup(handle, &comm);
-    if (status != COLL_SUCCESS)
-        return status;
-    status = op_begin(comm);
+    coll_result_t status = op_begin(comm);
     if (status != COLL_SUCCESS)
         return status;
     uint64_t seq = ++comm->coll_seq;
     if (a->count == 0)
         return op_end(comm, NULL, COLL_SUCCESS);
     colli_op_t op;
+    /* An all_reduce builds nothing while building (no local copies, no scratch): the op of the
+     * last identical call runs again on the new buffers. */
+    const colli_op_key_t key = {.valid = a->coll == COLLI_COLL_ALL_REDUCE && comm->nranks > 1,
+                                .coll = a->coll,
+                                .count = a->count,
+                                .dt = a->dt,
+                                .redop = a->op,
+                                .root = a->root,
+                                .sendbuf = a->sendbuf,
+                                .recvbuf = a->recvbuf};
+    colli_op_t *again = key.valid ? colli_op_reuse(comm, &key, seq) : NULL;
+    if (again != NULL)
+        return op_end(comm, again, COLL_SUCCESS);
     status = colli_op_init(&op, comm, colli_coll_name(a->coll), a->dt, a->op);
     if (status != COLL_SUCCESS)
         return op_end(comm, NULL, status);
     status = colli_build_collective(&op, a, seq);
+    op.key = key;
     return op_end(comm, &op, status);
+}
+
+static coll_result_t run_collective(coll_comm_t handle, const colli_coll_args_t *a)
+{
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    return run_collective_on(comm, a);
 }
 
 static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
@@ -106,14 +125,15 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
 
 /* Check everything that does not need the network; name the offending argument. */
 static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_coll_args_t *a,
-                                coll_stream_t stream, bool reduces, bool rooted, int *nranks_out)
+                                coll_stream_t stream, bool reduces, bool rooted,
+                                struct coll_comm **comm_out)
 {
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)
         return status;
     int n = comm->nranks, r = comm->rank;
-    *nranks_out = n;
+    *comm_out = comm;
     if ((int)a->dt < 0 || a->dt >= COLL_NUM_DATATYPES)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: datatype %d is not a coll_datatype_t (0..%d)", fn, (int)a->dt,
@@ -195,13 +215,13 @@ static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args
 static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll_comm_t comm,
                                 coll_stream_t stream, bool reduces, bool rooted)
 {
-    int n;
-    coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &n);
+    struct coll_comm *c;
+    coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &c);
     if (status != COLL_SUCCESS)
         return status;
     if (group.depth > 0)
         return enqueue(ITEM_COLL, comm, a, -1);
-    return run_collective(comm, a);
+    return run_collective_on(c, a);
 }
 
 coll_result_t coll_all_reduce(const void *sendbuf, void *recvbuf, size_t count,

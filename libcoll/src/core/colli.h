@@ -181,8 +181,6 @@ enum { COLLI_TPI_SOCKET = 0, COLLI_TPI_SHM = 1, COLLI_NTPI = 2 };
 
 struct colli_transport;
 struct colli_op;
-struct colli_lane;
-struct colli_fp;
 struct pollfd;
 
 struct coll_comm {
@@ -200,14 +198,9 @@ struct coll_comm {
     uint8_t *peer_tp;     /* [nranks] COLLI_TPI_* that reaches each peer */
     struct pollfd *pfds;  /* one poll() set for every transport (grow-only) */
     int pfd_cap;
-    /* Arrays of the last freed op, reused by the next one (no allocation per call). */
-    struct {
-        struct colli_lane *lanes;
-        int lane_cap;
-        struct colli_fp *fps;
-        int fp_cap;
-        uint32_t *ctrs; /* [2 * nranks] */
-    } op_cache;
+    /* The last finished op with its arrays: the next op reuses the arrays, and the next call of
+     * the same all_reduce reuses the op itself (nothing built, nothing allocated). */
+    struct colli_op *spare_op;
 
     uint64_t coll_seq;      /* collectives issued so far */
     uint64_t *p2p_send_seq; /* [nranks] messages sent to each peer */

@@ -168,7 +168,10 @@ coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *pr
         if (status != COLL_SUCCESS)
             return status;
     }
-    /* always: it also reads notices and new connections now and then */
+    /* Notices and new connections arrive at the socket listener: an op without socket lanes
+     * reads them when it waits (every wait polls the listener). */
+    if (op->tp_lanes[COLLI_TPI_SOCKET] == 0)
+        return COLL_SUCCESS;
     return comm->tps[COLLI_TPI_SOCKET]->progress(comm, op, progressed);
 }
 
