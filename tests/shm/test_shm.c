@@ -8,6 +8,9 @@
  *   kill_mixed   4 ranks on two hosts (a,a,b,b), 8 MiB all_reduces; rank 1 is killed
  *   kill_a2a     5 local ranks loop all_to_alls (every pair has rings); rank 3 is killed
  *   clean        5 local ranks run every collective, then ranks 0-2 destroy, 3-4 abort
+ *   reuse        repeated all_reduces of one shape on changing buffers (swapped, in place and
+ *                out of place, sums and averages), every element checked: the engine reuses
+ *                the op of the previous identical call; 3 ranks on one host, then on two
  * Survivors of a kill must fail at once (well within COLL_TIMEOUT) with COLL_ERR_REMOTE or
  * COLL_ERR_TIMEOUT naming the victim by rank and pid. After every case no shared-memory
  * segment may be left in /dev/shm. As root the test runs in its own mount namespace with a
@@ -29,9 +32,9 @@
 
 #define MARGIN 3.0 /* seconds: survivors of a kill must fail well before COLL_TIMEOUT (10 s) */
 
-enum { C_TRANSPORTS, C_KILL_RING, C_KILL_SMALL, C_KILL_MIXED, C_KILL_A2A, C_CLEAN };
-static const char *const case_names[] = {"transports", "kill_ring", "kill_small",
-                                         "kill_mixed", "kill_a2a",  "clean"};
+enum { C_TRANSPORTS, C_KILL_RING, C_KILL_SMALL, C_KILL_MIXED, C_KILL_A2A, C_CLEAN, C_REUSE };
+static const char *const case_names[] = {"transports", "kill_ring", "kill_small", "kill_mixed",
+                                         "kill_a2a",   "clean",     "reuse"};
 
 typedef struct targs {
     int c;
@@ -346,15 +349,84 @@ static void test_clean(void)
     }
 }
 
+/* ---- op reuse ---- */
+
+static float rvalue(size_t i, int rank, int call)
+{
+    return (float)((i * 5 + (size_t)rank * 11 + (size_t)call * 3) % 17);
+}
+
+static void reuse_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    const size_t counts[] = {2, 1000, 300007}; /* recursive doubling, and the ring */
+    long bad = 0, calls = 0;
+    for (int c = 0; c < 3 && rc == COLL_SUCCESS; c++) {
+        const size_t n = counts[c];
+        float *buf[3];
+        for (int b = 0; b < 3; b++)
+            buf[b] = malloc(n * sizeof(float));
+        /* (send, recv) buffer indices; equal indices: in place */
+        static const int plan[][2] = {{0, 1}, {0, 1}, {1, 2}, {2, 0}, {0, 0}, {1, 1},
+                                      {1, 0}, {0, 1}, {2, 2}, {2, 1}, {0, 2}, {0, 2}};
+        for (int k = 0; k < (int)(sizeof(plan) / sizeof(plan[0])) && rc == COLL_SUCCESS; k++) {
+            int call = (int)calls++;
+            coll_op_t op = k % 4 == 3 ? COLL_AVG : COLL_SUM;
+            float *sb = buf[plan[k][0]], *rb = buf[plan[k][1]];
+            for (size_t i = 0; i < n; i++)
+                sb[i] = rvalue(i, ctx->rank, call);
+            if (rb != sb)
+                memset(rb, 0xCD, n * sizeof(float));
+            rc = coll_all_reduce(sb, rb, n, COLL_FLOAT32, op, comm, NULL);
+            for (size_t i = 0; i < n && rc == COLL_SUCCESS; i++) {
+                float want = 0;
+                for (int q = 0; q < ctx->nranks; q++)
+                    want += rvalue(i, q, call);
+                if (op == COLL_AVG)
+                    want /= (float)ctx->nranks;
+                bad += rb[i] != want;
+            }
+        }
+        for (int b = 0; b < 3; b++)
+            free(buf[b]);
+    }
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: all_reduces", ctx->rank);
+    CHECK(bad == 0, "rank %d: %ld wrong elements over %ld reused all_reduces", ctx->rank, bad,
+          calls);
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+}
+
+static void test_reuse(void)
+{
+    const char *hosts[] = {NULL, "a,a,b"};
+    for (int h = 0; h < 2; h++) {
+        dh_setenv("COLL_HOST_ID_SUFFIX", hosts[h]);
+        dh_opts_t o = {.name = "reuse", .nranks = 3, .deadline_s = 60, .body = reuse_body};
+        dh_log("--- reused all_reduce ops on changing buffers, 3 ranks, %s",
+               h ? "two hosts (a,a,b)" : "one host");
+        dh_job_t *j = dh_start(&o);
+        if (j == NULL)
+            return;
+        dh_wait(j);
+        dh_free(j);
+    }
+    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    check_no_segments("reuse");
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
     int c = -1;
-    for (int k = 0; argc == 2 && k <= C_CLEAN; k++)
+    for (int k = 0; argc == 2 && k <= C_REUSE; k++)
         if (strcmp(argv[1], case_names[k]) == 0)
             c = k;
     if (c < 0) {
-        fprintf(stderr, "usage: test_shm transports|kill_ring|kill_small|kill_mixed|kill_a2a|clean\n");
+        fprintf(stderr, "usage: test_shm transports|kill_ring|kill_small|kill_mixed|kill_a2a|"
+                        "clean|reuse\n");
         return 2;
     }
     private_dev_shm();
@@ -384,8 +456,11 @@ int main(int argc, char **argv)
         a.a2a = 1;
         kill_case(&a, 5);
         break;
-    default:
+    case C_CLEAN:
         test_clean();
+        break;
+    default:
+        test_reuse();
         break;
     }
     return dh_finish();

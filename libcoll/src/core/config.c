@@ -206,7 +206,7 @@ static const param_t params[] = {
      "bytes of one slot of a shared-memory ring (a multiple of 4096; 64 bytes of it are the "
      "slot header)",
      parse_slot, OFF(shm_slot_size)},
-    {"COLL_SHM_NSLOTS", "16", "slots per shared-memory ring (one ring per sender and receiver)",
+    {"COLL_SHM_NSLOTS", "8", "slots per shared-memory ring (one ring per sender and receiver)",
      parse_nslots, OFF(shm_nslots)},
     {"COLL_HOST_ID_SUFFIX", "",
      "tests only: appended to this process's host identity, so that ranks of one machine count "
