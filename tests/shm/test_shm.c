@@ -67,7 +67,8 @@ static void private_dev_shm(void)
     if (geteuid() != 0) {
         dh_log("not root: comparing /dev/shm before and after instead of a private tmpfs");
     } else if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-               mount("kcoll-test", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")) {
+               mount("kcoll-test", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+                     "size=1g,mode=1777")) {
         dh_log("no private /dev/shm (%s): comparing before and after instead", strerror(errno));
     } else {
         private_shm = 1;
@@ -158,11 +159,8 @@ static void kill_case(targs_t *a, int nranks)
 {
     dh_setenv("COLL_TIMEOUT", "10");
     dh_setenv("COLL_HOST_ID_SUFFIX", a->c == C_KILL_MIXED ? "a,a,b,b" : NULL);
-    dh_opts_t o = {.name = case_names[a->c],
-                   .nranks = nranks,
-                   .deadline_s = 60,
-                   .body = loop_body,
-                   .arg = a};
+    dh_opts_t o = {
+        .name = case_names[a->c], .nranks = nranks, .deadline_s = 60, .body = loop_body, .arg = a};
     dh_log("--- %s: %d ranks, %zu floats per %s, rank %d is killed", o.name, nranks, a->count,
            a->a2a ? "all_to_all" : "all_reduce", a->victim);
     dh_job_t *j = dh_start(&o);
@@ -264,8 +262,8 @@ static void transports_job(const char *name, const char *suffix, int disable,
         CHECK(out->bad == 0, "%s: rank %d: %ld wrong elements", name, r, out->bad);
         char line[128];
         snprintf(line, sizeof(line), "rank %d: %s", r, want[r]);
-        CHECK(dh_count_lines(dh_output(j, r), line, NULL) == 1, "%s: rank %d logs \"%s\"", name,
-              r, line);
+        CHECK(dh_count_lines(dh_output(j, r), line, NULL) == 1, "%s: rank %d logs \"%s\"", name, r,
+              line);
     }
     dh_free(j);
     dh_setenv("COLL_DEBUG", NULL);

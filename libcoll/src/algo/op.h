@@ -50,7 +50,7 @@ typedef struct colli_lane {
     /* transport's progress on units[done] */
     size_t hdr_off;
     size_t pay_off; /* payload bytes of units[done] sent, or received (and applied, shm) */
-    bool staged; /* REDUCE payload complete in staging, waiting for the dependency */
+    bool staged;    /* REDUCE payload complete in staging, waiting for the dependency */
     colli_frame_t hdr;
     void *staging;
 } colli_lane_t;

@@ -121,15 +121,15 @@ typedef struct colli_config {
     size_t small_threshold;  /* all-reduce at or below this many bytes uses recursive doubling */
     double timeout;          /* seconds without progress before a collective fails */
     double bootstrap_timeout;
-    int spin_us;            /* busy-poll before blocking */
-    int max_connecting;     /* outgoing connects in flight at once */
-    int transport;          /* colli_transport_policy_t */
-    char ib_hca[256];       /* COLL_IB_HCA: NCCL syntax */
-    int shm_disable;        /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
-    size_t shm_slot_size;   /* bytes of one shared-memory ring slot (header line included) */
-    int shm_nslots;         /* slots per ring */
+    int spin_us;              /* busy-poll before blocking */
+    int max_connecting;       /* outgoing connects in flight at once */
+    int transport;            /* colli_transport_policy_t */
+    char ib_hca[256];         /* COLL_IB_HCA: NCCL syntax */
+    int shm_disable;          /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
+    size_t shm_slot_size;     /* bytes of one shared-memory ring slot (header line included) */
+    int shm_nslots;           /* slots per ring */
     char host_id_suffix[256]; /* test only: appended to the host identity (list: by rank) */
-    colli_source_t src[16]; /* source of each parameter, indexed like the table */
+    colli_source_t src[16];   /* source of each parameter, indexed like the table */
 } colli_config_t;
 
 /* Resolve every parameter (environment > default) into *cfg; logs each at INFO with its
@@ -195,8 +195,8 @@ struct coll_comm {
 
     const struct colli_transport *tps[COLLI_NTPI]; /* NULL: transport not in use */
     void *tp_state[COLLI_NTPI];
-    uint8_t *peer_tp;     /* [nranks] COLLI_TPI_* that reaches each peer */
-    struct pollfd *pfds;  /* one poll() set for every transport (grow-only) */
+    uint8_t *peer_tp;    /* [nranks] COLLI_TPI_* that reaches each peer */
+    struct pollfd *pfds; /* one poll() set for every transport (grow-only) */
     int pfd_cap;
     /* The last finished op with its arrays: the next op reuses the arrays, and the next call of
      * the same all_reduce reuses the op itself (nothing built, nothing allocated). */

@@ -76,8 +76,7 @@ extern const colli_transport_t colli_shm_transport;
 
 /* Start every transport this communicator may use: sockets always (listener, notices), shared
  * memory unless COLL_SHM_DISABLE=1 or it does not work here. */
-coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif,
-                            colli_member_t *self);
+coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, colli_member_t *self);
 /* Choose each peer's transport from the member table (shared memory when both ranks offer it
  * and share a host identity), then make every transport ready. */
 coll_result_t colli_tp_ready(struct coll_comm *comm);

@@ -195,8 +195,8 @@ static coll_result_t shm_comm_ready(struct coll_comm *comm)
                     return status;
             }
             if (nmissing++ < 8 && used < sizeof(missing) - 16) {
-                int n = snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "",
-                                 p);
+                int n =
+                    snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "", p);
                 used += n > 0 ? (size_t)n : 0;
             }
         }
@@ -408,7 +408,9 @@ coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, c
                      "%s left while rank %d was %s it in %s #%llu over shared memory: the peer "
                      "process died, aborted or destroyed its communicator early (its link %s)",
                      who, comm->rank, what,
-                     op == NULL ? "an operation" : op->nfps > 0 ? d : op->what,
+                     op == NULL     ? "an operation"
+                     : op->nfps > 0 ? d
+                                    : op->what,
                      op != NULL && op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL,
                      err ? strerror(err) : "reached end of stream");
 }

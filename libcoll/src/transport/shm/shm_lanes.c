@@ -163,8 +163,8 @@ coll_result_t shm_progress(struct coll_comm *comm, colli_op_t *op, bool *progres
         colli_lane_t *l = &op->lanes[i];
         if (l->done == l->n || l->tp != COLLI_TPI_SHM)
             continue;
-        coll_result_t status =
-            l->send ? send_lane(comm, st, op, l, progressed) : recv_lane(comm, st, op, l, progressed);
+        coll_result_t status = l->send ? send_lane(comm, st, op, l, progressed)
+                                       : recv_lane(comm, st, op, l, progressed);
         if (status != COLL_SUCCESS)
             return status;
     }

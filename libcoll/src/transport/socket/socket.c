@@ -57,8 +57,7 @@ static void check_fd_limit(const struct coll_comm *comm, int nstreams)
               "ranks with %d streams needs about %llu descriptors; raise it (ulimit -n %llu, "
               "or the container's nofile limit) or such collectives will fail",
               (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
-              sock_peers(comm) + 1, nstreams, (unsigned long long)need,
-              (unsigned long long)need);
+              sock_peers(comm) + 1, nstreams, (unsigned long long)need, (unsigned long long)need);
 }
 
 static coll_result_t sock_comm_ready(struct coll_comm *comm)
