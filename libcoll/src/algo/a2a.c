@@ -22,7 +22,7 @@ coll_result_t colli_pairwise_all_to_all(colli_op_t *op, const colli_coll_args_t 
         sb = p;
     }
     if (sb + (size_t)r * blk != rb + (size_t)r * blk)
-        memcpy(rb + (size_t)r * blk, sb + (size_t)r * blk, blk);
+        colli_op_local_copy(op, rb + (size_t)r * blk, sb + (size_t)r * blk, blk);
     for (int i = 1; i < n; i++) {
         int to = (r + i) % n, from = (r - i + n) % n;
         for (size_t k = 0; k < np; k++) {

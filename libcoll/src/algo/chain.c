@@ -16,7 +16,7 @@ coll_result_t colli_chain_broadcast(colli_op_t *op, const colli_coll_args_t *a)
     char *rb = a->recvbuf;
     if (pos == 0) {
         if (a->sendbuf != a->recvbuf)
-            memcpy(rb, a->sendbuf, a->count * e);
+            colli_op_local_copy(op, rb, a->sendbuf, a->count * e);
         for (size_t k = 0; k < np; k++) {
             size_t off = k * ce, len = a->count - off < ce ? a->count - off : ce;
             colli_op_send(op, next, (const char *)a->sendbuf + off * e, len * e, COLLI_NO_DEP);

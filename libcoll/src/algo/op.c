@@ -353,6 +353,25 @@ static coll_result_t stall_error(colli_op_t *op, double idle)
                      what, seq, comm->rank, idle, msg);
 }
 
+void colli_op_local_copy(colli_op_t *op, void *dst, const void *src, size_t bytes)
+{
+    op->lc_dst = dst;
+    op->lc_src = src;
+    op->lc_bytes = bytes;
+    op->lc_done = 0;
+}
+
+/* One piece of the deferred local copy; true when there was something to do. */
+static bool local_copy_step(colli_op_t *op, size_t piece)
+{
+    if (op->lc_done >= op->lc_bytes)
+        return false;
+    size_t n = op->lc_bytes - op->lc_done < piece ? op->lc_bytes - op->lc_done : piece;
+    memcpy(op->lc_dst + op->lc_done, op->lc_src + op->lc_done, n);
+    op->lc_done += n;
+    return true;
+}
+
 static coll_result_t run_loop(colli_op_t *op);
 
 coll_result_t colli_op_run(colli_op_t *op)
@@ -363,6 +382,9 @@ coll_result_t colli_op_run(colli_op_t *op)
     comm->cur_op = op;
     coll_result_t status = run_loop(op);
     comm->cur_op = NULL;
+    if (status == COLL_SUCCESS)
+        while (local_copy_step(op, SIZE_MAX))
+            ;
     return status;
 }
 
@@ -381,7 +403,7 @@ static coll_result_t run_loop(colli_op_t *op)
             return status;
         if (op->lanes_left == 0)
             break;
-        if (progressed) {
+        if (progressed || local_copy_step(op, (size_t)comm->members[0].chunk_size)) {
             stamp = true;
             idle_passes = 0;
             continue;

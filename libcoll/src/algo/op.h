@@ -84,7 +84,15 @@ typedef struct colli_op {
     const char *what; /* "all_reduce", "group" */
     bool oom;
     colli_op_key_t key; /* set by the caller when the op may be reused (colli_op_reuse) */
+    /* One local copy (a root's own copy, an own block) done in pieces while the network is
+     * busy, instead of before the first byte is sent. */
+    char *lc_dst;
+    const char *lc_src;
+    size_t lc_bytes, lc_done;
 } colli_op_t;
+
+/* Defer memcpy(dst, src, bytes) into the op's idle time (at most one per op). */
+void colli_op_local_copy(colli_op_t *op, void *dst, const void *src, size_t bytes);
 
 /* Start an empty op. Its arrays come from comm->spare_op when the last op left them there, so a
  * call allocates nothing once the communicator has run a similar op. */

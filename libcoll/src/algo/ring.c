@@ -103,8 +103,9 @@ coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a)
     const int next = (int)MOD(r + 1, n), prev = (int)MOD(r + n - 1, n);
     const size_t len = a->count, np = npieces(len, ce);
     char *rb = a->recvbuf;
+    /* our own block: copied while the ring is busy; step 0 sends from sendbuf */
     if ((const char *)a->sendbuf != rb + r * len * e)
-        memcpy(rb + r * len * e, a->sendbuf, len * e);
+        colli_op_local_copy(op, rb + r * len * e, a->sendbuf, len * e);
     colli_dep_t *deps = dep_array(np), *nd = dep_array(np);
     if (deps == NULL || nd == NULL) {
         free(deps);
@@ -115,8 +116,9 @@ coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a)
         size_t ss = MOD(r - st, n), rs = MOD(r - st - 1, n);
         for (size_t k = 0; k < np; k++) {
             size_t po = k * ce, pl = len - po < ce ? len - po : ce;
-            colli_op_send(op, next, rb + (ss * len + po) * e, pl * e,
-                          st == 0 ? COLLI_NO_DEP : deps[k]);
+            const char *src =
+                st == 0 ? (const char *)a->sendbuf + po * e : rb + (ss * len + po) * e;
+            colli_op_send(op, next, src, pl * e, st == 0 ? COLLI_NO_DEP : deps[k]);
         }
         for (size_t k = 0; k < np; k++) {
             size_t po = k * ce, pl = len - po < ce ? len - po : ce;
