@@ -204,7 +204,7 @@ static coll_result_t shm_comm_ready(struct coll_comm *comm)
             return COLL_SUCCESS;
         if (colli_now() > deadline)
             return COLLI_ERR(SHM, COLL_ERR_TIMEOUT,
-                             "rank %d: no shared-memory link from local rank%s %s%s within %.0f s "
+                             "rank %d: no shared-memory link with local rank%s %s%s within %.0f s "
                              "(COLL_BOOTSTRAP_TIMEOUT) after the bootstrap; %s stopped or died "
                              "while the communicator was being created",
                              comm->rank, nmissing > 1 ? "s" : "", missing,
