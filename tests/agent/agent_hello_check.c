@@ -101,7 +101,7 @@ int main(int argc, char **argv)
             snprintf(type, sizeof(type), "%.*s", eq ? (int)(eq - cond) : (int)strlen(cond), cond);
             ok = !eq || strcmp(eq + 1, "False") != 0;
         }
-        r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, error,
+        r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, NULL, NULL, error,
                                   cond ? type : NULL, ok, NULL,
                                   cond ? "from agent_hello_check" : NULL);
         if (r != COLL_SUCCESS) {

@@ -1,5 +1,6 @@
 /* Pipelined chains for rooted collectives: broadcast flows root -> root+1 -> ... and reduce
- * flows root+1 -> ... -> root-1 -> root, each piece forwarded as soon as it arrived. */
+ * flows root+1 -> ... -> root-1 -> root (positions in the topology-ordered ring), each piece
+ * forwarded as soon as it arrived. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +12,10 @@ coll_result_t colli_chain_broadcast(colli_op_t *op, const colli_coll_args_t *a)
     const int n = comm->nranks, r = comm->rank;
     const size_t e = coll_datatype_size(a->dt), ce = colli_chunk_elems(comm, e);
     const size_t np = (a->count + ce - 1) / ce;
-    const int pos = (r - a->root + n) % n;
-    const int next = (r + 1) % n, prev = (r - 1 + n) % n;
+    /* positions in the (topology-ordered) ring, counted from the root's */
+    const int rp = colli_ring_pos(comm, r), pos = (rp - colli_ring_pos(comm, a->root) + n) % n;
+    const int next = colli_ring_rank(comm, (rp + 1) % n),
+              prev = colli_ring_rank(comm, (rp - 1 + n) % n);
     char *rb = a->recvbuf;
     if (pos == 0) {
         if (a->sendbuf != a->recvbuf)
@@ -38,8 +41,10 @@ coll_result_t colli_chain_reduce(colli_op_t *op, const colli_coll_args_t *a)
     const int n = comm->nranks, r = comm->rank;
     const size_t e = coll_datatype_size(a->dt), ce = colli_chunk_elems(comm, e);
     const size_t np = (a->count + ce - 1) / ce;
-    const int pos = (r - a->root + n) % n;
-    const int up = (r - 1 + n) % n, down = (r + 1) % n; /* toward and away from the root */
+    const int rp = colli_ring_pos(comm, r), pos = (rp - colli_ring_pos(comm, a->root) + n) % n;
+    /* toward and away from the root */
+    const int up = colli_ring_rank(comm, (rp - 1 + n) % n),
+              down = colli_ring_rank(comm, (rp + 1) % n);
     const char *sb = a->sendbuf;
     const bool avg = a->op == COLL_AVG;
     char *mid = NULL;

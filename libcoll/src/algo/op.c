@@ -315,6 +315,8 @@ static coll_result_t stall_error(colli_op_t *op, double idle)
     for (int r = 0; mine != NULL && comm->stuck_reported != NULL && r < comm->nranks; r++) {
         if (r == comm->rank || comm->stuck_reported[r] || !(mine[r] || comm->stuck_waits[r]))
             continue;
+        if (nsilent == 0)
+            colli_comm_blame(comm, r); /* the first silent rank: it cannot report itself */
         if (nsilent++ < 4 && su < sizeof(silent) - 220) {
             char who[200];
             colli_member_desc(comm, r, who, sizeof(who));
@@ -342,6 +344,8 @@ static coll_result_t stall_error(colli_op_t *op, double idle)
             break;
         char who[200];
         colli_member_desc(comm, l->peer, who, sizeof(who));
+        if (listed == 1)
+            colli_comm_blame(comm, l->peer);
         int n = snprintf(msg + used, sizeof(msg) - used, "%s%s %s (unit %d of %d)",
                          listed > 1 ? "; " : "", l->send ? "sending to" : "receiving from", who,
                          l->done + 1, l->n);

@@ -38,9 +38,11 @@ static colli_dep_t *dep_array(size_t n)
 coll_result_t colli_ring_all_reduce(colli_op_t *op, const colli_coll_args_t *a)
 {
     struct coll_comm *comm = op->comm;
-    const size_t n = (size_t)comm->nranks, r = (size_t)comm->rank;
+    /* r is this rank's position in the (topology-ordered) ring */
+    const size_t n = (size_t)comm->nranks, r = (size_t)colli_ring_pos(comm, comm->rank);
     const size_t e = coll_datatype_size(a->dt), ce = colli_chunk_elems(comm, e);
-    const int next = (int)MOD(r + 1, n), prev = (int)MOD(r + n - 1, n);
+    const int next = colli_ring_rank(comm, (int)MOD(r + 1, n)),
+              prev = colli_ring_rank(comm, (int)MOD(r + n - 1, n));
     segs_t s = {a->count, n, a->count / n, a->count % n};
     size_t maxp = npieces(seg_len(&s, 0), ce);
     colli_dep_t *deps = dep_array(maxp), *nd = dep_array(maxp);
@@ -98,14 +100,17 @@ coll_result_t colli_ring_all_reduce(colli_op_t *op, const colli_coll_args_t *a)
 coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a)
 {
     struct coll_comm *comm = op->comm;
-    const size_t n = (size_t)comm->nranks, r = (size_t)comm->rank;
+    /* r is this rank's position in the (topology-ordered) ring */
+    const size_t n = (size_t)comm->nranks, r = (size_t)colli_ring_pos(comm, comm->rank);
     const size_t e = coll_datatype_size(a->dt), ce = colli_chunk_elems(comm, e);
-    const int next = (int)MOD(r + 1, n), prev = (int)MOD(r + n - 1, n);
+    const int next = colli_ring_rank(comm, (int)MOD(r + 1, n)),
+              prev = colli_ring_rank(comm, (int)MOD(r + n - 1, n));
     const size_t len = a->count, np = npieces(len, ce);
     char *rb = a->recvbuf;
+    const size_t me = (size_t)comm->rank; /* block of position q: rank colli_ring_rank(q) */
     /* our own block: copied while the ring is busy; step 0 sends from sendbuf */
-    if ((const char *)a->sendbuf != rb + r * len * e)
-        colli_op_local_copy(op, rb + r * len * e, a->sendbuf, len * e);
+    if ((const char *)a->sendbuf != rb + me * len * e)
+        colli_op_local_copy(op, rb + me * len * e, a->sendbuf, len * e);
     colli_dep_t *deps = dep_array(np), *nd = dep_array(np);
     if (deps == NULL || nd == NULL) {
         free(deps);
@@ -113,7 +118,8 @@ coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building all_gather");
     }
     for (size_t st = 0; st + 1 < n; st++) {
-        size_t ss = MOD(r - st, n), rs = MOD(r - st - 1, n);
+        size_t ss = (size_t)colli_ring_rank(comm, (int)MOD(r - st, n)),
+               rs = (size_t)colli_ring_rank(comm, (int)MOD(r - st - 1, n));
         for (size_t k = 0; k < np; k++) {
             size_t po = k * ce, pl = len - po < ce ? len - po : ce;
             const char *src =
@@ -136,9 +142,11 @@ coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a)
 coll_result_t colli_ring_reduce_scatter(colli_op_t *op, const colli_coll_args_t *a)
 {
     struct coll_comm *comm = op->comm;
-    const size_t n = (size_t)comm->nranks, r = (size_t)comm->rank;
+    /* r is this rank's position in the (topology-ordered) ring */
+    const size_t n = (size_t)comm->nranks, r = (size_t)colli_ring_pos(comm, comm->rank);
     const size_t e = coll_datatype_size(a->dt), ce = colli_chunk_elems(comm, e);
-    const int next = (int)MOD(r + 1, n), prev = (int)MOD(r + n - 1, n);
+    const int next = colli_ring_rank(comm, (int)MOD(r + 1, n)),
+              prev = colli_ring_rank(comm, (int)MOD(r + n - 1, n));
     const size_t len = a->count, np = npieces(len, ce);
     const char *sb = a->sendbuf;
     char *scratch = NULL;
@@ -158,7 +166,9 @@ coll_result_t colli_ring_reduce_scatter(colli_op_t *op, const colli_coll_args_t 
     const bool avg = a->op == COLL_AVG;
     /* step st sends segment r-st-1 and reduces segment r-st-2; the last step yields segment r */
     for (size_t st = 0; st + 1 < n; st++) {
-        size_t ss = MOD(r - st - 1, n), rs = MOD(r - st - 2, n);
+        /* segments by the rank at the position; the last one is this rank's own */
+        size_t ss = (size_t)colli_ring_rank(comm, (int)MOD(r - st - 1, n)),
+               rs = (size_t)colli_ring_rank(comm, (int)MOD(r - st - 2, n));
         bool last = st + 2 == n;
         for (size_t k = 0; k < np; k++) {
             size_t po = k * ce, pl = len - po < ce ? len - po : ce;

@@ -288,7 +288,8 @@ coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_a
         copy_str(r, "node", f.node, sizeof(f.node), 0) ||
         copy_str(r, "namespace", f.namespace_, sizeof(f.namespace_), 0) ||
         copy_str(r, "job", f.job, sizeof(f.job), 0) ||
-        copy_str(r, "topology", f.topology, sizeof(f.topology), 0)) {
+        copy_str(r, "topology", f.topology, sizeof(f.topology), 0) ||
+        copy_str(r, "group", f.group, sizeof(f.group), 0)) {
         set_err("kcoll agent at %s: hello reply has a missing or oversized string field",
                 socket_path);
         goto done;
@@ -338,6 +339,7 @@ static const char *phase_name(colli_agent_phase_t p)
 
 coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                                     colli_agent_phase_t phase, int ready_ranks, int err_rank,
+                                    const char *err_pod, const char *err_node,
                                     const char *error_message, const char *cond_type, int cond_ok,
                                     const char *cond_reason, const char *cond_message)
 {
@@ -360,6 +362,10 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
         json_t *e = json_pack("{ss}", "message", error_message);
         if (e && err_rank >= 0)
             json_object_set_new(e, "rank", json_integer(err_rank));
+        if (e && err_rank >= 0 && err_pod && err_pod[0])
+            json_object_set_new(e, "pod", json_string(err_pod));
+        if (e && err_rank >= 0 && err_node && err_node[0])
+            json_object_set_new(e, "node", json_string(err_node));
         json_object_set_new(req, "error", e);
     }
     if (cond_type)
@@ -380,8 +386,8 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
 coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_agent_phase_t phase,
                                  const char *error_message)
 {
-    return colli_agent_report_ex(socket_path, timeout_ms, phase, -1, -1, error_message, NULL, 0,
-                                 NULL, NULL);
+    return colli_agent_report_ex(socket_path, timeout_ms, phase, -1, -1, NULL, NULL, error_message,
+                                 NULL, 0, NULL, NULL);
 }
 
 #else /* !COLL_HAVE_JANSSON */
@@ -398,6 +404,7 @@ coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_a
 
 coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                                     colli_agent_phase_t phase, int ready_ranks, int err_rank,
+                                    const char *err_pod, const char *err_node,
                                     const char *error_message, const char *cond_type, int cond_ok,
                                     const char *cond_reason, const char *cond_message)
 {
@@ -405,6 +412,8 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
     (void)phase;
     (void)ready_ranks;
     (void)err_rank;
+    (void)err_pod;
+    (void)err_node;
     (void)error_message;
     (void)cond_type;
     (void)cond_ok;
@@ -419,8 +428,8 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
 coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_agent_phase_t phase,
                                  const char *error_message)
 {
-    return colli_agent_report_ex(socket_path, timeout_ms, phase, -1, -1, error_message, NULL, 0,
-                                 NULL, NULL);
+    return colli_agent_report_ex(socket_path, timeout_ms, phase, -1, -1, NULL, NULL, error_message,
+                                 NULL, 0, NULL, NULL);
 }
 
 #endif /* COLL_HAVE_JANSSON */

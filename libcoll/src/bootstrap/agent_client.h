@@ -38,6 +38,7 @@ typedef struct {
     char namespace_[64];
     char job[254];
     char topology[254];
+    char group[64]; /* topology group of this pod's node (its topologyKey label value), or "" */
 } colli_agent_facts_t;
 
 /** Phases a rank reports (the Communicator status phases). */
@@ -68,11 +69,13 @@ coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_
 
 /**
  * As colli_agent_report, for a rank-0 report with detail: ready_ranks (or -1), an error naming
- * another rank (err_rank, or -1 for this rank), and one condition (cond_type NULL for none:
+ * another rank (err_rank, or -1 for this rank; err_pod/err_node name its pod and node when
+ * known, else NULL), and one condition (cond_type NULL for none:
  * "VersionsConsistent", "NetworkConsistent", "Reachable" or "Healthy"; cond_ok true/false).
  */
 coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                                     colli_agent_phase_t phase, int ready_ranks, int err_rank,
+                                    const char *err_pod, const char *err_node,
                                     const char *error_message, const char *cond_type, int cond_ok,
                                     const char *cond_reason, const char *cond_message);
 

@@ -27,6 +27,10 @@ coll_result_t colli_hello_make(colli_hello_t *h, const uint8_t secret[16], uint8
                                int to, uint32_t stream, uint32_t nranks);
 /* Check magic, protocol, tag and mac; on failure *why says what was wrong. */
 bool colli_hello_verify(const colli_hello_t *h, const uint8_t secret[16], const char **why);
+/* As colli_hello_verify; check_proto false accepts any wire-protocol version (the bootstrap
+ * root does, so that it can name the ranks of another version instead of dropping them). */
+bool colli_hello_verify_ex(const colli_hello_t *h, const uint8_t secret[16], bool check_proto,
+                           const char **why);
 
 /* Start the root server for one communicator on addr (port 0: any) in a detached thread that
  * exits after answering every rank or after timeout seconds. *bound gets the listening address. */

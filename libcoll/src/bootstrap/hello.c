@@ -29,11 +29,17 @@ coll_result_t colli_hello_make(colli_hello_t *h, const uint8_t secret[16], uint8
 
 bool colli_hello_verify(const colli_hello_t *h, const uint8_t secret[16], const char **why)
 {
+    return colli_hello_verify_ex(h, secret, true, why);
+}
+
+bool colli_hello_verify_ex(const colli_hello_t *h, const uint8_t secret[16], bool check_proto,
+                           const char **why)
+{
     if (h->magic != COLLI_HELLO_MAGIC) {
         *why = "not a kcoll connection (bad magic)";
         return false;
     }
-    if (h->proto != COLLI_PROTO_VERSION) {
+    if (check_proto && h->proto != COLLI_PROTO_VERSION) {
         *why = "different kcoll wire-protocol version (mixed library versions in one job?)";
         return false;
     }
@@ -84,6 +90,9 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
     w->chunk_size = m->chunk_size;
     w->small_threshold = m->small_threshold;
     w->caps = m->caps;
+    copy_str(w->pod, sizeof(w->pod), m->pod, sizeof(m->pod));
+    copy_str(w->node, sizeof(w->node), m->node, sizeof(m->node));
+    copy_str(w->group, sizeof(w->group), m->group, sizeof(m->group));
 }
 
 coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m)
@@ -97,6 +106,9 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
     copy_str(m->hostname, sizeof(m->hostname), w->hostname, sizeof(w->hostname));
     copy_str(m->host_id, sizeof(m->host_id), w->host_id, sizeof(w->host_id));
     copy_str(m->ifname, sizeof(m->ifname), w->ifname, sizeof(w->ifname));
+    copy_str(m->pod, sizeof(m->pod), w->pod, sizeof(w->pod));
+    copy_str(m->node, sizeof(m->node), w->node, sizeof(w->node));
+    copy_str(m->group, sizeof(m->group), w->group, sizeof(w->group));
     if (w->family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&m->addr;
         in->sin_family = AF_INET;

@@ -96,13 +96,23 @@ static void drop(pending_t *p, const char *why)
     p->fd = -1;
 }
 
+/* Bytes of hello + record to read: a wire protocol 1 rank sends a shorter record. */
+static size_t pending_want(const pending_t *p)
+{
+    if (p->got >= sizeof(colli_hello_t) && p->in.hello.proto == 1)
+        return sizeof(colli_hello_t) + COLLI_WIRE_MEMBER_V1_SIZE;
+    return sizeof(p->in);
+}
+
 /* A complete hello + record arrived on p. */
 static void admit(root_t *r, pending_t *p)
 {
     const char *why = NULL;
     const colli_hello_t *h = &p->in.hello;
     const colli_wire_member_t *rec = &p->in.rec;
-    if (!colli_hello_verify(h, r->secret, &why)) {
+    /* A rank of another wire protocol is admitted as far as its version fields (which every
+     * protocol keeps first) so that check_versions names it; its record goes no further. */
+    if (!colli_hello_verify_ex(h, r->secret, false, &why)) {
         drop(p, why);
         return;
     }
@@ -274,6 +284,7 @@ static void serve(root_t *r)
                 if (fd < 0)
                     break;
                 colli_sock_tune(fd);
+                memset(&p->in, 0, sizeof(p->in));
                 p->fd = fd;
                 p->got = 0;
                 p->since = colli_now();
@@ -282,8 +293,8 @@ static void serve(root_t *r)
         }
         for (int i = 0; i < r->npend; i++) {
             pending_t *p = &r->pend[i];
-            while (p->fd >= 0 && p->got < sizeof(p->in)) {
-                ssize_t got = recv(p->fd, (char *)&p->in + p->got, sizeof(p->in) - p->got, 0);
+            while (p->fd >= 0 && p->got < pending_want(p)) {
+                ssize_t got = recv(p->fd, (char *)&p->in + p->got, pending_want(p) - p->got, 0);
                 if (got > 0) {
                     p->got += (size_t)got;
                     /* A stranger is recognised by its first bytes; do not wait for more. */
@@ -297,7 +308,7 @@ static void serve(root_t *r)
                     break;
                 }
             }
-            if (p->fd >= 0 && p->got == sizeof(p->in))
+            if (p->fd >= 0 && p->got == pending_want(p))
                 admit(r, p);
             else if (p->fd >= 0 && p->got == 0 && colli_now() - p->since > 2.0)
                 drop(p, "sent nothing within 2 s");

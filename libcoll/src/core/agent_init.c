@@ -15,8 +15,14 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
 {
     if (comm->agent_socket[0] == '\0')
         return;
-    if (colli_agent_report(comm->agent_socket, AGENT_REPORT_MS, COLLI_AGENT_FAILED, msg) !=
-        COLL_SUCCESS)
+    /* The status names the rank the failure is blamed on (the dead or stopped peer), with its
+     * pod and node from its member record; else this rank. */
+    int blame = comm->blame_rank;
+    const colli_member_t *m =
+        blame >= 0 && blame < comm->nranks && comm->members ? &comm->members[blame] : NULL;
+    if (colli_agent_report_ex(comm->agent_socket, AGENT_REPORT_MS, COLLI_AGENT_FAILED, -1,
+                              m ? blame : -1, m ? m->pod : NULL, m ? m->node : NULL, msg, NULL, 0,
+                              NULL, NULL) != COLL_SUCCESS)
         coll_debug(AGENT, "could not report the failure to the agent: %s",
                    colli_agent_last_error());
 }
@@ -99,8 +105,9 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
         COLL_CHECK_GOTO(colli_root_start(&root, f.secret, bt, &bound), report);
     }
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_BOOTSTRAPPING, NULL);
-    COLL_CHECK_GOTO(colli_comm_create(out, f.nranks, f.rank, &root, f.secret, pins, np, path),
-                    report);
+    const colli_ident_t ident = {f.pod, f.node, f.group};
+    COLL_CHECK_GOTO(
+        colli_comm_create(out, f.nranks, f.rank, &root, f.secret, pins, np, path, &ident), report);
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_READY, NULL);
     goto out;
 report : {

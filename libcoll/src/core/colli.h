@@ -20,7 +20,7 @@
 #endif
 
 /* Wire-protocol version: bumped whenever a wire struct changes. */
-#define COLLI_PROTO_VERSION 1u
+#define COLLI_PROTO_VERSION 2u
 
 /* ---- errors ---- */
 
@@ -147,9 +147,17 @@ typedef struct colli_pin {
 } colli_pin_t;
 
 /* Create a communicator member from a root address and secret (both init paths end here). */
+/* What a rank's coll-agent says about where it runs (each field may be NULL or ""). */
+typedef struct colli_ident {
+    const char *pod;
+    const char *node;
+    const char *group; /* topology group (switch/rack) of the node: ring order */
+} colli_ident_t;
+
 coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
                                 const struct sockaddr_storage *root, const uint8_t secret[16],
-                                const colli_pin_t *pins, int npins, const char *agent_socket);
+                                const colli_pin_t *pins, int npins, const char *agent_socket,
+                                const colli_ident_t *ident);
 /* COLL_TRANSPORT: probe InfiniBand as the policy asks; RequireIB fails naming the reason,
  * PreferIB falls back to sockets with one WARN line. */
 coll_result_t colli_apply_transport_policy(const colli_config_t *cfg);
@@ -171,6 +179,11 @@ typedef struct colli_member {
     uint32_t nstreams;
     uint64_t chunk_size;
     uint64_t small_threshold;
+    /* From the rank's coll-agent ("" without one): names for errors and the Communicator status,
+     * and the topology group (switch/rack) its node belongs to, for ring order. */
+    char pod[128];
+    char node[128];
+    char group[64];
 } colli_member_t;
 
 /* Capabilities a rank offers in its member record. */
@@ -218,7 +231,27 @@ struct coll_comm {
     uint8_t *stuck_waits;    /* [nranks] */
     struct colli_op *cur_op; /* the operation in progress, for answering stuck reports */
     int busy;                /* an operation is running (atomic) */
+    /* The rank a failure is blamed on (-1: none yet, or this rank): the dead, stopped or
+     * unreachable peer, or the culprit an abort notice named. First one wins. */
+    int blame_rank;
+    /* Ring order (topology-aware): ring_rank[p] is the rank at position p of rings and chains,
+     * ring_posof[r] the position of rank r; both NULL when the order is the rank order. */
+    int *ring_rank;
+    int *ring_posof;
 };
+
+static inline int colli_ring_rank(const struct coll_comm *comm, int pos)
+{
+    return comm->ring_rank ? comm->ring_rank[pos] : pos;
+}
+static inline int colli_ring_pos(const struct coll_comm *comm, int rank)
+{
+    return comm->ring_posof ? comm->ring_posof[rank] : rank;
+}
+
+/* Order rings by (topology group, host, rank) so that ring neighbours share a switch and a host;
+ * leaves the rank order (NULL arrays) when it already is that order. */
+coll_result_t colli_comm_ring_order(struct coll_comm *comm);
 
 /* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed
  * handle is detected. Acquire returns the comm or an error naming the problem. */
@@ -228,6 +261,9 @@ void colli_comm_unregister(coll_comm_t handle);
 
 /* Record a fatal error on the communicator (first one wins) and tell the peers. */
 void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg);
+
+/* Name the rank a coming failure is caused by (first one wins; out-of-range ranks ignored). */
+void colli_comm_blame(struct coll_comm *comm, int rank);
 
 /* Tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);

@@ -94,7 +94,11 @@ void colli_member_desc(const struct coll_comm *comm, int rank, char *buf, size_t
     const colli_member_t *m = &comm->members[rank];
     char a[80];
     colli_sockaddr_str(&m->addr, a, sizeof(a));
-    snprintf(buf, len, "rank %d (pid %d on %s, %s)", rank, m->pid, m->hostname, a);
+    if (m->pod[0])
+        snprintf(buf, len, "rank %d (pod %s on node %s, pid %d, %s)", rank, m->pod,
+                 m->node[0] ? m->node : "?", m->pid, a);
+    else
+        snprintf(buf, len, "rank %d (pid %d on %s, %s)", rank, m->pid, m->hostname, a);
 }
 
 coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **out)
@@ -110,6 +114,12 @@ coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **ou
     }
     *out = comm->scratch;
     return COLL_SUCCESS;
+}
+
+void colli_comm_blame(struct coll_comm *comm, int rank)
+{
+    if (comm->blame_rank < 0 && rank >= 0 && rank < comm->nranks)
+        comm->blame_rank = rank;
 }
 
 void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg)
@@ -136,6 +146,8 @@ static void comm_free(struct coll_comm *comm)
     free(comm->staging);
     free(comm->scratch);
     free(comm->members);
+    free(comm->ring_rank);
+    free(comm->ring_posof);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
     free(comm->stuck_reported);
@@ -223,12 +235,13 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     status = colli_uid_decode(&id, &root, secret);
     if (status != COLL_SUCCESS)
         return status;
-    return colli_comm_create(out, nranks, rank, &root, secret, NULL, 0, NULL);
+    return colli_comm_create(out, nranks, rank, &root, secret, NULL, 0, NULL, NULL);
 }
 
 coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
                                 const struct sockaddr_storage *root, const uint8_t secret[16],
-                                const colli_pin_t *pins, int npins, const char *agent_socket)
+                                const colli_pin_t *pins, int npins, const char *agent_socket,
+                                const colli_ident_t *ident)
 {
     coll_result_t status;
     bool bootstrapped = false;
@@ -239,6 +252,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     colli_log_set_rank(rank);
     comm->rank = rank;
     comm->nranks = nranks;
+    comm->blame_rank = -1;
     memcpy(comm->secret, secret, 16);
     comm->tag = colli_comm_tag(secret);
     COLL_CHECK_GOTO(colli_config_load(&comm->cfg), err_free);
@@ -261,6 +275,11 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     snprintf(self.ifname, sizeof(self.ifname), "%s", nif.name);
     colli_member_fill_host(&self);
     apply_host_id_suffix(comm, &self);
+    if (ident != NULL) {
+        snprintf(self.pod, sizeof(self.pod), "%s", ident->pod ? ident->pod : "");
+        snprintf(self.node, sizeof(self.node), "%s", ident->node ? ident->node : "");
+        snprintf(self.group, sizeof(self.group), "%s", ident->group ? ident->group : "");
+    }
     self.nstreams = (uint32_t)comm->cfg.nstreams;
     self.chunk_size = comm->cfg.chunk_size;
     self.small_threshold = comm->cfg.small_threshold;
@@ -284,6 +303,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
         if (strcmp(comm->members[i].host_id, self.host_id) == 0)
             comm->local_ranks++;
     comm->oversubscribed = comm->local_ranks > count_cores();
+    COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
     comm->staging = calloc((size_t)nranks * m0->nstreams, sizeof(void *));
     comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
     comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));

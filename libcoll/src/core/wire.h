@@ -11,13 +11,15 @@
 #define COLLI_FRAME_MAGIC 0x4d52464bu /* "KFRM" */
 
 enum colli_hello_kind {
-    COLLI_HELLO_BOOTSTRAP = 1,  /* rank -> root: a member record follows */
-    COLLI_HELLO_DATA = 2,       /* rank -> rank: data frames follow (one direction) */
-    COLLI_HELLO_ABORT = 3,      /* rank -> rank: a u32 length and an abort reason follow */
-    COLLI_HELLO_BOOT_ERROR = 4, /* rank -> root: the rank cannot start; 320 bytes of text follow */
-    COLLI_HELLO_STUCK = 5,      /* rank -> rank: timed out; u32 length + the ranks it waits on */
-    COLLI_HELLO_STATUS = 6,     /* answer to STUCK: the ranks the sender waits on ("" = idle) */
-    COLLI_HELLO_LINK = 7,       /* lower -> higher local rank: the shared-memory liveness link */
+    COLLI_HELLO_BOOTSTRAP = 1, /* rank -> root: a member record follows */
+    COLLI_HELLO_DATA = 2,      /* rank -> rank: data frames follow (one direction) */
+    COLLI_HELLO_ABORT = 3,     /* rank -> rank: a u32 length and an abort reason follow;
+                                * `stream` carries 1 + the rank blamed (0: none) */
+    COLLI_HELLO_BOOT_ERROR =
+        4,                  /* rank -> root: the rank cannot start; a record-sized text follows */
+    COLLI_HELLO_STUCK = 5,  /* rank -> rank: timed out; u32 length + the ranks it waits on */
+    COLLI_HELLO_STATUS = 6, /* answer to STUCK: the ranks the sender waits on ("" = idle) */
+    COLLI_HELLO_LINK = 7,   /* lower -> higher local rank: the shared-memory liveness link */
 };
 
 typedef struct colli_hello {
@@ -82,9 +84,16 @@ typedef struct colli_wire_member {
     uint64_t chunk_size;
     uint64_t small_threshold;
     uint32_t caps; /* COLLI_CAP_*; zero from builds before shared memory */
+    /* wire protocol 2: the names the rank's coll-agent gave it ("" without an agent) */
+    char pod[128];
+    char node[128];
+    char group[64]; /* topology group (switch/rack label value) of its node */
     uint8_t reserved[36];
 } colli_wire_member_t;
-_Static_assert(sizeof(colli_wire_member_t) == 320, "member record size");
+_Static_assert(sizeof(colli_wire_member_t) == 640, "member record size");
+/* Size of a wire protocol 1 member record: a root reads that much from an old rank, enough to
+ * report the version mismatch. */
+#define COLLI_WIRE_MEMBER_V1_SIZE 320u
 
 /* Root -> rank reply header: status (a coll_result_t), then msg_len bytes of message, then on
  * success nranks member records. The mac proves the root knows the secret. */

@@ -98,6 +98,7 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
         pp->fd = -1;
         char who[200];
         colli_member_desc(comm, p, who, sizeof(who));
+        colli_comm_blame(comm, p);
         return COLLI_ERR(SHM, COLL_ERR_NETWORK,
                          "rank %d cannot open its shared-memory link to %s: %s (the link is a "
                          "loopback-speed TCP connection that tells when a local peer dies)",
@@ -139,6 +140,7 @@ coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
     }
     char who[200];
     colli_member_desc(comm, p, who, sizeof(who));
+    colli_comm_blame(comm, p);
     return COLLI_ERR(SHM, COLL_ERR_NETWORK,
                      "rank %d cannot open its shared-memory link to %s: %s. The process died, or "
                      "its listener is unreachable from this one.",
@@ -404,6 +406,7 @@ coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, c
     colli_member_desc(comm, peer, who, sizeof(who));
     if (op != NULL && op->nfps > 0)
         colli_fp_desc(&op->fps[0], d, sizeof(d));
+    colli_comm_blame(comm, peer);
     return COLLI_ERR(SHM, COLL_ERR_REMOTE,
                      "%s left while rank %d was %s it in %s #%llu over shared memory: the peer "
                      "process died, aborted or destroyed its communicator early (its link %s)",

@@ -113,6 +113,7 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
     char *colon = strrchr(mine, ':');
     if (colon)
         *colon = '\0'; /* the local port is meaningless here */
+    colli_comm_blame(comm, peer);
     return COLLI_ERR(NET, COLL_ERR_NETWORK,
                      "rank %d (%s) cannot reach rank %d (%s): %s. The process died or destroyed "
                      "its communicator, or the two addresses are on networks that do not route to "
@@ -183,6 +184,10 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
             s->aborted = true;
             snprintf(s->abort_msg, sizeof(s->abort_msg), "%s reported: %.*s", who,
                      (int)p->abort_len, p->abort_msg);
+            /* the sender names the rank it blames (1 + rank), or none: then the sender itself */
+            colli_comm_blame(comm, h->stream > 0 && h->stream <= (uint32_t)comm->nranks
+                                       ? (int)h->stream - 1
+                                       : h->from_rank);
         }
         close(p->fd);
         p->fd = -1;
@@ -255,7 +260,8 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
             else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_LINK ||
                      h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank ||
                      h->from_rank < 0 || h->from_rank >= comm->nranks ||
-                     h->from_rank == comm->rank || h->stream >= (uint32_t)s->nstreams)
+                     h->from_rank == comm->rank ||
+                     (h->kind == COLLI_HELLO_DATA && h->stream >= (uint32_t)s->nstreams))
                 drop_pending(p, "hello for another rank or stream of this communicator");
         }
         if (p->fd >= 0 && !hello_only(p->hello.kind) && p->got == hl + 4 &&
@@ -390,6 +396,7 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
                 int e = errno;
                 close_conn(c);
                 colli_member_desc(comm, peer, who, sizeof(who));
+                colli_comm_blame(comm, peer);
                 return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s failed: %s", who,
                                  strerror(e));
             }
@@ -400,6 +407,7 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
     }
     if (c->state == SOCK_CLOSED) {
         colli_member_desc(comm, peer, who, sizeof(who));
+        colli_comm_blame(comm, peer);
         return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s was closed after an error", who);
     }
     return COLL_SUCCESS;
@@ -420,6 +428,7 @@ coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_
     const char *cause = io == COLLI_IO_EOF                  ? "closed the connection"
                         : err == ECONNRESET || err == EPIPE ? "reset the connection"
                                                             : strerror(err);
+    colli_comm_blame(comm, peer);
     return COLLI_ERR(NET, COLL_ERR_REMOTE,
                      "%s %s while %s %s #%llu on rank %d: the peer process died, aborted or "
                      "destroyed its communicator early (%s)",
@@ -470,7 +479,12 @@ static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reaso
         fds[p] = -1;
         if (p == comm->rank || (only >= 0 && p != only))
             continue;
-        if (colli_hello_make(&msg[p].h, comm->secret, kind, comm->rank, p, 0, (uint32_t)n) !=
+        /* an abort names the rank it blames in `stream` (1 + rank; 0: the sender) */
+        uint32_t blame =
+            kind == COLLI_HELLO_ABORT && comm->blame_rank >= 0 && comm->blame_rank != comm->rank
+                ? (uint32_t)comm->blame_rank + 1
+                : 0;
+        if (colli_hello_make(&msg[p].h, comm->secret, kind, comm->rank, p, blame, (uint32_t)n) !=
             COLL_SUCCESS)
             continue;
         msg[p].len = (uint32_t)len;
