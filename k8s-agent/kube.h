@@ -68,6 +68,14 @@ const agent_kube_creds_t *agent_kube_creds(const agent_kube_t *k);
 int agent_kube_request(agent_kube_t *k, const char *method, const char *path, const json_t *body,
                        const char *content_type, int64_t deadline_ms, agent_kube_resp_t *resp);
 void agent_kube_resp_free(agent_kube_resp_t *r);
+/*
+ * Read one object with the patch verb only: an empty JSON merge patch changes nothing (the API
+ * server writes nothing and keeps the resourceVersion) and answers with the object as it is. The
+ * agent's role has no get on Communicators; this is how it learns the current state after a 409.
+ * path may name the status subresource ("communicators/status: patch" is granted).
+ */
+int agent_kube_read_by_patch(agent_kube_t *k, const char *path, int64_t deadline_ms,
+                             agent_kube_resp_t *resp);
 /* URL-escape a query value into buf. */
 void agent_kube_escape(const char *in, char *buf, size_t len);
 /* Request counters (metrics). */
@@ -85,15 +93,17 @@ void agent_kube_backoff(agent_kube_t *k, int attempt, int64_t deadline_ms);
 
 /* ---- watch (watch.c) ---- */
 
-/* Called for every ADDED / MODIFIED / DELETED object (synthetic ADDED after a relist).
- * Return 0 to continue, 1 to stop watching. */
+/* Called for every ADDED / MODIFIED / DELETED object (synthetic ADDED for the objects that exist
+ * when a watch starts without a resourceVersion). Return 0 to continue, 1 to stop watching. */
 typedef int (*agent_watch_cb)(void *arg, const char *type, json_t *object);
 
 /*
  * Watch the objects of collection path (".../communicators") selected by field_selector
- * (may be NULL): starts with the current state, resumes from the last resourceVersion on
- * disconnect, relists on 410 Gone, consumes bookmarks. Returns 0 when cb stopped it, -1 on a
- * fatal API error (401/403/404; resp_out's code and message say which) or at deadline_ms.
+ * (may be NULL) with the watch verb only (no list, no get): the first watch has no
+ * resourceVersion, so the server starts with synthetic ADDED events for the current state; a
+ * disconnect resumes from the last resourceVersion seen (objects or bookmarks); 410 Gone watches
+ * again without one. Returns 0 when cb stopped it, -1 on a fatal API error (401/403/404;
+ * resp_out's code and message say which) or at deadline_ms.
  */
 int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_selector,
                      int64_t deadline_ms, agent_watch_cb cb, void *arg,
@@ -109,19 +119,19 @@ typedef struct {
     char job_uid[64];
     char owner_job_name[254]; /* the batch/v1 Job owning the pod (JobSet child), if any */
     int rank_known;
-    int nranks;              /* 0 = learn it from the Communicator (rank 0 reads the Job) */
+    int nranks;              /* 0 = learn it from the Communicator */
     int completion_index;    /* Indexed Job index or -1 */
     int jobset_global_index; /* or -1 */
     json_t *network_status;  /* parsed Multus annotation (array) or NULL */
 } agent_pod_info_t;
 
-/* Read the pod, its owner and rank hints (1 GET, plus the Job when needed). */
+/* Read the pod, its owner and rank hints (1 GET). */
 int agent_pod_read(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
                    agent_condition_t *cond);
 void agent_pod_info_free(agent_pod_info_t *pi);
-/* World size for rank 0 / JobSet members: reads the Job once. */
-int agent_pod_world_size(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
-                         agent_condition_t *cond);
+/* World size (and a JobSet member's rank) from the webhook's annotations on the pod
+ * (annotations.h); no API request. */
+int agent_pod_world_size(agent_pod_info_t *pi, agent_facts_t *f, agent_condition_t *cond);
 
 /* Find the one CollectiveTopology selecting the pod and apply its pins to f; resolve the pinned
  * network to an interface and address in this pod. */

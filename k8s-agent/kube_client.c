@@ -385,6 +385,22 @@ int agent_kube_request(agent_kube_t *k, const char *method, const char *path, co
     }
 }
 
+int agent_kube_read_by_patch(agent_kube_t *k, const char *path, int64_t deadline_ms,
+                             agent_kube_resp_t *resp)
+{
+    json_t *empty = json_object();
+    int rc;
+    if (!empty) {
+        memset(resp, 0, sizeof(*resp));
+        snprintf(resp->message, sizeof(resp->message), "out of memory");
+        return -1;
+    }
+    rc = agent_kube_request(k, "PATCH", path, empty, "application/merge-patch+json", deadline_ms,
+                            resp);
+    json_decref(empty);
+    return rc;
+}
+
 void agent_kube_resp_free(agent_kube_resp_t *r)
 {
     json_decref(r->body);

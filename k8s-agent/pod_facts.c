@@ -1,6 +1,7 @@
 /* The agent's own Pod: identity, node, owner job, Multus network status, and rank / world size
  * from the Indexed Job, JobSet, PyTorchJob or explicit kcoll.io conventions. */
 #define _GNU_SOURCE
+#include "annotations.h"
 #include "kube.h"
 
 #include <errno.h>
@@ -154,8 +155,12 @@ static int derive_rank(agent_pod_info_t *pi, agent_facts_t *f, agent_condition_t
         return 0; /* rank of later Jobs and world size need the Job's completions */
     }
     if (pi->completion_index >= 0) {
+        const char *ws = json_string_value(json_object_get(
+            agent_json_path(pi->pod, "metadata.annotations"), AGENT_ANN_WORLD_SIZE));
         f->rank = pi->completion_index;
         pi->rank_known = 1;
+        if (parse_index(ws) > 0) /* else rank 0 names the problem; others learn it from rank 0 */
+            pi->nranks = parse_index(ws);
         return 0;
     }
     if (env_rank || env_world) {
@@ -227,7 +232,9 @@ int agent_pod_read(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, age
         snprintf(pi->job_api_version, sizeof(pi->job_api_version), "jobset.x-k8s.io/v1alpha2");
         snprintf(pi->job_name, sizeof(pi->job_name), "%s", v);
         pi->job_uid[0] = '\0';
-        if ((v = meta_value(pi->pod, JS_UID)))
+        if ((v = json_string_value(json_object_get(agent_json_path(pi->pod, "metadata.annotations"),
+                                                   AGENT_ANN_JOB_UID))) ||
+            (v = meta_value(pi->pod, JS_UID)))
             snprintf(pi->job_uid, sizeof(pi->job_uid), "%s", v);
     }
     if ((v = json_string_value(json_object_get(labels, LBL_JOB))))
@@ -251,74 +258,72 @@ int agent_pod_read(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, age
     return 0;
 }
 
-int agent_pod_world_size(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
-                         agent_condition_t *cond)
+/* A fact the webhook could not read: its *-error annotation holds "Type: message". */
+static int webhook_error(const char *value, const char *fallback_type, agent_condition_t *cond)
 {
-    char path[700];
-    agent_kube_resp_t r;
-    json_t *spec;
-    const char *mode;
-    int completions, parallelism;
+    size_t n = strspn(value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+    cond->fatal = 1;
+    if (n > 0 && n < sizeof(cond->type) && value[n] == ':' && value[n + 1] == ' ') {
+        snprintf(cond->type, sizeof(cond->type), "%.*s", (int)n, value);
+        value += n + 2;
+    } else {
+        snprintf(cond->type, sizeof(cond->type), "%s", fallback_type);
+    }
+    snprintf(cond->message, sizeof(cond->message), "%s (the kcoll webhook, at pod creation)",
+             value);
+    return -1;
+}
+
+int agent_pod_world_size(agent_pod_info_t *pi, agent_facts_t *f, agent_condition_t *cond)
+{
+    const json_t *ann = agent_json_path(pi->pod, "metadata.annotations");
+    const char *ws = json_string_value(json_object_get(ann, AGENT_ANN_WORLD_SIZE));
+    const char *err = json_string_value(json_object_get(ann, AGENT_ANN_WORLD_SIZE_ERROR));
+    int world;
 
     if (pi->nranks > 0 && pi->rank_known)
         return 0;
-    if (!pi->owner_job_name[0]) {
+    if (err && err[0])
+        return webhook_error(err, "WorldSizeUnknown", cond);
+    if (!ws) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "WorldSizeUnknown");
         snprintf(cond->message, sizeof(cond->message),
-                 "cannot tell the world size: the pod is not owned by a Job; set the %s label",
-                 LBL_WORLD);
+                 "cannot tell the world size: the pod has no %s annotation, which the kcoll "
+                 "webhook writes from the owner Job (spec.completions) when it injects the agent; "
+                 "was the pod created while the webhook was down (failurePolicy Ignore) or by an "
+                 "older webhook? Recreate the pod, or set the labels %s and %s",
+                 AGENT_ANN_WORLD_SIZE, LBL_RANK, LBL_WORLD);
         return -1;
     }
-    snprintf(path, sizeof(path), "/apis/batch/v1/namespaces/%s/jobs/%s", f->ns, pi->owner_job_name);
-    if (agent_kube_request(ctx->kube, "GET", path, NULL, NULL, deadline, &r) != 0 ||
-        r.code != 200) {
-        agent_condition_from_resp(cond, "reading the Job for the world size", &r);
-        agent_kube_resp_free(&r);
-        return -1;
-    }
-    spec = json_object_get(r.body, "spec");
-    mode = json_string_value(json_object_get(spec, "completionMode"));
-    completions = (int)json_integer_value(json_object_get(spec, "completions"));
-    parallelism = json_is_integer(json_object_get(spec, "parallelism"))
-                      ? (int)json_integer_value(json_object_get(spec, "parallelism"))
-                      : 1;
-    if (!mode || strcmp(mode, "Indexed") != 0 || completions <= 0) {
-        cond->fatal = 1;
-        snprintf(cond->type, sizeof(cond->type), "JobNotIndexed");
-        snprintf(cond->message, sizeof(cond->message),
-                 "Job %s/%s has completionMode %s and completions %d: use completionMode: "
-                 "Indexed with completions = the number of ranks",
-                 f->ns, pi->owner_job_name, mode ? mode : "NonIndexed", completions);
-        agent_kube_resp_free(&r);
-        return -1;
-    }
-    if (parallelism < completions) {
-        cond->fatal = 1;
-        snprintf(cond->type, sizeof(cond->type), "JobParallelismTooLow");
-        snprintf(cond->message, sizeof(cond->message),
-                 "Job %s/%s runs %d of %d ranks at once: every rank must run together; set "
-                 "parallelism: %d",
-                 f->ns, pi->owner_job_name, parallelism, completions, completions);
-        agent_kube_resp_free(&r);
-        return -1;
-    }
-    agent_kube_resp_free(&r);
+    world = parse_index(ws);
+    if (world <= 0)
+        return malformed(cond, AGENT_ANN_WORLD_SIZE, ws, "not a positive number");
     if (pi->jobset_global_index >= 0) {
+        /* every Job of the JobSet has the same completions (the webhook checked) */
         const char *repl = meta_value(pi->pod, JS_GLOBAL_REPL);
-        int jobs = parse_index(repl);
-        if (jobs <= 0) {
+        int jobs = parse_index(repl), completions;
+        if (jobs <= 0 || world % jobs != 0) {
             cond->fatal = 1;
             snprintf(cond->type, sizeof(cond->type), "WorldSizeUnknown");
-            snprintf(cond->message, sizeof(cond->message), "JobSet pod without a valid %s label",
-                     JS_GLOBAL_REPL);
+            snprintf(cond->message, sizeof(cond->message),
+                     "JobSet pod with %s \"%s\" and world size %d: the world size must be the "
+                     "number of Jobs times their completions",
+                     JS_GLOBAL_REPL, repl ? repl : "", world);
+            return -1;
+        }
+        completions = world / jobs;
+        if (pi->completion_index >= completions) {
+            cond->fatal = 1;
+            snprintf(cond->type, sizeof(cond->type), "RankOutOfRange");
+            snprintf(cond->message, sizeof(cond->message),
+                     "completion index %d is not below the %d completions of each JobSet Job",
+                     pi->completion_index, completions);
             return -1;
         }
         f->rank = pi->jobset_global_index * completions + pi->completion_index;
-        pi->nranks = jobs * completions;
-    } else {
-        pi->nranks = completions;
     }
+    pi->nranks = world;
     pi->rank_known = 1;
     if (f->rank >= pi->nranks) {
         cond->fatal = 1;

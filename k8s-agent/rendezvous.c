@@ -11,7 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define COMM_GROUP_PATH "/apis/kcoll.io/v1alpha1/namespaces"
+#define COMM_GROUP_PATH  "/apis/kcoll.io/v1alpha1/namespaces"
+#define MAX_CREATE_TRIES 8
 
 /* A free TCP port on address (the pod's own network namespace: nothing else binds it). */
 static int free_port(const char *address)
@@ -126,6 +127,7 @@ typedef struct {
     agent_condition_t *cond;
     int result; /* 0 ok, -1 fatal */
     char comm_uid[64];
+    json_t *obj; /* the Communicator as watched (seeds the status writer) */
 } watch_arg_t;
 
 static int on_comm(void *arg, const char *type, json_t *obj)
@@ -148,6 +150,8 @@ static int on_comm(void *arg, const char *type, json_t *obj)
         return 0;
     w->result = rc;
     agent_json_str(json_object_get(obj, "metadata"), "uid", w->comm_uid, sizeof(w->comm_uid));
+    json_decref(w->obj);
+    w->obj = json_incref(obj);
     return 1;
 }
 
@@ -171,25 +175,83 @@ static json_t *comm_object(agent_pod_info_t *pi, const agent_facts_t *f, const c
     return o;
 }
 
-static int jobset_uid(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
-                      const agent_facts_t *f)
+/*
+ * Take over the Communicator of an earlier job with the same name, in place: a merge PATCH
+ * (precondition: the resourceVersion it was read at) that gives it this job's owner, labels and
+ * spec (fields of the old spec that this agent does not set are removed), then a status PATCH
+ * that clears the old status. Only create, patch and watch are needed (no get, no delete); the
+ * watching ranks see the new owner in a MODIFIED event. Returns 0 when done (ctx->comm_uid set),
+ * 1 when the object changed or vanished meanwhile (read it again), -1 with cond on failure.
+ */
+static int replace_stale(agent_ctx_t *ctx, int64_t deadline, const char *one, const json_t *cur,
+                         const json_t *want, agent_condition_t *cond)
 {
-    char path[700];
+    const char *rv = json_string_value(agent_json_path(cur, "metadata.resourceVersion"));
+    const char *cuid = json_string_value(agent_json_path(cur, "metadata.uid"));
+    const json_t *old_spec = json_object_get(cur, "spec");
+    json_t *spec = json_deep_copy(json_object_get(want, "spec"));
+    json_t *refs = json_object_get(json_object_get(want, "metadata"), "ownerReferences");
+    json_t *labels = json_object_get(json_object_get(want, "metadata"), "labels");
+    json_t *patch = NULL, *reset = NULL;
     agent_kube_resp_t r;
-    if (strcmp(pi->job_kind, "JobSet") != 0 || pi->job_uid[0])
-        return 0;
-    snprintf(path, sizeof(path), "/apis/jobset.x-k8s.io/v1alpha2/namespaces/%s/jobsets/%s", f->ns,
-             pi->job_name);
-    if (agent_kube_request(ctx->kube, "GET", path, NULL, NULL, deadline, &r) == 0 && r.code == 200)
-        agent_json_str(json_object_get(r.body, "metadata"), "uid", pi->job_uid,
-                       sizeof(pi->job_uid));
-    else
-        agent_warn("AGENT-RDV-OWNER",
-                   "cannot read JobSet %s (HTTP %ld %s): the Communicator "
-                   "will not be garbage-collected with it",
-                   pi->job_name, r.code, r.message);
+    char spath[800];
+    const char *key;
+    json_t *val;
+    int rc = -1;
+
+    if (!spec || !rv)
+        goto out;
+    json_object_foreach((json_t *)old_spec, key, val)
+    {
+        if (!json_object_get(spec, key) && json_object_set_new(spec, key, json_null()) != 0)
+            goto out;
+    }
+    patch = json_pack("{s{ss sO sO} sO}", "metadata", "resourceVersion", rv, "labels", labels,
+                      "ownerReferences", refs ? refs : json_null(), "spec", spec);
+    reset = json_pack("{sn}", "status");
+    if (!patch || !reset)
+        goto out;
+    agent_info("AGENT-RDV-REPLACE",
+               "Communicator %s (uid %s) belongs to an earlier job; taking it over for this one",
+               one, cuid ? cuid : "?");
+    if (agent_kube_request(ctx->kube, "PATCH", one, patch, "application/merge-patch+json", deadline,
+                           &r) != 0) {
+        agent_condition_from_resp(cond, "taking over the stale Communicator", &r);
+        agent_kube_resp_free(&r);
+        goto out;
+    }
+    if (r.code == 409 || r.code == 404) {
+        agent_debug("AGENT-RDV-REPLACE", "stale Communicator changed meanwhile (HTTP %ld)", r.code);
+        agent_kube_resp_free(&r);
+        rc = 1;
+        goto out;
+    }
+    if (r.code != 200) {
+        agent_condition_from_resp(cond, "taking over the stale Communicator", &r);
+        agent_kube_resp_free(&r);
+        goto out;
+    }
+    agent_json_str(json_object_get(r.body, "metadata"), "uid", ctx->comm_uid,
+                   sizeof(ctx->comm_uid));
+    agent_health_set_object(ctx->health, r.body);
     agent_kube_resp_free(&r);
-    return 0;
+    /* the earlier job's phase, conditions and errors are not this job's */
+    snprintf(spath, sizeof(spath), "%s/status", one);
+    if (agent_kube_request(ctx->kube, "PATCH", spath, reset, "application/merge-patch+json",
+                           deadline, &r) == 0 &&
+        r.code == 200)
+        agent_health_set_object(ctx->health, r.body);
+    else
+        agent_warn("AGENT-STATUS-FAIL",
+                   "clearing the earlier job's status of Communicator %s: HTTP %ld %s", one, r.code,
+                   r.message);
+    agent_kube_resp_free(&r);
+    rc = 0;
+out:
+    json_decref(spec);
+    json_decref(patch);
+    json_decref(reset);
+    return rc;
 }
 
 static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
@@ -220,14 +282,22 @@ static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
         snprintf(endpoint, sizeof(endpoint), "[%s]:%d", f->address, port);
     else
         snprintf(endpoint, sizeof(endpoint), "%s:%d", f->address, port);
-    jobset_uid(ctx, deadline, pi, f);
+    if (strcmp(pi->job_kind, "JobSet") == 0 && !pi->job_uid[0])
+        agent_warn("AGENT-RDV-OWNER",
+                   "the pod names JobSet %s but not its uid (annotation kcoll.io/job-uid, which "
+                   "the kcoll webhook writes): the Communicator will not be garbage-collected "
+                   "with the JobSet",
+                   pi->job_name);
     snprintf(path, sizeof(path), "%s/%s/communicators", COMM_GROUP_PATH, f->ns);
     snprintf(one, sizeof(one), "%s/%s", path, f->job);
     obj = comm_object(pi, f, endpoint, secret_hex);
     if (!obj)
         return -1;
-    for (int tries = 0; tries < 3; tries++) {
+    for (int tries = 0; tries < MAX_CREATE_TRIES && agent_remaining_ms(deadline) > 0; tries++) {
         agent_kube_resp_t r;
+        json_t *owner;
+        const char *ouid;
+        int rc;
         if (agent_kube_request(ctx->kube, "POST", path, obj, NULL, deadline, &r) != 0) {
             agent_condition_from_resp(cond, "creating the Communicator", &r);
             break;
@@ -248,54 +318,59 @@ static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
             break;
         }
         agent_kube_resp_free(&r);
-        /* AlreadyExists: ours (this agent restarted) or a stale one of an earlier job */
-        if (agent_kube_request(ctx->kube, "GET", one, NULL, NULL, deadline, &r) != 0 ||
+        /* AlreadyExists carries no object: ours (this agent restarted) or a stale one of an
+         * earlier job. An empty merge patch answers with it (the role has no get). */
+        if (agent_kube_read_by_patch(ctx->kube, one, deadline, &r) != 0 ||
             (r.code != 200 && r.code != 404)) {
             agent_condition_from_resp(cond, "reading the existing Communicator", &r);
             agent_kube_resp_free(&r);
             break;
         }
-        if (r.code == 200) {
-            json_t *owner = json_array_get(agent_json_path(r.body, "metadata.ownerReferences"), 0);
-            const char *ouid = json_string_value(json_object_get(owner, "uid"));
-            const char *cuid = json_string_value(agent_json_path(r.body, "metadata.uid"));
-            if (!pi->job_uid[0] || (ouid && strcmp(ouid, pi->job_uid) == 0)) {
-                int rc = from_comm(r.body, f, 1, cond);
-                if (rc == 0) {
-                    snprintf(ctx->comm_uid, sizeof(ctx->comm_uid), "%s", cuid ? cuid : "");
-                    agent_info("AGENT-RDV-ADOPTED",
-                               "Communicator %s/%s exists for this job; reusing its root "
-                               "endpoint %s:%d",
-                               f->ns, f->job, f->root_host, f->root_port);
-                    agent_kube_resp_free(&r);
-                    json_decref(obj);
-                    return 0;
-                }
-                if (rc < 0) {
-                    agent_kube_resp_free(&r);
-                    break;
-                }
-            }
-            {
-                json_t *pre = json_pack("{s{ss}}", "preconditions", "uid", cuid ? cuid : "");
-                agent_kube_resp_t d;
-                agent_info("AGENT-RDV-REPLACE", "deleting stale Communicator %s/%s (uid %s)", f->ns,
-                           f->job, cuid ? cuid : "?");
-                if (agent_kube_request(ctx->kube, "DELETE", one, pre, NULL, deadline, &d) == 0 &&
-                    d.code != 200 && d.code != 202 && d.code != 404 && d.code != 409)
-                    agent_warn("AGENT-RDV-REPLACE", "delete: HTTP %ld %s", d.code, d.message);
-                agent_kube_resp_free(&d);
-                json_decref(pre);
-            }
+        if (r.code == 404) { /* gone meanwhile: create again */
+            agent_kube_resp_free(&r);
+            continue;
         }
+        owner = json_array_get(agent_json_path(r.body, "metadata.ownerReferences"), 0);
+        ouid = json_string_value(json_object_get(owner, "uid"));
+        if (!pi->job_uid[0] || (ouid && strcmp(ouid, pi->job_uid) == 0)) {
+            rc = from_comm(r.body, f, 1, cond);
+            if (rc == 0) {
+                agent_json_str(json_object_get(r.body, "metadata"), "uid", ctx->comm_uid,
+                               sizeof(ctx->comm_uid));
+                agent_health_set_object(ctx->health, r.body);
+                agent_info("AGENT-RDV-ADOPTED",
+                           "Communicator %s/%s exists for this job; reusing its root "
+                           "endpoint %s:%d",
+                           f->ns, f->job, f->root_host, f->root_port);
+                agent_kube_resp_free(&r);
+                json_decref(obj);
+                return 0;
+            }
+            if (rc < 0) {
+                agent_kube_resp_free(&r);
+                break;
+            }
+            /* ours but never completed: overwrite it like a stale one */
+        }
+        rc = replace_stale(ctx, deadline, one, r.body, obj, cond);
         agent_kube_resp_free(&r);
+        if (rc == 0) {
+            json_decref(obj);
+            return 0;
+        }
+        if (rc < 0)
+            break;
+        /* rc > 0: it changed or went away meanwhile; look again */
+        agent_kube_backoff(ctx->kube, tries < 3 ? tries : 3, deadline);
     }
     json_decref(obj);
     if (!cond->type[0]) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "CommunicatorConflict");
         snprintf(cond->message, sizeof(cond->message),
-                 "could not create Communicator %s/%s after 3 attempts", f->ns, f->job);
+                 "could not create or take over Communicator %s/%s after %d attempts (it kept "
+                 "changing); is another agent of this job running as rank 0?",
+                 f->ns, f->job, MAX_CREATE_TRIES);
     }
     return -1;
 }
@@ -310,11 +385,11 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
 
     snprintf(ctx->comm_name, sizeof(ctx->comm_name), "%s", f->job);
     /* JobSet members of later Jobs learn their rank from their Job's completions */
-    if (!pi->rank_known && agent_pod_world_size(ctx, deadline, pi, f, cond) != 0)
+    if (!pi->rank_known && agent_pod_world_size(pi, f, cond) != 0)
         return -1;
     f->is_root = f->rank == 0;
     if (f->is_root) {
-        if (agent_pod_world_size(ctx, deadline, pi, f, cond) != 0)
+        if (agent_pod_world_size(pi, f, cond) != 0)
             return -1;
         f->nranks = pi->nranks;
         return root_create(ctx, deadline, pi, f, cond);
@@ -334,6 +409,7 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
     agent_info("AGENT-RDV-WAIT", "rank %d waiting for Communicator %s/%s (watch)", f->rank, f->ns,
                f->job);
     if (agent_kube_watch(ctx->kube, path, fsel, rdv_deadline, on_comm, &w, &r) != 0) {
+        json_decref(w.obj);
         if (r.code == 401 || r.code == 403 || r.code == 404) {
             agent_condition_from_resp(cond, "watching the Communicator", &r);
         } else {
@@ -346,9 +422,13 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
         }
         return -1;
     }
-    if (w.result != 0)
+    if (w.result != 0) {
+        json_decref(w.obj);
         return -1;
+    }
     snprintf(ctx->comm_uid, sizeof(ctx->comm_uid), "%s", w.comm_uid);
+    agent_health_set_object(ctx->health, w.obj);
+    json_decref(w.obj);
     agent_info("AGENT-RDV-FOUND", "rank %d of %d: root %s:%d", f->rank, f->nranks, f->root_host,
                f->root_port);
     return 0;

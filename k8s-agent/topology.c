@@ -1,6 +1,7 @@
 /* The CollectiveTopology that selects this pod (exactly one, or a named condition) and the
  * resolution of its pinned network to an interface and address verified inside the pod. */
 #define _GNU_SOURCE
+#include "annotations.h"
 #include "kube.h"
 
 #include <stdio.h>
@@ -96,25 +97,60 @@ static int needs_namespace_labels(const json_t *sel)
     return 0;
 }
 
-static int ns_labels(agent_ctx_t *ctx, int64_t deadline, const char *ns, json_t **labels,
+/* The Namespace's labels, which the webhook copied into the pod (the agent may not read
+ * Namespaces). */
+static int ns_labels(const agent_pod_info_t *pi, const char *topo, const char *ns, json_t **labels,
                      agent_condition_t *cond)
 {
-    char path[300];
-    agent_kube_resp_t r;
+    const json_t *ann = agent_json_path(pi->pod, "metadata.annotations");
+    const char *v = json_string_value(json_object_get(ann, AGENT_ANN_NAMESPACE_LABELS));
+    const char *err = json_string_value(json_object_get(ann, AGENT_ANN_NAMESPACE_LABELS_ERROR));
+    json_error_t jerr;
     json_t *l;
+    const char *key;
+    json_t *val;
     if (*labels)
         return 0;
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s", ns);
-    if (agent_kube_request(ctx->kube, "GET", path, NULL, NULL, deadline, &r) != 0 ||
-        r.code != 200) {
-        agent_condition_from_resp(cond, "reading the pod's Namespace for a namespaceSelector", &r);
-        agent_kube_resp_free(&r);
+    cond->fatal = 1;
+    snprintf(cond->type, sizeof(cond->type), "NamespaceLabelsUnknown");
+    if (!v) {
+        snprintf(cond->message, sizeof(cond->message),
+                 "CollectiveTopology %s has a namespaceSelector on labels of namespace %s, which "
+                 "the kcoll webhook records in the pod annotation %s when it injects the agent; "
+                 "the pod has none (%s). Recreate the pod once the webhook can read Namespaces, "
+                 "or select on kubernetes.io/metadata.name only",
+                 topo, ns, AGENT_ANN_NAMESPACE_LABELS,
+                 err && err[0] ? err : "was it created while the webhook was down?");
         return -1;
     }
-    l = agent_json_path(r.body, "metadata.labels");
-    *labels = l ? json_deep_copy(l) : json_object();
-    agent_kube_resp_free(&r);
-    return *labels ? 0 : -1;
+    l = json_loads(v, 0, &jerr);
+    if (!json_is_object(l)) {
+        json_decref(l);
+        snprintf(cond->message, sizeof(cond->message),
+                 "pod annotation %s is not a JSON object of labels (%s); the kcoll webhook "
+                 "writes it: recreate the pod",
+                 AGENT_ANN_NAMESPACE_LABELS, jerr.text);
+        return -1;
+    }
+    json_object_foreach(l, key, val)
+    {
+        if (!json_is_string(val)) {
+            json_decref(l);
+            snprintf(cond->message, sizeof(cond->message),
+                     "pod annotation %s: label %s is not a string; recreate the pod",
+                     AGENT_ANN_NAMESPACE_LABELS, key);
+            return -1;
+        }
+    }
+    /* every Namespace carries its name label (since Kubernetes 1.21) */
+    if (json_object_set_new(l, NS_NAME_LABEL, json_string(ns)) != 0) {
+        json_decref(l);
+        snprintf(cond->message, sizeof(cond->message), "out of memory");
+        return -1;
+    }
+    memset(cond, 0, sizeof(*cond));
+    *labels = l;
+    return 0;
 }
 
 static int invalid(agent_condition_t *cond, const char *topo, const char *what)
@@ -311,7 +347,7 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
         if (nsel && !json_is_null(nsel)) {
             json_t *l;
             if (needs_namespace_labels(nsel)) {
-                if (ns_labels(ctx, deadline, f->ns, &nslabels, cond) != 0)
+                if (ns_labels(pi, name, f->ns, &nslabels, cond) != 0)
                     goto done;
                 l = json_incref(nslabels);
             } else {

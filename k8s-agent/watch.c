@@ -1,5 +1,7 @@
 /* Streamed WATCH: newline-delimited events, bookmarks, resume from the last resourceVersion,
- * relist on 410 Gone, every connection bounded by the caller's deadline. */
+ * re-watch from the current state on 410 Gone, every connection bounded by the caller's deadline.
+ * Only the watch verb is used: a watch without resourceVersion starts with synthetic ADDED events
+ * for the objects that exist, so no LIST (or GET) is needed before it. */
 #define _GNU_SOURCE
 #include "kube.h"
 
@@ -110,39 +112,6 @@ static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-static int relist(agent_kube_t *k, const char *path, const char *fsel, int64_t deadline,
-                  wstate_t *w, agent_kube_resp_t *resp_out)
-{
-    char url[2048], esc[1024];
-    agent_kube_resp_t r;
-    json_t *items, *it;
-    size_t i;
-    if (fsel && fsel[0]) {
-        agent_kube_escape(fsel, esc, sizeof(esc));
-        snprintf(url, sizeof(url), "%s?fieldSelector=%s", path, esc);
-    } else {
-        snprintf(url, sizeof(url), "%s", path);
-    }
-    if (agent_kube_request(k, "GET", url, NULL, NULL, deadline, &r) != 0 || r.code != 200) {
-        agent_warn("AGENT-KUBE-RELIST-FAIL", "GET %s: HTTP %ld %s", url, r.code, r.message);
-        *resp_out = r;
-        return -1;
-    }
-    agent_info("AGENT-KUBE-RELIST", "relisted %s after 410 Gone", path);
-    w->rv[0] = '\0';
-    set_rv(w, r.body);
-    items = json_object_get(r.body, "items");
-    json_array_foreach(items, i, it)
-    {
-        if (w->cb(w->arg, "ADDED", it) != 0) {
-            w->stopped = 1;
-            break;
-        }
-    }
-    agent_kube_resp_free(&r);
-    return 0;
-}
-
 int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_selector,
                      int64_t deadline_ms, agent_watch_cb cb, void *arg, agent_kube_resp_t *resp_out)
 {
@@ -213,15 +182,17 @@ int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_select
             }
         }
         if (w.gone) {
-            agent_info("AGENT-KUBE-WATCH-EXPIRED", "watch %s from resourceVersion %s: 410 Gone",
-                       path, w.rv);
-            if (relist(k, path, field_selector, deadline_ms, &w, resp_out) != 0)
-                break;
-            if (w.stopped) {
-                rc = 0;
-                break;
-            }
-            attempt = 0;
+            /* 410: the version is compacted; watch again from the current state (synthetic
+             * ADDED events), which needs no list permission */
+            agent_info("AGENT-KUBE-WATCH-EXPIRED",
+                       "watch %s from resourceVersion %s: 410 Gone; watching again from the "
+                       "current state",
+                       path, w.rv[0] ? w.rv : "(none)");
+            if (!w.rv[0]) /* a server that answers 410 without a version: do not spin */
+                agent_kube_backoff(k, attempt++, deadline_ms);
+            else
+                attempt = 0;
+            w.rv[0] = '\0';
             continue;
         }
         if (w.err_code) {

@@ -233,27 +233,35 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: coll-agent webhook --cert FILE --key FILE --agent-image IMAGE --lib-version V\n"
-            "                          [--listen ADDR:PORT] [options]\n"
-            "Mutating admission webhook that injects the kcoll agent sidecar into pods that opt\n"
-            "in with the label " AGENT_WEBHOOK_INJECT_LABEL "=true (on the pod or its namespace).\n"
-            "\n"
-            "  --listen ADDR:PORT            address to serve HTTPS on (default " DEFAULT_LISTEN
-            "; ADDR may be\n"
-            "                                empty, an IPv4 address or [IPv6]; port 0 picks one)\n"
-            "  --cert FILE, --key FILE       PEM serving certificate (chain) and key; reloaded "
-            "when they change\n"
-            "  --agent-image IMAGE           sidecar image (its tag pins the library version)\n"
-            "  --lib-version V               library version that image carries\n"
-            "  --image-pull-policy P         Always, IfNotPresent (default) or Never\n"
-            "  --sidecar-cpu-request Q       default 50m    (\"\" leaves it out)\n"
-            "  --sidecar-memory-request Q    default 64Mi\n"
-            "  --sidecar-cpu-limit Q         default none\n"
-            "  --sidecar-memory-limit Q      default 256Mi\n"
-            "  --max-body BYTES              largest AdmissionReview accepted (default %zu)\n"
-            "  --threads N                   worker threads (default 2)\n",
-            AGENT_WEBHOOK_DEFAULT_MAX_BODY);
+    fprintf(
+        out,
+        "usage: coll-agent webhook --cert FILE --key FILE --agent-image IMAGE --lib-version V\n"
+        "                          [--listen ADDR:PORT] [options]\n"
+        "Mutating admission webhook that injects the kcoll agent sidecar into pods that opt\n"
+        "in with the label " AGENT_WEBHOOK_INJECT_LABEL "=true (on the pod or its namespace).\n"
+        "\n"
+        "  --listen ADDR:PORT            address to serve HTTPS on (default " DEFAULT_LISTEN
+        "; ADDR may be\n"
+        "                                empty, an IPv4 address or [IPv6]; port 0 picks one)\n"
+        "  --cert FILE, --key FILE       PEM serving certificate (chain) and key; reloaded "
+        "when they change\n"
+        "  --agent-image IMAGE           sidecar image (its tag pins the library version)\n"
+        "  --lib-version V               library version that image carries\n"
+        "  --image-pull-policy P         Always, IfNotPresent (default) or Never\n"
+        "  --sidecar-cpu-request Q       default 50m    (\"\" leaves it out)\n"
+        "  --sidecar-memory-request Q    default 64Mi\n"
+        "  --sidecar-cpu-limit Q         default none\n"
+        "  --sidecar-memory-limit Q      default 256Mi\n"
+        "  --max-body BYTES              largest AdmissionReview accepted (default %zu)\n"
+        "  --threads N                   worker threads (default 2)\n"
+        "  --kubeconfig FILE             API credentials when not in a cluster (in a cluster:\n"
+        "                                the ServiceAccount token, see --sa-dir)\n"
+        "  --sa-dir DIR                  in-cluster token and ca.crt (default\n"
+        "                                /var/run/secrets/kubernetes.io/serviceaccount)\n"
+        "  --api-timeout-ms N            budget of the owner Job/JobSet/Namespace reads of one\n"
+        "                                review (default 3000; keep it under the webhook\n"
+        "                                timeoutSeconds)\n",
+        AGENT_WEBHOOK_DEFAULT_MAX_BODY);
 }
 
 /* "host:port", "[v6]:port" or ":port" into a socket address; host "" means every address. */
@@ -348,6 +356,9 @@ int agent_webhook_main(int argc, char **argv)
         OPT_MEM_LIM,
         OPT_MAX_BODY,
         OPT_THREADS,
+        OPT_KUBECONFIG,
+        OPT_SA_DIR,
+        OPT_API_TIMEOUT,
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, OPT_LISTEN},
@@ -362,6 +373,9 @@ int agent_webhook_main(int argc, char **argv)
         {"sidecar-memory-limit", required_argument, NULL, OPT_MEM_LIM},
         {"max-body", required_argument, NULL, OPT_MAX_BODY},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
+        {"sa-dir", required_argument, NULL, OPT_SA_DIR},
+        {"api-timeout-ms", required_argument, NULL, OPT_API_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -374,9 +388,12 @@ int agent_webhook_main(int argc, char **argv)
                 .cpu_limit = "",
                 .memory_limit = "256Mi",
                 .max_body = AGENT_WEBHOOK_DEFAULT_MAX_BODY,
+                .api_timeout_ms = 3000,
             },
     };
     const char *listen_spec = DEFAULT_LISTEN, *cert = NULL, *key = NULL;
+    const char *kubeconfig = NULL, *sa_dir = NULL;
+    unsigned long api_timeout;
     unsigned long threads = 2;
     int c;
     char *end;
@@ -429,6 +446,21 @@ int agent_webhook_main(int argc, char **argv)
                 fprintf(stderr, "coll-agent webhook: --threads needs 1..64\n");
                 return 2;
             }
+            break;
+        case OPT_KUBECONFIG:
+            kubeconfig = optarg;
+            break;
+        case OPT_SA_DIR:
+            sa_dir = optarg;
+            break;
+        case OPT_API_TIMEOUT:
+            errno = 0;
+            api_timeout = strtoul(optarg, &end, 10);
+            if (errno != 0 || *end != '\0' || api_timeout < 100 || api_timeout > 30000) {
+                fprintf(stderr, "coll-agent webhook: --api-timeout-ms needs 100..30000\n");
+                return 2;
+            }
+            srv.cfg.api_timeout_ms = (int)api_timeout;
             break;
         case 'h':
             usage(stdout);
@@ -498,6 +530,8 @@ int agent_webhook_main(int argc, char **argv)
     srv.tls = agent_tls_open(cert, key);
     if (srv.tls == NULL)
         return 1;
+    /* without credentials the webhook still injects; the facts become *-error annotations */
+    (void)agent_webhook_api_open(kubeconfig, sa_dir, &srv.cfg);
     agent_tls_activate(srv.tls);
 
     /* Signals are taken by sigwait() below; worker threads inherit the blocked mask. */
@@ -523,6 +557,7 @@ int agent_webhook_main(int argc, char **argv)
         agent_webhook_log('E', "AGENT-WEBHOOK-LISTEN-FAIL",
                           "cannot serve HTTPS on %s (address in use or not local?)", listen_spec);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        agent_webhook_api_close(&srv.cfg);
         agent_tls_close(srv.tls);
         return 1;
     }
@@ -536,6 +571,7 @@ int agent_webhook_main(int argc, char **argv)
         ;
     agent_webhook_log('I', "AGENT-WEBHOOK-STOP", "signal %d: shutting down", sig);
     MHD_stop_daemon(srv.daemon);
+    agent_webhook_api_close(&srv.cfg);
     agent_tls_close(srv.tls);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return 0;

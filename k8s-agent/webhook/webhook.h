@@ -8,7 +8,9 @@
 #define AGENT_WEBHOOK_H
 
 #include <gnutls/abstract.h>
+#include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Entry point of `coll-agent webhook ...`. Flags: --listen ADDR:PORT, --cert FILE, --key FILE,
  * --agent-image IMAGE, --lib-version V (and optional tuning flags, see --help). Runs until
@@ -27,6 +29,13 @@ int agent_webhook_main(int argc, char **argv);
 #define AGENT_WEBHOOK_SOCKET            AGENT_WEBHOOK_RUN_DIR "/agent.sock"
 #define AGENT_WEBHOOK_DEFAULT_MAX_BODY  ((size_t)4 << 20)
 
+/* Reads one API object for the webhook: GET path (".../jobs/NAME"), answering before deadline_ms
+ * (CLOCK_MONOTONIC milliseconds). Returns the HTTP status, 0 when no answer came; on 200 *obj is
+ * the parsed body (the caller frees it), otherwise err says why. Safe to call from several
+ * threads at once. */
+typedef long (*agent_webhook_api_get_fn)(void *arg, const char *path, int64_t deadline_ms,
+                                         json_t **obj, char *err, size_t errlen);
+
 /* What the sidecar looks like; filled from the command line, read-only while serving. */
 struct agent_webhook_config {
     const char *agent_image;       /* image of the sidecar (pins the library version) */
@@ -37,6 +46,12 @@ struct agent_webhook_config {
     const char *cpu_limit;
     const char *memory_limit;
     size_t max_body; /* larger request bodies are refused with HTTP 413 */
+    /* Reads of the owner Job, JobSet and Namespace (webhook_facts.c); api_get NULL = no API
+     * credentials (the facts become *-error annotations). api_timeout_ms bounds all reads of one
+     * review together, well inside the MutatingWebhookConfiguration's timeoutSeconds. */
+    agent_webhook_api_get_fn api_get;
+    void *api_arg;
+    int api_timeout_ms;
 };
 
 /* Which webhook entry of the MutatingWebhookConfiguration sent the review. */
@@ -61,6 +76,24 @@ struct agent_webhook_reply {
  * allowed=false and a status message. Returns 0, or -1 only when memory runs out. */
 int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webhook_scope scope,
                          const char *body, size_t len, struct agent_webhook_reply *reply);
+
+/* The annotations of k8s-agent/annotations.h the webhook owns (NULL-terminated): it removes any
+ * of them that the pod's creator set, then writes the ones it read. */
+extern const char *const agent_webhook_fact_keys[];
+
+/* Reads the facts for a pod being created in namespace ns (owner Job, JobSet, Namespace) into
+ * annots (annotation key -> string); failed reads become *-error annotations and entries of
+ * warnings. Returns 0, or -1 only when memory runs out. */
+int agent_webhook_pod_facts(const struct agent_webhook_config *cfg, const char *ns,
+                            const json_t *pod, json_t *annots, json_t *warnings);
+
+/* Kubernetes API access for the facts (webhook_api.c): in-cluster credentials when
+ * KUBERNETES_SERVICE_HOST is set (token and CA from sa_dir), else the kubeconfig file when given.
+ * Fills cfg->api_get/api_arg; returns 0, 1 when no credentials are configured (no API), -1 when
+ * they cannot be loaded (logged). */
+int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
+                           struct agent_webhook_config *cfg);
+void agent_webhook_api_close(struct agent_webhook_config *cfg);
 
 /* Builds a Status reply (HTTP error with a message) without an AdmissionReview. */
 int agent_webhook_error_reply(unsigned int http_status, const char *message,

@@ -20,6 +20,7 @@
 /* Per-review state while the patch is built. */
 struct mutation {
     const struct agent_webhook_config *cfg;
+    const char *ns;   /* request.namespace */
     json_t *ops;      /* the JSONPatch array */
     json_t *warnings; /* AdmissionResponse.warnings */
     char deny[512];   /* set when the pod cannot be injected safely */
@@ -399,20 +400,41 @@ static int mutate_pod(struct mutation *m, const json_t *pod)
         return 0;
     }
 
-    /* metadata: the annotation that makes a second pass a no-op */
+    /* metadata: the annotation that makes a second pass a no-op, and the facts the sidecar may
+     * not read itself (whatever the pod's creator wrote under those keys is replaced) */
     json_t *annots = json_pack("{s:s, s:s}", AGENT_WEBHOOK_INJECTED_ANNOT, "true",
                                AGENT_WEBHOOK_LIB_VERSION_ANNOT, m->cfg->lib_version);
-    if (annots == NULL)
+    if (annots == NULL || agent_webhook_pod_facts(m->cfg, m->ns, pod, annots, m->warnings) != 0) {
+        json_decref(annots);
         return -1;
+    }
+    const json_t *have = json_object_get(meta, "annotations");
     if (!json_is_object(meta)) {
         if (patch_op(m, "add", "/metadata", json_pack("{s:o}", "annotations", annots)) != 0)
             return -1;
-    } else if (!json_is_object(json_object_get(meta, "annotations"))) {
+    } else if (!json_is_object(have)) {
         if (patch_op(m, "add", "/metadata/annotations", annots) != 0)
             return -1;
     } else {
         const char *k;
         json_t *v;
+        for (size_t f = 0; agent_webhook_fact_keys[f] != NULL; f++) {
+            const char *key = agent_webhook_fact_keys[f];
+            if (json_object_get(have, key) == NULL || json_object_get(annots, key) != NULL)
+                continue;
+            char *esc = agent_webhook_pointer_escape(key);
+            json_t *op = NULL;
+            char path[512];
+            if (esc != NULL) {
+                snprintf(path, sizeof(path), "/metadata/annotations/%s", esc);
+                op = json_pack("{s:s, s:s}", "op", "remove", "path", path);
+            }
+            free(esc);
+            if (op == NULL || json_array_append_new(m->ops, op) != 0) {
+                json_decref(annots);
+                return -1;
+            }
+        }
         json_object_foreach(annots, k, v)
         {
             char *esc = agent_webhook_pointer_escape(k);
@@ -623,7 +645,10 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
         return rc;
     }
 
-    struct mutation m = {.cfg = cfg, .ops = json_array(), .warnings = json_array()};
+    struct mutation m = {.cfg = cfg,
+                         .ns = ns ? ns : str_at(meta, "namespace"),
+                         .ops = json_array(),
+                         .warnings = json_array()};
     if (m.ops == NULL || m.warnings == NULL || mutate_pod(&m, pod) != 0) {
         json_decref(m.ops);
         json_decref(m.warnings);

@@ -192,9 +192,10 @@ def case_outage(cl):
     print(out.splitlines()[-1])
     check(rc == 0, "bootstrap across an outage failed:\n" + out)
     logs = "".join(cl.agent_log(a) for a in agents)
-    check("AGENT-KUBE-WATCH-FAIL" in logs or "AGENT-KUBE-RELIST" in logs, "no watch recovery")
-    retries = logs.count("AGENT-KUBE-RELIST")
-    print("watch relists after the outage: %d" % retries)
+    check("AGENT-KUBE-WATCH-FAIL" in logs or "AGENT-KUBE-WATCH-EXPIRED" in logs,
+          "no watch recovery")
+    retries = logs.count("AGENT-KUBE-WATCH-EXPIRED")
+    print("watches started again from the current state after the outage: %d" % retries)
 
 
 def case_token_rotation(cl):
@@ -218,19 +219,22 @@ def case_token_rotation(cl):
 
 
 def case_watch_expired(cl):
-    """A watch whose resourceVersion expired (410 Gone) is resumed by relisting."""
+    """A watch whose resourceVersion expired (410 Gone) starts again without a resourceVersion
+    (synthetic ADDED events for the current state): no list, no get."""
     _, pods = cl.add_job("expire", 2)
     a1 = cl.start_agent(pods[1])
     wait_for(lambda: "AGENT-RDV-WAIT" in cl.agent_log(a1), 20, "rank 1 waiting")
     time.sleep(1.5)  # a bookmark carries a resourceVersion
     cl.control("/compact", {})
     cl.control("/outage", {"seconds": 0.2})  # the watch resumes from a compacted version
-    wait_for(lambda: "AGENT-KUBE-RELIST" in cl.agent_log(a1), 20, "relist after 410")
+    wait_for(lambda: "AGENT-KUBE-WATCH-EXPIRED" in cl.agent_log(a1), 20, "re-watch after 410")
     a0 = cl.start_agent(pods[0])
     rc, out = hello(ARGS.hello, [a0["sock"], a1["sock"]], check=2, timeout_ms=30000)
     print(out.strip())
     check(rc == 0, "bootstrap after 410 failed")
-    check("AGENT-KUBE-WATCH-EXPIRED" in cl.agent_log(a1), "410 not logged")
+    c = per_agent_counts(cl, pods[1]["metadata"]["name"])[pods[1]["metadata"]["name"]]
+    check(c["watches"] >= 2 and set(c["verbs"]) <= {"get", "list", "watch"} and
+          c["verbs"].get("list", 0) == 1, "rank 1 re-watched without listing: %s" % c["verbs"])
 
 
 def case_faults(cl):
@@ -247,20 +251,30 @@ def case_faults(cl):
 
 
 def case_stale_communicator(cl):
-    """A Communicator left by an earlier job of the same name is replaced, not reused."""
-    _, pods = cl.add_job("again", 2)
+    """A Communicator left by an earlier job of the same name is taken over (merge patch with a
+    resourceVersion precondition, status reset), not reused, and never deleted."""
+    uid, pods = cl.add_job("again", 2)
     cl.add({"apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator",
             "metadata": {"name": "again", "namespace": "team-a", "ownerReferences": [
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "again",
                  "uid": "00000000-dead-beef-0000-000000000000"}]},
             "spec": {"jobName": "again", "nranks": 2, "rootEndpoint": "10.9.9.9:1",
                      "secret": "00" * 16, "topology": "team-a-loopback"}})
+    stale = comm(cl, "again")
+    cl.add(dict(stale, status={"phase": "Failed", "lastError": {
+        "rank": 1, "message": "an earlier job's error"}}))  # the earlier job's status
     agents = [cl.start_agent(pods[1])]
     time.sleep(1)
     agents.insert(0, cl.start_agent(pods[0]))
     rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=2, timeout_ms=30000)
     print(out.strip())
     check(rc == 0 and "10.9.9.9" not in out, "stale Communicator reused")
+    c = comm(cl, "again")
+    check(c["metadata"]["uid"] == stale["metadata"]["uid"] and
+          c["metadata"]["ownerReferences"][0]["uid"] == uid,
+          "taken over in place (patched, not deleted) with this job as owner")
+    check("lastError" not in (c.get("status") or {}), "the earlier job's status was cleared")
+    check("AGENT-RDV-REPLACE" in cl.agent_log(agents[0]), "rank 0 logged the take-over")
 
 
 def case_status_errors(cl):
@@ -372,6 +386,11 @@ def case_jobset(cl):
     """JobSet: 2 replicated Jobs x 2 pods; rank = job-global-index * completions + index; one
     Communicator named after the JobSet, owned by it."""
     js_uid = "5e7a1c2d-0000-4000-8000-00000000j5e7"
+    # the webhook reads the JobSet for its uid and world size (the pods do not carry the uid)
+    cl.add({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "team-a", "uid": js_uid},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {
+                "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed"}}}]}})
     socks = {}
     for g in range(2):
         def edit(i, p, g=g):
@@ -381,7 +400,6 @@ def case_jobset(cl):
             md["labels"]["jobset.sigs.k8s.io/job-index"] = str(g)
             md["labels"]["jobset.sigs.k8s.io/job-global-index"] = str(g)
             md["labels"]["jobset.sigs.k8s.io/global-replicas"] = "2"
-            md["labels"]["jobset.sigs.k8s.io/jobset-uid"] = js_uid
             md["annotations"]["jobset.sigs.k8s.io/job-global-index"] = str(g)
         _, pods = cl.add_job("js-workers-%d" % g, 2, pod_edit=edit)
         for i, p in enumerate(pods):
@@ -394,6 +412,10 @@ def case_jobset(cl):
     c = comm(cl, "js")
     check(c and c["metadata"]["ownerReferences"][0]["kind"] == "JobSet" and
           c["metadata"]["ownerReferences"][0]["uid"] == js_uid, "Communicator owned by the JobSet")
+    pod = [p for p in cl.objects("pods") if p["metadata"]["name"].startswith("js-workers-1-")][0]
+    ann = pod["metadata"]["annotations"]
+    check(ann.get("kcoll.io/world-size") == "4" and ann.get("kcoll.io/job-uid") == js_uid,
+          "webhook annotations world-size 4 and the JobSet's uid: %s" % ann)
 
 
 def case_conventions(cl):
@@ -620,6 +642,11 @@ def main():
     ok = False
     try:
         CASES[ARGS.case](cl)
+        if ARGS.case != "rbac":
+            # the allow-list is the chart's RBAC: any request outside it fails the test
+            forbidden = {ua: c["forbidden"] for ua, c in cl.control("/counts").items()
+                         if c.get("forbidden")}
+            check(not forbidden, "requests outside the chart's RBAC rules: %s" % forbidden)
         ok = True
     except AssertionError as e:
         print("FAIL: %s" % e)

@@ -1,10 +1,14 @@
 """Test harness for coll-agent: a throwaway CA, the fake API server, Indexed Job objects, and
 coll-agent processes with fake downward-API env (python3 standard library only)."""
+import base64
 import copy
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -16,7 +20,55 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 KUBE = os.path.join(FIXTURES, "kube")
+RBAC_TEMPLATE = os.path.join(ROOT, "deploy", "helm", "kcoll", "templates", "rbac.yaml")
 SKIP = 77
+sys.path.insert(0, os.path.join(ROOT, "tests", "deploy"))
+from jsonpatch import apply_patch  # noqa: E402
+
+
+def chart_agent_rules(read_nodes=False):
+    """The agent's RBAC rules exactly as the chart's rbac.yaml grants them: the namespaced
+    ClusterRole (bound per namespace by RoleBindings) and the cluster-scoped one (bound by a
+    ClusterRoleBinding). Rules inside a {{- if }} block count only with read_nodes."""
+    roles, cur, rule, in_rules, cond = {}, None, None, False, []
+    flow = re.compile(r'^\s*-?\s*(apiGroups|resources|verbs):\s*\[(.*)\]\s*$')
+    with open(RBAC_TEMPLATE) as f:
+        for line in f:
+            s = line.strip()
+            if s == "---" or s.startswith("kind:"):
+                in_rules, cur = False, None
+                continue
+            m = re.match(r'^\s*name:\s*\{\{\s*\$fullname\s*\}\}-(agent[\w-]*)\s*$', line)
+            if m and not in_rules and cur is None:
+                cur = roles.setdefault(m.group(1), [])
+                continue
+            if line.startswith("rules:") and cur is not None:
+                in_rules = True
+                continue
+            if not in_rules:
+                continue
+            if s.startswith("{{- if"):
+                cond.append("readNodes" in s)
+                continue
+            if s.startswith("{{- end"):
+                if cond:
+                    cond.pop()
+                    continue
+                in_rules = False
+                continue
+            m = flow.match(line)
+            if not m:
+                continue
+            vals = [v.strip().strip('"') for v in m.group(2).split(",") if v.strip()]
+            if s.startswith("- "):
+                rule = {}
+                if all(cond) and (not cond or read_nodes):
+                    cur.append(rule)
+            rule[m.group(1)] = vals
+    ns_rules, cl_rules = roles.get("agent", []), roles.get("agent-topologies", [])
+    if len(ns_rules) < 4 or len(cl_rules) < 1:
+        raise RuntimeError("could not read the agent's rules from %s (%s)" % (RBAC_TEMPLATE, roles))
+    return {"userAgentPrefix": "coll-agent/", "namespaced": ns_rules, "cluster": cl_rules}
 
 
 def skip(reason):
@@ -127,6 +179,30 @@ class Cluster:
         with open(os.path.join(self.sa_dir, "namespace"), "w") as f:
             f.write("team-a")
         self.agents = []
+        # the agents may do exactly what the chart's RBAC grants them, nothing more
+        self.control("/allow", chart_agent_rules())
+        # the admission webhook (coll-agent webhook) annotates every pod before it is created,
+        # reading its Job, JobSet and Namespace as its own client
+        self.webhook_log = open(os.path.join(self.dir, "webhook.log"), "w+")
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        self.webhook = subprocess.Popen(
+            [agent_bin, "webhook", "--listen", "127.0.0.1:0", "--cert", crt, "--key", key,
+             "--agent-image", "registry.example.com/kcoll/kcoll-agent:0.1.0", "--lib-version",
+             "0.1.0", "--kubeconfig", self.kubeconfig(token, "webhook-kubeconfig")],
+            env=env, stdout=self.webhook_log, stderr=subprocess.STDOUT)
+        self.webhook_port = None
+        deadline = time.time() + 20
+        while self.webhook_port is None:
+            self.webhook_log.flush()
+            with open(self.webhook_log.name) as f:
+                m = re.search(r"AGENT-WEBHOOK-LISTEN .*port=(\d+)", f.read())
+            if m:
+                self.webhook_port = int(m.group(1))
+            elif time.time() > deadline or self.webhook.poll() is not None:
+                raise RuntimeError("coll-agent webhook did not start: see " + self.webhook_log.name)
+            else:
+                time.sleep(0.05)
+        self.webhook_ctx = ssl.create_default_context(cafile=self.ca)
 
     # ---- control endpoint ----
     def control(self, path, body=None):
@@ -148,8 +224,8 @@ class Cluster:
             f.write(token + "\n")
         os.rename(tmp, os.path.join(self.sa_dir, "token"))
 
-    def kubeconfig(self, token="token-v1"):
-        path = os.path.join(self.dir, "kubeconfig")
+    def kubeconfig(self, token="token-v1", name="kubeconfig"):
+        path = os.path.join(self.dir, name)
         with open(path, "w") as f:
             f.write("""apiVersion: v1
 kind: Config
@@ -172,6 +248,38 @@ users:
 """ % (self.port, self.ca, token))
         return path
 
+    # ---- admission ----
+    def admit(self, pod, conn=None):
+        """The pod as the API server stores it after the webhook's namespace entry mutated it
+        (the namespace opted in): the webhook's JSONPatch applied."""
+        own = conn is None
+        if own:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.webhook_port,
+                                               context=self.webhook_ctx, timeout=30)
+        review = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                  "request": {"uid": str(uuid.uuid4()),
+                              "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                              "resource": {"group": "", "version": "v1", "resource": "pods"},
+                              "namespace": pod["metadata"].get("namespace", "team-a"),
+                              "operation": "CREATE", "object": pod}}
+        conn.request("POST", "/mutate/namespace", body=json.dumps(review),
+                     headers={"Content-Type": "application/json"})
+        resp = json.loads(conn.getresponse().read())["response"]
+        if own:
+            conn.close()
+        if not resp.get("allowed"):
+            raise RuntimeError("webhook refused pod %s: %s" % (pod["metadata"].get("name"),
+                                                             resp.get("status")))
+        if "patch" in resp:
+            pod = apply_patch(pod, json.loads(base64.b64decode(resp["patch"])))
+        return pod
+
+    def add_pod(self, pod, conn=None):
+        """Create a pod the way the API server does: through the admission webhook."""
+        pod = self.admit(pod, conn)
+        self.add(pod)
+        return pod
+
     # ---- workload objects ----
     def add_job(self, name, n, pod_edit=None, job_edit=None, netstatus=None, create_pods=True):
         job = fixture("job-template.json")
@@ -185,6 +293,8 @@ users:
             job_edit(job)
         self.add(job)
         pods = []
+        conn = http.client.HTTPSConnection("127.0.0.1", self.webhook_port,
+                                           context=self.webhook_ctx, timeout=30)
         ns_json = json.dumps(netstatus if netstatus is not None
                              else fixture("network-status-lo.json"))
         for i in range(n):
@@ -204,8 +314,9 @@ users:
             if pod_edit:
                 pod_edit(i, p)
             if create_pods:
-                self.add(p)
+                p = self.add_pod(p, conn)
             pods.append(p)
+        conn.close()
         return uid, pods
 
     # ---- agents ----
@@ -252,6 +363,13 @@ users:
 
     def close(self, keep=False):
         self.stop_agents()
+        if self.webhook.poll() is None:
+            self.webhook.terminate()
+            try:
+                self.webhook.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.webhook.kill()
+        self.webhook_log.close()
         if self.server.poll() is None:
             self.server.terminate()
             try:

@@ -1,0 +1,108 @@
+/* The webhook's Kubernetes API reads go through the agent's client (k8s-agent/kube_client.c):
+ * in-cluster service-account credentials (token re-read on rotation), TLS always verified,
+ * 429/5xx retried with back-off until the review's deadline. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "webhook.h"
+
+#include "kube.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+struct webhook_api {
+    agent_kube_creds_t creds;
+    agent_kube_t *kube;
+};
+
+static long api_get(void *arg, const char *path, int64_t deadline_ms, json_t **obj, char *err,
+                    size_t errlen)
+{
+    struct webhook_api *a = arg;
+    agent_kube_resp_t r;
+    long code;
+    if (agent_kube_request(a->kube, "GET", path, NULL, NULL, deadline_ms, &r) != 0) {
+        snprintf(err, errlen, "%s", r.message[0] ? r.message : "no answer before the deadline");
+        agent_kube_resp_free(&r);
+        return 0;
+    }
+    code = r.code;
+    if (code == 200) {
+        *obj = r.body;
+        r.body = NULL;
+    } else {
+        snprintf(err, errlen, "%s%s%s", r.reason, r.reason[0] ? ": " : "",
+                 r.message[0] ? r.message : "(no message)");
+    }
+    agent_kube_resp_free(&r);
+    return code;
+}
+
+int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
+                           struct agent_webhook_config *cfg)
+{
+    struct webhook_api *a;
+    agent_kube_config_t kc = {
+        .request_timeout_ms = cfg->api_timeout_ms > 0 ? cfg->api_timeout_ms : 3000,
+        .backoff_base_ms = 100,
+        .backoff_cap_ms = 1000,
+        .user_agent = "coll-agent-webhook/" AGENT_VERSION,
+    };
+    char err[512] = "";
+    const char *host = secure_getenv("KUBERNETES_SERVICE_HOST");
+    int rc;
+
+    cfg->api_get = NULL;
+    cfg->api_arg = NULL;
+    if ((kubeconfig == NULL || kubeconfig[0] == '\0') && (host == NULL || host[0] == '\0')) {
+        agent_webhook_log('W', "AGENT-WEBHOOK-NO-API",
+                          "no KUBERNETES_SERVICE_HOST and no --kubeconfig: injected pods get "
+                          "*-error annotations instead of their Job's world size and their "
+                          "Namespace's labels");
+        return 1;
+    }
+    a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return -1;
+    if (kubeconfig != NULL && kubeconfig[0] != '\0')
+        rc = agent_creds_kubeconfig(kubeconfig, &a->creds, err, sizeof(err));
+    else
+        rc = agent_creds_in_cluster(sa_dir ? sa_dir : DEFAULT_SA_DIR, &a->creds, err, sizeof(err));
+    if (rc != 0) {
+        agent_webhook_log('E', "AGENT-WEBHOOK-API-FAIL",
+                          "cannot load Kubernetes API credentials: %s; injected pods get *-error "
+                          "annotations (is automountServiceAccountToken off?)",
+                          err);
+        agent_creds_free(&a->creds);
+        free(a);
+        return -1;
+    }
+    if (agent_kube_open(&a->creds, &kc, &a->kube) != 0) {
+        agent_webhook_log('E', "AGENT-WEBHOOK-API-FAIL", "cannot start the API client");
+        agent_creds_free(&a->creds);
+        free(a);
+        return -1;
+    }
+    agent_webhook_log('I', "AGENT-WEBHOOK-API", "server=%s credentials=%s read budget=%d ms",
+                      a->creds.server, a->creds.in_cluster ? "in-cluster" : kubeconfig,
+                      kc.request_timeout_ms);
+    cfg->api_get = api_get;
+    cfg->api_arg = a;
+    return 0;
+}
+
+void agent_webhook_api_close(struct agent_webhook_config *cfg)
+{
+    struct webhook_api *a = cfg->api_arg;
+    if (a == NULL)
+        return;
+    agent_kube_close(a->kube);
+    agent_creds_free(&a->creds);
+    free(a);
+    cfg->api_get = NULL;
+    cfg->api_arg = NULL;
+}

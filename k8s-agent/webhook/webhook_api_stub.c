@@ -1,0 +1,21 @@
+/* Webhook built without the agent's Kubernetes client (k8s-agent/ not configured): no API reads;
+ * injected pods get *-error annotations. */
+#include "webhook.h"
+
+int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
+                           struct agent_webhook_config *cfg)
+{
+    (void)kubeconfig;
+    (void)sa_dir;
+    cfg->api_get = NULL;
+    cfg->api_arg = NULL;
+    agent_webhook_log('W', "AGENT-WEBHOOK-NO-API",
+                      "built without the Kubernetes API client: injected pods get *-error "
+                      "annotations instead of their Job's world size and Namespace's labels");
+    return 1;
+}
+
+void agent_webhook_api_close(struct agent_webhook_config *cfg)
+{
+    (void)cfg;
+}
