@@ -90,8 +90,10 @@ typedef struct {
     char pod_uid[64];
     char node[254];
     char ns[64];
-    char job[254];      /* the job the communicator belongs to */
-    char topology[254]; /* the CollectiveTopology that selected the pod ("" standalone) */
+    char job[254];          /* the job the communicator belongs to */
+    char topology[254];     /* the CollectiveTopology that selected the pod ("" standalone) */
+    char topology_key[320]; /* its spec.topologyKey node label ("" = none) */
+    char group[64];         /* this node's value of that label: ring order ("" = none) */
 } agent_facts_t;
 
 /* ---- options (main.c) ---- */

@@ -129,6 +129,12 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
         if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
             json_array_append(members, it);
     }
+    if (unhealthy && !listed && ready_ranks < 0) {
+        /* a member newly unhealthy is no longer a ready rank */
+        json_t *cr = json_object_get(cur_status, "readyRanks");
+        if (json_is_integer(cr) && json_integer_value(cr) > 0)
+            json_object_set_new(st, "readyRanks", json_integer(json_integer_value(cr) - 1));
+    }
     if (unhealthy) {
         if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
             json_array_append_new(members,

@@ -163,14 +163,15 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
         snprintf(root, sizeof(root), "[%s]:%d", f.root_host, f.root_port);
     else
         snprintf(root, sizeof(root), "%s:%d", f.root_host, f.root_port);
-    return json_pack("{si ss sb si si ss ss si ss sb ss ss ss ss ss si si ss ss ss ss ss ss}", "v",
-                     AGENT_PROTOCOL_V, "type", "hello", "ok", 1, "rank", f.rank, "nranks", f.nranks,
-                     "root", root, "root_host", f.root_host, "root_port", f.root_port, "secret",
-                     secret, "is_root", f.is_root, "interface", f.ifname, "address", f.address,
-                     "ib_device", f.ib_device, "transport", f.transport, "library_version",
-                     f.library_version, "bootstrap_timeout_s", f.bootstrap_timeout_s, "timeout_s",
-                     f.timeout_s, "pod", f.pod, "node", f.node, "namespace", f.ns, "job", f.job,
-                     "topology", f.topology, "agent_version", AGENT_VERSION);
+    return json_pack("{si ss sb si si ss ss si ss sb ss ss ss ss ss si si ss ss ss ss ss ss ss}",
+                     "v", AGENT_PROTOCOL_V, "type", "hello", "ok", 1, "rank", f.rank, "nranks",
+                     f.nranks, "root", root, "root_host", f.root_host, "root_port", f.root_port,
+                     "secret", secret, "is_root", f.is_root, "interface", f.ifname, "address",
+                     f.address, "ib_device", f.ib_device, "transport", f.transport,
+                     "library_version", f.library_version, "bootstrap_timeout_s",
+                     f.bootstrap_timeout_s, "timeout_s", f.timeout_s, "pod", f.pod, "node", f.node,
+                     "namespace", f.ns, "job", f.job, "topology", f.topology, "group", f.group,
+                     "agent_version", AGENT_VERSION);
 }
 
 static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)

@@ -144,6 +144,10 @@ int agent_selector_matches(const json_t *selector, const json_t *labels, char *e
 int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
                      agent_condition_t *cond);
 
+/* The topology group of the pod's node (f->topology_key label on its Node; one GET) into
+ * f->group; never fatal: problems become warning conditions (node_group.c). */
+void agent_node_group(agent_ctx_t *ctx, int64_t deadline, agent_facts_t *f);
+
 /* Map an API failure to a named condition (Unauthorized, Forbidden, APIUnavailable, ...). */
 void agent_condition_from_resp(agent_condition_t *cond, const char *what,
                                const agent_kube_resp_t *r);

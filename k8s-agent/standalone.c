@@ -109,6 +109,8 @@ int agent_standalone_run(agent_ctx_t *ctx)
     agent_json_str(me, "node", f.node, sizeof(f.node));
     if (!f.node[0])
         agent_json_str(me, "host", f.node, sizeof(f.node));
+    /* the topology group (switch/rack) of this rank's node: rings are ordered by it */
+    agent_json_str(me, "group", f.group, sizeof(f.group));
     if (!f.pod[0])
         snprintf(f.pod, sizeof(f.pod), "rank-%d", rank);
     agent_json_str(root, "job", f.job, sizeof(f.job));
