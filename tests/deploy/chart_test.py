@@ -145,6 +145,28 @@ def check_generated_tls(label, objs):
             label + ": key belongs to the certificate")
 
 
+AGENT_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    {"apiGroups": ["kcoll.io"], "resources": ["communicators"],
+     "verbs": ["create", "watch", "patch"]},
+    {"apiGroups": ["kcoll.io"], "resources": ["communicators/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+TOPOLOGY_RULE = {"apiGroups": ["kcoll.io"], "resources": ["collectivetopologies"],
+                 "verbs": ["get", "list", "watch"]}
+NODE_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+WEBHOOK_RULES = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+]
+
+
+def topology_rules(objs):
+    return [r for r in objs if r["kind"] == "ClusterRole" and
+            r["metadata"]["name"] == "t-kcoll-agent-topologies"][0].get("rules")
+
+
 def check_defaults(objs, schemas, node):
     label = "defaults"
     kinds = by_kind(objs)
@@ -152,8 +174,10 @@ def check_defaults(objs, schemas, node):
     t.check(sorted(o["metadata"]["name"] for o in kinds.get("CustomResourceDefinition", [])) ==
             ["collectivetopologies.kcoll.io", "communicators.kcoll.io"],
             label + ": --include-crds renders both CRDs")
-    t.check("RoleBinding" not in kinds and "ClusterRoleBinding" not in kinds,
-            label + ": no bindings without agent namespaces")
+    t.check("RoleBinding" not in kinds and
+            [b["metadata"]["name"] for b in kinds.get("ClusterRoleBinding", [])] ==
+            ["t-kcoll-webhook"], label + ": no agent bindings without agent namespaces; the "
+            "webhook's ClusterRoleBinding only")
     t.check("Certificate" not in kinds and "Issuer" not in kinds,
             label + ": no cert-manager objects")
     dep = one(objs, "Deployment", "t-kcoll-webhook")
@@ -172,9 +196,12 @@ def check_defaults(objs, schemas, node):
             "64Mi" and a.get("--sidecar-cpu-limit") == "" and
             a.get("--sidecar-memory-limit") == "256Mi", label + ": sidecar resources (%s)" % a)
     t.check(a.get("--max-body") == "4194304", label + ": max body")
+    t.check(a.get("--api-timeout-ms") == "5000",
+            label + ": API reads get half the webhook timeout (%s)" % a.get("--api-timeout-ms"))
     t.check(set(a) == {"--listen", "--cert", "--key", "--agent-image", "--lib-version",
                        "--image-pull-policy", "--sidecar-cpu-request", "--sidecar-memory-request",
-                       "--sidecar-cpu-limit", "--sidecar-memory-limit", "--max-body"},
+                       "--sidecar-cpu-limit", "--sidecar-memory-limit", "--max-body",
+                       "--api-timeout-ms"},
             label + ": only flags coll-agent webhook knows (%s)" % sorted(a))
     t.check(dep["spec"]["replicas"] == 2, label + ": 2 webhook replicas")
     for probe in ("readinessProbe", "livenessProbe"):
@@ -187,17 +214,22 @@ def check_defaults(objs, schemas, node):
             sc.get("capabilities") == {"drop": ["ALL"]}, label + ": container securityContext")
     t.check(pod.get("securityContext", {}).get("runAsNonRoot") is True,
             label + ": webhook runs as non-root")
-    t.check(pod.get("automountServiceAccountToken") is False,
-            label + ": webhook pod mounts no API token")
+    t.check(pod.get("automountServiceAccountToken") is True,
+            label + ": webhook pod mounts its API token (Job/JobSet/Namespace reads)")
     sa = one(objs, "ServiceAccount", pod.get("serviceAccountName"))
-    t.check(sa.get("automountServiceAccountToken") is False,
-            label + ": webhook ServiceAccount without token")
+    t.check(sa.get("automountServiceAccountToken") is True,
+            label + ": webhook ServiceAccount with token")
     vols = {v["name"]: v for v in pod.get("volumes", [])}
     t.check(vols.get("tls", {}).get("secret", {}).get("secretName") == "t-kcoll-webhook-tls",
             label + ": TLS Secret mounted")
-    t.check(not any(b.get("subjects", [{}])[0].get("name") == sa.get("metadata", {}).get("name")
-                    for b in kinds.get("RoleBinding", []) + kinds.get("ClusterRoleBinding", [])),
-            label + ": webhook ServiceAccount bound to no role")
+    sa_bindings = [b for b in kinds.get("RoleBinding", []) + kinds.get("ClusterRoleBinding", [])
+                   if any(x.get("name") == sa.get("metadata", {}).get("name")
+                          for x in b.get("subjects", []))]
+    t.check([(b["kind"], b["roleRef"]["name"], b["subjects"]) for b in sa_bindings] ==
+            [("ClusterRoleBinding", "t-kcoll-webhook",
+              [{"kind": "ServiceAccount", "name": "t-kcoll-webhook", "namespace": NS}])],
+            label + ": webhook ServiceAccount bound to the webhook ClusterRole only (%s)"
+            % sa_bindings)
 
     svc = one(objs, "Service", "t-kcoll-webhook")
     port = svc.get("spec", {}).get("ports", [{}])[0]
@@ -244,22 +276,17 @@ def check_defaults(objs, schemas, node):
     # RBAC: exactly these rules, nothing more
     roles = {r["metadata"]["name"]: r for r in kinds.get("ClusterRole", [])}
     agent = roles.get("t-kcoll-agent", {}).get("rules")
-    want = [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-        {"apiGroups": ["kcoll.io"], "resources": ["communicators"],
-         "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
-        {"apiGroups": ["kcoll.io"], "resources": ["communicators/status"],
-         "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
-        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
-    ]
-    t.check(agent == want, label + ": agent ClusterRole rules are exactly %s (%s)" % (want, agent))
+    # (issue #6: read its pod, read CollectiveTopologies, create/watch/patch Communicators and
+    # create Events, nothing more)
+    t.check(agent == AGENT_RULES,
+            label + ": agent ClusterRole rules are exactly %s (%s)" % (AGENT_RULES, agent))
     topo = roles.get("t-kcoll-agent-topologies", {}).get("rules")
-    want_topo = [{"apiGroups": ["kcoll.io"], "resources": ["collectivetopologies"],
-                  "verbs": ["get", "list", "watch"]},
-                 {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]
-    t.check(topo == want_topo, label + ": topology ClusterRole rules exact (%s)" % topo)
+    t.check(topo == [TOPOLOGY_RULE],
+            label + ": topology ClusterRole rules exact, no Node read (%s)" % topo)
+    hook = roles.get("t-kcoll-webhook", {}).get("rules")
+    t.check(hook == WEBHOOK_RULES, label + ": webhook ClusterRole rules exact (%s)" % hook)
+    t.check(sorted(roles) == ["t-kcoll-agent", "t-kcoll-agent-topologies", "t-kcoll-webhook"],
+            label + ": three ClusterRoles (%s)" % sorted(roles))
     for r in roles.values():
         for rule in r.get("rules", []):
             t.check("*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []) and
@@ -534,6 +561,7 @@ def main():
     t.check(a.get("--listen") == ":9443" and c["ports"][0]["containerPort"] == 9443,
             "options: webhook port")
     t.check(a.get("--max-body") == "1048576", "options: max body")
+    t.check(a.get("--api-timeout-ms") == "2500", "options: API read budget follows timeoutSeconds")
     t.check({"name": "COLL_DEBUG", "value": "DEBUG"} in c.get("env", []), "options: debug env")
 
     objs = template(option_sets["rdma-topology"])
@@ -549,6 +577,21 @@ def main():
         r = ajv_validate(node, schemas, [{"id": "x", "schema": "CollectiveTopology",
                                           "object": topo}])["x"]
         t.check(r["valid"], "rdma topology valid per CRD schema (%s)" % r["errors"])
+
+    # --- the one exception: get on Nodes, only where a topology names topologyKey
+    t.check(topology_rules(objs) == [TOPOLOGY_RULE, NODE_RULE],
+            "readNodes: default topology with topologyKey grants nodes get (%s)"
+            % topology_rules(objs))
+    t.check(NODE_RULE not in one(objs, "ClusterRole", "t-kcoll-agent")["rules"],
+            "readNodes: never in the namespaced agent role")
+    objs = template(option_sets["rdma-topology"] + ["rbac.readNodes=false"])
+    t.check(topology_rules(objs) == [TOPOLOGY_RULE], "readNodes=false: no Node read")
+    objs = template(["rbac.readNodes=true"])
+    t.check(topology_rules(objs) == [TOPOLOGY_RULE, NODE_RULE],
+            "readNodes=true without topologyKey: Node read granted")
+    objs = template(option_sets["rdma-topology"] + ["defaultTopology.enabled=false"])
+    t.check(topology_rules(objs) == [TOPOLOGY_RULE],
+            "readNodes unset, default topology off: no Node read")
 
     # --- release named like the chart
     objs = template(release="kcoll")
@@ -572,6 +615,7 @@ def main():
         (["sidecar.resources.requests.cpu=lots"], "cpu"),
         (["rbac.agentNamespaces={Not_A_Namespace}"], "agentNamespaces"),
         (["rbac.agentServiceAccounts[0].name=x"], "namespace"),
+        (["rbac.readNodes=sometimes"], "readNodes"),
         (["webhok.replicaCount=2"], "webhok"),
         (["webhook.tls.certManager.issuerRef.kind=Vault"], "kind"),
         (["defaultTopology.network.attachment=train/rdma"], "not both"),

@@ -32,6 +32,10 @@ LIBV = "0.1.0"
 LIB = "/var/run/kcoll/lib"
 SOCK = "/var/run/kcoll/agent.sock"
 MAX_BODY = 4 << 20
+# annotations the webhook owns (k8s-agent/annotations.h)
+FACT_KEYS = {"kcoll.io/world-size", "kcoll.io/world-size-error", "kcoll.io/job-uid",
+             "kcoll.io/job-uid-error", "kcoll.io/namespace-labels",
+             "kcoll.io/namespace-labels-error"}
 
 t = Checker("webhook_test")
 
@@ -178,6 +182,8 @@ def check_injected(label, req_doc, resp):
     t.check(ann.get("kcoll.io/injected") == "true", label + ": kcoll.io/injected annotation")
     t.check(ann.get("kcoll.io/lib-version") == LIBV, label + ": kcoll.io/lib-version annotation")
     for k, v in (pod["metadata"].get("annotations") or {}).items():
+        if k in FACT_KEYS:
+            continue  # the webhook's own: replaced or removed (checked in api_facts)
         t.check(ann.get(k) == v, label + ": existing annotation %s kept" % k)
     t.check(any("kcoll.io~1injected" in op["path"] for op in patch) or
             any(op["path"] == "/metadata/annotations" for op in patch),
@@ -334,6 +340,104 @@ def peer_cn(port, ctx):
     with raw_tls(port, ctx) as s:
         cert = s.getpeercert()
     return dict(x[0] for x in cert["subject"]).get("commonName")
+
+
+def api_facts(binary, tmp):
+    """The webhook reads the owner Job and the Namespace from the fake API server fixture (as
+    its own ServiceAccount) and writes them into the pod; a 403 becomes an error annotation and
+    an admission warning, and the pod is still injected."""
+    pki = make_pki(tmp, "api")
+    ports = os.path.join(tmp, "api.ports")
+    objs = os.path.join(tmp, "api-objects.json")
+    with open(objs, "w") as f:
+        json.dump([
+            {"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a",
+                                                       "team": "ml"}}},
+            {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "train", "namespace": "team-a", "uid": "job-uid-1"},
+             "spec": {"completions": 8, "parallelism": 8, "completionMode": "Indexed"}}], f)
+    api_log = open(os.path.join(tmp, "api.log"), "w")
+    api = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "fixtures",
+                                                         "fake_apiserver.py"),
+                            "--cert", pki["crt"], "--key", pki["key"], "--token", "wh-token",
+                            "--load", objs, "--ports-file", ports],
+                           stdout=api_log, stderr=subprocess.STDOUT)
+    srv = None
+    try:
+        deadline = time.time() + 20
+        while not os.path.exists(ports) and time.time() < deadline and api.poll() is None:
+            time.sleep(0.05)
+        if not t.check(os.path.exists(ports), "api facts: fake API server started"):
+            return
+        api_port, ctl_port = (int(x) for x in open(ports).read().split())
+        kc = os.path.join(tmp, "webhook.kubeconfig")
+        with open(kc, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: f\n  cluster:\n"
+                    "    server: https://127.0.0.1:%d\n    certificate-authority: %s\n"
+                    "contexts:\n- name: f\n  context: {cluster: f, user: w}\n"
+                    "current-context: f\nusers:\n- name: w\n  user: {token: wh-token}\n"
+                    % (api_port, pki["ca"]))
+        srv = Server(binary, pki["crt"], pki["key"], os.path.join(tmp, "webhook-api.log"),
+                     extra=["--kubeconfig", kc, "--api-timeout-ms", "3000"])
+        ctx = ctx_for(pki["ca"])
+        pod = json.loads(fixture("pod-minimal.json"))["request"]["object"]
+        pod["metadata"]["namespace"] = "team-a"
+        pod["metadata"]["labels"] = {"kcoll.io/inject": "true"}
+        pod["metadata"]["annotations"] = {"kcoll.io/world-size": "1000",
+                                          "kcoll.io/job-uid": "forged"}
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
+                                               "name": "train", "uid": "job-uid-1",
+                                               "controller": True}]
+        st, _, resp = review(srv.port, ctx, as_review(pod, "facts-1"))
+        out = check_injected("api facts", as_review(pod, "facts-1"), resp) or {}
+        ann = out.get("metadata", {}).get("annotations", {})
+        t.check(ann.get("kcoll.io/world-size") == "8",
+                "api facts: world size from the Job's completions, forged value replaced (%s)"
+                % ann)
+        t.check("kcoll.io/job-uid" not in ann, "api facts: forged job uid removed")
+        t.check(json.loads(ann.get("kcoll.io/namespace-labels", "null")) ==
+                {"kubernetes.io/metadata.name": "team-a", "team": "ml"},
+                "api facts: namespace labels as JSON")
+        # the webhook's ServiceAccount may not read Jobs: 403 -> error annotation + warning
+        req = urllib_post(ctl_port, "/deny", {"rules": [{"verb": "get", "resource": "jobs"}]})
+        t.check(req.get("ok") is True, "api facts: 403 configured")
+        st, _, resp = review(srv.port, ctx, as_review(pod, "facts-2"))
+        r = resp.get("response", {})
+        out = check_injected("api facts 403", as_review(pod, "facts-2"), resp) or {}
+        ann = out.get("metadata", {}).get("annotations", {})
+        t.check(r.get("allowed") is True, "api facts 403: the pod is still admitted")
+        t.check(ann.get("kcoll.io/world-size-error", "").startswith("Forbidden: reading Job "
+                                                                   "team-a/train") and
+                "kcoll.io/world-size" not in ann,
+                "api facts 403: world-size-error, no (forged) world size (%s)" % ann)
+        t.check(any("403" in w and "kcoll.io/world-size-error" in w
+                    for w in r.get("warnings", [])),
+                "api facts 403: admission warning (%s)" % r.get("warnings"))
+        counts = urllib_get(ctl_port, "/counts")
+        ua = [k for k in counts if k.startswith("coll-agent-webhook/")]
+        t.check(ua and counts[ua[0]]["verbs"] == {"get": 4},
+                "api facts: 2 GETs per review (Namespace, Job), nothing else (%s)" % counts)
+    finally:
+        if srv is not None:
+            srv.stop()
+        api.terminate()
+        api.wait(timeout=10)
+        api_log.close()
+
+
+def urllib_post(port, path, body):
+    import urllib.request
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                 data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=20) as r:
+        return json.loads(r.read())
+
+
+def urllib_get(port, path):
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=20) as r:
+        return json.loads(r.read())
 
 
 def main():
@@ -564,6 +668,7 @@ def main():
     finally:
         rc = srv.stop()
     t.check(rc == 0, "SIGTERM: clean exit 0 (%d)" % rc)
+    api_facts(binary, tmp)
     log = srv.logtext()
     t.check("AGENT-WEBHOOK-INJECT" in log and "AGENT-WEBHOOK-BAD-REVIEW" in log and
             "AGENT-WEBHOOK-STOP" in log, "log lines carry stable IDs")

@@ -1,5 +1,7 @@
 /* Unit checks of the webhook helpers that the HTTPS test cannot reach one by one: JSON-pointer
- * escaping, base64, resource quantities, and agent_webhook_review() on hand-made bodies. */
+ * escaping, base64, resource quantities, agent_webhook_review() on hand-made bodies, and the
+ * facts read at pod creation (owner Job, JobSet, Namespace) against an in-process fake API with
+ * its errors (403, 404, no answer). */
 #include "webhook.h"
 
 #include <stdio.h>
@@ -51,6 +53,247 @@ static void check_review(const char *body, unsigned int status, const char *need
     free(r.body);
 }
 
+/* ---- a fake API: path -> (status, body) ---- */
+struct fake_obj {
+    const char *path;
+    long code;
+    const char *body;
+};
+
+static const struct fake_obj fake_api[] = {
+    {"/api/v1/namespaces/team-a", 200,
+     "{\"metadata\":{\"name\":\"team-a\",\"labels\":{\"team\":\"ml\","
+     "\"kubernetes.io/metadata.name\":\"team-a\"}}}"},
+    {"/apis/batch/v1/namespaces/team-a/jobs/train", 200,
+     "{\"spec\":{\"completions\":8,\"parallelism\":8,\"completionMode\":\"Indexed\"}}"},
+    {"/apis/batch/v1/namespaces/team-a/jobs/plain", 200,
+     "{\"spec\":{\"completions\":2,\"parallelism\":2,\"completionMode\":\"NonIndexed\"}}"},
+    {"/apis/batch/v1/namespaces/team-a/jobs/narrow", 200,
+     "{\"spec\":{\"completions\":4,\"parallelism\":2,\"completionMode\":\"Indexed\"}}"},
+    {"/apis/batch/v1/namespaces/team-a/jobs/secret", 403,
+     "jobs.batch \"secret\" is forbidden: User \"system:serviceaccount:kcoll:webhook\" cannot "
+     "get resource \"jobs\""},
+    {"/apis/batch/v1/namespaces/team-a/jobs/js-w-1", 200,
+     "{\"spec\":{\"completions\":2,\"parallelism\":2,\"completionMode\":\"Indexed\"}}"},
+    {"/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js", 200,
+     "{\"metadata\":{\"uid\":\"js-uid-1\"},\"spec\":{\"replicatedJobs\":["
+     "{\"name\":\"w\",\"replicas\":3,\"template\":{\"spec\":{\"completions\":2}}}]}}"},
+    {"/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/uneven", 200,
+     "{\"metadata\":{\"uid\":\"js-uid-2\"},\"spec\":{\"replicatedJobs\":["
+     "{\"name\":\"a\",\"replicas\":1,\"template\":{\"spec\":{\"completions\":2}}},"
+     "{\"name\":\"b\",\"replicas\":2,\"template\":{\"spec\":{\"completions\":4}}}]}}"},
+    {NULL, 0, NULL},
+};
+
+static int fake_calls;
+
+static long fake_get(void *arg, const char *path, int64_t deadline_ms, json_t **obj, char *err,
+                     size_t errlen)
+{
+    const int *down = arg;
+    (void)deadline_ms;
+    fake_calls++;
+    if (down != NULL && *down) {
+        snprintf(err, errlen, "connection refused");
+        return 0;
+    }
+    for (int i = 0; fake_api[i].path != NULL; i++) {
+        if (strcmp(fake_api[i].path, path) != 0)
+            continue;
+        if (fake_api[i].code == 200) {
+            *obj = json_loads(fake_api[i].body, 0, NULL);
+            return *obj != NULL ? 200 : 500;
+        }
+        snprintf(err, errlen, "Forbidden: %s", fake_api[i].body);
+        return fake_api[i].code;
+    }
+    snprintf(err, errlen, "NotFound: %s not found", path);
+    return 404;
+}
+
+/* A pod of Job job (NULL: no owner) with extra labels as "k=v" pairs, facts read into annots. */
+static json_t *facts_for(const struct agent_webhook_config *c, const char *job, const char *labels,
+                         json_t **warnings)
+{
+    json_t *pod = json_loads(labels ? labels : "{}", 0, NULL), *annots = json_object();
+    json_t *meta = json_pack("{s:s, s:o}", "name", "p-0", "labels", pod);
+    json_t *p = json_pack("{s:o}", "metadata", meta);
+    *warnings = json_array();
+    if (job != NULL)
+        json_object_set_new(meta, "ownerReferences",
+                            json_pack("[{s:s, s:s, s:s, s:s, s:b}]", "apiVersion", "batch/v1",
+                                      "kind", "Job", "name", job, "uid", "u-1", "controller", 1));
+    CHECK(agent_webhook_pod_facts(c, "team-a", p, annots, *warnings) == 0, "pod facts");
+    json_decref(p);
+    return annots;
+}
+
+static const char *ann(const json_t *annots, const char *key)
+{
+    const char *v = json_string_value(json_object_get(annots, key));
+    return v ? v : "";
+}
+
+static void check_facts(void)
+{
+    struct agent_webhook_config c = cfg;
+    int down = 0;
+    json_t *a, *w;
+    c.api_get = fake_get;
+    c.api_arg = &down;
+    c.api_timeout_ms = 1000;
+
+    /* Indexed Job: world size = completions; namespace labels as sorted JSON */
+    a = facts_for(&c, "train", NULL, &w);
+    CHECK(strcmp(ann(a, "kcoll.io/world-size"), "8") == 0, "Indexed Job world size");
+    CHECK(strcmp(ann(a, "kcoll.io/namespace-labels"),
+                 "{\"kubernetes.io/metadata.name\":\"team-a\",\"team\":\"ml\"}") == 0,
+          "namespace labels");
+    CHECK(json_array_size(w) == 0 && json_object_get(a, "kcoll.io/world-size-error") == NULL,
+          "no warnings");
+    json_decref(a);
+    json_decref(w);
+
+    /* 403 on the Job: an error annotation naming the fix and a warning, no world size */
+    a = facts_for(&c, "secret", NULL, &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "Forbidden: reading Job team-a/secret",
+                  36) == 0,
+          ann(a, "kcoll.io/world-size-error"));
+    CHECK(strstr(ann(a, "kcoll.io/world-size-error"), "webhook ClusterRole") != NULL,
+          "403 names the fix");
+    CHECK(json_object_get(a, "kcoll.io/world-size") == NULL, "no world size after a 403");
+    CHECK(json_array_size(w) == 1 && strstr(json_string_value(json_array_get(w, 0)), "403"),
+          "403 becomes an admission warning");
+    json_decref(a);
+    json_decref(w);
+
+    /* the Job is gone (404), not Indexed, parallelism too low */
+    a = facts_for(&c, "nosuch", NULL, &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "NotFound: ", 10) == 0, "404");
+    json_decref(a);
+    json_decref(w);
+    a = facts_for(&c, "plain", NULL, &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "JobNotIndexed: ", 15) == 0,
+          "NonIndexed Job");
+    json_decref(a);
+    json_decref(w);
+    a = facts_for(&c, "narrow", NULL, &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "JobParallelismTooLow: ", 22) == 0,
+          "parallelism < completions");
+    json_decref(a);
+    json_decref(w);
+
+    /* JobSet: uid and world size from its spec (3 Jobs x 2) */
+    a = facts_for(&c, "js-w-1",
+                  "{\"jobset.sigs.k8s.io/jobset-name\":\"js\","
+                  "\"jobset.sigs.k8s.io/global-replicas\":\"3\"}",
+                  &w);
+    CHECK(strcmp(ann(a, "kcoll.io/world-size"), "6") == 0, "JobSet world size");
+    CHECK(strcmp(ann(a, "kcoll.io/job-uid"), "js-uid-1") == 0, "JobSet uid");
+    json_decref(a);
+    json_decref(w);
+    /* replicated Jobs with different completions: no rank formula, a named error */
+    a = facts_for(&c, "js-w-1",
+                  "{\"jobset.sigs.k8s.io/jobset-name\":\"uneven\","
+                  "\"jobset.sigs.k8s.io/global-replicas\":\"3\"}",
+                  &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "WorldSizeUnknown: ", 18) == 0,
+          "uneven JobSet");
+    CHECK(strcmp(ann(a, "kcoll.io/job-uid"), "js-uid-2") == 0, "uneven JobSet uid still set");
+    json_decref(a);
+    json_decref(w);
+    /* JobSet not readable: uid error, world size from the labels */
+    a = facts_for(&c, "js-w-1",
+                  "{\"jobset.sigs.k8s.io/jobset-name\":\"gone\","
+                  "\"jobset.sigs.k8s.io/global-replicas\":\"3\"}",
+                  &w);
+    CHECK(strcmp(ann(a, "kcoll.io/world-size"), "6") == 0, "world size from labels");
+    CHECK(strncmp(ann(a, "kcoll.io/job-uid-error"), "NotFound: ", 10) == 0, "JobSet 404");
+    json_decref(a);
+    json_decref(w);
+
+    /* PyTorchJob / bare pods: only the Namespace is read */
+    fake_calls = 0;
+    a = facts_for(&c, NULL, NULL, &w);
+    CHECK(fake_calls == 1 && json_object_size(a) == 1, "bare pod: one read");
+    json_decref(a);
+    json_decref(w);
+
+    /* the API server does not answer: APIUnavailable */
+    down = 1;
+    a = facts_for(&c, "train", NULL, &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "APIUnavailable: ", 16) == 0, "no answer");
+    CHECK(strncmp(ann(a, "kcoll.io/namespace-labels-error"), "APIUnavailable: ", 16) == 0,
+          "no answer (namespace)");
+    json_decref(a);
+    json_decref(w);
+
+    /* no credentials at all: error annotations, the pod is still injected */
+    c.api_get = NULL;
+    a = facts_for(&c, "train", NULL, &w);
+    CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "APIUnavailable: ", 16) == 0,
+          "no credentials");
+    json_decref(a);
+    json_decref(w);
+}
+
+/* A pod whose creator wrote the webhook's annotations: they are replaced or removed. */
+static void check_forged(void)
+{
+    struct agent_webhook_config c = cfg;
+    struct agent_webhook_reply r;
+    int down = 0;
+    const char *body =
+        "{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\","
+        "\"request\":{\"uid\":\"f1\",\"operation\":\"CREATE\",\"namespace\":\"team-a\","
+        "\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"
+        "\"object\":{\"metadata\":{\"name\":\"p\",\"labels\":{\"kcoll.io/inject\":\"true\"},"
+        "\"annotations\":{\"kcoll.io/world-size\":\"999\",\"kcoll.io/job-uid\":\"forged\","
+        "\"kcoll.io/namespace-labels\":\"{}\"},"
+        "\"ownerReferences\":[{\"apiVersion\":\"batch/v1\",\"kind\":\"Job\","
+        "\"name\":\"secret\",\"uid\":\"u\",\"controller\":true}]},"
+        "\"spec\":{\"containers\":[{\"name\":\"c\"}]}}}}";
+    c.api_get = fake_get;
+    c.api_arg = &down;
+    CHECK(agent_webhook_review(&c, AGENT_WEBHOOK_SCOPE_POD, body, strlen(body), &r) == 0,
+          "forged review");
+    json_t *doc = json_loads(r.body, 0, NULL);
+    const char *p64 = json_string_value(json_object_get(json_object_get(doc, "response"), "patch"));
+    CHECK(json_is_true(json_object_get(json_object_get(doc, "response"), "allowed")),
+          "a failed read never refuses the pod");
+    /* decode the patch (standard base64) */
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = p64 ? strlen(p64) : 0, o = 0;
+    char *text = calloc(n + 1, 1);
+    unsigned long acc = 0;
+    int bits = 0;
+    for (size_t i = 0; text != NULL && i < n && p64[i] != '='; i++) {
+        const char *at = strchr(alphabet, p64[i]);
+        acc = (acc << 6) | (unsigned long)(at ? at - alphabet : 0);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            text[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    CHECK(text != NULL &&
+              strstr(text,
+                     "{\"op\":\"remove\",\"path\":\"/metadata/annotations/kcoll.io~1world-size\"}"),
+          "forged world size removed");
+    CHECK(text != NULL && strstr(text, "\"op\":\"remove\",\"path\":\"/metadata/annotations/"
+                                       "kcoll.io~1job-uid\""),
+          "forged job uid removed");
+    CHECK(text != NULL &&
+              strstr(text, "kcoll.io~1namespace-labels\",\"value\":\"{\\\"kubernetes.io/"),
+          "namespace labels replaced with the real ones");
+    CHECK(text != NULL && strstr(text, "kcoll.io~1world-size-error\",\"value\":\"Forbidden: "),
+          "world size error written");
+    free(text);
+    json_decref(doc);
+    free(r.body);
+}
+
 int main(void)
 {
     check_escape("kcoll.io/injected", "kcoll.io~1injected");
@@ -99,6 +342,8 @@ int main(void)
         CHECK(r.http_status == 400, "nul is a bad request");
         free(r.body);
     }
+    check_facts();
+    check_forged();
     printf("webhook_unit: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }

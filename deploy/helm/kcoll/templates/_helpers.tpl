@@ -69,3 +69,13 @@ app.kubernetes.io/component: webhook
 {{- range .Values.rbac.agentServiceAccounts }}{{ $nss = append $nss .namespace }}{{ end -}}
 {{- $nss | uniq | sortAlpha | toJson -}}
 {{- end -}}
+
+{{/* Whether the agent may get its Node (rbac.readNodes; unset: only when the default topology
+     names a topologyKey). Renders "true" or "false". */}}
+{{- define "kcoll.readNodes" -}}
+{{- if kindIs "bool" .Values.rbac.readNodes -}}
+{{- .Values.rbac.readNodes -}}
+{{- else -}}
+{{- and .Values.defaultTopology.enabled (ne (.Values.defaultTopology.topologyKey | default "") "") -}}
+{{- end -}}
+{{- end -}}
