@@ -196,8 +196,11 @@ static void write_status(agent_health_t *h)
         const char *rv;
         char spath[820];
         if (!h->cached) {
-            if (agent_kube_request(ctx->kube, "GET", path, NULL, NULL, deadline, &r) != 0 ||
-                r.code != 200) {
+            /* re-read after a conflict with an empty merge patch of the status subresource
+             * (the agent has patch, not get, on Communicators) */
+            char rpath[820];
+            snprintf(rpath, sizeof(rpath), "%s/status", path);
+            if (agent_kube_read_by_patch(ctx->kube, rpath, deadline, &r) != 0 || r.code != 200) {
                 agent_warn("AGENT-STATUS-FAIL", "reading Communicator %s: HTTP %ld %s",
                            ctx->comm_name, r.code, r.message);
                 agent_kube_resp_free(&r);

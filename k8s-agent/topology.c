@@ -306,6 +306,7 @@ static int apply_pins(const char *name, const json_t *spec, agent_facts_t *f,
         return invalid(cond, name, "spec.transport must be RequireIB, PreferIB or Socket");
     snprintf(f->transport, sizeof(f->transport), "%s", t);
     agent_json_str(spec, "libraryVersion", f->library_version, sizeof(f->library_version));
+    agent_json_str(spec, "topologyKey", f->topology_key, sizeof(f->topology_key));
     f->bootstrap_timeout_s = json_is_integer(bt) ? (int)json_integer_value(bt) : 300;
     f->timeout_s = json_is_integer(ct) ? (int)json_integer_value(ct) : 1800;
     if (f->bootstrap_timeout_s <= 0 || f->timeout_s <= 0)
@@ -407,6 +408,7 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
         if (json_is_string(hca))
             snprintf(f->ib_device, sizeof(f->ib_device), "%s", json_string_value(hca));
     }
+    agent_node_group(ctx, deadline, f);
     agent_info("AGENT-TOPOLOGY-RESOLVED",
                "topology %s: transport=%s version=%s interface=%s address=%s ib=%s", f->topology,
                f->transport, f->library_version[0] ? f->library_version : "(unpinned)", f->ifname,
