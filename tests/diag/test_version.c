@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dh.h"
@@ -77,6 +78,44 @@ static void run_case(vargs_t *a, int alt_rank)
     dh_free(j);
 }
 
+/* CUDA drift: one build everywhere, but rank 1's CUDA driver differs (COLL_TEST_CUDA_VERSIONS
+ * stands in for cuDriverGetVersion, which needs a GPU node). Every rank fails naming rank 1 with
+ * its driver and rank 0's. */
+static void run_cuda_case(vargs_t *a)
+{
+    const int n = 3;
+    a->alt_rank = -1;
+    dh_log("--- CUDA driver drift, rank 1 on driver 12.8");
+    if (setenv("COLL_TEST_CUDA_VERSIONS", "12040/12060,12040/12080,12040/12060", 1) != 0) {
+        CHECK(0, "setenv failed");
+        return;
+    }
+    dh_opts_t o = {
+        .name = "CUDA driver drift", .nranks = n, .deadline_s = 30, .argv_for = argv_for, .arg = a};
+    dh_job_t *j = dh_start(&o);
+    unsetenv("COLL_TEST_CUDA_VERSIONS");
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    char pat[96];
+    for (int r = 0; r < n; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        if (!CHECK(out->done, "rank %d printed no result", r))
+            continue;
+        CHECK_RC(out->rc, COLL_ERR_VERSION, out->msg, "rank %d: coll_comm_init_rank", r);
+        snprintf(pat, sizeof(pat), "rank 1 (pid %d on ", (int)dh_pid(j, 1));
+        CHECK_HAS(out->msg, pat, "rank %d: names rank 1", r);
+        CHECK_HAS(out->msg, "CUDA runtime 12.4, driver 12.8", "rank %d: rank 1's driver", r);
+        CHECK_HAS(out->msg, "CUDA runtime 12.4, driver 12.6, which the job pins",
+                  "rank %d: rank 0's driver", r);
+        CHECK_HAS(out->msg, "with one CUDA runtime and driver version", "rank %d: the fix", r);
+        snprintf(pat, sizeof(pat), "rank 2 (pid %d on ", (int)dh_pid(j, 2));
+        CHECK(!dh_contains(out->msg, pat), "rank %d: rank 2 (same driver as rank 0) is not named",
+              r);
+    }
+    dh_free(j);
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
@@ -92,5 +131,6 @@ int main(int argc, char **argv)
           ALT_VERSION);
     run_case(&a, 1);
     run_case(&a, 0);
+    run_cuda_case(&a);
     return dh_finish();
 }

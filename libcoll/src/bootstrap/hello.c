@@ -93,6 +93,8 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
     copy_str(w->pod, sizeof(w->pod), m->pod, sizeof(m->pod));
     copy_str(w->node, sizeof(w->node), m->node, sizeof(m->node));
     copy_str(w->group, sizeof(w->group), m->group, sizeof(m->group));
+    w->cuda_runtime = m->cuda_runtime;
+    w->cuda_driver = m->cuda_driver;
 }
 
 coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m)
@@ -109,6 +111,8 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
     copy_str(m->pod, sizeof(m->pod), w->pod, sizeof(w->pod));
     copy_str(m->node, sizeof(m->node), w->node, sizeof(w->node));
     copy_str(m->group, sizeof(m->group), w->group, sizeof(w->group));
+    m->cuda_runtime = w->cuda_runtime;
+    m->cuda_driver = w->cuda_driver;
     if (w->family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&m->addr;
         in->sin_family = AF_INET;

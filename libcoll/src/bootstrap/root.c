@@ -192,32 +192,47 @@ static void admit(root_t *r, pending_t *p)
     }
 }
 
+/* "kcoll 0.1.0 (wire protocol 2)", plus ", CUDA runtime 12.4, driver 12.6" for a CUDA build
+ * (a protocol 1 record has no CUDA fields: shown without them) */
+static void describe_build(const colli_wire_member_t *m, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "kcoll %s (wire protocol %u)", m->version, m->proto);
+    if (m->proto >= 2 && (m->cuda_runtime || m->cuda_driver) && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", CUDA runtime %u.%u, driver %u.%u",
+                 m->cuda_runtime / 1000, m->cuda_runtime % 1000 / 10, m->cuda_driver / 1000,
+                 m->cuda_driver % 1000 / 10);
+}
+
 static void check_versions(root_t *r)
 {
     const colli_wire_member_t *ref = &r->slots[0].rec;
-    char msg[ROOT_MSG_MAX];
+    char msg[ROOT_MSG_MAX], build[160];
     size_t used = 0;
-    int bad = 0;
+    int bad = 0, cuda = 0;
     for (int i = 1; i < r->nranks; i++) {
         const colli_wire_member_t *m = &r->slots[i].rec;
-        if (strcmp(m->version, ref->version) == 0 && m->proto == ref->proto)
+        bool same_cuda = m->cuda_runtime == ref->cuda_runtime && m->cuda_driver == ref->cuda_driver;
+        if (strcmp(m->version, ref->version) == 0 && m->proto == ref->proto && same_cuda)
             continue;
+        cuda += !same_cuda;
         if (bad++ == 0)
             used = (size_t)snprintf(msg, sizeof(msg), "version mismatch: ");
         if (bad <= 8 && used < sizeof(msg)) {
-            int n = snprintf(msg + used, sizeof(msg) - used,
-                             "%srank %d (pid %d on %s) has kcoll %s (wire protocol %u)",
-                             bad > 1 ? "; " : "", i, m->pid, m->hostname, m->version, m->proto);
+            describe_build(m, build, sizeof(build));
+            int n = snprintf(msg + used, sizeof(msg) - used, "%srank %d (pid %d on %s) has %s",
+                             bad > 1 ? "; " : "", i, m->pid, m->hostname, build);
             used += n > 0 ? (size_t)n : 0;
         }
     }
     if (bad == 0)
         return;
+    describe_build(ref, build, sizeof(build));
     if (used < sizeof(msg))
         snprintf(msg + used, sizeof(msg) - used,
-                 "%s, but rank 0 (pid %d on %s) has kcoll %s (wire protocol %u), which the job "
-                 "pins. Run one library build on every node.",
-                 bad > 8 ? " and more" : "", ref->pid, ref->hostname, ref->version, ref->proto);
+                 "%s, but rank 0 (pid %d on %s) has %s, which the job pins. Run one library build "
+                 "on every node%s.",
+                 bad > 8 ? " and more" : "", ref->pid, ref->hostname, build,
+                 cuda ? ", with one CUDA runtime and driver version" : "");
     fail_all(r, COLL_ERR_VERSION, msg);
 }
 

@@ -121,15 +121,16 @@ typedef struct colli_config {
     size_t small_threshold;  /* all-reduce at or below this many bytes uses recursive doubling */
     double timeout;          /* seconds without progress before a collective fails */
     double bootstrap_timeout;
-    int spin_us;              /* busy-poll before blocking */
-    int max_connecting;       /* outgoing connects in flight at once */
-    int transport;            /* colli_transport_policy_t */
-    char ib_hca[256];         /* COLL_IB_HCA: NCCL syntax */
-    int shm_disable;          /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
-    size_t shm_slot_size;     /* bytes of one shared-memory ring slot (header line included) */
-    int shm_nslots;           /* slots per ring */
-    char host_id_suffix[256]; /* test only: appended to the host identity (list: by rank) */
-    colli_source_t src[16];   /* source of each parameter, indexed like the table */
+    int spin_us;                  /* busy-poll before blocking */
+    int max_connecting;           /* outgoing connects in flight at once */
+    int transport;                /* colli_transport_policy_t */
+    char ib_hca[256];             /* COLL_IB_HCA: NCCL syntax */
+    int shm_disable;              /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
+    size_t shm_slot_size;         /* bytes of one shared-memory ring slot (header line included) */
+    int shm_nslots;               /* slots per ring */
+    char host_id_suffix[256];     /* test only: appended to the host identity (list: by rank) */
+    char test_cuda_versions[256]; /* test only: "RUNTIME/DRIVER" (list: by rank) */
+    colli_source_t src[24];       /* source of each parameter, indexed like the table */
 } colli_config_t;
 
 /* Resolve every parameter (environment > default) into *cfg; logs each at INFO with its
@@ -184,7 +185,15 @@ typedef struct colli_member {
     char pod[128];
     char node[128];
     char group[64];
+    /* CUDA runtime and driver versions (CUDART_VERSION form: 12040 = 12.4), 0 without CUDA */
+    uint32_t cuda_runtime;
+    uint32_t cuda_driver;
 } colli_member_t;
+
+/* This process's CUDA runtime (the toolkit of a CUDA build) and driver (cuDriverGetVersion
+ * through dlopen of libcuda.so.1) versions, 0 where there is none; COLL_TEST_CUDA_VERSIONS
+ * overrides them in tests. */
+void colli_cuda_versions(const colli_config_t *cfg, int rank, uint32_t *runtime, uint32_t *driver);
 
 /* Capabilities a rank offers in its member record. */
 #define COLLI_CAP_SHM 0x1u /* shared memory works here and is not disabled */

@@ -283,6 +283,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     self.nstreams = (uint32_t)comm->cfg.nstreams;
     self.chunk_size = comm->cfg.chunk_size;
     self.small_threshold = comm->cfg.small_threshold;
+    colli_cuda_versions(&comm->cfg, rank, &self.cuda_runtime, &self.cuda_driver);
     char la[80];
     colli_sockaddr_str(&self.addr, la, sizeof(la));
     coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", rank, nranks, la, nif.name,

@@ -212,6 +212,11 @@ static const param_t params[] = {
      "tests only: appended to this process's host identity, so that ranks of one machine count "
      "as different hosts; a comma-separated list is indexed by rank",
      parse_str, OFF(host_id_suffix)},
+    {"COLL_TEST_CUDA_VERSIONS", "",
+     "tests only: this process's CUDA runtime and driver versions as the bootstrap compares "
+     "them, RUNTIME/DRIVER in CUDART_VERSION form (12040/12060); a comma-separated list is "
+     "indexed by rank",
+     parse_str, OFF(test_cuda_versions)},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 _Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),

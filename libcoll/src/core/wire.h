@@ -88,7 +88,9 @@ typedef struct colli_wire_member {
     char pod[128];
     char node[128];
     char group[64]; /* topology group (switch/rack label value) of its node */
-    uint8_t reserved[36];
+    uint32_t cuda_runtime; /* CUDA runtime of a CUDA build (CUDART_VERSION form), else 0 */
+    uint32_t cuda_driver;  /* the driver's cuDriverGetVersion in a CUDA build, else 0 */
+    uint8_t reserved[28];
 } colli_wire_member_t;
 _Static_assert(sizeof(colli_wire_member_t) == 640, "member record size");
 /* Size of a wire protocol 1 member record: a root reads that much from an old rank, enough to
