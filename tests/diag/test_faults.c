@@ -278,6 +278,10 @@ static void check_survivors(dh_job_t *j, const fargs_t *a)
          * from is the stopped one. The `far` variant makes rank 0 time out first, alone. */
         int names = dh_contains(out->msg, victim);
         naming += names;
+        /* relayed reports are passed on, not nested ("reported: ... reported: ...") */
+        const char *rep = strstr(out->msg, " reported: ");
+        CHECK(rep == NULL || strstr(rep + 1, " reported: ") == NULL,
+              "rank %d: the error nests reports: \"%s\"", r, out->msg);
         CHECK_HAS(out->msg, victim, "rank %d: names rank %d with its pid", r, a->victim);
         if (a->mode == M_ABORT) {
             CHECK_RC(out->rc, COLL_ERR_REMOTE, out->msg, "rank %d", r);

@@ -182,8 +182,15 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
         colli_member_desc(comm, h->from_rank, who, sizeof(who));
         if (!s->aborted) {
             s->aborted = true;
-            snprintf(s->abort_msg, sizeof(s->abort_msg), "%s reported: %.*s", who,
-                     (int)p->abort_len, p->abort_msg);
+            /* A notice that relays another rank's report already names its origin: passed on
+             * as it is, not nested ("rank 1 reported: rank 2 reported: ..."). */
+            char text[sizeof(p->abort_msg) + 1];
+            memcpy(text, p->abort_msg, p->abort_len);
+            text[p->abort_len] = '\0';
+            if (strncmp(text, "rank ", 5) == 0 && strstr(text, " reported: ") != NULL)
+                snprintf(s->abort_msg, sizeof(s->abort_msg), "%s", text);
+            else
+                snprintf(s->abort_msg, sizeof(s->abort_msg), "%s reported: %s", who, text);
             /* the sender names the rank it blames (1 + rank), or none: then the sender itself */
             colli_comm_blame(comm, h->stream > 0 && h->stream <= (uint32_t)comm->nranks
                                        ? (int)h->stream - 1
