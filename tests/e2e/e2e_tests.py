@@ -422,8 +422,109 @@ def case_topology_order(ck, cl):
        "the agent on the unlabelled node warns with the kubectl fix", tail(log, 1500))
 
 
+def case_walkthrough(ck, cl):
+    """The README's "Install on a cluster" walk-through, short of a live cluster: `helm template`
+    of deploy/helm/kcoll with the README's values gives the default CollectiveTopology and the
+    agent's RBAC; the example Indexed Job (deploy/examples/indexed-job.yaml) gets pods the way the
+    Job controller makes them, each admitted through the real webhook (the namespace opted in);
+    agents run under the chart's rules; the ranks' collectives are exact; `kubectl describe
+    communicator llama-ft` shows it Ready."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
+    import tempfile
+    from deploytools import find_tool, yaml_file_objects, yaml_to_objects
+    helm, kubectl = find_tool("helm"), harness.find_kubectl()
+    if not helm or not kubectl:
+        raise Skip("helm or kubectl v1.33+ not found in .deps/bin or PATH (scripts/setup.sh "
+                   "installs them)")
+    version = library_version()
+    tmp = tempfile.mkdtemp(prefix="kcoll-helm-", dir=cl.dir)
+    env = dict(os.environ, KUBECONFIG=os.path.join(tmp, "none"), HELM_CACHE_HOME=tmp,
+               HELM_CONFIG_HOME=tmp, HELM_DATA_HOME=tmp)
+    # README: helm install kcoll deploy/helm/kcoll -n kcoll-system --set 'rbac.agentNamespaces=
+    # {NS}' ...; here the network is the loopback interface every process of this machine has
+    sets = ["rbac.agentNamespaces={team-a}", "defaultTopology.network.interface=lo",
+            "defaultTopology.transport=Socket", "libraryVersion=%s" % version,
+            "image.tag=%s" % version]
+    cmd = [helm, "template", "kcoll", os.path.join(harness.ROOT, "deploy", "helm", "kcoll"),
+           "-n", "kcoll-system"]
+    for x in sets:
+        cmd += ["--set", x]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    ck(r.returncode == 0, "helm template with the README's values renders", r.stderr[-2000:])
+    if r.returncode != 0:
+        return
+    objs = yaml_to_objects(kubectl, r.stdout)
+    topo = [o for o in objs if o.get("kind") == "CollectiveTopology"]
+    ck(len(topo) == 1 and topo[0]["spec"].get("libraryVersion") == version,
+       "the chart renders one default CollectiveTopology pinning %s" % version)
+    if len(topo) != 1:
+        return
+    cl.add(topo[0])
+    binds = [o for o in objs if o.get("kind") == "RoleBinding" and
+             o["metadata"].get("namespace") == "team-a"]
+    ck(binds, "the chart binds the agent role in the opted-in namespace team-a")
+    # the example Job, in the fixture's namespace (opted in: pods go through /mutate/namespace)
+    job = yaml_file_objects(kubectl, os.path.join(harness.ROOT, "deploy", "examples",
+                                                  "indexed-job.yaml"))[0]
+    job["metadata"]["namespace"] = "team-a"
+    job["metadata"]["uid"] = "0b7c1d2e-0000-4000-8000-00000000beef"
+    n = int(job["spec"]["completions"])
+    cl.add(job)
+    name, pods = job["metadata"]["name"], []
+    ns_json = json.dumps(harness.fixture("network-status-lo.json"))
+    for i in range(n):
+        p = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": copy.deepcopy(job["spec"]["template"]["metadata"]),
+             "spec": copy.deepcopy(job["spec"]["template"]["spec"])}
+        md = p["metadata"]
+        md["name"] = "%s-%d-x%d" % (name, i, i)
+        md["namespace"] = "team-a"
+        md.setdefault("labels", {}).update({
+            "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+            "batch.kubernetes.io/job-name": name,
+            "batch.kubernetes.io/job-completion-index": str(i)})
+        md.setdefault("annotations", {}).update({
+            "batch.kubernetes.io/job-completion-index": str(i),
+            "k8s.v1.cni.cncf.io/network-status": ns_json})
+        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                  "uid": job["metadata"]["uid"], "controller": True,
+                                  "blockOwnerDeletion": True}]
+        p["spec"]["hostname"] = "%s-%d" % (name, i)
+        p["spec"]["nodeName"] = "node-0"
+        pods.append(cl.add_pod(p))
+    inj = pods[0]
+    side = [c for c in inj["spec"].get("initContainers", []) if c["name"] == "kcoll-agent"]
+    trainer = inj["spec"]["containers"][0]
+    tenv = {e["name"]: e.get("value") for e in trainer.get("env", [])}
+    ann = inj["metadata"].get("annotations", {})
+    ck(side and side[0].get("restartPolicy") == "Always",
+       "the webhook injected the agent as a native sidecar")
+    ck(tenv.get("COLL_AGENT_SOCKET") == "/var/run/kcoll/agent.sock" and
+       (tenv.get("LD_LIBRARY_PATH") or "").startswith("/var/run/kcoll/lib"),
+       "the trainer gets COLL_AGENT_SOCKET and LD_LIBRARY_PATH", json.dumps(tenv))
+    ck(ann.get("kcoll.io/world-size") == str(n),
+       "the webhook wrote the world size %d from the Job" % n, json.dumps(ann)[:1000])
+    agents = [cl.start_agent(p) for p in pods]
+    ranks = Ranks(cl, [a["sock"] for a in agents], ["--count", "65536"])
+    codes = ranks.wait(120)
+    ck(codes == [0] * n, "the %d ranks of the example Job exit 0 (%s)" % (n, codes),
+       "" if codes == [0] * n else tail(ranks.output(next(i for i, c in enumerate(codes)
+                                                           if c != 0))))
+    ck(all("all_reduce ok count=65536" in ranks.output(i) and "WRONG" not in ranks.output(i)
+           for i in range(n)), "every rank's all_reduce is exact")
+    st, ready = wait_status(cl, name, lambda s: s.get("phase") == "Ready", 30)
+    ck(ready and st.get("readyRanks") == n, "Communicator %s is Ready with %d ranks" % (name, n),
+       json.dumps(st)[:1500])
+    r = kubectl_describe(cl, name)
+    if r is None:
+        raise Skip("kubectl v1.33+ not found (scripts/setup.sh installs it)")
+    print(r.stdout)
+    ck(r.returncode == 0 and re.search(r"^\s*Phase:\s+Ready\s*$", r.stdout, re.M),
+       "kubectl describe communicator %s shows Phase Ready" % name, r.stderr[-1500:])
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "topology_order"}
+NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "topology_order", "walkthrough"}
 
 
 def main():
