@@ -136,15 +136,25 @@ run_one() {
     return 0
 }
 
-# collect LOG IMPL REP NRANKS: append the out-of-place rows of a coll-perf-format log
+# collect LOG IMPL REP NRANKS [in]: append the out-of-place rows (or, with "in", the in-place
+# rows) of a coll-perf-format log
 collect() {
-    sed -e 's/^\[rank [0-9]*\] //' "$1" | awk -v impl="$2" -v rep="$3" -v n="$4" '
+    sed -e 's/^\[rank [0-9]*\] //' "$1" | awk -v impl="$2" -v rep="$3" -v n="$4" -v inp="${5:-}" '
         /^# Collective:/ { coll = $3; next }
         /^#/ { next }
-        NF >= 9 && $1 ~ /^[0-9]+$/ && $8 ~ /^[0-9.]+$/ {
+        inp != "in" && NF >= 9 && $1 ~ /^[0-9]+$/ && $8 ~ /^[0-9.]+$/ {
             print impl "\t" rep "\t" n "\t" coll "\t" $1 "\t" $6 "\t" $8
+        }
+        inp == "in" && NF >= 13 && $1 ~ /^[0-9]+$/ && $12 ~ /^[0-9.]+$/ {
+            print impl "\t" rep "\t" n "\t" coll "\t" $1 "\t" $10 "\t" $12
         }' >>"$RESULTS"
 }
+
+# placement COLL: kcoll's placement compared with MPI. MPI_Bcast has one buffer (in place), so
+# kcoll's broadcast is measured in place; an out-of-place kcoll broadcast also copies the root's
+# input to its output, which MPI never does. Every other collective: out of place, as the MPI
+# benchmark.
+placement() { [ "$1" = broadcast ] && echo in || echo out; }
 
 BW_ARGS=(-b 1M -e 64M -f 4 -w "$WARMUP" -n "$ITERS")
 LAT_ARGS=(-C all_reduce -b 8 -e 8 -w 100 -n "$LAT_ITERS")
@@ -179,12 +189,14 @@ for rep in $(seq 1 "$REPEAT"); do
             if [ "$DO_KCOLL" = 1 ]; then
                 name=kcoll-r$rep-n$n-$coll
                 run_one "$name" env COLL_SHM_DISABLE=1 "$COLL_RUN" -n "$n" "$COLL_PERF" -C "$coll" \
-                    -d float32 -o sum -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kcoll "$rep" "$n"
+                    -d float32 -o sum -z "$(placement "$coll")" "${BW_ARGS[@]}" &&
+                    collect "$OUT/$name.log" kcoll "$rep" "$n" "$(placement "$coll")"
             fi
             if [ "$DO_KCOLL" = 1 ] && [ "$DO_SHM" = 1 ]; then
                 name=kshm-r$rep-n$n-$coll
                 run_one "$name" env COLL_SHM_DISABLE=0 "$COLL_RUN" -n "$n" "$COLL_PERF" -C "$coll" \
-                    -d float32 -o sum -z out "${BW_ARGS[@]}" && collect "$OUT/$name.log" kshm "$rep" "$n"
+                    -d float32 -o sum -z "$(placement "$coll")" "${BW_ARGS[@]}" &&
+                    collect "$OUT/$name.log" kshm "$rep" "$n" "$(placement "$coll")"
             fi
         done
         name=ompi-r$rep-n$n-lat
