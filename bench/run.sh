@@ -21,7 +21,8 @@
 #
 # Both sides use loopback TCP: Open MPI is forced off shared memory (pml ob1, btl self,tcp over lo,
 # coll ^sm) and kcoll runs with COLL_SHM_DISABLE=1 (its ranks on one host would otherwise talk
-# through shared memory).
+# through shared memory). kcoll runs out of place, as the MPI benchmark does, except broadcast:
+# MPI_Bcast has one buffer, so kcoll's broadcast is measured in place too.
 # Exit status: 0 when every measurement ran; 1 when one failed or timed out; 2 for bad usage or
 # a missing prerequisite.
 set -uo pipefail
