@@ -107,7 +107,7 @@ typedef enum {
 } colli_source_t;
 
 typedef enum {
-    COLLI_TP_AUTO = 0,       /* InfiniBand where usable, else sockets, silently */
+    COLLI_TP_AUTO = 0,       /* sockets between hosts (InfiniBand only when asked for, below) */
     COLLI_TP_SOCKET = 1,     /* sockets only */
     COLLI_TP_PREFER_IB = 2,  /* InfiniBand, else sockets with one WARN saying why */
     COLLI_TP_REQUIRE_IB = 3, /* InfiniBand or fail, saying why */
@@ -125,12 +125,16 @@ typedef struct colli_config {
     int max_connecting;           /* outgoing connects in flight at once */
     int transport;                /* colli_transport_policy_t */
     char ib_hca[256];             /* COLL_IB_HCA: NCCL syntax */
+    int ib_gid_index;             /* COLL_IB_GID_INDEX: RoCE GID index, -1 = automatic */
+    int ib_nqps;                  /* COLL_IB_NQPS: reliable-connected QPs per peer */
+    int ib_timeout;               /* COLL_IB_TIMEOUT: QP ack timeout exponent (4.096 us x 2^n) */
+    char ib_lib[256];             /* COLL_TEST_IB_VERBS_LIB: tests only, the verbs library */
     int shm_disable;              /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
     size_t shm_slot_size;         /* bytes of one shared-memory ring slot (header line included) */
     int shm_nslots;               /* slots per ring */
     char host_id_suffix[256];     /* test only: appended to the host identity (list: by rank) */
     char test_cuda_versions[256]; /* test only: "RUNTIME/DRIVER" (list: by rank) */
-    colli_source_t src[24];       /* source of each parameter, indexed like the table */
+    colli_source_t src[32];       /* source of each parameter, indexed like the table */
 } colli_config_t;
 
 /* Resolve every parameter (environment > default) into *cfg; logs each at INFO with its
@@ -160,8 +164,8 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
                                 const colli_pin_t *pins, int npins, const char *agent_socket,
                                 const colli_ident_t *ident);
 /* COLL_TRANSPORT: probe InfiniBand as the policy asks; RequireIB fails naming the reason,
- * PreferIB falls back to sockets with one WARN line. */
-coll_result_t colli_apply_transport_policy(const colli_config_t *cfg);
+ * PreferIB falls back to sockets with one WARN line. *use_ib: start the InfiniBand transport. */
+coll_result_t colli_apply_transport_policy(const colli_config_t *cfg, bool *use_ib);
 
 /* ---- members and communicators ---- */
 
@@ -197,9 +201,10 @@ void colli_cuda_versions(const colli_config_t *cfg, int rank, uint32_t *runtime,
 
 /* Capabilities a rank offers in its member record. */
 #define COLLI_CAP_SHM 0x1u /* shared memory works here and is not disabled */
+#define COLLI_CAP_IB  0x2u /* an InfiniBand port is open here and the policy asks for it */
 
 /* Transports of a communicator, by index (transport/transport.h). */
-enum { COLLI_TPI_SOCKET = 0, COLLI_TPI_SHM = 1, COLLI_NTPI = 2 };
+enum { COLLI_TPI_SOCKET = 0, COLLI_TPI_SHM = 1, COLLI_TPI_IB = 2, COLLI_NTPI = 3 };
 
 struct colli_transport;
 struct colli_op;
@@ -214,6 +219,7 @@ struct coll_comm {
     colli_member_t *members; /* [nranks] */
     int local_ranks;         /* ranks sharing this host */
     bool oversubscribed;     /* more local ranks than cores: yield while spinning */
+    bool use_ib;             /* the transport policy asks for InfiniBand and a port is usable */
 
     const struct colli_transport *tps[COLLI_NTPI]; /* NULL: transport not in use */
     void *tp_state[COLLI_NTPI];

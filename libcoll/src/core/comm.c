@@ -155,36 +155,31 @@ static void comm_free(struct coll_comm *comm)
     free(comm);
 }
 
-coll_result_t colli_apply_transport_policy(const colli_config_t *cfg)
+coll_result_t colli_apply_transport_policy(const colli_config_t *cfg, bool *use_ib)
 {
+    *use_ib = false;
     if (cfg->transport == COLLI_TP_SOCKET)
         return COLL_SUCCESS;
+    if (cfg->transport == COLLI_TP_AUTO) {
+        /* The InfiniBand transport has not yet run on real hardware: only on request. */
+        coll_info(IB, "COLL_TRANSPORT=auto: sockets between hosts (PreferIB or RequireIB use "
+                      "InfiniBand)");
+        return COLL_SUCCESS;
+    }
     colli_ib_probe_t probe;
-    colli_ib_probe(cfg->ib_hca, &probe);
-    switch (cfg->transport) {
-    case COLLI_TP_REQUIRE_IB:
-        if (!probe.usable)
+    colli_ib_probe(cfg->ib_lib, cfg->ib_hca, &probe);
+    if (!probe.usable) {
+        if (cfg->transport == COLLI_TP_REQUIRE_IB)
             return COLLI_ERR(IB, COLL_ERR_NETWORK,
                              "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable here: %s",
                              probe.reason);
-        return COLLI_ERR(IB, COLL_ERR_UNSUPPORTED,
-                         "COLL_TRANSPORT=RequireIB: InfiniBand ports %s are active, but this kcoll "
-                         "build has no InfiniBand transport yet; use PreferIB or Socket",
-                         probe.devices);
-    case COLLI_TP_PREFER_IB:
-        if (!probe.usable)
-            coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
-        else
-            coll_warn(IB,
-                      "COLL_TRANSPORT=PreferIB: InfiniBand ports %s are active but this build "
-                      "has no InfiniBand transport yet; using sockets",
-                      probe.devices);
-        return COLL_SUCCESS;
-    default:
-        coll_info(IB, "transport auto: sockets (%s)",
-                  probe.usable ? "InfiniBand transport not in this build" : probe.reason);
+        coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
         return COLL_SUCCESS;
     }
+    coll_info(IB, "COLL_TRANSPORT=%s: InfiniBand ports %s are active",
+              cfg->transport == COLLI_TP_REQUIRE_IB ? "RequireIB" : "PreferIB", probe.devices);
+    *use_ib = true;
+    return COLL_SUCCESS;
 }
 
 /* COLL_HOST_ID_SUFFIX (tests only): "a" for every rank, or "a,a,b" by rank, appended to the
@@ -261,7 +256,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
                         err_free);
     if (agent_socket != NULL)
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", agent_socket);
-    COLL_CHECK_GOTO(colli_apply_transport_policy(&comm->cfg), err_free);
+    COLL_CHECK_GOTO(colli_apply_transport_policy(&comm->cfg, &comm->use_ib), err_free);
     colli_netif_t nif;
     COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
                     err_free);

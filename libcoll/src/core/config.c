@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "colli.h"
+#include "transport/ib/ib_probe.h"
 
 typedef bool (*parse_fn)(const char *text, void *field, char *why, size_t whylen);
 
@@ -75,6 +76,30 @@ static bool parse_int_range(const char *t, int *out, long lo, long hi, char *why
     }
     *out = (int)v;
     return true;
+}
+
+static bool parse_hca(const char *t, void *f, char *why, size_t wl)
+{
+    return colli_ib_hca_check(t, why, wl) && parse_str(t, f, why, wl);
+}
+
+static bool parse_gid_index(const char *t, void *f, char *why, size_t wl)
+{
+    if (*t == '\0' || strcasecmp(t, "auto") == 0 || strcmp(t, "-1") == 0) {
+        *(int *)f = -1;
+        return true;
+    }
+    return parse_int_range(t, f, 0, 255, why, wl);
+}
+
+static bool parse_nqps(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 1, 8, why, wl);
+}
+
+static bool parse_ib_timeout(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 1, 31, why, wl);
 }
 
 static bool parse_streams(const char *t, void *f, char *why, size_t wl)
@@ -195,8 +220,20 @@ static const param_t params[] = {
      "transport policy between hosts: RequireIB, PreferIB (fall back to sockets with a warning), "
      "Socket, or auto",
      parse_policy, OFF(transport)},
-    {"COLL_IB_HCA", "", "InfiniBand devices and ports: mlx5_0:1,mlx5_1 ; ^ excludes, = exact",
-     parse_str, OFF(ib_hca)},
+    {"COLL_IB_HCA", "",
+     "InfiniBand devices and ports: mlx5_0:1,mlx5_1 ; a name is a prefix unless the list starts "
+     "with =; ^ excludes the listed ones",
+     parse_hca, OFF(ib_hca)},
+    {"COLL_IB_GID_INDEX", "auto",
+     "RoCE GID index; auto: RoCE v2 before v1, an IPv4-mapped address before IPv6, never an "
+     "all-zero entry",
+     parse_gid_index, OFF(ib_gid_index)},
+    {"COLL_IB_NQPS", "2", "reliable-connected InfiniBand queue pairs per peer (1 to 8)", parse_nqps,
+     OFF(ib_nqps)},
+    {"COLL_IB_TIMEOUT", "20",
+     "InfiniBand ack timeout exponent: a QP retries after 4.096 us x 2^n, 7 times, before it "
+     "fails",
+     parse_ib_timeout, OFF(ib_timeout)},
     {"COLL_SOCKET_MAX_CONNECTING", "16", "outgoing connections being set up at once",
      parse_connecting, OFF(max_connecting)},
     {"COLL_SHM_DISABLE", "0",
@@ -217,6 +254,9 @@ static const param_t params[] = {
      "them, RUNTIME/DRIVER in CUDART_VERSION form (12040/12060); a comma-separated list is "
      "indexed by rank",
      parse_str, OFF(test_cuda_versions)},
+    {"COLL_TEST_IB_VERBS_LIB", "",
+     "tests only: the verbs library to load instead of libibverbs.so.1 (a path or a name)",
+     parse_str, OFF(ib_lib)},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 _Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),
@@ -247,7 +287,7 @@ coll_result_t colli_config_load(colli_config_t *cfg)
 static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len)
 {
     const void *field = (const char *)cfg + params[i].offset;
-    if (params[i].parse == parse_str)
+    if (params[i].parse == parse_str || params[i].parse == parse_hca)
         snprintf(buf, len, "\"%s\"", (const char *)field);
     else if (params[i].parse == parse_policy) {
         static const char *pol[] = {"auto", "Socket", "PreferIB", "RequireIB"};

@@ -20,6 +20,7 @@ enum colli_hello_kind {
     COLLI_HELLO_STUCK = 5,  /* rank -> rank: timed out; u32 length + the ranks it waits on */
     COLLI_HELLO_STATUS = 6, /* answer to STUCK: the ranks the sender waits on ("" = idle) */
     COLLI_HELLO_LINK = 7,   /* lower -> higher local rank: the shared-memory liveness link */
+    COLLI_HELLO_IB = 8,     /* lower -> higher rank: InfiniBand connection records, then the link */
 };
 
 typedef struct colli_hello {
@@ -87,7 +88,7 @@ typedef struct colli_wire_member {
     /* wire protocol 2: the names the rank's coll-agent gave it ("" without an agent) */
     char pod[128];
     char node[128];
-    char group[64]; /* topology group (switch/rack label value) of its node */
+    char group[64];        /* topology group (switch/rack label value) of its node */
     uint32_t cuda_runtime; /* CUDA runtime of a CUDA build (CUDART_VERSION form), else 0 */
     uint32_t cuda_driver;  /* the driver's cuDriverGetVersion in a CUDA build, else 0 */
     uint8_t reserved[28];

@@ -3,6 +3,7 @@
  * pass over all of them, one poll() over all their descriptors. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,7 +44,8 @@ static void stub_stuck(struct coll_comm *c, const char *w) {}
 static void stub_fini(struct coll_comm *c) {}
 
 /* Indexed by COLLI_TPI_*. */
-static const colli_transport_t *const builtin[] = {&colli_socket_transport, &colli_shm_transport};
+static const colli_transport_t *const builtin[] = {&colli_socket_transport, &colli_shm_transport,
+                                                   &colli_ib_transport};
 #define NTRANSPORTS (sizeof(builtin) / sizeof(builtin[0]))
 _Static_assert(NTRANSPORTS == COLLI_NTPI, "one built-in transport per COLLI_TPI_* index");
 
@@ -117,14 +119,23 @@ coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, co
     COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SOCKET]->comm_init(comm, nif, self), err);
     if (comm->cfg.shm_disable) {
         coll_info(SHM, "COLL_SHM_DISABLE=1: ranks on this host use sockets");
-        return COLL_SUCCESS;
+    } else {
+        comm->tps[COLLI_TPI_SHM] = colli_transport_get("shm");
+        COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SHM]->comm_init(comm, nif, self), err);
+        if (!(self->caps & COLLI_CAP_SHM)) {
+            /* unusable here (said why at init): the peers reach this rank over sockets */
+            comm->tps[COLLI_TPI_SHM]->comm_fini(comm);
+            comm->tps[COLLI_TPI_SHM] = NULL;
+        }
     }
-    comm->tps[COLLI_TPI_SHM] = colli_transport_get("shm");
-    COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SHM]->comm_init(comm, nif, self), err);
-    if (!(self->caps & COLLI_CAP_SHM)) {
-        /* unusable here (said why at init): the peers reach this rank over sockets */
-        comm->tps[COLLI_TPI_SHM]->comm_fini(comm);
-        comm->tps[COLLI_TPI_SHM] = NULL;
+    if (comm->use_ib) {
+        comm->tps[COLLI_TPI_IB] = colli_transport_get("ib");
+        COLL_CHECK_GOTO(comm->tps[COLLI_TPI_IB]->comm_init(comm, nif, self), err);
+        if (!(self->caps & COLLI_CAP_IB)) {
+            /* PreferIB and no usable port after all (said why): sockets between hosts */
+            comm->tps[COLLI_TPI_IB]->comm_fini(comm);
+            comm->tps[COLLI_TPI_IB] = NULL;
+        }
     }
     return COLL_SUCCESS;
 err:
@@ -137,20 +148,51 @@ coll_result_t colli_tp_ready(struct coll_comm *comm)
     if (comm->peer_tp == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory choosing transports");
     const colli_member_t *me = &comm->members[comm->rank];
-    int nshm = 0;
+    int nshm = 0, nib = 0, noib = 0;
+    char noib_list[128] = "";
     for (int p = 0; p < comm->nranks; p++) {
         const colli_member_t *m = &comm->members[p];
+        bool same_host = strcmp(m->host_id, me->host_id) == 0;
         bool shm = p != comm->rank && comm->tps[COLLI_TPI_SHM] != NULL &&
-                   (me->caps & m->caps & COLLI_CAP_SHM) && strcmp(m->host_id, me->host_id) == 0;
-        comm->peer_tp[p] = shm ? COLLI_TPI_SHM : COLLI_TPI_SOCKET;
+                   (me->caps & m->caps & COLLI_CAP_SHM) && same_host;
+        /* InfiniBand between hosts when both ranks opened a port for it */
+        bool ib = p != comm->rank && !same_host && comm->tps[COLLI_TPI_IB] != NULL &&
+                  (me->caps & m->caps & COLLI_CAP_IB);
+        if (p != comm->rank && !same_host && !ib && comm->tps[COLLI_TPI_IB] != NULL) {
+            if (comm->cfg.transport == COLLI_TP_REQUIRE_IB) {
+                char who[200];
+                colli_member_desc(comm, p, who, sizeof(who));
+                colli_comm_blame(comm, p);
+                return COLLI_ERR(IB, COLL_ERR_NETWORK,
+                                 "COLL_TRANSPORT=RequireIB on rank %d, but %s, on another host, "
+                                 "offers no InfiniBand (its COLL_TRANSPORT is not RequireIB or "
+                                 "PreferIB, or it has no usable port: see its log). Give every "
+                                 "rank the same policy and an active HCA port.",
+                                 comm->rank, who);
+            }
+            size_t u = strlen(noib_list);
+            if (u < sizeof(noib_list) - 16)
+                snprintf(noib_list + u, sizeof(noib_list) - u, "%s%d", u ? " " : "", p);
+            noib++;
+        }
+        comm->peer_tp[p] = shm ? COLLI_TPI_SHM : ib ? COLLI_TPI_IB : COLLI_TPI_SOCKET;
         nshm += shm;
+        nib += ib;
     }
-    if (nshm == 0 && comm->tps[COLLI_TPI_SHM] != NULL) {
-        comm->tps[COLLI_TPI_SHM]->comm_fini(comm);
-        comm->tps[COLLI_TPI_SHM] = NULL;
+    if (noib > 0)
+        coll_warn(IB,
+                  "COLL_TRANSPORT=PreferIB: rank%s %s%s on other hosts %s no usable InfiniBand; "
+                  "rank %d reaches %s over sockets",
+                  noib > 1 ? "s" : "", noib_list, strlen(noib_list) > 100 ? " ..." : "",
+                  noib > 1 ? "have" : "has", comm->rank, noib > 1 ? "them" : "it");
+    for (int i = COLLI_TPI_SHM; i <= COLLI_TPI_IB; i++) {
+        if ((i == COLLI_TPI_SHM ? nshm : nib) == 0 && comm->tps[i] != NULL) {
+            comm->tps[i]->comm_fini(comm);
+            comm->tps[i] = NULL;
+        }
     }
-    coll_info(INIT, "rank %d: %d peers over shared memory, %d over sockets", comm->rank, nshm,
-              comm->nranks - 1 - nshm);
+    coll_info(INIT, "rank %d: %d peers over shared memory, %d over InfiniBand, %d over sockets",
+              comm->rank, nshm, nib, comm->nranks - 1 - nshm - nib);
     for (int i = 0; i < COLLI_NTPI; i++) {
         if (comm->tps[i] == NULL)
             continue;
@@ -163,8 +205,10 @@ coll_result_t colli_tp_ready(struct coll_comm *comm)
 
 coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
 {
-    if (op->tp_lanes[COLLI_TPI_SHM] > 0) {
-        coll_result_t status = comm->tps[COLLI_TPI_SHM]->progress(comm, op, progressed);
+    for (int i = COLLI_TPI_SHM; i <= COLLI_TPI_IB; i++) {
+        if (op->tp_lanes[i] == 0)
+            continue;
+        coll_result_t status = comm->tps[i]->progress(comm, op, progressed);
         if (status != COLL_SUCCESS)
             return status;
     }
@@ -210,7 +254,9 @@ coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_
 
 coll_result_t colli_tp_adopt(struct coll_comm *comm, const colli_hello_t *hello, int fd)
 {
-    int owner = hello->kind == COLLI_HELLO_LINK ? COLLI_TPI_SHM : -1;
+    int owner = hello->kind == COLLI_HELLO_LINK ? COLLI_TPI_SHM
+                : hello->kind == COLLI_HELLO_IB ? COLLI_TPI_IB
+                                                : -1;
     if (owner < 0 || comm->tps[owner] == NULL) {
         coll_warn(NET, "rank %d opened a connection of kind %u that rank %d does not use; closed",
                   hello->from_rank, hello->kind, comm->rank);
@@ -258,5 +304,7 @@ const char *colli_tp_name(const struct coll_comm *comm, int peer)
 {
     if (comm->peer_tp == NULL || peer < 0 || peer >= comm->nranks || peer == comm->rank)
         return "self";
-    return comm->peer_tp[peer] == COLLI_TPI_SHM ? "shm" : "socket";
+    return comm->peer_tp[peer] == COLLI_TPI_SHM  ? "shm"
+           : comm->peer_tp[peer] == COLLI_TPI_IB ? "ib"
+                                                 : "socket";
 }

@@ -3,7 +3,8 @@
  * than stated; every error message names the peer.
  *
  * A communicator uses several transports at once: every peer is reached through exactly one of
- * them (comm->peer_tp[peer]: shared memory for a peer on this host, sockets otherwise), every
+ * them (comm->peer_tp[peer]: shared memory for a peer on this host, InfiniBand for a peer on
+ * another host when the policy asks for it and both have a port, sockets otherwise), every
  * lane of an op carries its peer's transport (lane->tp), and each transport moves only its own
  * lanes. The colli_tp_* functions below drive all of a communicator's transports as one: one
  * progress pass, and one poll() that covers every descriptor any of them waits on. */
@@ -71,14 +72,16 @@ const colli_transport_t *colli_transport_get(const char *name);
 
 extern const colli_transport_t colli_socket_transport;
 extern const colli_transport_t colli_shm_transport;
+extern const colli_transport_t colli_ib_transport;
 
 /* ---- a communicator's transports as one (transport.c) ---- */
 
 /* Start every transport this communicator may use: sockets always (listener, notices), shared
- * memory unless COLL_SHM_DISABLE=1 or it does not work here. */
+ * memory unless COLL_SHM_DISABLE=1 or it does not work here, InfiniBand when comm->use_ib. */
 coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, colli_member_t *self);
 /* Choose each peer's transport from the member table (shared memory when both ranks offer it
- * and share a host identity), then make every transport ready. */
+ * and share a host identity; InfiniBand when both offer it and the hosts differ; RequireIB fails
+ * naming a peer on another host that does not), then make every transport ready. */
 coll_result_t colli_tp_ready(struct coll_comm *comm);
 coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
 /* Block until a lane of op (NULL: any notice) may progress, or timeout_ms passed: one poll()
@@ -90,7 +93,7 @@ coll_result_t colli_tp_poll_notices(struct coll_comm *comm);
 void colli_tp_notify_abort(struct coll_comm *comm, const char *reason);
 void colli_tp_notify_stuck(struct coll_comm *comm, const char *waits);
 void colli_tp_fini(struct coll_comm *comm);
-/* "shm" or "socket": the transport that reaches peer. */
+/* "shm", "ib" or "socket": the transport that reaches peer. */
 const char *colli_tp_name(const struct coll_comm *comm, int peer);
 
 #endif

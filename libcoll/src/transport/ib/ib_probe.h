@@ -1,5 +1,7 @@
-/* InfiniBand detection for the transport policy: libibverbs is reached only through dlopen, so
- * the library loads and runs where it is absent. */
+/* InfiniBand detection and selection for the transport policy and the ib transport: libibverbs
+ * is reached only through dlopen (ib_verbs.h), so the library loads and runs where it is
+ * absent. The selection rules (HCA lists, GID choice) are pure functions over plain data, so
+ * they are tested without an HCA. */
 #ifndef COLLI_IB_PROBE_H
 #define COLLI_IB_PROBE_H
 
@@ -11,10 +13,42 @@ typedef struct colli_ib_probe {
     char devices[256]; /* "mlx5_0:1, mlx5_1:1" active ports found */
 } colli_ib_probe_t;
 
-/* Probe libibverbs.so.1, the devices and their ports. hca_spec: COLL_IB_HCA syntax ("" = all). */
-void colli_ib_probe(const char *hca_spec, colli_ib_probe_t *out);
+/* Probe the verbs library (lib: NULL = libibverbs.so.1), the devices and their ports.
+ * hca_spec: COLL_IB_HCA syntax ("" = all). */
+void colli_ib_probe(const char *lib, const char *hca_spec, colli_ib_probe_t *out);
 
-/* Does device:port match an NCCL-style HCA list ("mlx5_0:1,mlx5_1", "^mlx5_2", "=mlx5_0")? */
+/* Does device:port match an NCCL-style HCA list ("mlx5_0:1,mlx5_1", "^mlx5_2", "=mlx5_0")?
+ * Without '=' a name is a prefix (mlx5 matches mlx5_0 and mlx5_1); a port limits the entry to
+ * that port; '^' inverts the whole list. */
 bool colli_ib_hca_match(const char *spec, const char *dev, int port);
+
+/* Is spec a well-formed HCA list? false with the reason (empty entry, empty name, port not an
+ * integer from 1 to 255, several ':' in one entry, a list that is only "^" or "="). */
+bool colli_ib_hca_check(const char *spec, char *why, size_t whylen);
+
+/* ---- RoCE GID selection ---- */
+
+enum {
+    COLLI_IB_GID_IB = 0, /* an InfiniBand GID (link layer IB) */
+    COLLI_IB_GID_ROCE_V1 = 1,
+    COLLI_IB_GID_ROCE_V2 = 2,
+    COLLI_IB_GID_UNKNOWN = 3, /* the type could not be read */
+};
+
+typedef struct colli_ib_gid {
+    int index;
+    uint8_t gid[16];
+    int type; /* COLLI_IB_GID_* */
+} colli_ib_gid_t;
+
+/* The GID index a RoCE port should use, from its table of n entries. want >= 0: that index
+ * (COLL_IB_GID_INDEX), which must exist and not be all zeros. want < 0: automatic, as NCCL
+ * does: RoCE v2 before v1 (before an unknown type), then an IPv4-mapped address before a global
+ * IPv6 one before a link-local (fe80::/10) one, then the lowest index; all-zero entries are
+ * skipped. Returns the index, or -1 with the reason in why. */
+int colli_ib_gid_select(const colli_ib_gid_t *tab, int n, int want, char *why, size_t whylen);
+
+/* "::ffff:10.0.0.1", "fe80::1234:..": printable form of a GID. */
+void colli_ib_gid_str(const uint8_t gid[16], char *buf, size_t len);
 
 #endif

@@ -200,7 +200,7 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
         p->fd = -1;
         return COLL_SUCCESS;
     }
-    if (h->kind == COLLI_HELLO_LINK) {
+    if (h->kind == COLLI_HELLO_LINK || h->kind == COLLI_HELLO_IB) {
         int fd = p->fd;
         p->fd = -1;
         return colli_tp_adopt(comm, h, fd);
@@ -220,7 +220,7 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
 /* Kinds whose hello is the whole preamble (no length and text follow). */
 static bool hello_only(uint8_t kind)
 {
-    return kind == COLLI_HELLO_DATA || kind == COLLI_HELLO_LINK;
+    return kind == COLLI_HELLO_DATA || kind == COLLI_HELLO_LINK || kind == COLLI_HELLO_IB;
 }
 
 static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
@@ -264,7 +264,7 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
             const colli_hello_t *h = &p->hello;
             if (!colli_hello_verify(h, comm->secret, &why))
                 drop_pending(p, why);
-            else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_LINK ||
+            else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_IB ||
                      h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank ||
                      h->from_rank < 0 || h->from_rank >= comm->nranks ||
                      h->from_rank == comm->rank ||

@@ -1,0 +1,189 @@
+/* Pure selection rules: HCA lists (COLL_IB_HCA) and the RoCE GID index (see ib_probe.h). */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "transport/ib/ib_probe.h"
+
+bool colli_ib_hca_match(const char *spec, const char *dev, int port)
+{
+    if (spec == NULL || *spec == '\0')
+        return true;
+    bool exclude = false, exact = false;
+    if (*spec == '^')
+        exclude = true, spec++;
+    if (*spec == '=')
+        exact = true, spec++;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", spec);
+    bool hit = false;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        long want_port = -1;
+        if (colon) {
+            *colon = '\0';
+            if (!colli_parse_long(colon + 1, 1, 255, &want_port))
+                continue;
+        }
+        if (*tok == '\0')
+            continue;
+        bool name_ok = exact ? strcmp(dev, tok) == 0 : strncmp(dev, tok, strlen(tok)) == 0;
+        if (name_ok && (want_port < 0 || want_port == port))
+            hit = true;
+    }
+    return exclude ? !hit : hit;
+}
+
+bool colli_ib_hca_check(const char *spec, char *why, size_t whylen)
+{
+    if (spec == NULL || *spec == '\0')
+        return true;
+    const char *s = spec;
+    if (*s == '^')
+        s++;
+    if (*s == '=')
+        s++;
+    if (*s == '\0') {
+        snprintf(why, whylen, "no device follows \"%.*s\"", (int)(s - spec), spec);
+        return false;
+    }
+    char buf[256];
+    if (strlen(s) >= sizeof(buf)) {
+        snprintf(why, whylen, "longer than %zu characters", sizeof(buf) - 1);
+        return false;
+    }
+    snprintf(buf, sizeof(buf), "%s", s);
+    int entry = 0;
+    for (char *tok = buf;; entry++) {
+        char *comma = strchr(tok, ',');
+        if (comma)
+            *comma = '\0';
+        if (*tok == '\0') {
+            snprintf(why, whylen, "entry %d is empty (\"a,,b\" or a trailing comma)", entry + 1);
+            return false;
+        }
+        char *colon = strchr(tok, ':');
+        if (colon == tok) {
+            snprintf(why, whylen, "entry \"%s\" has no device name before ':'", tok);
+            return false;
+        }
+        long port;
+        if (colon != NULL &&
+            (strchr(colon + 1, ':') != NULL || !colli_parse_long(colon + 1, 1, 255, &port))) {
+            snprintf(why, whylen,
+                     "entry \"%s\": the port after ':' must be an integer from 1 to 255", tok);
+            return false;
+        }
+        if (strpbrk(tok, "^= \t") != NULL) {
+            snprintf(why, whylen,
+                     "entry \"%s\" contains '^', '=' or a blank ('^' and '=' may only start the "
+                     "list)",
+                     tok);
+            return false;
+        }
+        if (comma == NULL)
+            return true;
+        tok = comma + 1;
+    }
+}
+
+static bool gid_zero(const uint8_t g[16])
+{
+    for (int i = 0; i < 16; i++)
+        if (g[i] != 0)
+            return false;
+    return true;
+}
+
+/* 2: IPv4-mapped (::ffff:a.b.c.d), 1: global IPv6, 0: link-local (fe80::/10) */
+static int gid_addr_class(const uint8_t g[16])
+{
+    static const uint8_t v4map[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(g, v4map, sizeof(v4map)) == 0)
+        return 2;
+    if (g[0] == 0xfe && (g[1] & 0xc0) == 0x80)
+        return 0;
+    return 1;
+}
+
+static int gid_type_rank(int type)
+{
+    switch (type) {
+    case COLLI_IB_GID_ROCE_V2:
+        return 3;
+    case COLLI_IB_GID_ROCE_V1:
+        return 2;
+    case COLLI_IB_GID_UNKNOWN:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static const char *gid_type_name(int type)
+{
+    switch (type) {
+    case COLLI_IB_GID_ROCE_V2:
+        return "RoCE v2";
+    case COLLI_IB_GID_ROCE_V1:
+        return "RoCE v1";
+    case COLLI_IB_GID_IB:
+        return "IB";
+    default:
+        return "unknown type";
+    }
+}
+
+void colli_ib_gid_str(const uint8_t gid[16], char *buf, size_t len)
+{
+    char a[INET6_ADDRSTRLEN];
+    if (inet_ntop(AF_INET6, gid, a, sizeof(a)) == NULL)
+        snprintf(a, sizeof(a), "?");
+    snprintf(buf, len, "%s", a);
+}
+
+int colli_ib_gid_select(const colli_ib_gid_t *tab, int n, int want, char *why, size_t whylen)
+{
+    if (want >= 0) {
+        for (int i = 0; i < n; i++) {
+            if (tab[i].index != want)
+                continue;
+            if (gid_zero(tab[i].gid)) {
+                snprintf(why, whylen,
+                         "COLL_IB_GID_INDEX=%d names an empty (all-zero) GID table entry; unset it "
+                         "for automatic selection or choose a configured index (show_gids)",
+                         want);
+                return -1;
+            }
+            return want;
+        }
+        snprintf(why, whylen,
+                 "COLL_IB_GID_INDEX=%d is not in the port's GID table (%d entries); unset it for "
+                 "automatic selection",
+                 want, n);
+        return -1;
+    }
+    int best = -1, best_score = -1;
+    for (int i = 0; i < n; i++) {
+        if (gid_zero(tab[i].gid))
+            continue;
+        int score = gid_type_rank(tab[i].type) * 4 + gid_addr_class(tab[i].gid);
+        if (score > best_score || (score == best_score && tab[i].index < tab[best].index)) {
+            best = i;
+            best_score = score;
+        }
+    }
+    if (best < 0) {
+        snprintf(why, whylen,
+                 "the port's GID table has no configured entry (%d entries, all zero): give the "
+                 "RoCE interface an IP address, or set COLL_IB_GID_INDEX",
+                 n);
+        return -1;
+    }
+    char g[64];
+    colli_ib_gid_str(tab[best].gid, g, sizeof(g));
+    coll_debug(IB, "GID index %d selected (%s, %s)", tab[best].index, gid_type_name(tab[best].type),
+               g);
+    return tab[best].index;
+}
