@@ -64,9 +64,9 @@ void ib_mr_cache_fini(ib_mr_cache_t *c);
 #ifdef COLLI_HAVE_VERBS
 
 #define IB_MAX_QPS    8
-#define IB_NSLOTS     16
+#define IB_NSLOTS     8
 #define IB_SLOT_HDR   64
-#define IB_SLOT_CAP   (128u * 1024u)
+#define IB_SLOT_CAP   (64u * 1024u)
 #define IB_SLOT_SIZE  (IB_SLOT_HDR + IB_SLOT_CAP)
 #define IB_RQ_DEPTH   (2 * IB_NSLOTS + 4) /* data writes + credits in flight, per QP */
 #define IB_SQ_DEPTH   (2 * IB_NSLOTS + 4)
