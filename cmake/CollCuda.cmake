@@ -23,6 +23,7 @@ else()
   check_language(CUDA)
   # The usual toolkit place, when nvcc is not on PATH.
   if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    unset(CMAKE_CUDA_COMPILER)
     unset(CMAKE_CUDA_COMPILER CACHE)
     set(ENV{CUDACXX} /usr/local/cuda/bin/nvcc)
     check_language(CUDA)
