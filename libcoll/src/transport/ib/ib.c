@@ -226,7 +226,7 @@ peer_error(struct coll_comm *comm, ib_state_t *st, int p, const char *fmt, ...)
 static coll_result_t peer_setup(struct coll_comm *comm, ib_state_t *st, int p)
 {
     ib_peer_t *pp = &st->peers[p];
-    const size_t ring = (size_t)IB_NSLOTS * IB_SLOT_SIZE;
+    const size_t ring = IB_RING_BYTES;
     char why[300];
     pp->rx = aligned_alloc(4096, ring);
     pp->tx = aligned_alloc(4096, ring);
@@ -580,8 +580,8 @@ static void ib_comm_fini(struct coll_comm *comm)
                 st->v.destroy_qp(pp->qp[q]);
         ib_mr_put(&st->mrs, pp->rx_mr);
         ib_mr_put(&st->mrs, pp->tx_mr);
-        ib_mr_invalidate(&st->mrs, pp->rx, (size_t)IB_NSLOTS * IB_SLOT_SIZE);
-        ib_mr_invalidate(&st->mrs, pp->tx, (size_t)IB_NSLOTS * IB_SLOT_SIZE);
+        ib_mr_invalidate(&st->mrs, pp->rx, IB_RING_BYTES);
+        ib_mr_invalidate(&st->mrs, pp->tx, IB_RING_BYTES);
         free(pp->rx);
         free(pp->tx);
     }

@@ -63,11 +63,13 @@ void ib_mr_cache_fini(ib_mr_cache_t *c);
 
 #ifdef COLLI_HAVE_VERBS
 
-#define IB_MAX_QPS    8
-#define IB_NSLOTS     8
-#define IB_SLOT_HDR   64
-#define IB_SLOT_CAP   (64u * 1024u)
-#define IB_SLOT_SIZE  (IB_SLOT_HDR + IB_SLOT_CAP)
+#define IB_MAX_QPS   8
+#define IB_NSLOTS    8
+#define IB_SLOT_HDR  64
+#define IB_SLOT_CAP  (64u * 1024u)
+#define IB_SLOT_SIZE (IB_SLOT_HDR + IB_SLOT_CAP)
+/* bytes of one ring, a whole number of pages (aligned_alloc needs a multiple of the alignment) */
+#define IB_RING_BYTES (((size_t)IB_NSLOTS * IB_SLOT_SIZE + 4095) & ~(size_t)4095)
 #define IB_RQ_DEPTH   (2 * IB_NSLOTS + 4) /* data writes + credits in flight, per QP */
 #define IB_SQ_DEPTH   (2 * IB_NSLOTS + 4)
 #define IB_INFO_MAGIC 0x4349424bu /* "KBIC" */
@@ -118,7 +120,7 @@ typedef struct ib_peer {
     int fd;
     uint8_t link;
     bool acceptor; /* the higher rank: it answers */
-    uint8_t out[sizeof(colli_hello_t) + sizeof(ib_info_t)];
+    _Alignas(8) uint8_t out[sizeof(colli_hello_t) + sizeof(ib_info_t)]; /* hello, then record */
     size_t out_len, out_off;
     ib_info_t remote;
     size_t in_off;
