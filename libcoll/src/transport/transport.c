@@ -191,8 +191,12 @@ coll_result_t colli_tp_ready(struct coll_comm *comm)
             comm->tps[i] = NULL;
         }
     }
-    coll_info(INIT, "rank %d: %d peers over shared memory, %d over InfiniBand, %d over sockets",
-              comm->rank, nshm, nib, comm->nranks - 1 - nshm - nib);
+    if (nib > 0)
+        coll_info(INIT, "rank %d: %d peers over shared memory, %d over InfiniBand, %d over sockets",
+                  comm->rank, nshm, nib, comm->nranks - 1 - nshm - nib);
+    else
+        coll_info(INIT, "rank %d: %d peers over shared memory, %d over sockets", comm->rank, nshm,
+                  comm->nranks - 1 - nshm);
     for (int i = 0; i < COLLI_NTPI; i++) {
         if (comm->tps[i] == NULL)
             continue;
