@@ -18,34 +18,14 @@
 #include <string.h>
 #include "coll_kernels.h"
 #include "reduce_cuda.h"
+#include "kernel_check.h"
 
-#define SKIP_CODE     77
-#define BIG_COUNT     (((size_t)16 << 20) + 3u)
-#define SLACK         64u  /* bytes: room for offsets before and guards after every buffer */
-#define GUARD         32u  /* bytes checked after each output */
-#define CANARY        0xa5 /* value of the guard bytes */
-#define NIN           3    /* inputs */
-#define MAX_FAIL_MSGS 40
-
-static unsigned long long n_passed, n_failed;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) {
-        n_passed++;
-        return;
-    }
-    if (n_failed++ < MAX_FAIL_MSGS) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf("FAIL ");
-        vprintf(fmt, ap);
-        printf("\n");
-        va_end(ap);
-    }
-}
+#define SKIP_CODE 77
+#define BIG_COUNT (((size_t)16 << 20) + 3u)
+#define SLACK     64u  /* bytes: room for offsets before and guards after every buffer */
+#define GUARD     32u  /* bytes checked after each output */
+#define CANARY    0xa5 /* value of the guard bytes */
+#define NIN       3    /* inputs */
 
 /* A CUDA runtime call that must succeed; anything else ends the test. */
 #define CUDA_OK(call)                                                                              \
@@ -57,75 +37,11 @@ static void check(int ok, const char *fmt, ...)
         }                                                                                          \
     } while (0)
 
-/* ---- deterministic random numbers (xorshift64*) ---- */
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545f4914f6cdd1dull;
-}
-
-static const char *const dt_name[COLL_NUM_DATATYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                        "int64",   "uint64", "float16", "bfloat16",
-                                                        "float32", "float64"};
-static const size_t dt_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
 static const char *const op_name[COLL_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
 
-static int is_int(int dt)
-{
-    return dt <= COLL_UINT64;
-}
-
-static uint64_t ld_bits(const unsigned char *p, size_t i, size_t sz)
-{
-    uint64_t v = 0;
-    memcpy(&v, p + i * sz, sz); /* little-endian */
-    return v;
-}
-
-static int is_nan_bits(int dt, uint64_t v)
-{
-    switch (dt) {
-    case COLL_FLOAT16:
-        return (v & 0x7fffu) > 0x7c00u;
-    case COLL_BFLOAT16:
-        return (v & 0x7fffu) > 0x7f80u;
-    case COLL_FLOAT32:
-        return (v & 0x7fffffffu) > 0x7f800000u;
-    case COLL_FLOAT64:
-        return (v & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
-    default:
-        return 0;
-    }
-}
-
-static int is_quiet_nan_bits(int dt, uint64_t v)
-{
-    switch (dt) {
-    case COLL_FLOAT16:
-        return (v & 0x7e00u) == 0x7e00u;
-    case COLL_BFLOAT16:
-        return (v & 0x7fc0u) == 0x7fc0u;
-    case COLL_FLOAT32:
-        return (v & 0x7fc00000u) == 0x7fc00000u;
-    case COLL_FLOAT64:
-        return (v & 0x7ff8000000000000ull) == 0x7ff8000000000000ull;
-    default:
-        return 0;
-    }
-}
-
-/* min/max select an input: bit for bit. Arithmetic NaN: any quiet NaN. */
 static int same(int dt, coll_op_t op, uint64_t want, uint64_t got)
 {
-    if (want == got)
-        return 1;
-    if (op != COLL_MIN && op != COLL_MAX && is_nan_bits(dt, want))
-        return is_nan_bits(dt, got) && is_quiet_nan_bits(dt, got);
-    return 0;
+    return same_result(dt, op == COLL_MIN || op == COLL_MAX, want, got);
 }
 
 /* Mostly moderate values (sums and products that stay finite), some specials and random bits. */

@@ -11,49 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coll_kernels.h"
+#include "kernel_check.h"
 
-#define MAX_COUNT     (((size_t)1 << 20) + 3u)
-#define GUARD         32u  /* canary bytes kept before and after every destination */
-#define CANARY        0xa5 /* value of those bytes */
-#define MAX_FAIL_MSGS 40
+#define MAX_COUNT (((size_t)1 << 20) + 3u)
+#define GUARD     32u  /* canary bytes kept before and after every destination */
+#define CANARY    0xa5 /* value of those bytes */
 
-static unsigned long long n_passed, n_failed;
-static const char *cur_isa = "?";
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) {
-        n_passed++;
-        return;
-    }
-    if (n_failed++ < MAX_FAIL_MSGS) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf("FAIL [%s] ", cur_isa);
-        vprintf(fmt, ap);
-        printf("\n");
-        va_end(ap);
-    }
-}
-
-/* ---- deterministic random numbers (xorshift64*) ---- */
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545f4914f6cdd1dull;
-}
-
-/* ---- datatypes and operations ---- */
-static const char *const dt_name[COLL_NUM_DATATYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                        "int64",   "uint64", "float16", "bfloat16",
-                                                        "float32", "float64"};
-static const size_t dt_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+/* ---- operations ---- */
 
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG, OP_REDUCE_DIV, OP_DIV, NUM_TEST_OPS };
 static const char *const op_name[NUM_TEST_OPS] = {"sum", "prod",       "min", "max",
@@ -62,35 +26,6 @@ static const char *const op_name[NUM_TEST_OPS] = {"sum", "prod",       "min", "m
 static int is_signed_int(int dt)
 {
     return dt == COLL_INT8 || dt == COLL_INT32 || dt == COLL_INT64;
-}
-
-static int is_int(int dt)
-{
-    return dt <= COLL_UINT64;
-}
-
-/* Raw bits of element i, zero-extended. */
-static uint64_t ld_bits(const unsigned char *p, size_t i, size_t sz)
-{
-    uint8_t v8;
-    uint16_t v16;
-    uint32_t v32;
-    uint64_t v64;
-    p += i * sz;
-    switch (sz) {
-    case 1:
-        memcpy(&v8, p, 1);
-        return v8;
-    case 2:
-        memcpy(&v16, p, 2);
-        return v16;
-    case 4:
-        memcpy(&v32, p, 4);
-        return v32;
-    default:
-        memcpy(&v64, p, 8);
-        return v64;
-    }
 }
 
 static void st_bits(unsigned char *p, size_t i, size_t sz, uint64_t v)
@@ -199,39 +134,6 @@ static uint16_t ref_round_bf16(double x)
     return sign | r;
 }
 
-static int is_nan_bits(int dt, uint64_t v)
-{
-    switch (dt) {
-    case COLL_FLOAT16:
-        return (v & 0x7fffu) > 0x7c00u;
-    case COLL_BFLOAT16:
-        return (v & 0x7fffu) > 0x7f80u;
-    case COLL_FLOAT32:
-        return (v & 0x7fffffffu) > 0x7f800000u;
-    case COLL_FLOAT64:
-        return (v & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
-    default:
-        return 0;
-    }
-}
-
-static int is_quiet_nan_bits(int dt, uint64_t v)
-{
-    switch (dt) {
-    case COLL_FLOAT16:
-        return (v & 0x7e00u) == 0x7e00u;
-    case COLL_BFLOAT16:
-        return (v & 0x7fc0u) == 0x7fc0u;
-    case COLL_FLOAT32:
-        return (v & 0x7fc00000u) == 0x7fc00000u;
-    case COLL_FLOAT64:
-        return (v & 0x7ff8000000000000ull) == 0x7ff8000000000000ull;
-    default:
-        return 0;
-    }
-}
-
-/* Expected bits of one element. */
 static uint64_t ref_int(int dt, int op, uint64_t xb, uint64_t yb, uint32_t d)
 {
     size_t sz = dt_size[dt];
@@ -367,15 +269,9 @@ static uint64_t ref_elem(int dt, int op, uint64_t xb, uint64_t yb, uint32_t d)
     }
 }
 
-/* min/max select an input, so they must match bit for bit; arithmetic that yields NaN must
- * yield a quiet NaN, sign and payload unspecified. */
 static int same(int dt, int op, uint64_t expected, uint64_t got)
 {
-    if (expected == got)
-        return 1;
-    if (op != OP_MIN && op != OP_MAX && is_nan_bits(dt, expected))
-        return is_nan_bits(dt, got) && is_quiet_nan_bits(dt, got);
-    return 0;
+    return same_result(dt, op == OP_MIN || op == OP_MAX, expected, got);
 }
 
 /* ---- input generation ---- */
@@ -774,7 +670,8 @@ int main(void)
     }
     printf("default kernels: %s\n", colli_kernels_isa());
 
-    cur_isa = "scalar";
+    static char tag[48];
+    check_tag = "[scalar] ";
     test_scalar_conversions();
 
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -782,7 +679,9 @@ int main(void)
             printf("kernels %s: not built in or not supported by this CPU, not tested\n", isas[i]);
             continue;
         }
-        cur_isa = colli_kernels_isa();
+        const char *cur_isa = colli_kernels_isa();
+        snprintf(tag, sizeof(tag), "[%s] ", cur_isa);
+        check_tag = tag;
         unsigned long long before = n_failed;
         test_api_edges();
         test_array_conversions();
