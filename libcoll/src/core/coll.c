@@ -168,6 +168,12 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
     if (recv_used && a->recvbuf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL with count %zu", fn,
                          a->count);
+    if (comm->cu_ptr_attr != NULL) {
+        if (send_used && (status = colli_check_host_buffer(comm, fn, "sendbuf", a->sendbuf)))
+            return status;
+        if (recv_used && (status = colli_check_host_buffer(comm, fn, "recvbuf", a->recvbuf)))
+            return status;
+    }
     if (!send_used || !recv_used)
         return COLL_SUCCESS;
     size_t slen = a->count * e, rlen = a->count * e;
@@ -301,6 +307,8 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
     if (count > 0 && buf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: buffer is NULL with count %zu", fn,
                          count);
+    if (count > 0 && (status = colli_check_host_buffer(comm, fn, "buffer", buf)) != COLL_SUCCESS)
+        return status;
     colli_coll_args_t a = {COLLI_COLL_SEND_RECV,
                            kind == ITEM_SEND ? buf : NULL,
                            kind == ITEM_RECV ? buf : NULL,

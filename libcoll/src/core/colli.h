@@ -253,7 +253,19 @@ struct coll_comm {
      * ring_posof[r] the position of rank r; both NULL when the order is the rank order. */
     int *ring_rank;
     int *ring_posof;
+    /* The CUDA driver, when the process had it loaded at creation: device buffers are refused
+     * with a clear error (cuda_ptr.c). */
+    void *cuda_lib;
+    int (*cu_ptr_attr)(void *data, int attribute, unsigned long long ptr);
 };
+
+void colli_cuda_ptr_init(struct coll_comm *comm);
+void colli_cuda_ptr_fini(struct coll_comm *comm);
+/* Is p CUDA device memory (not managed)? false where CUDA is not in use. */
+bool colli_is_device_ptr(const struct coll_comm *comm, const void *p);
+/* COLL_SUCCESS for host memory; an error naming fn and what for a device pointer. */
+coll_result_t colli_check_host_buffer(const struct coll_comm *comm, const char *fn,
+                                      const char *what, const void *p);
 
 static inline int colli_ring_rank(const struct coll_comm *comm, int pos)
 {

@@ -148,6 +148,7 @@ static void comm_free(struct coll_comm *comm)
     free(comm->members);
     free(comm->ring_rank);
     free(comm->ring_posof);
+    colli_cuda_ptr_fini(comm);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
     free(comm->stuck_reported);
@@ -300,6 +301,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
             comm->local_ranks++;
     comm->oversubscribed = comm->local_ranks > count_cores();
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
+    colli_cuda_ptr_init(comm);
     comm->staging = calloc((size_t)nranks * m0->nstreams, sizeof(void *));
     comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
     comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
