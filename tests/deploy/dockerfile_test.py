@@ -79,12 +79,16 @@ def main():
     # consistency with CMake
     cm = cmake_text()
     for exe in ("coll-agent", "coll-run", "coll-perf"):
-        t.check(re.search(r"add_executable\(\s*(%s|\$\{tool\})(?=[\s)])" % re.escape(exe), cm) and
-                exe in cm, "%s is a CMake target" % exe)
+        direct = re.search(r"add_executable\(\s*%s(?=[\s)])" % re.escape(exe), cm)
+        # tools/: coll_add_tool(NAME sources...) wraps add_executable(${name} ...)
+        wrapped = re.search(r"coll_add_tool\(\s*%s(?=[\s)])" % re.escape(exe), cm) and \
+            re.search(r"add_executable\(\s*\$\{name\}", cm)
+        t.check(bool(direct or wrapped), "%s is a CMake target" % exe)
         t.check("/opt/kcoll/bin/%s" % exe in body, "build stage checks %s was installed" % exe)
     t.check(re.search(r"install\(TARGETS coll-agent RUNTIME DESTINATION bin\)", cm) is not None,
             "CMake installs coll-agent to bin/")
-    t.check(re.search(r"install\(TARGETS \$\{tool\} RUNTIME DESTINATION bin\)", cm) is not None,
+    t.check(re.search(r"install\(TARGETS \$\{(tool|name)\} RUNTIME DESTINATION bin\)", cm)
+            is not None,
             "CMake installs the tools to bin/")
     t.check(re.search(r"install\(TARGETS coll coll_static LIBRARY DESTINATION lib", cm) is not None,
             "CMake installs libcoll.so to lib/")
