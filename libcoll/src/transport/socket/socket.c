@@ -104,9 +104,28 @@ static void sock_comm_fini(struct coll_comm *comm)
     comm->tp_state[COLLI_TPI_SOCKET] = NULL;
 }
 
+/* A peer that went away may have explained itself with an abort notice first (it sends its
+ * notices before it exits): read pending notices, giving one still being read a few
+ * milliseconds, so that the error names the rank that really failed. */
+static coll_result_t notice_first(struct coll_comm *comm, sock_state_t *s)
+{
+    double until = colli_now() + 0.02;
+    for (;;) {
+        bool dummy = false;
+        coll_result_t st = sock_accept_progress(comm, s, &dummy);
+        if (st != COLL_SUCCESS || s->npend == 0 || colli_now() >= until)
+            return st;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* "rank A (addr) cannot reach rank B (addr)": the pair and both addresses. */
 static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int peer, int err)
 {
+    coll_result_t st = notice_first(comm, s);
+    if (st != COLL_SUCCESS)
+        return st;
     char mine[80], theirs[80];
     colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
     colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
@@ -402,6 +421,9 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
                     return COLL_SUCCESS;
                 int e = errno;
                 close_conn(c);
+                coll_result_t st2 = notice_first(comm, s);
+                if (st2 != COLL_SUCCESS)
+                    return st2;
                 colli_member_desc(comm, peer, who, sizeof(who));
                 colli_comm_blame(comm, peer);
                 return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s failed: %s", who,
