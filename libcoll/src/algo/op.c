@@ -279,6 +279,21 @@ void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len)
     }
 }
 
+const char *colli_op_desc(const colli_op_t *op, char *buf, size_t len)
+{
+    if (op == NULL)
+        return "an operation";
+    if (op->nfps == 0)
+        return op->what;
+    colli_fp_desc(&op->fps[0], buf, len);
+    return buf;
+}
+
+unsigned long long colli_op_seq(const colli_op_t *op)
+{
+    return op != NULL && op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL;
+}
+
 /* Ranks this rank's unfinished lanes wait on, as a bitmap and as "1 3 ...". */
 void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len)
 {
@@ -298,11 +313,9 @@ void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len)
 static coll_result_t stall_error(colli_op_t *op, double idle)
 {
     struct coll_comm *comm = op->comm;
-    char d[160] = "";
-    if (op->nfps > 0)
-        colli_fp_desc(&op->fps[0], d, sizeof(d));
-    const char *what = op->nfps > 0 ? d : op->what;
-    unsigned long long seq = op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL;
+    char d[160];
+    const char *what = colli_op_desc(op, d, sizeof(d));
+    unsigned long long seq = colli_op_seq(op);
     /* Ranks somebody waits on that sent no stuck report of their own are the silent ones: a
      * stopped, hung or cut-off process cannot report. */
     uint8_t *mine = calloc((size_t)comm->nranks, 1);

@@ -139,5 +139,9 @@ coll_result_t colli_op_run(colli_op_t *op);
 
 /* Describe the message of a unit for error messages: "all_reduce(count 1024, float32, sum)". */
 void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len);
+/* An op for messages: its first fingerprint's description (in buf), else op->what, or "an
+ * operation" for NULL; and that fingerprint's sequence number (0 without one). */
+const char *colli_op_desc(const colli_op_t *op, char *buf, size_t len);
+unsigned long long colli_op_seq(const colli_op_t *op);
 
 #endif

@@ -54,8 +54,9 @@ typedef struct colli_transport {
     /* An authenticated connection whose hello kind belongs to this transport arrived at the
      * socket listener: take ownership of fd (close it on refusal). No block. */
     coll_result_t (*adopt)(struct coll_comm *comm, const colli_hello_t *hello, int fd);
-    /* Read notices from other ranks without blocking; returns the error an abort notice
-     * carries (COLL_ERR_REMOTE naming its sender), else COLL_SUCCESS. */
+    /* Called before a peer is reported gone: read the notices other ranks sent, giving one
+     * still being read a few milliseconds; returns the error an abort notice carries
+     * (COLL_ERR_REMOTE naming its sender), else COLL_SUCCESS. */
     coll_result_t (*poll_notices)(struct coll_comm *comm);
     /* Best effort, bounded (about a second): tell every other rank that this communicator
      * failed, with reason. */

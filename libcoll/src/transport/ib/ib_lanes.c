@@ -28,16 +28,6 @@ int ib_post_recv(ib_state_t *st, int p, int q)
     return qp->context->ops.post_recv(qp, &wr, &bad);
 }
 
-static const char *op_desc(const colli_op_t *op, char *buf, size_t len)
-{
-    if (op == NULL)
-        return "an operation";
-    if (op->nfps == 0)
-        return op->what;
-    colli_fp_desc(&op->fps[0], buf, len);
-    return buf;
-}
-
 void ib_link_read(struct coll_comm *comm, ib_state_t *st, int p)
 {
     ib_peer_t *pp = &st->peers[p];
@@ -74,8 +64,7 @@ coll_result_t ib_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, co
                      "%s left while rank %d was %s it in %s #%llu over InfiniBand (%s port %d): "
                      "the peer process died, aborted or destroyed its communicator early (its "
                      "link %s)",
-                     who, comm->rank, what, op_desc(op, d, sizeof(d)),
-                     op != NULL && op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL,
+                     who, comm->rank, what, colli_op_desc(op, d, sizeof(d)), colli_op_seq(op),
                      st->port.dev, st->port.port, err ? strerror(err) : "reached end of stream");
 }
 
@@ -102,8 +91,8 @@ static coll_result_t wc_error(struct coll_comm *comm, ib_state_t *st, colli_op_t
                      "COLL_IB_GID_INDEX; a retry-exceeded error also follows a peer that hung.",
                      comm->rank, st->v.wc_status_str(wc->status), (int)wc->status,
                      (unsigned)wc->vendor_err, what, who, st->port.dev, st->port.port, q,
-                     st->peers[p].nqps, wc->qp_num, op_desc(op, d, sizeof(d)),
-                     op != NULL && op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL);
+                     st->peers[p].nqps, wc->qp_num, colli_op_desc(op, d, sizeof(d)),
+                     colli_op_seq(op));
 }
 
 static coll_result_t proto_error(struct coll_comm *comm, ib_state_t *st, int p, const char *what,
@@ -152,7 +141,7 @@ coll_result_t ib_async_events(struct coll_comm *comm, ib_state_t *st, colli_op_t
         return COLLI_ERR(
             IB, COLL_ERR_NETWORK, "InfiniBand %s on rank %d: %s port %d%s (%s) during %s. %s",
             t == IBV_EVENT_PORT_ERR ? "port went down" : "fatal error", comm->rank, st->port.dev,
-            st->port.port, who, st->v.event_type_str(t), op_desc(op, d, sizeof(d)),
+            st->port.port, who, st->v.event_type_str(t), colli_op_desc(op, d, sizeof(d)),
             t == IBV_EVENT_PORT_ERR
                 ? "Check the cable, the switch port and the subnet manager (ibstat)."
                 : "Check dmesg and the HCA's firmware.");

@@ -402,19 +402,13 @@ coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, c
         return status;
     shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
     int err = st->peers[peer].gone_err;
-    char who[200], d[160] = "";
+    char who[200], d[160];
     colli_member_desc(comm, peer, who, sizeof(who));
-    if (op != NULL && op->nfps > 0)
-        colli_fp_desc(&op->fps[0], d, sizeof(d));
     colli_comm_blame(comm, peer);
     return COLLI_ERR(SHM, COLL_ERR_REMOTE,
                      "%s left while rank %d was %s it in %s #%llu over shared memory: the peer "
                      "process died, aborted or destroyed its communicator early (its link %s)",
-                     who, comm->rank, what,
-                     op == NULL     ? "an operation"
-                     : op->nfps > 0 ? d
-                                    : op->what,
-                     op != NULL && op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL,
+                     who, comm->rank, what, colli_op_desc(op, d, sizeof(d)), colli_op_seq(op),
                      err ? strerror(err) : "reached end of stream");
 }
 

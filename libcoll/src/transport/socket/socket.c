@@ -446,14 +446,11 @@ coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_
                               const char *what, int io, int err)
 {
     /* The peer may have explained itself with an abort notice before closing: prefer that. */
-    bool dummy = false;
-    coll_result_t st = sock_accept_progress(comm, s, &dummy);
+    coll_result_t st = notice_first(comm, s);
     if (st != COLL_SUCCESS)
         return st;
-    char who[200], d[160] = "";
+    char who[200], d[160];
     colli_member_desc(comm, peer, who, sizeof(who));
-    if (op->nfps > 0)
-        colli_fp_desc(&op->fps[0], d, sizeof(d));
     const char *cause = io == COLLI_IO_EOF                  ? "closed the connection"
                         : err == ECONNRESET || err == EPIPE ? "reset the connection"
                                                             : strerror(err);
@@ -461,9 +458,8 @@ coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_
     return COLLI_ERR(NET, COLL_ERR_REMOTE,
                      "%s %s while %s %s #%llu on rank %d: the peer process died, aborted or "
                      "destroyed its communicator early (%s)",
-                     who, cause, what, op->nfps > 0 ? d : op->what,
-                     op->nfps > 0 ? (unsigned long long)op->fps[0].seq : 0ULL, comm->rank,
-                     io == COLLI_IO_EOF ? "end of stream" : strerror(err));
+                     who, cause, what, colli_op_desc(op, d, sizeof(d)), colli_op_seq(op),
+                     comm->rank, io == COLLI_IO_EOF ? "end of stream" : strerror(err));
 }
 
 typedef struct {
@@ -557,8 +553,7 @@ static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reaso
 static coll_result_t sock_poll_notices(struct coll_comm *comm)
 {
     sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
-    bool dummy = false;
-    return s == NULL ? COLL_SUCCESS : sock_accept_progress(comm, s, &dummy);
+    return s == NULL ? COLL_SUCCESS : notice_first(comm, s);
 }
 
 const colli_transport_t colli_socket_transport = {
