@@ -95,6 +95,9 @@ bool colli_mem_equal(const void *a, const void *b, size_t len);
 void colli_sockaddr_str(const struct sockaddr_storage *sa, char *buf, size_t len);
 /* Strictly parse a decimal integer within [min, max]. */
 bool colli_parse_long(const char *s, long min, long max, long *out);
+/* A test-only per-rank setting: "v" applies to every rank, "v0,v1,..." is indexed by rank.
+ * Returns the rank's entry (its length in *len) or NULL when the list is empty or shorter. */
+const char *colli_rank_entry(const char *list, int rank, size_t *len);
 const char *colli_coll_name(int coll);
 
 /* ---- configuration ---- */

@@ -187,18 +187,10 @@ coll_result_t colli_apply_transport_policy(const colli_config_t *cfg, bool *use_
  * host identity so that ranks of one machine count as different hosts (and use sockets). */
 static void apply_host_id_suffix(const struct coll_comm *comm, colli_member_t *self)
 {
-    const char *list = comm->cfg.host_id_suffix;
-    if (list[0] == '\0')
-        return;
-    const char *p = list;
-    if (strchr(list, ',') != NULL)
-        for (int r = 0; r < comm->rank && p != NULL; r++) {
-            p = strchr(p, ',');
-            p = p ? p + 1 : NULL;
-        }
+    size_t n = 0;
+    const char *p = colli_rank_entry(comm->cfg.host_id_suffix, comm->rank, &n);
     if (p == NULL)
-        return; /* list shorter than the rank: no suffix */
-    size_t n = strcspn(p, ",");
+        return; /* no list, or one shorter than the rank: no suffix */
     if (n > 32)
         n = 32;
     size_t base = strlen(self->host_id);

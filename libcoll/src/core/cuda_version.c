@@ -53,12 +53,9 @@ void colli_cuda_versions(const colli_config_t *cfg, int rank, uint32_t *runtime,
     *driver = 0;
     const char *list = cfg->test_cuda_versions;
     if (list[0] != '\0') {
-        const char *p = list;
-        for (int r = 0; r < rank && strchr(list, ',') != NULL && p != NULL; r++) {
-            p = strchr(p, ',');
-            p = p ? p + 1 : NULL;
-        }
-        if (p != NULL && parse_pair(p, strcspn(p, ","), runtime, driver))
+        size_t n = 0;
+        const char *p = colli_rank_entry(list, rank, &n);
+        if (p != NULL && parse_pair(p, n, runtime, driver))
             coll_info(INIT, "COLL_TEST_CUDA_VERSIONS (tests only): CUDA runtime %u, driver %u",
                       *runtime, *driver);
         else

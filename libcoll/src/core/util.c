@@ -150,6 +150,21 @@ void colli_sockaddr_str(const struct sockaddr_storage *sa, char *buf, size_t len
     }
 }
 
+const char *colli_rank_entry(const char *list, int rank, size_t *len)
+{
+    if (list == NULL || list[0] == '\0')
+        return NULL;
+    const char *p = list;
+    if (strchr(list, ',') != NULL)
+        for (int r = 0; r < rank && p != NULL; r++) {
+            p = strchr(p, ',');
+            p = p ? p + 1 : NULL;
+        }
+    if (p != NULL)
+        *len = strcspn(p, ",");
+    return p;
+}
+
 bool colli_parse_long(const char *s, long min, long max, long *out)
 {
     if (s == NULL || *s == '\0')
