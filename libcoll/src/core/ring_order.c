@@ -27,14 +27,35 @@ static int key_cmp(const void *pa, const void *pb)
     return a->rank < b->rank ? -1 : (a->rank > b->rank);
 }
 
-/* Lowest rank i <= r with the same value of field (a string of the member record). */
-static int first_with(const colli_member_t *m, int r, size_t off)
+typedef struct {
+    const char *value;
+    int rank;
+} ring_val_t;
+
+static int val_cmp(const void *pa, const void *pb)
 {
-    const char *v = (const char *)&m[r] + off;
-    for (int i = 0; i < r; i++)
-        if (strcmp((const char *)&m[i] + off, v) == 0)
-            return i;
-    return r;
+    const ring_val_t *a = pa, *b = pb;
+    int c = strcmp(a->value, b->value);
+    return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* first[r] = the lowest rank whose member field (a string at offset off) equals rank r's:
+ * sorted by (value, rank), each run of equal values starts with its lowest rank. O(n log n). */
+static bool lowest_with_same(const colli_member_t *m, int n, size_t off, int *first)
+{
+    ring_val_t *v = malloc(sizeof(*v) * (size_t)n);
+    if (v == NULL)
+        return false;
+    for (int r = 0; r < n; r++)
+        v[r] = (ring_val_t){(const char *)&m[r] + off, r};
+    qsort(v, (size_t)n, sizeof(*v), val_cmp);
+    for (int i = 0, lead = 0; i < n; i++) {
+        if (i > 0 && strcmp(v[i].value, v[i - 1].value) != 0)
+            lead = i;
+        first[v[i].rank] = v[lead].rank;
+    }
+    free(v);
+    return true;
 }
 
 coll_result_t colli_comm_ring_order(struct coll_comm *comm)
@@ -43,16 +64,24 @@ coll_result_t colli_comm_ring_order(struct coll_comm *comm)
     const colli_member_t *m = comm->members;
     int ngroups = 0, grouped = 0;
     ring_key_t *keys = calloc((size_t)n, sizeof(*keys));
-    if (keys == NULL)
+    int *gfirst = malloc(sizeof(int) * (size_t)n), *hfirst = malloc(sizeof(int) * (size_t)n);
+    if (keys == NULL || gfirst == NULL || hfirst == NULL ||
+        !lowest_with_same(m, n, offsetof(colli_member_t, group), gfirst) ||
+        !lowest_with_same(m, n, offsetof(colli_member_t, host_id), hfirst)) {
+        free(keys);
+        free(gfirst);
+        free(hfirst);
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory ordering a %d-rank ring", n);
-    /* O(n * distinct values) in practice; n is at most a few thousand */
+    }
     for (int r = 0; r < n; r++) {
-        keys[r].group_first = first_with(m, r, offsetof(colli_member_t, group));
-        keys[r].host_first = first_with(m, r, offsetof(colli_member_t, host_id));
+        keys[r].group_first = gfirst[r];
+        keys[r].host_first = hfirst[r];
         keys[r].rank = r;
         ngroups += keys[r].group_first == r;
         grouped += m[r].group[0] != '\0';
     }
+    free(gfirst);
+    free(hfirst);
     qsort(keys, (size_t)n, sizeof(*keys), key_cmp);
     bool identity = true;
     for (int p = 0; p < n; p++)
