@@ -38,30 +38,28 @@ static int cidr_match(const char *tok, const struct sockaddr *addr)
     return 1;
 }
 
+typedef struct {
+    const char *name;
+    const struct sockaddr *addr;
+} netif_t;
+
+/* One COLL_SOCKET_IFNAME entry: a CIDR network, or an interface name (prefix or exact). */
+static bool netif_entry(char *tok, bool exact, void *arg)
+{
+    const netif_t *ni = arg;
+    int c = cidr_match(tok, ni->addr);
+    if (c >= 0)
+        return c == 1;
+    char *colon = strchr(tok, ':'); /* NCCL allows "eth0:port"; the port is ignored */
+    if (colon)
+        *colon = '\0';
+    return exact ? strcmp(ni->name, tok) == 0 : strncmp(ni->name, tok, strlen(tok)) == 0;
+}
+
 bool colli_netif_match(const char *spec, const char *name, const struct sockaddr *addr)
 {
-    bool exclude = false, exact = false;
-    if (*spec == '^')
-        exclude = true, spec++;
-    if (*spec == '=')
-        exact = true, spec++;
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", spec);
-    bool hit = false;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int c = cidr_match(tok, addr);
-        if (c >= 0) {
-            hit = hit || c == 1;
-            continue;
-        }
-        char *colon = strchr(tok, ':'); /* NCCL allows "eth0:port"; the port is ignored */
-        if (colon)
-            *colon = '\0';
-        if (exact ? strcmp(name, tok) == 0 : strncmp(name, tok, strlen(tok)) == 0)
-            hit = true;
-    }
-    return exclude ? !hit : hit;
+    netif_t ni = {name, addr};
+    return colli_spec_match(spec, netif_entry, &ni);
 }
 
 static bool usable(const struct ifaddrs *ifa, int family)

@@ -98,6 +98,11 @@ bool colli_parse_long(const char *s, long min, long max, long *out);
 /* A test-only per-rank setting: "v" applies to every rank, "v0,v1,..." is indexed by rank.
  * Returns the rank's entry (its length in *len) or NULL when the list is empty or shorter. */
 const char *colli_rank_entry(const char *list, int rank, size_t *len);
+/* NCCL's list syntax (COLL_SOCKET_IFNAME, COLL_IB_HCA): an optional '^' (exclude the matches),
+ * an optional '=' (exact names, else prefixes), then comma-separated entries. entry() decides
+ * one entry (a writable copy; exact tells '='); the result has the exclusion applied. An empty
+ * spec matches everything. */
+bool colli_spec_match(const char *spec, bool (*entry)(char *tok, bool exact, void *arg), void *arg);
 const char *colli_coll_name(int coll);
 
 /* ---- configuration ---- */

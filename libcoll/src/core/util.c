@@ -165,6 +165,24 @@ const char *colli_rank_entry(const char *list, int rank, size_t *len)
     return p;
 }
 
+bool colli_spec_match(const char *spec, bool (*entry)(char *tok, bool exact, void *arg), void *arg)
+{
+    if (spec == NULL || *spec == '\0')
+        return true;
+    bool exclude = false, exact = false;
+    if (*spec == '^')
+        exclude = true, spec++;
+    if (*spec == '=')
+        exact = true, spec++;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", spec);
+    bool hit = false;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        hit = entry(tok, exact, arg) || hit;
+    return exclude ? !hit : hit;
+}
+
 bool colli_parse_long(const char *s, long min, long max, long *out)
 {
     if (s == NULL || *s == '\0')

@@ -5,34 +5,32 @@
 
 #include "transport/ib/ib_probe.h"
 
+typedef struct {
+    const char *dev;
+    int port;
+} hca_t;
+
+/* One COLL_IB_HCA entry: "dev" or "dev:port". */
+static bool hca_entry(char *tok, bool exact, void *arg)
+{
+    const hca_t *h = arg;
+    char *colon = strchr(tok, ':');
+    long want_port = -1;
+    if (colon) {
+        *colon = '\0';
+        if (!colli_parse_long(colon + 1, 1, 255, &want_port))
+            return false;
+    }
+    if (*tok == '\0')
+        return false;
+    bool name_ok = exact ? strcmp(h->dev, tok) == 0 : strncmp(h->dev, tok, strlen(tok)) == 0;
+    return name_ok && (want_port < 0 || want_port == h->port);
+}
+
 bool colli_ib_hca_match(const char *spec, const char *dev, int port)
 {
-    if (spec == NULL || *spec == '\0')
-        return true;
-    bool exclude = false, exact = false;
-    if (*spec == '^')
-        exclude = true, spec++;
-    if (*spec == '=')
-        exact = true, spec++;
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", spec);
-    bool hit = false;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strchr(tok, ':');
-        long want_port = -1;
-        if (colon) {
-            *colon = '\0';
-            if (!colli_parse_long(colon + 1, 1, 255, &want_port))
-                continue;
-        }
-        if (*tok == '\0')
-            continue;
-        bool name_ok = exact ? strcmp(dev, tok) == 0 : strncmp(dev, tok, strlen(tok)) == 0;
-        if (name_ok && (want_port < 0 || want_port == port))
-            hit = true;
-    }
-    return exclude ? !hit : hit;
+    hca_t h = {dev, port};
+    return colli_spec_match(spec, hca_entry, &h);
 }
 
 bool colli_ib_hca_check(const char *spec, char *why, size_t whylen)
