@@ -94,16 +94,7 @@ record() {
             if (v ~ /^[0-9.]+$/) print impl "\t" rep "\t" n "\t" what "\t" v
         }' >>"$RESULTS"
 }
-wait_load() {
-    [ -n "$MAX_LOAD" ] || return 0
-    local i
-    for i in $(seq 1 180); do
-        awk -v max="$MAX_LOAD" '{ exit !($1 < max) }' /proc/loadavg && return 0
-        [ "$i" = 1 ] && echo "   waiting for load < $MAX_LOAD (now $(cut -d' ' -f1 /proc/loadavg))"
-        sleep 5
-    done
-    echo "   load still $(cut -d' ' -f1 /proc/loadavg) after 15 minutes; measuring anyway" >&2
-}
+. "$REPO/bench/common.sh" # wait_load
 
 BW=(-C all_reduce -b 64M -e 64M -w 3 -n 10)
 echo "== results and logs in $OUT; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
