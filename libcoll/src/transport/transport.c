@@ -276,6 +276,23 @@ coll_result_t colli_tp_poll_notices(struct coll_comm *comm)
                                        : COLL_SUCCESS;
 }
 
+coll_result_t colli_tp_peer_left(struct coll_comm *comm, colli_subsys_t sub,
+                                 const struct colli_op *op, int peer, const char *what,
+                                 const char *via, int err)
+{
+    coll_result_t status = colli_tp_poll_notices(comm); /* the peer's own reason first */
+    if (status != COLL_SUCCESS)
+        return status;
+    char who[200], d[160];
+    colli_member_desc(comm, peer, who, sizeof(who));
+    colli_comm_blame(comm, peer);
+    return colli_error(sub, COLL_ERR_REMOTE,
+                       "%s left while rank %d was %s it in %s #%llu over %s: the peer process "
+                       "died, aborted or destroyed its communicator early (its link %s)",
+                       who, comm->rank, what, colli_op_desc(op, d, sizeof(d)), colli_op_seq(op),
+                       via, err ? strerror(err) : "reached end of stream");
+}
+
 void colli_tp_notify_abort(struct coll_comm *comm, const char *reason)
 {
     for (int i = 0; i < COLLI_NTPI; i++)

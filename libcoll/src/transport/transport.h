@@ -91,6 +91,13 @@ coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_
 /* Hand a connection the socket listener accepted to the transport that owns its hello kind. */
 coll_result_t colli_tp_adopt(struct coll_comm *comm, const colli_hello_t *hello, int fd);
 coll_result_t colli_tp_poll_notices(struct coll_comm *comm);
+/* A local-link transport's peer left (its link ended; err is the link's errno, 0 for end of
+ * stream) while this rank was `what` ("receiving from") it in op: the peer's own abort notice
+ * when one arrived, else COLL_ERR_REMOTE naming the peer, the op and `via` (the transport), with
+ * the failure blamed on the peer. */
+coll_result_t colli_tp_peer_left(struct coll_comm *comm, colli_subsys_t sub,
+                                 const struct colli_op *op, int peer, const char *what,
+                                 const char *via, int err);
 void colli_tp_notify_abort(struct coll_comm *comm, const char *reason);
 void colli_tp_notify_stuck(struct coll_comm *comm, const char *waits);
 void colli_tp_fini(struct coll_comm *comm);

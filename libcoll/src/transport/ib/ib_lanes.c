@@ -51,21 +51,10 @@ void ib_link_read(struct coll_comm *comm, ib_state_t *st, int p)
 
 coll_result_t ib_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what)
 {
-    /* The peer may have explained itself with an abort notice before leaving: prefer that. */
-    coll_result_t status = colli_tp_poll_notices(comm);
-    if (status != COLL_SUCCESS)
-        return status;
     ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
-    int err = st->peers[peer].gone_err;
-    char who[200], d[160];
-    colli_member_desc(comm, peer, who, sizeof(who));
-    colli_comm_blame(comm, peer);
-    return COLLI_ERR(IB, COLL_ERR_REMOTE,
-                     "%s left while rank %d was %s it in %s #%llu over InfiniBand (%s port %d): "
-                     "the peer process died, aborted or destroyed its communicator early (its "
-                     "link %s)",
-                     who, comm->rank, what, colli_op_desc(op, d, sizeof(d)), colli_op_seq(op),
-                     st->port.dev, st->port.port, err ? strerror(err) : "reached end of stream");
+    char via[96];
+    snprintf(via, sizeof(via), "InfiniBand (%s port %d)", st->port.dev, st->port.port);
+    return colli_tp_peer_left(comm, COLLI_SUB_IB, op, peer, what, via, st->peers[peer].gone_err);
 }
 
 /* A work completion with an error status: name the verb's status, the HCA, the port and the

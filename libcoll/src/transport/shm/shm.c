@@ -396,20 +396,9 @@ void shm_link_wake(shm_peer_t *pp)
 
 coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what)
 {
-    /* The peer may have explained itself with an abort notice before leaving: prefer that. */
-    coll_result_t status = colli_tp_poll_notices(comm);
-    if (status != COLL_SUCCESS)
-        return status;
     shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
-    int err = st->peers[peer].gone_err;
-    char who[200], d[160];
-    colli_member_desc(comm, peer, who, sizeof(who));
-    colli_comm_blame(comm, peer);
-    return COLLI_ERR(SHM, COLL_ERR_REMOTE,
-                     "%s left while rank %d was %s it in %s #%llu over shared memory: the peer "
-                     "process died, aborted or destroyed its communicator early (its link %s)",
-                     who, comm->rank, what, colli_op_desc(op, d, sizeof(d)), colli_op_seq(op),
-                     err ? strerror(err) : "reached end of stream");
+    return colli_tp_peer_left(comm, COLLI_SUB_SHM, op, peer, what, "shared memory",
+                              st->peers[peer].gone_err);
 }
 
 static void ring_unmap(shm_ring_t *r)
