@@ -108,6 +108,8 @@ static void usage(FILE *f, const char *prog)
         "  -n, --iters N           timed iterations (default 20)\n"
         "  -z, --placement P       out (out-of-place), in (in-place) or both (default)\n"
         "  -c, --check 0|1         check every result exactly (default 1), as nccl-tests' -c\n"
+        "  -R, --registered 0|1    1: buffers from coll_mem_alloc, which ranks of one host\n"
+        "                          read and write directly (as nccl-tests' -R); default 0\n"
         "      --json FILE         also write the rows as JSON to FILE ('-': stdout, no table)\n"
         "  -h, --help\n"
         "The communicator comes from COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS (coll-run sets\n"
@@ -133,6 +135,7 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                                              {"iters", required_argument, NULL, 'n'},
                                              {"placement", required_argument, NULL, 'z'},
                                              {"check", required_argument, NULL, 'c'},
+                                             {"registered", required_argument, NULL, 'R'},
                                              {"json", required_argument, NULL, 'J'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -151,7 +154,7 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                        .do_in = 1,
                        .check = 1};
     int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "C:c:b:e:f:i:d:o:r:w:n:z:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "C:c:b:e:f:i:d:o:r:w:n:z:R:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'C':
             bad = parse_mask(optarg, kind_names, K_NUM, NULL, NULL, &o->kind_mask);
@@ -204,6 +207,10 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                 exit(2);
             }
             o->check = strcmp(optarg, "1") == 0;
+            break;
+        case 'R':
+            bad = strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0;
+            o->registered = strcmp(optarg, "1") == 0;
             break;
         case 'J':
             o->json = optarg;

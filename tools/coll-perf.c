@@ -88,11 +88,12 @@ static void print_header(struct ctx *c, int argc, char **argv)
             printf("# communicator: coll_comm_init_rank from COLL_UNIQUE_ID, COLL_RANK, "
                    "COLL_NRANKS\n");
         printf("# minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d check: %d "
-               "placement: %s\n",
+               "placement: %s buffers: %s\n",
                c->o->minbytes, c->o->maxbytes,
                c->o->stepbytes ? (double)c->o->stepbytes : c->o->stepfactor,
                c->o->stepbytes ? "bytes" : "factor", c->o->warmup, c->o->iters, c->o->check,
-               c->o->do_out && c->o->do_in ? "both" : (c->o->do_out ? "out" : "in"));
+               c->o->do_out && c->o->do_in ? "both" : (c->o->do_out ? "out" : "in"),
+               c->o->registered ? "coll_mem_alloc" : "malloc");
         for (char **e = environ; *e != NULL; e++) {
             if (strncmp(*e, "COLL_", 5) != 0)
                 continue;
@@ -153,10 +154,18 @@ int main(int argc, char **argv)
         perf_fatal(&c, "root %d is not a rank of %d", o.root, c.nranks);
 
     size_t alloc = o.maxbytes + 64;
-    c.sbuf = malloc(alloc);
-    c.rbuf = malloc(alloc);
-    if (c.sbuf == NULL || c.rbuf == NULL)
-        perf_fatal(&c, "cannot allocate 2 x %zu bytes", alloc);
+    if (o.registered) {
+        void *sb = NULL, *rb = NULL;
+        CHECK(&c, coll_mem_alloc(&sb, alloc));
+        CHECK(&c, coll_mem_alloc(&rb, alloc));
+        c.sbuf = sb;
+        c.rbuf = rb;
+    } else {
+        c.sbuf = malloc(alloc);
+        c.rbuf = malloc(alloc);
+        if (c.sbuf == NULL || c.rbuf == NULL)
+            perf_fatal(&c, "cannot allocate 2 x %zu bytes", alloc);
+    }
 
     FILE *json = NULL;
     int json_first = 1;
@@ -171,8 +180,10 @@ int main(int argc, char **argv)
         perf_json_string(json, coll_get_version_string());
         fprintf(json, ", \"nranks\": %d, \"host\": ", c.nranks);
         perf_json_string(json, host);
-        fprintf(json, ", \"warmup\": %d, \"iters\": %d, \"check\": %d, \"rows\": [", o.warmup,
-                o.iters, o.check);
+        fprintf(json,
+                ", \"warmup\": %d, \"iters\": %d, \"check\": %d, \"registered\": %d, "
+                "\"rows\": [",
+                o.warmup, o.iters, o.check, o.registered);
     }
     print_header(&c, argc, argv);
 
@@ -244,8 +255,13 @@ int main(int argc, char **argv)
                total_wrong ? "FAILED" : (o.check ? "OK" : "(not checked)"));
         printf("# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
     }
-    free(c.sbuf);
-    free(c.rbuf);
+    if (o.registered) {
+        CHECK(&c, coll_mem_free(c.sbuf));
+        CHECK(&c, coll_mem_free(c.rbuf));
+    } else {
+        free(c.sbuf);
+        free(c.rbuf);
+    }
     c.fatal_comm = NULL;
     CHECK(&c, coll_comm_destroy(c.comm));
     return total_wrong > 0 ? 1 : 0;

@@ -45,6 +45,7 @@ struct opts {
     int root, warmup, iters;
     int do_out, do_in;
     int check;
+    int registered; /* -R 1: buffers from coll_mem_alloc (the single-copy path on one host) */
     const char *json;
 };
 

@@ -225,6 +225,21 @@ COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t da
 COLL_API coll_result_t coll_group_start(void);
 COLL_API coll_result_t coll_group_end(void);
 
+/* ---- memory that peers on this host can map ---- */
+
+/**
+ * Allocate size bytes (zeroed, page aligned) of host memory that the other ranks of this host can
+ * map, like ncclMemAlloc. When every rank of a communicator whose ranks all share one host passes
+ * buffers from coll_mem_alloc, collectives of at least COLL_SHM_DIRECT_MIN bytes read and write
+ * the peers' buffers directly: one copy instead of two through the shared-memory rings. Any
+ * buffer works with every call; other buffers simply take the ring path. Sharing needs the ranks
+ * to see each other's /proc (one PID namespace, same user). Free with coll_mem_free.
+ */
+COLL_API coll_result_t coll_mem_alloc(void **ptr, size_t size);
+/** Free memory from coll_mem_alloc (NULL is allowed). Peers that mapped it keep their mapping
+ *  until their communicator is destroyed; the memory is released after the last unmaps. */
+COLL_API coll_result_t coll_mem_free(void *ptr);
+
 /** Size in bytes of one element of datatype (0 for an invalid datatype). */
 COLL_API size_t coll_datatype_size(coll_datatype_t datatype);
 /** Names: "float32", "sum", "all_reduce"-style; "invalid" for out-of-range values. */

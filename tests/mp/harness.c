@@ -225,7 +225,20 @@ static unsigned char guard_byte(size_t i)
 void *mp_buf_alloc(mp_buf_t *b, size_t bytes, int fill)
 {
     b->bytes = bytes;
-    b->base = malloc(bytes + 2 * MP_GUARD_BYTES);
+    const char *mem = getenv("MP_MEM");
+    b->shared = mem != NULL &&
+                (strcmp(mem, "coll") == 0 || (strcmp(mem, "coll-odd") == 0 && mp_rank % 2 == 1));
+    if (b->shared) {
+        void *p = NULL;
+        coll_result_t rc = coll_mem_alloc(&p, bytes + 2 * MP_GUARD_BYTES);
+        if (rc != COLL_SUCCESS) {
+            mp_fail("coll_mem_alloc of %zu bytes: %s", bytes, coll_get_last_error());
+            abort();
+        }
+        b->base = p;
+    } else {
+        b->base = malloc(bytes + 2 * MP_GUARD_BYTES);
+    }
     if (!b->base) {
         mp_fail("out of memory allocating %zu bytes", bytes);
         abort();
@@ -259,7 +272,12 @@ int mp_buf_guards_ok(const mp_buf_t *b, const char *what)
 
 void mp_buf_free(mp_buf_t *b)
 {
-    free(b->base);
+    if (b->shared) {
+        if (coll_mem_free(b->base) != COLL_SUCCESS)
+            mp_fail("coll_mem_free: %s", coll_get_last_error());
+    } else {
+        free(b->base);
+    }
     b->base = b->p = NULL;
     b->bytes = 0;
 }

@@ -117,8 +117,11 @@ typedef struct mp_buf {
     unsigned char *base; /* allocation */
     unsigned char *p;    /* user area */
     size_t bytes;
+    int shared; /* base came from coll_mem_alloc (MP_MEM, see mp_buf_alloc) */
 } mp_buf_t;
-/* Allocate bytes (may be 0) with guards; the user area is filled with `fill`. */
+/* Allocate bytes (may be 0) with guards; the user area is filled with `fill`. With MP_MEM=coll
+ * the allocation comes from coll_mem_alloc (the single-copy path); MP_MEM=coll-odd: on odd
+ * ranks only, so that some ranks' buffers cannot be shared. */
 void *mp_buf_alloc(mp_buf_t *b, size_t bytes, int fill);
 /* 1 when both guards are intact (prints the first damaged byte otherwise). */
 int mp_buf_guards_ok(const mp_buf_t *b, const char *what);

@@ -119,6 +119,24 @@ static void c_null_out(mp_ctx_t *ctx)
     EXPECT(coll_get_unique_id(NULL), E_ARG, "coll_get_unique_id(NULL)", "id");
     EXPECT(coll_get_unique_id_ifname(NULL, "lo"), E_ARG, "coll_get_unique_id_ifname(NULL, lo)",
            "id");
+    /* coll_mem_alloc / coll_mem_free */
+    void *p = sbuf;
+    EXPECT(coll_mem_alloc(NULL, 64), E_ARG, "coll_mem_alloc(NULL, 64)", "ptr");
+    EXPECT(coll_mem_alloc(&p, 0), E_ARG, "coll_mem_alloc(&p, 0)", "size", "zero");
+    CHECK(p == NULL, "a failed coll_mem_alloc leaves *ptr NULL");
+    EXPECT(coll_mem_alloc(&p, SIZE_MAX), E_ARG, "coll_mem_alloc(&p, SIZE_MAX)", "too large");
+    EXPECT(coll_mem_free(sbuf), E_ARG, "coll_mem_free of a static buffer", "coll_mem_alloc");
+    CHECK_RC(coll_mem_free(NULL), COLL_SUCCESS, "coll_mem_free(NULL)");
+    CHECK_RC(coll_mem_alloc(&p, 5000), COLL_SUCCESS, "coll_mem_alloc(&p, 5000)");
+    if (p != NULL) {
+        unsigned char *b = p;
+        CHECK(b[0] == 0 && b[4999] == 0 && ((uintptr_t)p & 4095) == 0,
+              "coll_mem_alloc memory is zeroed and page aligned");
+        b[4999] = 1;
+        EXPECT(coll_mem_free(b + 1), E_ARG, "coll_mem_free of an inner pointer", "coll_mem_alloc");
+        CHECK_RC(coll_mem_free(p), COLL_SUCCESS, "coll_mem_free(p)");
+        EXPECT(coll_mem_free(p), E_ARG, "coll_mem_free twice", "freed already");
+    }
 }
 
 static void c_null_buffers(mp_ctx_t *ctx)

@@ -25,6 +25,11 @@ static inline size_t colli_chunk_elems(const struct coll_comm *comm, size_t elt)
     return c ? c : 1;
 }
 
+/* The single-copy path on one host (algo/direct.c): runs the call there when every rank can
+ * (*done = true), else leaves it to the ring algorithms (*done = false). */
+coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *a, uint64_t seq,
+                               bool *done);
+
 coll_result_t colli_ring_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
 coll_result_t colli_rd_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
 coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a);

@@ -257,24 +257,26 @@ void colli_op_unit_complete(colli_op_t *op, colli_lane_t *lane)
 
 void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len)
 {
-    const char *name = colli_coll_name(fp->coll);
-    switch (fp->coll) {
+    const int coll = fp->coll & ~COLLI_COLL_DIRECT;
+    const char *name = colli_coll_name(coll);
+    const char *path = (fp->coll & COLLI_COLL_DIRECT) ? " (single-copy path)" : "";
+    switch (coll) {
     case COLLI_COLL_ALL_REDUCE:
     case COLLI_COLL_REDUCE_SCATTER:
-        snprintf(buf, len, "%s(count %llu, %s, %s)", name, (unsigned long long)fp->count,
-                 coll_datatype_name(fp->dtype), coll_op_name(fp->op));
+        snprintf(buf, len, "%s(count %llu, %s, %s)%s", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), coll_op_name(fp->op), path);
         break;
     case COLLI_COLL_REDUCE:
-        snprintf(buf, len, "%s(count %llu, %s, %s, root %d)", name, (unsigned long long)fp->count,
-                 coll_datatype_name(fp->dtype), coll_op_name(fp->op), fp->root);
+        snprintf(buf, len, "%s(count %llu, %s, %s, root %d)%s", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), coll_op_name(fp->op), fp->root, path);
         break;
     case COLLI_COLL_BROADCAST:
-        snprintf(buf, len, "%s(count %llu, %s, root %d)", name, (unsigned long long)fp->count,
-                 coll_datatype_name(fp->dtype), fp->root);
+        snprintf(buf, len, "%s(count %llu, %s, root %d)%s", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), fp->root, path);
         break;
     default:
-        snprintf(buf, len, "%s(count %llu, %s)", name, (unsigned long long)fp->count,
-                 coll_datatype_name(fp->dtype));
+        snprintf(buf, len, "%s(count %llu, %s)%s", name, (unsigned long long)fp->count,
+                 coll_datatype_name(fp->dtype), path);
         break;
     }
 }

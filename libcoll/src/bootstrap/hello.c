@@ -89,6 +89,7 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
     w->nstreams = m->nstreams;
     w->chunk_size = m->chunk_size;
     w->small_threshold = m->small_threshold;
+    w->direct_min = m->direct_min;
     w->caps = m->caps;
     copy_str(w->pod, sizeof(w->pod), m->pod, sizeof(m->pod));
     copy_str(w->node, sizeof(w->node), m->node, sizeof(m->node));
@@ -135,6 +136,7 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
     m->nstreams = w->nstreams;
     m->chunk_size = w->chunk_size;
     m->small_threshold = w->small_threshold;
+    m->direct_min = w->direct_min;
     m->caps = w->caps;
     return COLL_SUCCESS;
 }

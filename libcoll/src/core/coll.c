@@ -86,6 +86,10 @@ static coll_result_t run_collective_on(struct coll_comm *comm, const colli_coll_
     uint64_t seq = ++comm->coll_seq;
     if (a->count == 0)
         return op_end(comm, NULL, COLL_SUCCESS);
+    bool direct = false;
+    status = colli_direct_try(comm, a, seq, &direct);
+    if (status != COLL_SUCCESS || direct)
+        return op_end(comm, NULL, status);
     colli_op_t op;
     /* An all_reduce builds nothing while building (no local copies, no scratch): the op of the
      * last identical call runs again on the new buffers. */

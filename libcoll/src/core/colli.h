@@ -140,6 +140,7 @@ typedef struct colli_config {
     int shm_disable;              /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
     size_t shm_slot_size;         /* bytes of one shared-memory ring slot (header line included) */
     int shm_nslots;               /* slots per ring */
+    size_t shm_direct_min;        /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes */
     char host_id_suffix[256];     /* test only: appended to the host identity (list: by rank) */
     char test_cuda_versions[256]; /* test only: "RUNTIME/DRIVER" (list: by rank) */
     colli_source_t src[32];       /* source of each parameter, indexed like the table */
@@ -192,6 +193,7 @@ typedef struct colli_member {
     uint32_t nstreams;
     uint64_t chunk_size;
     uint64_t small_threshold;
+    uint64_t direct_min; /* single-copy collectives from this many bytes per rank, 0 = never */
     /* From the rank's coll-agent ("" without one): names for errors and the Communicator status,
      * and the topology group (switch/rack) its node belongs to, for ring order. */
     char pod[128];
@@ -245,6 +247,7 @@ struct coll_comm {
     void **staging; /* [nranks*nstreams] receive staging buffers (chunk_size) */
     void *scratch;  /* grow-only scratch for intermediate results */
     size_t scratch_size;
+    struct colli_direct *direct; /* single-copy path: peers' mapped buffers (algo/direct.c) */
 
     coll_result_t async_error;
     char async_msg[1024];
@@ -305,6 +308,20 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
 
 /* Scratch of at least bytes (grow-only, owned by comm). */
 coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **out);
+
+/* Memory from coll_mem_alloc (core/mem.c): where [p, p + len) lies, for peers to map it. */
+typedef struct colli_mem_ref {
+    uint64_t id;   /* random, unique per allocation */
+    uint64_t ino;  /* inode of its memfd (checked by the peer that opens it) */
+    uint64_t size; /* bytes mapped */
+    uint64_t off;  /* offset of p in the allocation */
+    int32_t fd;    /* this process's descriptor of the memfd */
+} colli_mem_ref_t;
+/* true when [p, p + len) lies inside one live coll_mem_alloc allocation. */
+bool colli_mem_find(const void *p, size_t len, colli_mem_ref_t *ref);
+
+/* Single-copy path (algo/direct.c): unmap the peers' buffers of a communicator. */
+void colli_direct_fini(struct coll_comm *comm);
 
 /* "rank 3 (pid 1234 on host-a, 10.0.0.3:4711)" */
 void colli_member_desc(const struct coll_comm *comm, int rank, char *buf, size_t len);

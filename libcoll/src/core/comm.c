@@ -145,6 +145,7 @@ static void comm_free(struct coll_comm *comm)
     }
     free(comm->staging);
     free(comm->scratch);
+    colli_direct_fini(comm);
     free(comm->members);
     free(comm->ring_rank);
     free(comm->ring_posof);
@@ -271,6 +272,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     self.nstreams = (uint32_t)comm->cfg.nstreams;
     self.chunk_size = comm->cfg.chunk_size;
     self.small_threshold = comm->cfg.small_threshold;
+    self.direct_min = comm->cfg.shm_direct_min;
     colli_cuda_versions(&comm->cfg, rank, &self.cuda_runtime, &self.cuda_driver);
     char la[80];
     colli_sockaddr_str(&self.addr, la, sizeof(la));
@@ -281,13 +283,16 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     /* Every rank runs rank 0's tuning, so that all choose the same algorithms. */
     const colli_member_t *m0 = &comm->members[0];
     if (m0->nstreams != self.nstreams || m0->chunk_size != self.chunk_size ||
-        m0->small_threshold != self.small_threshold)
-        coll_info(CONFIG, "adopting rank 0's tuning: streams %u, chunk %llu, small threshold %llu",
+        m0->small_threshold != self.small_threshold || m0->direct_min != self.direct_min)
+        coll_info(CONFIG,
+                  "adopting rank 0's tuning: streams %u, chunk %llu, small threshold %llu, "
+                  "single-copy minimum %llu",
                   m0->nstreams, (unsigned long long)m0->chunk_size,
-                  (unsigned long long)m0->small_threshold);
+                  (unsigned long long)m0->small_threshold, (unsigned long long)m0->direct_min);
     comm->cfg.nstreams = (int)m0->nstreams;
     comm->cfg.chunk_size = m0->chunk_size;
     comm->cfg.small_threshold = m0->small_threshold;
+    comm->cfg.shm_direct_min = m0->direct_min;
     for (int i = 0; i < nranks; i++)
         if (strcmp(comm->members[i].host_id, self.host_id) == 0)
             comm->local_ranks++;

@@ -49,6 +49,8 @@ enum colli_coll_kind {
     COLLI_COLL_REDUCE_SCATTER = 5,
     COLLI_COLL_ALL_TO_ALL = 6,
     COLLI_COLL_SEND_RECV = 7,
+    /* flag on a collective's code: the messages of its single-copy path (algo/direct.c) */
+    COLLI_COLL_DIRECT = 0x40,
 };
 
 typedef struct colli_frame {
@@ -91,7 +93,9 @@ typedef struct colli_wire_member {
     char group[64];        /* topology group (switch/rack label value) of its node */
     uint32_t cuda_runtime; /* CUDA runtime of a CUDA build (CUDART_VERSION form), else 0 */
     uint32_t cuda_driver;  /* the driver's cuDriverGetVersion in a CUDA build, else 0 */
-    uint8_t reserved[28];
+    uint8_t reserved0[4];
+    uint64_t direct_min; /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes, 0 = never */
+    uint8_t reserved[16];
 } colli_wire_member_t;
 _Static_assert(sizeof(colli_wire_member_t) == 640, "member record size");
 /* Size of a wire protocol 1 member record: a root reads that much from an old rank, enough to

@@ -311,6 +311,13 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno == ENOENT && st->peers[peer].gone && !st->peers[peer].bye)
         return shm_gone_error(comm, NULL, peer, "receiving from");
+    if (fd < 0 && errno == ENOENT) {
+        /* A peer that fails removes what it announced: its abort notice says why. */
+        coll_result_t status = colli_tp_poll_notices(comm);
+        if (status != COLL_SUCCESS)
+            return status;
+        errno = ENOENT;
+    }
     if (fd < 0)
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot open the shared-memory segment %s that %s announced: %s "
