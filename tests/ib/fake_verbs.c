@@ -11,7 +11,14 @@
  * sender with a remote access error or retry on receiver-not-ready: either is a transport bug
  * here). Send completions are generated at post time; datagrams the receiver cannot take yet are
  * kept in order and retried. Single-threaded, as the transport uses it; a forked child gets its
- * own socket. Not a model of timing, errors or ordering across QPs. */
+ * own socket. Not a model of timing or ordering across QPs.
+ *
+ * Errors on request: FAKE_VERBS_INJECT (read when the device is opened) makes this process's
+ * HCA fail once it posted N RDMA writes:
+ *   wc_error:N   the N-th write is not delivered and completes with IBV_WC_RETRY_EXC_ERR
+ *                (vendor error 0x81), as when the peer's port stops answering; later requests
+ *                complete with IBV_WC_WR_FLUSH_ERR (the QP is in the error state)
+ *   port_down:N  after the N-th write, IBV_EVENT_PORT_ERR for port 1 on the async descriptor */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -67,6 +74,12 @@ static struct {
     fcq_t *cqs[64];
     uint32_t next_qpn, next_key;
     backlog_t *bl_head, *bl_tail;
+    struct ibv_context *ctx;
+    int inject;        /* 0 none, 1 wc_error, 2 port_down */
+    long inject_after; /* writes posted before the error */
+    long writes;       /* RDMA writes posted so far */
+    int failed;        /* wc_error happened: every later request is flushed */
+    int port_event;    /* port_down happened and get_async_event has not returned it yet */
     char buf[sizeof(pkt_t) + (1u << 20)];
 } fv = {.sock = -1};
 
@@ -236,6 +249,29 @@ static int fv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
             *bad = wr;
             return EINVAL;
         }
+        if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && fv.inject != 0 && !fv.failed &&
+            ++fv.writes == fv.inject_after) {
+            if (fv.inject == 1) {
+                fv.failed = 1;
+                struct ibv_wc wc = {.wr_id = wr->wr_id,
+                                    .status = IBV_WC_RETRY_EXC_ERR,
+                                    .vendor_err = 0x81,
+                                    .opcode = IBV_WC_RDMA_WRITE,
+                                    .qp_num = qp->qp_num};
+                cq_push((fcq_t *)(void *)qp->send_cq, &wc);
+                continue;
+            }
+            fv.port_event = 1;
+            uint64_t one = 1;
+            if (fv.ctx != NULL && write(fv.ctx->async_fd, &one, sizeof(one)) != sizeof(one))
+                die("eventfd write");
+        }
+        if (fv.failed) {
+            struct ibv_wc wc = {
+                .wr_id = wr->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .qp_num = qp->qp_num};
+            cq_push((fcq_t *)(void *)qp->send_cq, &wc);
+            continue;
+        }
         backlog_t *b = malloc(sizeof(*b) + len);
         if (b == NULL) {
             *bad = wr;
@@ -293,7 +329,18 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
     if (c == NULL)
         return NULL;
     c->device = d;
-    c->async_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); /* never signalled */
+    c->async_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); /* signalled by port_down only */
+    fv.ctx = c;
+    const char *inj = getenv("FAKE_VERBS_INJECT");
+    if (inj != NULL && strncmp(inj, "wc_error:", 9) == 0) {
+        fv.inject = 1;
+        fv.inject_after = atol(inj + 9);
+    } else if (inj != NULL && strncmp(inj, "port_down:", 10) == 0) {
+        fv.inject = 2;
+        fv.inject_after = atol(inj + 10);
+    } else if (inj != NULL && *inj != '\0') {
+        die("FAKE_VERBS_INJECT: expected wc_error:N or port_down:N");
+    }
     c->ops.poll_cq = fv_poll_cq;
     c->ops.req_notify_cq = fv_req_notify_cq;
     c->ops.post_send = fv_post_send;
@@ -303,6 +350,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
 
 EXPORT int ibv_close_device(struct ibv_context *c)
 {
+    if (fv.ctx == c)
+        fv.ctx = NULL;
     close(c->async_fd);
     free(c);
     return 0;
@@ -509,6 +558,16 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 
 EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *e)
 {
+    if (fv.port_event) {
+        uint64_t v;
+        fv.port_event = 0;
+        if (read(c->async_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+            die("eventfd read");
+        memset(e, 0, sizeof(*e));
+        e->event_type = IBV_EVENT_PORT_ERR;
+        e->element.port_num = 1;
+        return 0;
+    }
     errno = EAGAIN;
     return -1;
 }
@@ -517,10 +576,14 @@ EXPORT void ibv_ack_async_event(struct ibv_async_event *e) {}
 
 EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s)
 {
-    return s == IBV_WC_SUCCESS ? "success" : "fake error";
+    /* libibverbs' own strings for the statuses this fake produces */
+    return s == IBV_WC_SUCCESS         ? "success"
+           : s == IBV_WC_RETRY_EXC_ERR ? "transport retry counter exceeded"
+           : s == IBV_WC_WR_FLUSH_ERR  ? "Work Request Flushed Error"
+                                       : "fake error";
 }
 
 EXPORT const char *ibv_event_type_str(enum ibv_event_type t)
 {
-    return "fake event";
+    return t == IBV_EVENT_PORT_ERR ? "port error" : "fake event";
 }

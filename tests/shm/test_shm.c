@@ -13,6 +13,11 @@
  *                the op of the previous identical call; 3 ranks on one host, then on two
  *   kill_direct  4 local ranks loop 8 MiB all_reduces on coll_mem_alloc buffers (the
  *                single-copy path); the parent SIGKILLs rank 2
+ *   ib_wc_error  (with tests/ib/fake_verbs.c and RequireIB) 2 ranks on two hosts loop 8 MiB
+ *                all_reduces; rank 1's fake HCA fails its 40th RDMA write with "transport retry
+ *                counter exceeded": rank 1 fails naming the verb's status, the HCA, the port
+ *                and rank 0; rank 0 fails with rank 1's report
+ *   ib_port_down the same with port 1 of rank 1's HCA going down after 40 writes
  *   direct       3 local ranks, coll_mem_alloc buffers: every collective, checked, takes the
  *                single-copy path (each rank logs so once); then rank 1 turns non-dumpable (its
  *                /proc/<pid>/fd cannot be opened): every rank logs the two-copy path and the
@@ -49,18 +54,21 @@ enum {
     C_CLEAN,
     C_REUSE,
     C_KILL_DIRECT,
-    C_DIRECT
+    C_DIRECT,
+    C_IB_WC_ERROR,
+    C_IB_PORT_DOWN
 };
-static const char *const case_names[] = {"transports", "kill_ring",   "kill_small",
-                                         "kill_mixed", "kill_a2a",    "clean",
-                                         "reuse",      "kill_direct", "direct"};
+static const char *const case_names[] = {"transports", "kill_ring",   "kill_small",  "kill_mixed",
+                                         "kill_a2a",   "clean",       "reuse",       "kill_direct",
+                                         "direct",     "ib_wc_error", "ib_port_down"};
 
 typedef struct targs {
     int c;
     int victim;
     size_t count; /* elements per call (float32) */
     int a2a;
-    int shared; /* buffers from coll_mem_alloc */
+    int shared;         /* buffers from coll_mem_alloc */
+    const char *inject; /* FAKE_VERBS_INJECT for the victim (tests/ib/fake_verbs.c) */
 } targs_t;
 
 /* ---- /dev/shm ---- */
@@ -136,6 +144,8 @@ static void loop_body(dh_ctx_t *ctx)
 {
     const targs_t *a = ctx->arg;
     dh_out_t *out = &ctx->sh->out[ctx->rank];
+    if (a->inject != NULL && ctx->rank == a->victim)
+        dh_setenv("FAKE_VERBS_INJECT", a->inject);
     coll_comm_t comm = NULL;
     coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
     if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
@@ -231,6 +241,39 @@ static void kill_case(targs_t *a, int nranks)
               MARGIN);
     }
     dh_free(j);
+    check_no_segments(case_names[a->c]);
+}
+
+/* An HCA error injected on the victim (2 ranks on two hosts, InfiniBand between): the victim
+ * fails naming the verb's status or event, the HCA and the port; the other fails with its report.
+ */
+static void ib_fault_case(targs_t *a, const char *const want[], int nwant)
+{
+    dh_setenv("COLL_TIMEOUT", "10");
+    dh_setenv("COLL_HOST_ID_SUFFIX", "a,b");
+    dh_opts_t o = {
+        .name = case_names[a->c], .nranks = 2, .deadline_s = 60, .body = loop_body, .arg = a};
+    dh_log("--- %s: 2 ranks on two hosts over InfiniBand (fake verbs), rank %d: %s", o.name,
+           a->victim, a->inject);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    dh_shared_t *sh = dh_shared(j);
+    for (int r = 0; r < 2; r++) {
+        const dh_out_t *out = &sh->out[r];
+        dh_log("rank %d: %s after %ld iterations: %s", r, dh_rc_name(out->rc), out->iters,
+               out->msg);
+        CHECK(out->rc == COLL_ERR_NETWORK || out->rc == COLL_ERR_REMOTE,
+              "rank %d: expected COLL_ERR_NETWORK (or the peer's report), got %s", r,
+              dh_rc_name(out->rc));
+        for (int k = 0; k < nwant; k++)
+            CHECK_HAS(out->msg, want[k], "rank %d: the message names it", r);
+    }
+    CHECK(sh->out[a->victim].rc == COLL_ERR_NETWORK, "rank %d (the HCA that failed): %s", a->victim,
+          dh_rc_name(sh->out[a->victim].rc));
+    dh_free(j);
+    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
     check_no_segments(case_names[a->c]);
 }
 
@@ -616,12 +659,12 @@ int main(int argc, char **argv)
 {
     dh_init();
     int c = -1;
-    for (int k = 0; argc == 2 && k <= C_DIRECT; k++)
+    for (int k = 0; argc == 2 && k <= C_IB_PORT_DOWN; k++)
         if (strcmp(argv[1], case_names[k]) == 0)
             c = k;
     if (c < 0) {
         fprintf(stderr, "usage: test_shm transports|kill_ring|kill_small|kill_mixed|kill_a2a|"
-                        "clean|reuse|kill_direct|direct\n");
+                        "clean|reuse|kill_direct|direct|ib_wc_error|ib_port_down\n");
         return 2;
     }
     private_dev_shm();
@@ -660,6 +703,28 @@ int main(int argc, char **argv)
         a.shared = 1;
         kill_case(&a, 4);
         break;
+    case C_IB_WC_ERROR: {
+        static const char *const want[] = {
+            "InfiniBand work completion error on rank 1: transport retry counter exceeded "
+            "(status 12, vendor error 0x81) for an RDMA write to rank 0 (pid ",
+            "on fake_roce0 port 1", "Check the link of both hosts"};
+        a.victim = 1;
+        a.count = 2u << 20;
+        a.inject = "wc_error:40";
+        ib_fault_case(&a, want, 3);
+        break;
+    }
+    case C_IB_PORT_DOWN: {
+        static const char *const want[] = {
+            "InfiniBand port went down on rank 1: fake_roce0 port 1 (port error) during "
+            "all_reduce(count 2097152, float32, sum)",
+            "Check the cable, the switch port and the subnet manager"};
+        a.victim = 1;
+        a.count = 2u << 20;
+        a.inject = "port_down:40";
+        ib_fault_case(&a, want, 2);
+        break;
+    }
     case C_DIRECT:
         for (int mode = D_ALL; mode <= D_MISMATCH; mode++)
             direct_job(mode);
