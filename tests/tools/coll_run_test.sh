@@ -395,6 +395,23 @@ else
     else
         bad "coll-perf -C all_gather (rc=$rc)"
     fi
+    # -R 1: coll_mem_alloc buffers, every collective on the single-copy path from 1 byte, checked
+    run_cr -n 3 --timeout 100 env COLL_SHM_DIRECT_MIN=1 COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=SHM \
+        "$PERF" -C all -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -R 1
+    if [ "$rc" = 0 ] && out_has 'buffers: coll_mem_alloc$' &&
+        { out_has 'single-copy path: every rank.s buffers' || err_has 'single-copy path: every rank.s buffers'; } &&
+        out_has '^\[rank 0\] # Collective: all_to_all$' &&
+        out_has '^\[rank 0\] # Out of bounds values : 0 OK$'; then
+        ok "coll-perf -R 1: every collective on coll_mem_alloc buffers (single copy), checked"
+    else
+        bad "coll-perf -R 1 (rc=$rc)"
+    fi
+    run_cr -n 2 --timeout 100 "$PERF" -R 2
+    if [ "$rc" != 0 ] && { out_has "invalid value '2' for -R" || err_has "invalid value '2' for -R"; }; then
+        ok "coll-perf -R 2 is refused"
+    else
+        bad "coll-perf -R 2 (rc=$rc)"
+    fi
     run_cr -n 2 --timeout 100 "$PERF" -b 1K -e 1K -n 1 -w 0 --check 0
     if [ "$rc" = 0 ] && out_has 'check: 0 ' && out_has '(not checked)' &&
         out_has '^\[rank 0\] # Collective: all_reduce$'; then
