@@ -1,5 +1,6 @@
 /* Shared-memory transport: segments (create, announce, map, unlink) and the links between local
  * ranks (set-up at communicator creation, wake-ups, end of a peer). See shm.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -51,6 +53,58 @@ static bool shm_works(const struct coll_comm *comm, char *why, size_t len)
     return ok;
 }
 
+/* An OFD lock on a whole segment (F_RDLCK: held by its creator; F_WRLCK: the sweep's test). */
+static int seg_lock(int fd, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+#define SWEEP_GRACE_S 60 /* a name younger than this may not carry its creator's lock yet */
+
+/* Remove names in /dev/shm that no live process will map: both ends of a pair died between the
+ * creation of a segment and its mapping (say, the whole job was killed during its first
+ * collective). Such a name is one of ours (kcoll-, this user, our segment version), older than
+ * SWEEP_GRACE_S, and no process holds the read lock its creator takes for as long as it lives.
+ * Anything else is left alone: other users' files, other versions, live segments. */
+static void sweep_leftovers(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL)
+        return;
+    const time_t now = time(NULL);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "kcoll-", 6) != 0 || strstr(e->d_name, "-probe-") != NULL)
+            continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        struct stat sb;
+        bool leftover = false;
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+            (size_t)sb.st_size >= sizeof(shm_seg_t) && sb.st_mtime + SWEEP_GRACE_S < now) {
+            shm_seg_t head;
+            leftover = pread(fd, &head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
+                       head.magic == SHM_SEG_MAGIC && head.version == SHM_SEG_VERSION &&
+                       seg_lock(fd, F_WRLCK) == 0;
+        }
+        if (leftover && unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            removed++;
+            coll_info(SHM,
+                      "removed /dev/shm/%s: a segment whose creator and receiver are both "
+                      "gone",
+                      e->d_name);
+        }
+        close(fd);
+    }
+    closedir(d);
+    if (removed > 0)
+        coll_info(SHM, "removed %d leftover shared-memory segment%s", removed,
+                  removed == 1 ? "" : "s");
+}
+
 static coll_result_t shm_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
                                    colli_member_t *self)
 {
@@ -63,6 +117,7 @@ static coll_result_t shm_comm_init(struct coll_comm *comm, const colli_netif_t *
                   why);
         return COLL_SUCCESS;
     }
+    sweep_leftovers();
     shm_state_t *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM, "out of memory for the shared-memory transport");
@@ -174,6 +229,8 @@ static coll_result_t shm_comm_ready(struct coll_comm *comm)
     for (int p = 0; p < comm->nranks; p++) {
         st->peers[p].fd = -1;
         st->peers[p].pfd = -1;
+        st->peers[p].out.lock_fd = -1;
+        st->peers[p].in.lock_fd = -1;
     }
     for (int p = comm->rank + 1; p < comm->nranks; p++) {
         if (!is_local(comm, p))
@@ -256,6 +313,9 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
                          errno == EEXIST ? " (another process uses this name)" : "");
     }
     r->named = true;
+    /* the sign that we live, for the sweep of other processes (a failure only costs that) */
+    if (seg_lock(fd, F_RDLCK) != 0)
+        coll_debug(SHM, "no OFD lock on %s: %s", name, strerror(errno));
     /* allocate every page now: a full /dev/shm is an error here, not a SIGBUS later */
     int err = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
     void *p = MAP_FAILED;
@@ -264,8 +324,8 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
         if (p == MAP_FAILED)
             err = errno;
     }
-    close(fd);
     if (err != 0) {
+        close(fd);
         shm_unlink(name);
         r->named = false;
         colli_member_desc(comm, peer, who, sizeof(who));
@@ -274,6 +334,7 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
                          "%s: %s; " SHM_FIX,
                          comm->rank, bytes, name, who, strerror(err));
     }
+    r->lock_fd = fd;
     shm_seg_t *seg = p;
     seg->magic = SHM_SEG_MAGIC;
     seg->version = SHM_SEG_VERSION;
@@ -413,6 +474,9 @@ static void ring_unmap(shm_ring_t *r)
     if (r->seg != NULL)
         munmap(r->seg, r->map_bytes);
     r->seg = NULL;
+    if (r->lock_fd >= 0)
+        close(r->lock_fd);
+    r->lock_fd = -1;
 }
 
 /* Leaving. After a clean destroy a segment we announced stays named until its receiver, which

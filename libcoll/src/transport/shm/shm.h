@@ -30,7 +30,7 @@
 #include "transport/transport.h"
 
 #define SHM_SEG_MAGIC   0x4d48534bu /* "KSHM" */
-#define SHM_SEG_VERSION 1u
+#define SHM_SEG_VERSION 2u /* 2: the creator holds an OFD read lock on it (the sweep's sign) */
 #define SHM_SLOTS_OFF   4096 /* the slots start on the second page */
 #define SHM_SLOT_HDR    64   /* header line of a slot */
 #define SHM_INLINE_MAX  8    /* payloads up to this size live in the header line */
@@ -73,6 +73,7 @@ typedef struct shm_ring {
     uint64_t pos;       /* next slot to write (out) or to read (in) */
     uint64_t tail_seen; /* out: the receiver's tail as last read */
     bool named;         /* out: created by us; its name may exist until the receiver maps it */
+    int lock_fd;        /* out: the segment's descriptor, holding an OFD read lock while we live */
     bool armed;         /* our sleep flag in this ring is set */
 } shm_ring_t;
 
