@@ -18,6 +18,9 @@
  *                counter exceeded": rank 1 fails naming the verb's status, the HCA, the port
  *                and rank 0; rank 0 fails with rank 1's report
  *   ib_port_down the same with port 1 of rank 1's HCA going down after 40 writes
+ *   ib_lazy      (fake verbs, RequireIB) 4 ranks on 4 hosts: a ring exchange of send/recv
+ *                connects each rank to its 2 neighbours only (2 connection lines per rank);
+ *                an all_to_all afterwards connects the third pair; results checked
  *   sweep        names left in /dev/shm by pairs that both died: a kcoll segment of this
  *                version, an hour old, that nobody holds locked is removed when a communicator
  *                starts (and logged); one locked by a live process, a young one, one of another
@@ -64,12 +67,13 @@ enum {
     C_DIRECT,
     C_IB_WC_ERROR,
     C_IB_PORT_DOWN,
-    C_SWEEP
+    C_SWEEP,
+    C_IB_LAZY
 };
-static const char *const case_names[] = {"transports", "kill_ring",   "kill_small",   "kill_mixed",
-                                         "kill_a2a",   "clean",       "reuse",        "kill_direct",
-                                         "direct",     "ib_wc_error", "ib_port_down", "sweep"};
-_Static_assert(sizeof(case_names) / sizeof(case_names[0]) == C_SWEEP + 1, "a name per case");
+static const char *const case_names[] = {
+    "transports",  "kill_ring", "kill_small",  "kill_mixed",   "kill_a2a", "clean",  "reuse",
+    "kill_direct", "direct",    "ib_wc_error", "ib_port_down", "sweep",    "ib_lazy"};
+_Static_assert(sizeof(case_names) / sizeof(case_names[0]) == C_IB_LAZY + 1, "a name per case");
 
 typedef struct targs {
     int c;
@@ -507,6 +511,78 @@ static void test_reuse(void)
     check_no_segments("reuse");
 }
 
+/* ---- InfiniBand connections made at the first transfer ---- */
+
+#define LAZY_MARK "=== ring exchange done ==="
+
+static void lazy_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    const int n = ctx->nranks, me = ctx->rank;
+    const size_t count = 100000;
+    float *s = malloc(count * (size_t)n * sizeof(float)),
+          *r = malloc(count * (size_t)n * sizeof(float));
+    long bad = 0;
+    for (size_t i = 0; i < count * (size_t)n; i++)
+        s[i] = value(i, me);
+    coll_group_start();
+    coll_send(s, count, COLL_FLOAT32, (me + 1) % n, comm, NULL);
+    coll_recv(r, count, COLL_FLOAT32, (me + n - 1) % n, comm, NULL);
+    rc = coll_group_end();
+    for (size_t i = 0; i < count && rc == COLL_SUCCESS; i++)
+        bad += r[i] != value(i, (me + n - 1) % n);
+    fprintf(stderr, "%s\n", LAZY_MARK);
+    if (rc == COLL_SUCCESS)
+        rc = coll_all_to_all(s, r, count, COLL_FLOAT32, comm, NULL);
+    for (size_t i = 0; i < count * (size_t)n && rc == COLL_SUCCESS; i++)
+        bad += r[i] != value((size_t)me * count + i % count, (int)(i / count));
+    dh_record(ctx, "ring exchange, then all_to_all", rc);
+    ctx->sh->out[me].bad = bad;
+    coll_comm_destroy(comm);
+    free(s);
+    free(r);
+}
+
+static void test_ib_lazy(void)
+{
+    dh_setenv("COLL_HOST_ID_SUFFIX", "a,b,c,d");
+    dh_setenv("COLL_DEBUG", "INFO");
+    dh_setenv("COLL_DEBUG_SUBSYS", "IB");
+    dh_opts_t o = {.name = "ib_lazy", .nranks = 4, .deadline_s = 60, .body = lazy_body, .quiet = 1};
+    dh_log("--- 4 ranks on 4 hosts over InfiniBand (fake verbs): ring exchange, then all_to_all");
+    dh_job_t *j = dh_start(&o);
+    if (j != NULL) {
+        dh_wait(j);
+        for (int r = 0; r < 4; r++) {
+            const dh_out_t *out = &dh_shared(j)->out[r];
+            CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "rank %d", r);
+            CHECK(out->bad == 0, "rank %d: %ld wrong elements", r, out->bad);
+            const char *log = dh_output(j, r), *mark = strstr(log, LAZY_MARK);
+            CHECK(dh_count_lines(log, "3 peers reachable over InfiniBand", NULL) == 1,
+                  "rank %d: logs its 3 InfiniBand peers once", r);
+            if (!CHECK(mark != NULL, "rank %d: reached the all_to_all", r))
+                continue;
+            char *head = strndup(log, (size_t)(mark - log));
+            int first = dh_count_lines(head, "InfiniBand connection to rank", "ready");
+            int total = dh_count_lines(log, "InfiniBand connection to rank", "ready");
+            free(head);
+            dh_log("rank %d: %d connections after the ring exchange, %d after the all_to_all", r,
+                   first, total);
+            CHECK(first == 2, "rank %d: the ring exchange connects its 2 neighbours only (%d)", r,
+                  first);
+            CHECK(total == 3, "rank %d: the all_to_all connects the third peer (%d)", r, total);
+        }
+        dh_free(j);
+    }
+    dh_setenv("COLL_DEBUG", NULL);
+    dh_setenv("COLL_DEBUG_SUBSYS", NULL);
+    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    check_no_segments("ib_lazy");
+}
+
 /* ---- sweep of leftover names ---- */
 
 static void sweep_body(dh_ctx_t *ctx)
@@ -759,12 +835,12 @@ int main(int argc, char **argv)
 {
     dh_init();
     int c = -1;
-    for (int k = 0; argc == 2 && k <= C_SWEEP; k++)
+    for (int k = 0; argc == 2 && k <= C_IB_LAZY; k++)
         if (strcmp(argv[1], case_names[k]) == 0)
             c = k;
     if (c < 0) {
         fprintf(stderr, "usage: test_shm transports|kill_ring|kill_small|kill_mixed|kill_a2a|"
-                        "clean|reuse|kill_direct|direct|ib_wc_error|ib_port_down|sweep\n");
+                        "clean|reuse|kill_direct|direct|ib_wc_error|ib_port_down|sweep|ib_lazy\n");
         return 2;
     }
     private_dev_shm();
@@ -827,6 +903,9 @@ int main(int argc, char **argv)
     }
     case C_SWEEP:
         test_sweep();
+        break;
+    case C_IB_LAZY:
+        test_ib_lazy();
         break;
     case C_DIRECT:
         for (int mode = D_ALL; mode <= D_MISMATCH; mode++)

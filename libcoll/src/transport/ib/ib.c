@@ -354,6 +354,14 @@ static coll_result_t peer_connect(struct coll_comm *comm, ib_state_t *st, int p)
     return COLL_SUCCESS;
 }
 
+static void link_ready(struct coll_comm *comm, ib_state_t *st, int p)
+{
+    ib_peer_t *pp = &st->peers[p];
+    pp->link = IBL_READY;
+    coll_info(IB, "rank %d: InfiniBand connection to rank %d ready (%s port %d, %d QP%s)",
+              comm->rank, p, st->port.dev, st->port.port, pp->nqps, pp->nqps == 1 ? "" : "s");
+}
+
 static coll_result_t link_start(struct coll_comm *comm, ib_state_t *st, int p)
 {
     ib_peer_t *pp = &st->peers[p];
@@ -437,7 +445,7 @@ static coll_result_t link_step(struct coll_comm *comm, ib_state_t *st, int p)
                 if (ack != 'R')
                     return peer_error(comm, st, p, "unexpected byte 0x%02x on the link",
                                       (unsigned char)ack);
-                pp->link = IBL_READY;
+                link_ready(comm, st, p);
                 return COLL_SUCCESS;
             }
             pp->in_off += (size_t)r;
@@ -460,7 +468,7 @@ static coll_result_t link_step(struct coll_comm *comm, ib_state_t *st, int p)
             char c = 'R';
             if (send(pp->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
                 return peer_error(comm, st, p, "confirming the connection: %s", strerror(errno));
-            pp->link = IBL_READY;
+            link_ready(comm, st, p);
             return COLL_SUCCESS;
         }
     }
@@ -478,74 +486,87 @@ static coll_result_t ib_adopt(struct coll_comm *comm, const colli_hello_t *h, in
         close(fd);
         return COLL_SUCCESS;
     }
-    st->peers[p].fd = fd;
-    st->peers[p].acceptor = true;
-    st->peers[p].link = IBL_RECV;
-    st->peers[p].in_off = 0;
+    ib_peer_t *pp = &st->peers[p];
+    pp->fd = fd;
+    pp->acceptor = true;
+    pp->link = IBL_RECV;
+    pp->in_off = 0;
+    pp->wanted = true;
+    st->links_pending = true;
+    if (!pp->set_up) {
+        pp->set_up = true;
+        return peer_setup(comm, st, p);
+    }
     return COLL_SUCCESS;
 }
 
-/* Create the completion queue, the QPs and rings of every InfiniBand peer, and exchange the
- * connection records over the links; bounded by COLL_BOOTSTRAP_TIMEOUT. */
+coll_result_t ib_peer_ensure(struct coll_comm *comm, ib_state_t *st, int p, bool *ready)
+{
+    ib_peer_t *pp = &st->peers[p];
+    *ready = pp->link == IBL_READY;
+    if (*ready)
+        return COLL_SUCCESS;
+    coll_result_t status;
+    if (!pp->set_up) {
+        pp->set_up = true;
+        if ((status = peer_setup(comm, st, p)) != COLL_SUCCESS)
+            return status;
+    }
+    pp->wanted = true;
+    st->links_pending = true;
+    status = link_step(comm, st, p);
+    *ready = pp->link == IBL_READY;
+    return status;
+}
+
+coll_result_t ib_links_step(struct coll_comm *comm, ib_state_t *st)
+{
+    if (!st->links_pending)
+        return COLL_SUCCESS;
+    bool pending = false;
+    for (int p = 0; p < comm->nranks; p++) {
+        ib_peer_t *pp = &st->peers[p];
+        if (!pp->wanted || pp->link == IBL_READY)
+            continue;
+        coll_result_t status = link_step(comm, st, p);
+        if (status != COLL_SUCCESS)
+            return status;
+        pending |= pp->link != IBL_READY;
+    }
+    st->links_pending = pending;
+    return COLL_SUCCESS;
+}
+
+/* Create the completion queue, sized for every InfiniBand peer. Queue pairs, rings and the
+ * exchange over a link come at the first transfer with each peer (ib_peer_ensure), so that a
+ * job whose ranks talk to few peers registers and connects only those. */
 static coll_result_t ib_comm_ready(struct coll_comm *comm)
 {
     ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
-    coll_result_t status;
-    COLL_CHECK_GOTO(peers_alloc(comm, st), err);
+    coll_result_t status = peers_alloc(comm, st);
+    if (status != COLL_SUCCESS)
+        return status;
     int npeers = 0;
     for (int p = 0; p < comm->nranks; p++)
         npeers += st->peers[p].used;
     long cqe = (long)npeers * st->nqps * (IB_SQ_DEPTH + IB_RQ_DEPTH);
-    if (cqe > st->cq_size || st->max_qp_wr < IB_RQ_DEPTH) {
-        status = COLLI_ERR(IB, COLL_ERR_NETWORK,
-                           "rank %d: %d InfiniBand peers with %d QPs each need a completion queue "
-                           "of %ld entries and %d work requests per QP; %s:%d allows %d and %d. "
-                           "Lower COLL_IB_NQPS.",
-                           comm->rank, npeers, st->nqps, cqe, IB_RQ_DEPTH, st->port.dev,
-                           st->port.port, st->cq_size, st->max_qp_wr);
-        goto err;
-    }
+    if (cqe > st->cq_size || st->max_qp_wr < IB_RQ_DEPTH)
+        return COLLI_ERR(IB, COLL_ERR_NETWORK,
+                         "rank %d: %d InfiniBand peers with %d QPs each need a completion queue "
+                         "of %ld entries and %d work requests per QP; %s:%d allows %d and %d. "
+                         "Lower COLL_IB_NQPS.",
+                         comm->rank, npeers, st->nqps, cqe, IB_RQ_DEPTH, st->port.dev,
+                         st->port.port, st->cq_size, st->max_qp_wr);
     st->cq = st->v.create_cq(st->ctx, (int)cqe, NULL, st->ch, 0);
-    if (st->cq == NULL) {
-        status = COLLI_ERR(IB, COLL_ERR_NETWORK, "rank %d: ibv_create_cq(%ld) on %s:%d failed: %s",
-                           comm->rank, cqe, st->port.dev, st->port.port, strerror(errno));
-        goto err;
-    }
+    if (st->cq == NULL)
+        return COLLI_ERR(IB, COLL_ERR_NETWORK, "rank %d: ibv_create_cq(%ld) on %s:%d failed: %s",
+                         comm->rank, cqe, st->port.dev, st->port.port, strerror(errno));
     st->cq_size = (int)cqe;
-    for (int p = 0; p < comm->nranks; p++)
-        if (st->peers[p].used)
-            COLL_CHECK_GOTO(peer_setup(comm, st, p), err);
-    double deadline = colli_now() + comm->cfg.bootstrap_timeout;
-    for (;;) {
-        int missing = 0, first = -1;
-        for (int p = 0; p < comm->nranks; p++) {
-            if (!st->peers[p].used || st->peers[p].link == IBL_READY)
-                continue;
-            COLL_CHECK_GOTO(link_step(comm, st, p), err);
-            if (st->peers[p].link != IBL_READY && missing++ == 0)
-                first = p;
-        }
-        if (missing == 0)
-            break;
-        if (colli_now() > deadline) {
-            char who[200];
-            colli_member_desc(comm, first, who, sizeof(who));
-            colli_comm_blame(comm, first);
-            status = COLLI_ERR(IB, COLL_ERR_TIMEOUT,
-                               "rank %d: no InfiniBand connection with %s%s within %.0f s "
-                               "(COLL_BOOTSTRAP_TIMEOUT) after the bootstrap; it stopped or died "
-                               "while the communicator was being created",
-                               comm->rank, who, missing > 1 ? " and others" : "",
-                               comm->cfg.bootstrap_timeout);
-            goto err;
-        }
-        COLL_CHECK_GOTO(colli_tp_wait(comm, NULL, 20), err);
-    }
-    coll_info(IB, "rank %d: %d peers connected over InfiniBand (%s:%d)", comm->rank, npeers,
-              st->port.dev, st->port.port);
+    coll_info(IB,
+              "rank %d: %d peers reachable over InfiniBand (%s:%d); each connects at its first "
+              "transfer",
+              comm->rank, npeers, st->port.dev, st->port.port);
     return COLL_SUCCESS;
-err:
-    return status;
 }
 
 static void ib_comm_fini(struct coll_comm *comm)
@@ -580,8 +601,10 @@ static void ib_comm_fini(struct coll_comm *comm)
                 st->v.destroy_qp(pp->qp[q]);
         ib_mr_put(&st->mrs, pp->rx_mr);
         ib_mr_put(&st->mrs, pp->tx_mr);
-        ib_mr_invalidate(&st->mrs, pp->rx, IB_RING_BYTES);
-        ib_mr_invalidate(&st->mrs, pp->tx, IB_RING_BYTES);
+        if (pp->rx != NULL)
+            ib_mr_invalidate(&st->mrs, pp->rx, IB_RING_BYTES);
+        if (pp->tx != NULL)
+            ib_mr_invalidate(&st->mrs, pp->tx, IB_RING_BYTES);
         free(pp->rx);
         free(pp->tx);
     }

@@ -115,7 +115,9 @@ typedef struct ib_info {
 enum { IBL_NONE = 0, IBL_CONNECTING, IBL_SEND, IBL_RECV, IBL_ACK, IBL_READY, IBL_CLOSED };
 
 typedef struct ib_peer {
-    bool used; /* reached over InfiniBand */
+    bool used;   /* reached over InfiniBand */
+    bool set_up; /* QPs and rings exist (at the first transfer with the peer, or its link) */
+    bool wanted; /* a transfer needs the connection, or the peer opened its link */
     /* the link */
     int fd;
     uint8_t link;
@@ -166,6 +168,7 @@ typedef struct ib_state {
     ib_peer_t *peers; /* [nranks] */
     struct sockaddr_storage bind_addr;
     unsigned tick;
+    bool links_pending; /* some wanted peer's connection is not ready yet */
     /* the first fatal condition seen (a completion error, a port down), reported by progress */
     coll_result_t failed;
 } ib_state_t;
@@ -183,6 +186,11 @@ coll_result_t ib_async_events(struct coll_comm *comm, ib_state_t *st, colli_op_t
 int ib_post_recv(ib_state_t *st, int p, int q);
 /* Read the link of peer p without blocking: goodbye, or its end. */
 void ib_link_read(struct coll_comm *comm, ib_state_t *st, int p);
+/* Connections are made at the first transfer with a peer (ib.c): set up its QPs and rings if
+ * needed and advance the exchange over its link; *ready once data can flow. */
+coll_result_t ib_peer_ensure(struct coll_comm *comm, ib_state_t *st, int p, bool *ready);
+/* Advance every wanted connection that is not ready yet (links the peers opened, too). */
+coll_result_t ib_links_step(struct coll_comm *comm, ib_state_t *st);
 /* The error for a lane that needs a peer whose link ended (an abort notice first). */
 coll_result_t ib_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what);
 

@@ -31,7 +31,7 @@ int ib_post_recv(ib_state_t *st, int p, int q)
 void ib_link_read(struct coll_comm *comm, ib_state_t *st, int p)
 {
     ib_peer_t *pp = &st->peers[p];
-    while (pp->fd >= 0 && !pp->gone) {
+    while (pp->fd >= 0 && !pp->gone && pp->link == IBL_READY) { /* not during the exchange */
         char buf[16];
         ssize_t n = recv(pp->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -368,10 +368,17 @@ coll_result_t ib_progress(struct coll_comm *comm, colli_op_t *op, bool *progress
     /* a busy engine never sleeps on the async descriptor: look at it now and then */
     if ((++st->tick & 1023) == 0 && (status = ib_async_events(comm, st, op)) != COLL_SUCCESS)
         return status;
+    if ((status = ib_links_step(comm, st)) != COLL_SUCCESS)
+        return status;
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
         if (l->tp != COLLI_TPI_IB)
             continue;
+        bool ready = false;
+        if (l->done < l->n && (status = ib_peer_ensure(comm, st, l->peer, &ready)) != COLL_SUCCESS)
+            return status;
+        if (l->done < l->n && !ready)
+            continue; /* its connection is being made */
         if (l->done == l->n) {
             /* credits held back by a full send queue go out once it drained */
             if (!l->send && (status = send_credit(comm, st, l->peer)) != COLL_SUCCESS)
@@ -415,6 +422,19 @@ bool ib_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     st->pfd_ch = colli_pollset_add(set, st->ch->fd, POLLIN);
     st->pfd_async = colli_pollset_add(set, st->ctx->async_fd, POLLIN);
     bool ready = progressed || !st->armed;
+    /* connections being made: their links, or a retry that is due */
+    for (int p = 0; st->links_pending && p < comm->nranks; p++) {
+        ib_peer_t *pp = &st->peers[p];
+        if (!pp->wanted || pp->link == IBL_READY)
+            continue;
+        if (pp->fd < 0) {
+            ready |= pp->link == IBL_NONE && !pp->acceptor && p > comm->rank &&
+                     colli_now() >= pp->retry_at;
+            continue;
+        }
+        short ev = pp->link == IBL_CONNECTING || pp->link == IBL_SEND ? POLLOUT : POLLIN;
+        pp->pfd = colli_pollset_add(set, pp->fd, ev);
+    }
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
         if (l->done == l->n || l->tp != COLLI_TPI_IB)
