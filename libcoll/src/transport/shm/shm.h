@@ -30,7 +30,7 @@
 #include "transport/transport.h"
 
 #define SHM_SEG_MAGIC   0x4d48534bu /* "KSHM" */
-#define SHM_SEG_VERSION 2u /* 2: the creator holds an OFD read lock on it (the sweep's sign) */
+#define SHM_SEG_VERSION 2u   /* 2: the creator holds an OFD read lock on it (the sweep's sign) */
 #define SHM_SLOTS_OFF   4096 /* the slots start on the second page */
 #define SHM_SLOT_HDR    64   /* header line of a slot */
 #define SHM_INLINE_MAX  8    /* payloads up to this size live in the header line */
