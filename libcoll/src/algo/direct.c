@@ -420,12 +420,10 @@ coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *
         d->announced = true;
     }
     direct_work(comm, d, a);
-    uint64_t token = seq, tokens_in[64];
-    void *in = n <= 64 ? (void *)tokens_in : NULL;
-    if (in == NULL &&
-        (status = colli_comm_scratch(comm, (size_t)n * sizeof(token), &in)) != COLL_SUCCESS)
-        return status;
-    status = exchange(comm, a, seq, &token, in, sizeof(token));
+    /* the descriptors are spent: their array receives the peers' tokens */
+    uint64_t token = seq;
+    _Static_assert(sizeof(direct_desc_t) >= sizeof(token), "a token fits a descriptor's slot");
+    status = exchange(comm, a, seq, &token, d->descs, sizeof(token));
     *done = status == COLL_SUCCESS;
     return status;
 }
