@@ -1,6 +1,6 @@
 /* Shared by the kernel tests (tests/unit/test_reduce_cpu.c, tests/gpu/test_cuda_kernels.c):
- * pass/fail counting, deterministic random numbers, datatype tables, raw element bits and the
- * NaN rules both kernels follow (min/max select an input bit for bit; arithmetic that yields a
+ * pass/fail counting (check.h), deterministic random numbers, datatype tables, raw element bits and
+ * the NaN rules both kernels follow (min/max select an input bit for bit; arithmetic that yields a
  * NaN yields a quiet NaN, sign and payload unspecified). Header-only: each test is one file. */
 #ifndef KCOLL_TESTS_KERNEL_CHECK_H
 #define KCOLL_TESTS_KERNEL_CHECK_H
@@ -12,30 +12,7 @@
 
 #include "coll_kernels.h"
 
-#ifndef MAX_FAIL_MSGS
-#define MAX_FAIL_MSGS 40
-#endif
-
-static unsigned long long n_passed, n_failed;
-static const char *check_tag = ""; /* printed after FAIL, e.g. "[avx2] " */
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) {
-        n_passed++;
-        return;
-    }
-    if (n_failed++ < MAX_FAIL_MSGS) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf("FAIL %s", check_tag);
-        vprintf(fmt, ap);
-        printf("\n");
-        va_end(ap);
-    }
-}
+#include "check.h"
 
 /* ---- deterministic random numbers (xorshift64*) ---- */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -10,31 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "plan.h"
 
-#define MAX_ADDRS     4
-#define MAX_FAIL_MSGS 40
-#define BIG_COUNT     (((size_t)16 << 20) + 3u)
-
-static unsigned long long n_passed, n_failed;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) {
-        n_passed++;
-        return;
-    }
-    if (n_failed++ < MAX_FAIL_MSGS) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf("FAIL ");
-        vprintf(fmt, ap);
-        printf("\n");
-        va_end(ap);
-    }
-}
+#define MAX_ADDRS 4
+#define BIG_COUNT (((size_t)16 << 20) + 3u)
 
 static const size_t counts[] = {0, 1, 7, 15, 16, 17, 4097, BIG_COUNT};
 static const size_t elem_sizes[] = {1, 2, 4, 8};
