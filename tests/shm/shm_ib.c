@@ -1,0 +1,144 @@
+/* test_shm's InfiniBand cases, over the fake verbs provider (tests/ib/fake_verbs.c, RequireIB):
+ *   ib_wc_error  2 ranks on two hosts loop 8 MiB all_reduces; rank 1's fake HCA fails its 40th
+ *                RDMA write with "transport retry counter exceeded": rank 1 fails naming the
+ *                verb's status, the HCA, the port and rank 0; rank 0 fails with rank 1's report
+ *   ib_port_down the same with port 1 of rank 1's HCA going down after 40 writes
+ *   ib_lazy      4 ranks on 4 hosts: a ring exchange of send/recv connects each rank to its 2
+ *                neighbours only (2 connection lines per rank); an all_to_all afterwards
+ *                connects the third pair; results checked */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm_test.h"
+
+/* An HCA error injected on the victim (2 ranks on two hosts, InfiniBand between): the victim
+ * fails naming the verb's status or event, the HCA and the port; the other fails with its report.
+ */
+static void ib_fault_case(targs_t *a, const char *const want[], int nwant)
+{
+    dh_setenv("COLL_TIMEOUT", "10");
+    dh_setenv("COLL_HOST_ID_SUFFIX", a->hosts);
+    dh_opts_t o = {.name = a->name, .nranks = 2, .deadline_s = 60, .body = loop_body, .arg = a};
+    dh_log("--- %s: 2 ranks on two hosts over InfiniBand (fake verbs), rank %d: %s", o.name,
+           a->victim, a->inject);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    dh_shared_t *sh = dh_shared(j);
+    for (int r = 0; r < 2; r++) {
+        const dh_out_t *out = &sh->out[r];
+        dh_log("rank %d: %s after %ld iterations: %s", r, dh_rc_name(out->rc), out->iters,
+               out->msg);
+        CHECK(out->rc == COLL_ERR_NETWORK || out->rc == COLL_ERR_REMOTE,
+              "rank %d: expected COLL_ERR_NETWORK (or the peer's report), got %s", r,
+              dh_rc_name(out->rc));
+        for (int k = 0; k < nwant; k++)
+            CHECK_HAS(out->msg, want[k], "rank %d: the message names it", r);
+    }
+    CHECK(sh->out[a->victim].rc == COLL_ERR_NETWORK, "rank %d (the HCA that failed): %s", a->victim,
+          dh_rc_name(sh->out[a->victim].rc));
+    dh_free(j);
+    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    check_no_segments(a->name);
+}
+
+void test_ib_wc_error(void)
+{
+    static const char *const want[] = {
+        "InfiniBand work completion error on rank 1: transport retry counter exceeded "
+        "(status 12, vendor error 0x81) for an RDMA write to rank 0 (pid ",
+        "on fake_roce0 port 1", "Check the link of both hosts"};
+    targs_t a = {.name = "ib_wc_error",
+                 .victim = 1,
+                 .count = 2u << 20,
+                 .hosts = "a,b",
+                 .inject = "wc_error:40"};
+    ib_fault_case(&a, want, 3);
+}
+
+void test_ib_port_down(void)
+{
+    static const char *const want[] = {
+        "InfiniBand port went down on rank 1: fake_roce0 port 1 (port error) during "
+        "all_reduce(count 2097152, float32, sum)",
+        "Check the cable, the switch port and the subnet manager"};
+    targs_t a = {.name = "ib_port_down",
+                 .victim = 1,
+                 .count = 2u << 20,
+                 .hosts = "a,b",
+                 .inject = "port_down:40"};
+    ib_fault_case(&a, want, 2);
+}
+
+/* ---- InfiniBand connections made at the first transfer ---- */
+
+#define LAZY_MARK "=== ring exchange done ==="
+
+static void lazy_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    const int n = ctx->nranks, me = ctx->rank;
+    const size_t count = 100000;
+    float *s = malloc(count * (size_t)n * sizeof(float)),
+          *r = malloc(count * (size_t)n * sizeof(float));
+    long bad = 0;
+    for (size_t i = 0; i < count * (size_t)n; i++)
+        s[i] = value(i, me);
+    coll_group_start();
+    coll_send(s, count, COLL_FLOAT32, (me + 1) % n, comm, NULL);
+    coll_recv(r, count, COLL_FLOAT32, (me + n - 1) % n, comm, NULL);
+    rc = coll_group_end();
+    for (size_t i = 0; i < count && rc == COLL_SUCCESS; i++)
+        bad += r[i] != value(i, (me + n - 1) % n);
+    fprintf(stderr, "%s\n", LAZY_MARK);
+    if (rc == COLL_SUCCESS)
+        rc = coll_all_to_all(s, r, count, COLL_FLOAT32, comm, NULL);
+    for (size_t i = 0; i < count * (size_t)n && rc == COLL_SUCCESS; i++)
+        bad += r[i] != value((size_t)me * count + i % count, (int)(i / count));
+    dh_record(ctx, "ring exchange, then all_to_all", rc);
+    ctx->sh->out[me].bad = bad;
+    coll_comm_destroy(comm);
+    free(s);
+    free(r);
+}
+
+void test_ib_lazy(void)
+{
+    dh_setenv("COLL_HOST_ID_SUFFIX", "a,b,c,d");
+    debug_on("IB");
+    dh_opts_t o = {.name = "ib_lazy", .nranks = 4, .deadline_s = 60, .body = lazy_body, .quiet = 1};
+    dh_log("--- 4 ranks on 4 hosts over InfiniBand (fake verbs): ring exchange, then all_to_all");
+    dh_job_t *j = dh_start(&o);
+    if (j != NULL) {
+        dh_wait(j);
+        for (int r = 0; r < 4; r++) {
+            const dh_out_t *out = &dh_shared(j)->out[r];
+            CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "rank %d", r);
+            CHECK(out->bad == 0, "rank %d: %ld wrong elements", r, out->bad);
+            const char *log = dh_output(j, r), *mark = strstr(log, LAZY_MARK);
+            CHECK(dh_count_lines(log, "3 peers reachable over InfiniBand", NULL) == 1,
+                  "rank %d: logs its 3 InfiniBand peers once", r);
+            if (!CHECK(mark != NULL, "rank %d: reached the all_to_all", r))
+                continue;
+            char *head = strndup(log, (size_t)(mark - log));
+            int first = dh_count_lines(head, "InfiniBand connection to rank", "ready");
+            int total = dh_count_lines(log, "InfiniBand connection to rank", "ready");
+            free(head);
+            dh_log("rank %d: %d connections after the ring exchange, %d after the all_to_all", r,
+                   first, total);
+            CHECK(first == 2, "rank %d: the ring exchange connects its 2 neighbours only (%d)", r,
+                  first);
+            CHECK(total == 3, "rank %d: the all_to_all connects the third peer (%d)", r, total);
+        }
+        dh_free(j);
+    }
+    debug_off();
+    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    check_no_segments("ib_lazy");
+}
