@@ -53,6 +53,7 @@ struct agent_health {
     int nevents;
     json_t *cached; /* last Communicator seen (writer thread only) */
     json_t *seed;   /* the Communicator as created (under mu): saves the first GET */
+    char since[40]; /* RFC 3339 start of this agent: later failures belong to its bootstrap */
 };
 
 static void take_string(char *dst, size_t len, const json_t *v)
@@ -88,9 +89,15 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
 
     agent_rfc3339_now(now, sizeof(now));
     if (phase[0]) {
-        /* Failed is sticky until a new bootstrap (Bootstrapping) starts */
+        /* Failed is sticky until a new bootstrap (Bootstrapping) starts. The root says
+         * Bootstrapping once its rendezvous is done, when a rank of this very bootstrap may have
+         * failed already (a version pin fails at once): a failure stamped after this agent
+         * started is this bootstrap's, and stays. (A new job's bootstrap clears the status.) */
+        const char *err_time =
+            json_string_value(json_object_get(json_object_get(cur_status, "lastError"), "time"));
         if (cur_phase && strcmp(cur_phase, "Failed") == 0 &&
-            (strcmp(phase, "Ready") == 0 || strcmp(phase, "Degraded") == 0))
+            (strcmp(phase, "Ready") == 0 || strcmp(phase, "Degraded") == 0 ||
+             (strcmp(phase, "Bootstrapping") == 0 && err_time && strcmp(err_time, h->since) >= 0)))
             phase = "Failed";
         json_object_set_new(st, "phase", json_string(phase));
     }
@@ -325,6 +332,7 @@ int agent_health_start(agent_ctx_t *ctx, agent_health_t **out)
         return -1;
     h->ctx = ctx;
     h->ready_ranks = -1;
+    agent_rfc3339_now(h->since, sizeof(h->since));
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     if (pthread_create(&h->thread, NULL, writer, h) != 0) {

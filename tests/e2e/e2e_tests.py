@@ -145,6 +145,17 @@ def wait_status(cl, name, pred, timeout):
     return st, False
 
 
+def comm_event_reasons(cl, timeout):
+    """Sorted reasons of the Events on Communicators, once there is one (or after timeout)."""
+    deadline = time.time() + timeout
+    while True:
+        reasons = sorted({e["reason"] for e in cl.objects("events")
+                          if e["involvedObject"]["kind"] == "Communicator"})
+        if reasons or time.time() >= deadline:
+            return reasons
+        time.sleep(0.1)
+
+
 def kubectl_describe(cl, name):
     kubectl = harness.find_kubectl()
     if not kubectl:
@@ -270,10 +281,13 @@ def case_version_pin(ck, cl):
     print("Communicator e2epin status: %s" % json.dumps(
         {k: st.get(k) for k in ("phase", "lastError", "unhealthyCount")}))
     ck(failed, "the Communicator's status.phase is Failed", json.dumps(st)[:2000])
+    time.sleep(1.0)  # the root's own "Bootstrapping" write may come after the ranks' failures
+    st = comm_status(cl, "e2epin")
+    ck(st.get("phase") == "Failed", "status.phase stays Failed (the root's later Bootstrapping "
+       "does not hide this bootstrap's failure)", json.dumps(st)[:2000])
     ck("9.9.9" in err and version in err and "version mismatch" in err,
        "status.lastError.message names both versions", err)
-    reasons = sorted({e["reason"] for e in cl.objects("events")
-                      if e["involvedObject"]["kind"] == "Communicator"})
+    reasons = comm_event_reasons(cl, 10)  # the agents post Events after their status writes
     print("Event reasons on the Communicator: %s" % reasons)
     ck(reasons == ["KcollBootstrapFailed"],
        "a failure before Ready is reported as KcollBootstrapFailed", str(reasons))
