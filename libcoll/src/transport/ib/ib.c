@@ -491,13 +491,19 @@ static coll_result_t ib_adopt(struct coll_comm *comm, const colli_hello_t *h, in
     pp->acceptor = true;
     pp->link = IBL_RECV;
     pp->in_off = 0;
-    pp->wanted = true;
+    pp->wanted = true; /* its QPs come with the next step (the CQ may not exist yet) */
     st->links_pending = true;
-    if (!pp->set_up) {
-        pp->set_up = true;
-        return peer_setup(comm, st, p);
-    }
     return COLL_SUCCESS;
+}
+
+/* QPs and rings of peer p, once (after ib_comm_ready made the CQ). */
+static coll_result_t peer_prepare(struct coll_comm *comm, ib_state_t *st, int p)
+{
+    ib_peer_t *pp = &st->peers[p];
+    if (pp->set_up)
+        return COLL_SUCCESS;
+    pp->set_up = true;
+    return peer_setup(comm, st, p);
 }
 
 coll_result_t ib_peer_ensure(struct coll_comm *comm, ib_state_t *st, int p, bool *ready)
@@ -506,12 +512,9 @@ coll_result_t ib_peer_ensure(struct coll_comm *comm, ib_state_t *st, int p, bool
     *ready = pp->link == IBL_READY;
     if (*ready)
         return COLL_SUCCESS;
-    coll_result_t status;
-    if (!pp->set_up) {
-        pp->set_up = true;
-        if ((status = peer_setup(comm, st, p)) != COLL_SUCCESS)
-            return status;
-    }
+    coll_result_t status = peer_prepare(comm, st, p);
+    if (status != COLL_SUCCESS)
+        return status;
     pp->wanted = true;
     st->links_pending = true;
     status = link_step(comm, st, p);
@@ -528,7 +531,9 @@ coll_result_t ib_links_step(struct coll_comm *comm, ib_state_t *st)
         ib_peer_t *pp = &st->peers[p];
         if (!pp->wanted || pp->link == IBL_READY)
             continue;
-        coll_result_t status = link_step(comm, st, p);
+        coll_result_t status = peer_prepare(comm, st, p);
+        if (status == COLL_SUCCESS)
+            status = link_step(comm, st, p);
         if (status != COLL_SUCCESS)
             return status;
         pending |= pp->link != IBL_READY;

@@ -398,16 +398,8 @@ bool ib_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
     if (st == NULL || st->peers == NULL)
         return false;
-    if (op == NULL) { /* communicator creation: the links being set up */
-        for (int p = 0; p < comm->nranks; p++) {
-            ib_peer_t *pp = &st->peers[p];
-            if (!pp->used || pp->fd < 0 || pp->link == IBL_READY)
-                continue;
-            short ev = pp->link == IBL_CONNECTING || pp->link == IBL_SEND ? POLLOUT : POLLIN;
-            pp->pfd = colli_pollset_add(set, pp->fd, ev);
-        }
+    if (op == NULL) /* communicator creation: nothing of ours to wait for (links come later) */
         return false;
-    }
     bool progressed = false;
     coll_result_t status = ib_poll(comm, st, &progressed);
     if (status == COLL_SUCCESS && !progressed && !st->armed) {
