@@ -97,6 +97,9 @@ static void lazy_body(dh_ctx_t *ctx)
     for (size_t i = 0; i < count && rc == COLL_SUCCESS; i++)
         bad += r[i] != value(i, (me + n - 1) % n);
     fprintf(stderr, "%s\n", LAZY_MARK);
+    /* nobody starts the all_to_all (and connects to its third peer) before every rank is past
+     * its mark: a link a peer opens is set up as soon as this rank makes progress */
+    wait_done(ctx, n, 30);
     if (rc == COLL_SUCCESS)
         rc = coll_all_to_all(s, r, count, COLL_FLOAT32, comm, NULL);
     for (size_t i = 0; i < count * (size_t)n && rc == COLL_SUCCESS; i++)
