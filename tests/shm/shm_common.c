@@ -157,6 +157,7 @@ void kill_case(targs_t *a, int nranks)
 {
     dh_setenv("COLL_TIMEOUT", "10");
     dh_setenv("COLL_HOST_ID_SUFFIX", a->hosts);
+    dh_setenv("COLL_SHM_DIRECT_MIN", a->rings ? "0" : NULL);
     dh_opts_t o = {
         .name = a->name, .nranks = nranks, .deadline_s = 60, .body = loop_body, .arg = a};
     dh_log("--- %s: %d ranks, %zu floats per %s%s, rank %d is killed", o.name, nranks, a->count,

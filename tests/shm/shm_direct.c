@@ -1,34 +1,98 @@
-/* test_shm's cases of the single-copy path (buffers from coll_mem_alloc):
- *   direct       3 local ranks: every collective, checked, takes the single-copy path (each
- *                rank logs so once); then rank 1 turns non-dumpable (its /proc/<pid>/fd cannot
- *                be opened): every rank logs the two-copy path and the results stay exact; then
- *                rank 0 calls all_reduce where the others call all_gather: a collective mismatch
- *                naming the single-copy path
+/* test_shm's cases of the single-copy path:
+ *   direct       3 local ranks, every collective twice, each result checked, in these jobs:
+ *                - coll_mem_alloc buffers: the single-copy path (each rank logs so once);
+ *                - rank 1 non-dumpable (its /proc/<pid>/fd cannot be opened, nor its memory
+ *                  read): every rank logs the two-copy path, the results stay exact;
+ *                - malloc buffers: the single-copy path through cross-memory attach;
+ *                - rank 0's buffers from malloc, the others' from coll_mem_alloc: the same;
+ *                - malloc buffers, rank 2 with COLL_SHM_CMA=0: every rank takes the rings;
+ *                - malloc buffers, rank 1 under a seccomp filter that refuses
+ *                  process_vm_readv/writev with EPERM (as container runtimes do): the probe
+ *                  fails on rank 1, every rank logs why and takes the rings;
+ *                - rank 0 calls all_reduce where the others call all_gather: a collective
+ *                  mismatch naming the single-copy path
  *   kill_direct  4 local ranks loop 8 MiB all_reduces on coll_mem_alloc buffers; the parent
- *                SIGKILLs rank 2 */
+ *                SIGKILLs rank 2
+ *   kill_cma     the same on malloc buffers (cross-memory attach) */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 
 #include "shm_test.h"
 
-enum { D_ALL, D_FALLBACK, D_MISMATCH };
+enum { D_ALL, D_FALLBACK, D_CMA, D_CMA_MIXED, D_CMA_OFF, D_CMA_DENIED, D_MISMATCH };
+
+/* A seccomp filter on this process: process_vm_readv/writev fail with EPERM. */
+static int deny_cma(void)
+{
+#if defined(__x86_64__)
+    const unsigned arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+    const unsigned arch = AUDIT_ARCH_AARCH64;
+#else
+    return 0;
+#endif
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+/* This rank's buffers in a job: from malloc or from coll_mem_alloc. */
+static int uses_malloc(int mode, int rank)
+{
+    return mode == D_CMA || mode == D_CMA_OFF || mode == D_CMA_DENIED ||
+           (mode == D_CMA_MIXED && rank == 0);
+}
+
+static coll_result_t buf_alloc(int heap, void **p, size_t bytes)
+{
+    if (!heap)
+        return coll_mem_alloc(p, bytes);
+    *p = malloc(bytes);
+    return *p != NULL ? COLL_SUCCESS : COLL_ERR_SYSTEM;
+}
+
+static void buf_free(int heap, void *p)
+{
+    if (heap)
+        free(p);
+    else
+        coll_mem_free(p);
+}
 
 static float dvalue(size_t i, int rank)
 {
     return (float)((i * 3 + (size_t)rank * 5) % 11);
 }
 
-/* Every collective once on coll_mem_alloc buffers, each result checked element by element. */
-static long direct_collectives(dh_ctx_t *ctx, coll_comm_t comm, size_t n, coll_result_t *rc)
+/* Every collective once (malloc or coll_mem_alloc buffers), each result checked element by
+ * element. */
+static long direct_collectives(dh_ctx_t *ctx, coll_comm_t comm, size_t n, int heap,
+                               coll_result_t *rc)
 {
     const int nr = ctx->nranks, me = ctx->rank;
     const size_t total = n * (size_t)nr;
     void *sp = NULL, *rp = NULL;
-    *rc = coll_mem_alloc(&sp, total * sizeof(float));
+    *rc = buf_alloc(heap, &sp, total * sizeof(float));
     if (*rc == COLL_SUCCESS)
-        *rc = coll_mem_alloc(&rp, total * sizeof(float));
+        *rc = buf_alloc(heap, &rp, total * sizeof(float));
     if (*rc != COLL_SUCCESS)
         return 0;
     float *s = sp, *r = rp;
@@ -78,8 +142,8 @@ static long direct_collectives(dh_ctx_t *ctx, coll_comm_t comm, size_t n, coll_r
             bad += r[i] != want;
         }
     }
-    coll_mem_free(sp);
-    coll_mem_free(rp);
+    buf_free(heap, sp);
+    buf_free(heap, rp);
     return bad;
 }
 
@@ -88,6 +152,10 @@ static void direct_body(dh_ctx_t *ctx)
     const int mode = *(const int *)ctx->arg;
     if (mode == D_FALLBACK && ctx->rank == 1)
         prctl(PR_SET_DUMPABLE, 0);
+    if (mode == D_CMA_OFF && ctx->rank == 2)
+        dh_setenv("COLL_SHM_CMA", "0");
+    if (mode == D_CMA_DENIED && ctx->rank == 1)
+        CHECK(deny_cma(), "rank 1 installs its seccomp filter: %s", strerror(errno));
     coll_comm_t comm = NULL;
     coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
     if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
@@ -109,7 +177,7 @@ static void direct_body(dh_ctx_t *ctx)
     }
     long bad = 0;
     for (int round = 0; round < 2 && rc == COLL_SUCCESS; round++)
-        bad += direct_collectives(ctx, comm, n, &rc);
+        bad += direct_collectives(ctx, comm, n, uses_malloc(mode, ctx->rank), &rc);
     dh_record(ctx, "collectives", rc);
     ctx->sh->out[ctx->rank].bad = bad;
     coll_comm_destroy(comm);
@@ -120,6 +188,10 @@ static void direct_job(int mode)
     static const char *const what[] = {
         "every collective on coll_mem_alloc buffers, 3 local ranks",
         "the same with rank 1 not dumpable (its buffers cannot be mapped)",
+        "every collective on malloc buffers (cross-memory attach)",
+        "rank 0 on malloc buffers, ranks 1 and 2 on coll_mem_alloc buffers",
+        "malloc buffers, rank 2 with COLL_SHM_CMA=0",
+        "malloc buffers, process_vm_readv/writev refused on rank 1 (seccomp)",
         "rank 0 calls all_reduce, ranks 1 and 2 all_gather"};
     debug_on("SHM");
     dh_opts_t o = {.name = "direct",
@@ -148,17 +220,29 @@ static void direct_job(int mode)
         }
         CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "%s: rank %d", what[mode], r);
         CHECK(out->bad == 0, "%s: rank %d: %ld wrong elements", what[mode], r, out->bad);
-        int direct = dh_count_lines(log, "single-copy path: every rank's buffers", NULL);
-        int ring = dh_count_lines(log, "two-copy ring path", NULL);
-        if (mode == D_ALL) {
-            CHECK(direct == 1 && ring == 0,
-                  "rank %d logs the single-copy path once (%d) and no fallback (%d)", r, direct,
-                  ring);
-        } else {
-            CHECK(direct == 0 && ring == 1,
-                  "rank %d logs the two-copy path once (%d) and never the single-copy path (%d)", r,
-                  ring, direct);
-        }
+        const int mapped = dh_count_lines(log, "single-copy path: every rank's buffers", NULL);
+        const int cma = dh_count_lines(log, "single-copy path through cross-memory attach", NULL);
+        const int ring = dh_count_lines(log, "two-copy ring path", NULL);
+        const int denied =
+            dh_count_lines(log, "rank 1 cannot read its peers' memory", "Operation not permitted");
+        dh_log("rank %d logs: mapped %d, cross-memory attach %d, rings %d, refused %d", r, mapped,
+               cma, ring, denied);
+        if (mode == D_ALL)
+            CHECK(mapped == 1 && cma == 0 && ring == 0,
+                  "rank %d logs the single-copy path (mapped) once and no fallback", r);
+        else if (mode == D_CMA || mode == D_CMA_MIXED)
+            CHECK(cma == 1 && mapped == 0 && ring == 0,
+                  "rank %d logs the single-copy path through cross-memory attach once and no "
+                  "fallback",
+                  r);
+        else if (mode == D_CMA_DENIED)
+            CHECK(denied == 1 && cma == 0 && mapped == 0,
+                  "rank %d logs once that rank 1 cannot read its peers' memory (EPERM), and "
+                  "never the single-copy path",
+                  r);
+        else
+            CHECK(ring == 1 && mapped == 0 && cma == 0,
+                  "rank %d logs the two-copy path once and never the single-copy path", r);
     }
     if (mode == D_MISMATCH)
         CHECK(mismatch >= 1, "a rank reports the collective mismatch on the single-copy path");
@@ -176,5 +260,11 @@ void test_direct(void)
 void test_kill_direct(void)
 {
     targs_t a = {.name = "kill_direct", .victim = 2, .count = 2u << 20, .shared = 1};
+    kill_case(&a, 4);
+}
+
+void test_kill_cma(void)
+{
+    targs_t a = {.name = "kill_cma", .victim = 2, .count = 2u << 20};
     kill_case(&a, 4);
 }

@@ -17,6 +17,7 @@ typedef struct targs {
     size_t count;       /* elements per call (float32) */
     int a2a;            /* all_to_alls instead of all_reduces */
     int shared;         /* buffers from coll_mem_alloc */
+    int rings;          /* COLL_SHM_DIRECT_MIN=0: the rings, even for large malloc buffers */
     const char *hosts;  /* COLL_HOST_ID_SUFFIX, NULL: one host */
     const char *inject; /* FAKE_VERBS_INJECT for the victim (tests/ib/fake_verbs.c) */
 } targs_t;
@@ -39,6 +40,7 @@ void debug_off(void);
 
 /* The cases that live in their own files. */
 void test_kill_direct(void); /* shm_direct.c */
+void test_kill_cma(void);
 void test_direct(void);
 void test_sweep(void);       /* shm_sweep.c */
 void test_ib_wc_error(void); /* shm_ib.c */

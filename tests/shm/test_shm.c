@@ -3,7 +3,8 @@
  *   transports   which transport each pair uses: 4 ranks on two "hosts" (COLL_HOST_ID_SUFFIX
  *                a,a,b,b): shared memory inside a host, sockets between; a rank with
  *                COLL_SHM_DISABLE=1 is reached over sockets by everyone; results checked
- *   kill_ring    4 local ranks loop 8 MiB all_reduces (ring); the parent SIGKILLs rank 2
+ *   kill_ring    4 local ranks loop 8 MiB all_reduces (ring: COLL_SHM_DIRECT_MIN=0); the
+ *                parent SIGKILLs rank 2
  *   kill_small   the same with 8-byte all_reduces (recursive doubling); rank 1 is killed
  *   kill_mixed   4 ranks on two hosts (a,a,b,b), 8 MiB all_reduces; rank 1 is killed
  *   kill_a2a     5 local ranks loop all_to_alls (every pair has rings); rank 3 is killed
@@ -11,13 +12,12 @@
  *   reuse        repeated all_reduces of one shape on changing buffers (swapped, in place and
  *                out of place, sums and averages), every element checked: the engine reuses
  *                the op of the previous identical call; 3 ranks on one host, then on two
- * In their own files: direct, kill_direct (shm_direct.c), sweep (shm_sweep.c), ib_wc_error,
- * ib_port_down, ib_lazy (shm_ib.c); shared parts in shm_common.c.
- * Survivors of a kill must fail at once (well within COLL_TIMEOUT) with COLL_ERR_REMOTE or
- * COLL_ERR_TIMEOUT naming the victim by rank and pid. After every case no shared-memory
- * segment may be left in /dev/shm. As root the test runs in its own mount namespace with a
- * private tmpfs on /dev/shm, so that anything found there is its own; otherwise it compares
- * the kcoll entries of /dev/shm before and after.
+ * In their own files: direct, kill_direct, kill_cma (shm_direct.c), sweep (shm_sweep.c),
+ * ib_wc_error, ib_port_down, ib_lazy (shm_ib.c); shared parts in shm_common.c. Survivors of a kill
+ * must fail at once (well within COLL_TIMEOUT) with COLL_ERR_REMOTE or COLL_ERR_TIMEOUT naming the
+ * victim by rank and pid. After every case no shared-memory segment may be left in /dev/shm. As
+ * root the test runs in its own mount namespace with a private tmpfs on /dev/shm, so that anything
+ * found there is its own; otherwise it compares the kcoll entries of /dev/shm before and after.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -249,7 +249,7 @@ static void test_reuse(void)
 
 static void test_kill_ring(void)
 {
-    targs_t a = {.name = "kill_ring", .victim = 2, .count = 2u << 20};
+    targs_t a = {.name = "kill_ring", .victim = 2, .count = 2u << 20, .rings = 1};
     kill_case(&a, 4);
 }
 
@@ -267,7 +267,7 @@ static void test_kill_mixed(void)
 
 static void test_kill_a2a(void)
 {
-    targs_t a = {.name = "kill_a2a", .victim = 3, .count = 65536 + 3, .a2a = 1};
+    targs_t a = {.name = "kill_a2a", .victim = 3, .count = 65536 + 3, .a2a = 1, .rings = 1};
     kill_case(&a, 5);
 }
 
@@ -283,6 +283,7 @@ static const struct {
     {"clean", test_clean},
     {"reuse", test_reuse},
     {"kill_direct", test_kill_direct},
+    {"kill_cma", test_kill_cma},
     {"direct", test_direct},
     {"ib_wc_error", test_ib_wc_error},
     {"ib_port_down", test_ib_port_down},

@@ -1,8 +1,14 @@
-/* Single-copy collectives on one host. When every rank's buffers come from coll_mem_alloc (a
- * memfd each peer can map through /proc/<pid>/fd) and every peer is reached over shared memory,
- * a collective of at least COLL_SHM_DIRECT_MIN bytes skips the rings: each rank maps its peers'
- * buffers (cached), reads their inputs and writes their outputs directly, each rank working on its
- * own slice, so every byte is copied once instead of twice. Three steps:
+/* Single-copy collectives on one host. When every peer is reached over shared memory, a
+ * collective of at least COLL_SHM_DIRECT_MIN bytes skips the rings: each rank reads its peers'
+ * inputs and writes their outputs directly, each rank working on its own slice, so every byte
+ * is copied once instead of twice. A peer's buffer is reached in one of two ways:
+ *   - from coll_mem_alloc (a memfd): mapped here through /proc/<pid>/fd (cached), then plain
+ *     loads and stores;
+ *   - any other memory (malloc, the stack): cross-memory attach, process_vm_readv/writev between
+ *     the buffer and a block of this process (COLL_SHM_CMA=0 turns this off). Whether the
+ *     kernel lets this rank do that (ptrace permission: one user, Yama, seccomp) is probed once
+ *     per communicator, the first time a call needs it, and agreed by every rank.
+ * Three steps:
  *   1. descriptors: every rank sends every peer where its buffers are, and whether it can take
  *      this path; that message carries the call's fingerprint with COLLI_COLL_DIRECT, so ranks
  *      that call different collectives fail with the usual mismatch error;
@@ -10,7 +16,8 @@
  *      copies or reduces its slice; otherwise every rank runs the ring algorithms as usual;
  *   3. a barrier (a token to and from every peer): nobody returns while a peer may still read
  *      its inputs or write its outputs.
- * A dead peer cannot hurt the survivors: the mappings stay valid, and step 3 fails naming it. */
+ * A dead peer cannot hurt the survivors: the mappings stay valid, a read or write of its memory
+ * fails with ESRCH, and step 3 fails naming it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "algo/algos.h"
@@ -28,14 +36,21 @@
 #include <emmintrin.h>
 #endif
 
-enum { DIRECT_MAPS = 8, DIRECT_BLOCK = 32 * 1024 };
+/* DIRECT_BLOCK: the unit of work on mapped buffers (stays in L1/L2); CMA_BLOCK: on buffers
+ * reached with process_vm_readv/writev, larger so that a system call's fixed cost stays small */
+enum { DIRECT_MAPS = 8, DIRECT_BLOCK = 32 * 1024, CMA_BLOCK = 256 * 1024 };
 enum { DESC_READY = 1u };
+enum { BUF_NONE = 0, BUF_MEMFD = 1, BUF_CMA = 2 };
+enum { CMA_UNKNOWN = 0, CMA_OK = 1, CMA_NO = -1 };
+/* what a rank reports in the probe round (above PROBE_ERRNO: the errno of its failed probe) */
+enum { PROBE_OK = 1, PROBE_OFF = 2, PROBE_ERRNO = 1000 };
 #define DESC_MAGIC 0x6b636f6c6c444952ull /* "kcollDIR" */
 
 typedef struct direct_buf {
-    uint64_t id, ino, size, off;
+    uint64_t id, ino, size, off; /* BUF_MEMFD: the coll_mem_alloc allocation */
+    uint64_t addr;               /* BUF_CMA: the buffer's address in its process */
     int32_t fd;
-    int32_t used;
+    int32_t kind; /* BUF_* */
 } direct_buf_t;
 
 /* What a rank tells its peers in step 1. */
@@ -46,8 +61,16 @@ typedef struct direct_desc {
     int32_t pid;
     uint32_t flags; /* DESC_READY: this rank can take the path */
     uint32_t pad;
+    uint64_t probe_addr; /* where the sender's colli_direct.probe word is: the CMA probe */
     direct_buf_t buf[2]; /* send, recv */
 } direct_desc_t;
+
+/* Rank q's send or recv buffer as this process reaches it: p is a pointer here, or (cma) the
+ * address in q's process. */
+typedef struct direct_ref {
+    char *p;
+    bool cma;
+} direct_ref_t;
 
 typedef struct direct_map {
     uint64_t id;
@@ -57,13 +80,19 @@ typedef struct direct_map {
 } direct_map_t;
 
 struct colli_direct {
-    direct_map_t *maps;   /* [nranks][DIRECT_MAPS] peers' allocations mapped here */
-    direct_desc_t *descs; /* [nranks] */
-    char **sp, **rp;      /* [nranks] every rank's send and recv buffer, in this process */
-    char *tmp;            /* DIRECT_BLOCK bytes: one reduced block */
+    direct_map_t *maps;    /* [nranks][DIRECT_MAPS] peers' allocations mapped here */
+    direct_desc_t *descs;  /* [nranks] */
+    direct_ref_t *sp, *rp; /* [nranks] every rank's send and recv buffer */
+    uint64_t *probes;      /* [nranks] the probe round's answers */
+    const char **src;      /* [nranks] one block of every input, readable here */
+    char *tmp;             /* CMA_BLOCK bytes: one reduced block */
+    char *stage;           /* [nranks][CMA_BLOCK] blocks read from peers (allocated on use) */
+    size_t block;          /* this call's unit of work: DIRECT_BLOCK or CMA_BLOCK */
     uint64_t clock;
     uint64_t pidns;
-    bool announced, told_ring; /* the INFO lines, once each */
+    uint64_t probe; /* DESC_MAGIC: what the peers read and write back to probe CMA */
+    int cma;        /* CMA_*: agreed by every rank */
+    bool announced, announced_cma, told_ring; /* the INFO lines, once each */
 };
 
 void colli_direct_fini(struct coll_comm *comm)
@@ -78,7 +107,10 @@ void colli_direct_fini(struct coll_comm *comm)
     free(d->descs);
     free(d->sp);
     free(d->rp);
+    free(d->probes);
+    free(d->src);
     free(d->tmp);
+    free(d->stage);
     free(d);
     comm->direct = NULL;
 }
@@ -94,12 +126,16 @@ static coll_result_t direct_state(struct coll_comm *comm, struct colli_direct **
             d->descs = calloc(n, sizeof(*d->descs));
             d->sp = calloc(n, sizeof(*d->sp));
             d->rp = calloc(n, sizeof(*d->rp));
-            d->tmp = aligned_alloc(64, DIRECT_BLOCK);
+            d->probes = calloc(n, sizeof(*d->probes));
+            d->src = calloc(n, sizeof(*d->src));
+            d->tmp = aligned_alloc(64, CMA_BLOCK);
+            d->probe = DESC_MAGIC;
             struct stat st;
             if (stat("/proc/self/ns/pid", &st) == 0)
                 d->pidns = (uint64_t)st.st_ino;
         }
-        if (d == NULL || !d->maps || !d->descs || !d->sp || !d->rp || !d->tmp) {
+        if (d == NULL || !d->maps || !d->descs || !d->sp || !d->rp || !d->probes || !d->src ||
+            !d->tmp) {
             colli_direct_fini(comm);
             return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory for the single-copy path");
         }
@@ -145,22 +181,26 @@ static void describe_self(const struct coll_comm *comm, const struct colli_direc
     me->pidns = d->pidns;
     me->uid = (uint32_t)geteuid();
     me->pid = (int32_t)getpid();
+    me->probe_addr = (uint64_t)(uintptr_t)&d->probe;
     bool ready = d->pidns != 0 && prctl(PR_GET_DUMPABLE) == 1 &&
                  !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
+    const bool cma = comm->cfg.shm_cma && d->cma != CMA_NO;
     for (int i = 0; i < 2; i++) {
         if (len[i] == 0)
             continue;
         colli_mem_ref_t ref;
-        if (!colli_mem_find(ptr[i], len[i], &ref)) {
+        if (colli_mem_find(ptr[i], len[i], &ref))
+            me->buf[i] = (direct_buf_t){.id = ref.id,
+                                        .ino = ref.ino,
+                                        .size = ref.size,
+                                        .off = ref.off,
+                                        .fd = ref.fd,
+                                        .kind = BUF_MEMFD};
+        else if (cma)
+            me->buf[i] = (direct_buf_t){
+                .addr = (uint64_t)(uintptr_t)ptr[i], .size = len[i], .kind = BUF_CMA};
+        else
             ready = false;
-            continue;
-        }
-        me->buf[i] = (direct_buf_t){.id = ref.id,
-                                    .ino = ref.ino,
-                                    .size = ref.size,
-                                    .off = ref.off,
-                                    .fd = ref.fd,
-                                    .used = 1};
     }
     me->flags = ready ? DESC_READY : 0;
 }
@@ -245,19 +285,19 @@ static coll_result_t map_peer(struct coll_comm *comm, struct colli_direct *d, in
     return COLL_SUCCESS;
 }
 
-/* tmp[0, m) = src[0][off..] OP src[1][off..] OP ... in rank order (AVG divides at the end). */
-static void reduce_block(char *tmp, char *const *src, size_t off, size_t m, int n,
-                         coll_datatype_t dt, coll_op_t op)
+/* tmp[0, m) = src[0] OP src[1] OP ... in rank order (AVG divides at the end); m elements. */
+static void reduce_block(char *tmp, const char *const *src, size_t m, int n, coll_datatype_t dt,
+                         coll_op_t op)
 {
     if (n == 2 && op == COLL_AVG)
-        colli_reduce_div(tmp, src[0] + off, src[1] + off, m, dt, 2);
+        colli_reduce_div(tmp, src[0], src[1], m, dt, 2);
     else
-        colli_reduce(tmp, src[0] + off, src[1] + off, m, dt, op);
+        colli_reduce(tmp, src[0], src[1], m, dt, op);
     for (int q = 2; q < n; q++) {
         if (q == n - 1 && op == COLL_AVG)
-            colli_reduce_div(tmp, tmp, src[q] + off, m, dt, (uint32_t)n);
+            colli_reduce_div(tmp, tmp, src[q], m, dt, (uint32_t)n);
         else
-            colli_reduce(tmp, tmp, src[q] + off, m, dt, op);
+            colli_reduce(tmp, tmp, src[q], m, dt, op);
     }
 }
 
@@ -297,67 +337,149 @@ static size_t slice_lo(size_t count, int n, int r)
     return q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
 }
 
-/* Step 2: this rank's share of the work, on every rank's buffers (d->sp, d->rp). */
-static void direct_work(struct coll_comm *comm, struct colli_direct *d, const colli_coll_args_t *a)
+/* Move m bytes between local memory here and address remote in rank q's process. */
+static coll_result_t cma_move(struct coll_comm *comm, const struct colli_direct *d, int q,
+                              bool write, char *local, char *remote, size_t m)
+{
+    const pid_t pid = (pid_t)d->descs[q].pid;
+    while (m > 0) {
+        struct iovec l = {.iov_base = local, .iov_len = m}, r = {.iov_base = remote, .iov_len = m};
+        ssize_t k = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            const int e = k < 0 ? errno : EFAULT;
+            char who[200];
+            colli_member_desc(comm, q, who, sizeof(who));
+            if (e == ESRCH) {
+                colli_comm_blame(comm, q);
+                return COLLI_ERR(SHM, COLL_ERR_REMOTE,
+                                 "%s exited while rank %d was reading or writing its buffers "
+                                 "on the single-copy path (process_vm_%s: %s); see its log for "
+                                 "why",
+                                 who, comm->rank, write ? "writev" : "readv", strerror(e));
+            }
+            return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                             "rank %d cannot %s %zu bytes at 0x%llx in the buffer of %s "
+                             "(process_vm_%s: %s); set COLL_SHM_CMA=0 to keep buffers not "
+                             "from coll_mem_alloc on the two-copy path",
+                             comm->rank, write ? "write" : "read", m,
+                             (unsigned long long)(uintptr_t)remote, who, write ? "writev" : "readv",
+                             strerror(e));
+        }
+        local += k;
+        remote += k;
+        m -= (size_t)k;
+    }
+    return COLL_SUCCESS;
+}
+
+/* *out = m readable bytes at byte off of rank q's buffer b: the buffer itself, or a copy in
+ * q's stage block. */
+static coll_result_t get_in(struct coll_comm *comm, struct colli_direct *d, int q,
+                            const direct_ref_t *b, size_t off, size_t m, const char **out)
+{
+    if (!b->cma) {
+        *out = b->p + off;
+        return COLL_SUCCESS;
+    }
+    char *dst = d->stage + (size_t)q * CMA_BLOCK;
+    *out = dst;
+    return cma_move(comm, d, q, false, dst, b->p + off, m);
+}
+
+/* Rank q's buffer b at byte off = src[0, m). hot: its lines were just read here. */
+static coll_result_t put_out(struct coll_comm *comm, struct colli_direct *d, int q,
+                             const direct_ref_t *b, size_t off, const char *src, size_t m, bool hot)
+{
+    if (b->cma)
+        return cma_move(comm, d, q, true, (char *)src, b->p + off, m);
+    if (hot)
+        memcpy(b->p + off, src, m);
+    else
+        copy_out(b->p + off, src, m);
+    return COLL_SUCCESS;
+}
+
+/* all_reduce and reduce: the slice [lo, hi) of count, reduced from every input into the
+ * outputs (every rank's, or the root's). */
+static coll_result_t work_reduce(struct coll_comm *comm, struct colli_direct *d,
+                                 const colli_coll_args_t *a)
 {
     const int n = comm->nranks, r = comm->rank;
-    const size_t e = coll_datatype_size(a->dt), be = DIRECT_BLOCK / e, blk = a->count * e;
-    char **sp = d->sp, **rp = d->rp;
+    const size_t e = coll_datatype_size(a->dt), be = d->block / e;
+    const size_t lo = slice_lo(a->count, n, r), hi = slice_lo(a->count, n, r + 1);
+    const char **src = d->src;
+    coll_result_t status = COLL_SUCCESS;
+    for (size_t b = lo; b < hi && status == COLL_SUCCESS; b += be) {
+        const size_t m = hi - b < be ? hi - b : be;
+        for (int q = 0; q < n && status == COLL_SUCCESS; q++)
+            status = get_in(comm, d, q, &d->sp[q], b * e, m * e, &src[q]);
+        if (status != COLL_SUCCESS)
+            break;
+        reduce_block(d->tmp, src, m, n, a->dt, a->op);
+        for (int q = 0; q < n && status == COLL_SUCCESS; q++)
+            if (a->coll == COLLI_COLL_ALL_REDUCE || q == a->root)
+                status =
+                    put_out(comm, d, q, &d->rp[q], b * e, d->tmp, m * e, d->rp[q].p == d->sp[q].p);
+    }
+    return status;
+}
+
+/* Step 2: this rank's share of the work, on every rank's buffers (d->sp, d->rp). */
+static coll_result_t direct_work(struct coll_comm *comm, struct colli_direct *d,
+                                 const colli_coll_args_t *a)
+{
+    const int n = comm->nranks, r = comm->rank;
+    const size_t e = coll_datatype_size(a->dt), be = d->block / e, blk = a->count * e;
+    const direct_ref_t *sp = d->sp, *rp = d->rp;
+    coll_result_t status = COLL_SUCCESS;
     switch (a->coll) {
     case COLLI_COLL_ALL_REDUCE:
-    case COLLI_COLL_REDUCE: {
-        const size_t lo = slice_lo(a->count, n, r), hi = slice_lo(a->count, n, r + 1);
-        for (size_t b = lo; b < hi; b += be) {
-            size_t m = hi - b < be ? hi - b : be;
-            reduce_block(d->tmp, sp, b * e, m, n, a->dt, a->op);
-            for (int q = 0; q < n; q++) {
-                if (a->coll != COLLI_COLL_ALL_REDUCE && q != a->root)
-                    continue;
-                if (rp[q] == sp[q]) /* in place: these lines were just read, write in cache */
-                    memcpy(rp[q] + b * e, d->tmp, m * e);
-                else
-                    copy_out(rp[q] + b * e, d->tmp, m * e);
-            }
-        }
+    case COLLI_COLL_REDUCE:
+        status = work_reduce(comm, d, a);
         break;
-    }
     case COLLI_COLL_REDUCE_SCATTER: {
-        for (int q = 0; q < n; q++)
-            sp[q] += (size_t)r * blk; /* this rank's block of every input */
-        for (size_t b = 0; b < a->count; b += be) {
-            size_t m = a->count - b < be ? a->count - b : be;
-            reduce_block(d->tmp, sp, b * e, m, n, a->dt, a->op);
-            if (rp[r] == sp[r])
-                memcpy(rp[r] + b * e, d->tmp, m * e);
-            else
-                copy_out(rp[r] + b * e, d->tmp, m * e);
+        const char **src = d->src;
+        const size_t at = (size_t)r * blk; /* this rank's block of every input */
+        for (size_t b = 0; b < a->count && status == COLL_SUCCESS; b += be) {
+            const size_t m = a->count - b < be ? a->count - b : be;
+            for (int q = 0; q < n && status == COLL_SUCCESS; q++)
+                status = get_in(comm, d, q, &sp[q], at + b * e, m * e, &src[q]);
+            if (status != COLL_SUCCESS)
+                break;
+            reduce_block(d->tmp, src, m, n, a->dt, a->op);
+            status = put_out(comm, d, r, &rp[r], b * e, d->tmp, m * e, rp[r].p == sp[r].p + at);
         }
         break;
     }
     case COLLI_COLL_ALL_GATHER:
-        for (size_t b = 0; b < blk; b += DIRECT_BLOCK) {
-            size_t m = blk - b < DIRECT_BLOCK ? blk - b : DIRECT_BLOCK;
-            for (int q = 0; q < n; q++) {
-                char *dst = rp[q] + (size_t)r * blk + b;
-                if (dst != sp[r] + b)
-                    copy_out(dst, sp[r] + b, m);
-            }
+        for (size_t b = 0; b < blk && status == COLL_SUCCESS; b += d->block) {
+            const size_t m = blk - b < d->block ? blk - b : d->block;
+            for (int q = 0; q < n && status == COLL_SUCCESS; q++)
+                if (q != r || rp[r].p + (size_t)r * blk != sp[r].p) /* not in place */
+                    status =
+                        put_out(comm, d, q, &rp[q], (size_t)r * blk + b, sp[r].p + b, m, false);
         }
         break;
     case COLLI_COLL_BROADCAST: {
         const size_t lo = slice_lo(blk, n, r), hi = slice_lo(blk, n, r + 1);
-        for (size_t b = lo; b < hi; b += DIRECT_BLOCK) {
-            size_t m = hi - b < DIRECT_BLOCK ? hi - b : DIRECT_BLOCK;
-            for (int q = 0; q < n; q++)
-                if (rp[q] + b != sp[a->root] + b)
-                    copy_out(rp[q] + b, sp[a->root] + b, m);
+        for (size_t b = lo; b < hi && status == COLL_SUCCESS; b += d->block) {
+            const size_t m = hi - b < d->block ? hi - b : d->block;
+            const char *src;
+            status = get_in(comm, d, a->root, &sp[a->root], b, m, &src);
+            for (int q = 0; q < n && status == COLL_SUCCESS; q++)
+                if (q != a->root || rp[q].p != sp[q].p) /* the root's own, in place */
+                    status = put_out(comm, d, q, &rp[q], b, src, m, false);
         }
         break;
     }
     case COLLI_COLL_ALL_TO_ALL:
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && status == COLL_SUCCESS; i++) {
             int q = (r + i) % n; /* spread the writers over the peers */
-            copy_out(rp[q] + (size_t)r * blk, sp[r] + (size_t)q * blk, blk);
+            status =
+                put_out(comm, d, q, &rp[q], (size_t)r * blk, sp[r].p + (size_t)q * blk, blk, false);
         }
         break;
     default:
@@ -366,6 +488,64 @@ static void direct_work(struct coll_comm *comm, struct colli_direct *d, const co
 #if defined(__x86_64__)
     _mm_sfence(); /* the streamed stores are visible before the barrier's messages */
 #endif
+    return status;
+}
+
+/* Can this rank read and write rank q's memory? Read its probe word, write it back. */
+static int cma_probe(const struct colli_direct *d, int q)
+{
+    uint64_t v = 0;
+    struct iovec l = {.iov_base = &v, .iov_len = sizeof(v)},
+                 r = {.iov_base = (void *)(uintptr_t)d->descs[q].probe_addr, .iov_len = sizeof(v)};
+    const pid_t pid = (pid_t)d->descs[q].pid;
+    ssize_t k = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (k != (ssize_t)sizeof(v))
+        return k < 0 ? errno : EFAULT;
+    if (v != DESC_MAGIC)
+        return EPROTO;
+    k = process_vm_writev(pid, &l, 1, &r, 1, 0);
+    if (k != (ssize_t)sizeof(v))
+        return k < 0 ? errno : EFAULT;
+    return 0;
+}
+
+/* The first call that needs cross-memory attach: every rank probes every peer, and all agree. */
+static coll_result_t cma_agree(struct coll_comm *comm, struct colli_direct *d,
+                               const colli_coll_args_t *a, uint64_t seq)
+{
+    const int n = comm->nranks, r = comm->rank;
+    uint64_t mine = comm->cfg.shm_cma ? PROBE_OK : PROBE_OFF;
+    for (int q = 0; q < n && mine == PROBE_OK; q++) {
+        int e = q == r ? 0 : cma_probe(d, q);
+        if (e != 0) {
+            mine = PROBE_ERRNO + (uint64_t)e;
+            coll_info(SHM, "process_vm_readv/writev into rank %d (pid %d) failed: %s", q,
+                      d->descs[q].pid, strerror(e));
+        }
+    }
+    d->probes[r] = mine;
+    coll_result_t status = exchange(comm, a, seq, &mine, d->probes, sizeof(mine));
+    if (status != COLL_SUCCESS)
+        return status;
+    d->cma = CMA_OK;
+    for (int q = 0; q < n && d->cma == CMA_OK; q++) {
+        if (d->probes[q] == PROBE_OK)
+            continue;
+        d->cma = CMA_NO;
+        if (d->probes[q] == PROBE_OFF)
+            coll_info(SHM,
+                      "rank %d has COLL_SHM_CMA=0: buffers not from coll_mem_alloc take "
+                      "the two-copy ring path",
+                      q);
+        else
+            coll_info(SHM,
+                      "rank %d cannot read its peers' memory (process_vm_readv: %s; ptrace "
+                      "permission: one user, Yama ptrace_scope, seccomp): buffers not from "
+                      "coll_mem_alloc take the two-copy ring path; coll_mem_alloc buffers still "
+                      "copy once",
+                      q, strerror((int)(d->probes[q] - PROBE_ERRNO)));
+    }
+    return COLL_SUCCESS;
 }
 
 coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *a, uint64_t seq,
@@ -383,6 +563,7 @@ coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *
     status = exchange(comm, a, seq, &d->descs[r], d->descs, sizeof(direct_desc_t));
     if (status != COLL_SUCCESS)
         return status;
+    bool cma = false;
     for (int q = 0; q < n; q++) {
         const direct_desc_t *dq = &d->descs[q];
         if (dq->magic != DESC_MAGIC || !(dq->flags & DESC_READY) || dq->pidns != d->pidns ||
@@ -390,36 +571,56 @@ coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *
             if (!d->told_ring)
                 coll_info(SHM,
                           "%s #%llu: rank %d's buffers cannot be shared (not from "
-                          "coll_mem_alloc, in place all_to_all, or another PID namespace "
-                          "or user): two-copy ring path (said once)",
+                          "coll_mem_alloc with COLL_SHM_CMA=0 or cross-memory attach refused, "
+                          "in place all_to_all, a non-dumpable process, or another PID "
+                          "namespace or user): two-copy ring path (said once)",
                           colli_coll_name(a->coll), (unsigned long long)seq, q);
             d->told_ring = true;
             return COLL_SUCCESS;
         }
+        cma = cma || dq->buf[0].kind == BUF_CMA || dq->buf[1].kind == BUF_CMA;
     }
+    if (cma && d->cma == CMA_UNKNOWN && (status = cma_agree(comm, d, a, seq)) != COLL_SUCCESS)
+        return status;
+    if (cma && d->cma != CMA_OK)
+        return COLL_SUCCESS; /* agreed by every rank just now: the rings */
+    if (cma && d->stage == NULL && (d->stage = aligned_alloc(64, (size_t)n * CMA_BLOCK)) == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory for the single-copy path");
+    d->block = cma ? CMA_BLOCK : DIRECT_BLOCK;
     for (int q = 0; q < n; q++) {
         size_t len[2];
         buffer_sizes(comm, a, q, len);
-        char **slot[2] = {&d->sp[q], &d->rp[q]};
+        direct_ref_t *slot[2] = {&d->sp[q], &d->rp[q]};
         for (int i = 0; i < 2; i++) {
-            *slot[i] = NULL;
+            const direct_buf_t *b = &d->descs[q].buf[i];
+            *slot[i] = (direct_ref_t){0};
             if (len[i] == 0)
                 continue;
             if (q == r)
-                *slot[i] = (char *)(i == 0 ? a->sendbuf : a->recvbuf);
-            else if ((status = map_peer(comm, d, q, &d->descs[q].buf[i], len[i], slot[i])) !=
-                     COLL_SUCCESS)
+                slot[i]->p = (char *)(i == 0 ? a->sendbuf : a->recvbuf);
+            else if (b->kind == BUF_CMA && b->size >= len[i])
+                *slot[i] = (direct_ref_t){.p = (char *)(uintptr_t)b->addr, .cma = true};
+            else if ((status = map_peer(comm, d, q, b, len[i], &slot[i]->p)) != COLL_SUCCESS)
                 return status;
         }
     }
-    if (!d->announced) {
+    if (cma && !d->announced_cma)
+        coll_info(SHM,
+                  "single-copy path through cross-memory attach: collectives from %zu bytes "
+                  "read and write the peers' buffers directly, those not from coll_mem_alloc "
+                  "with process_vm_readv/writev (said once)",
+                  comm->cfg.shm_direct_min);
+    else if (!cma && !d->announced)
         coll_info(SHM,
                   "single-copy path: every rank's buffers come from coll_mem_alloc; "
-                  "collectives from %zu bytes read and write the peers' buffers directly",
+                  "collectives from %zu bytes read and write the peers' buffers directly "
+                  "(said once)",
                   comm->cfg.shm_direct_min);
-        d->announced = true;
-    }
-    direct_work(comm, d, a);
+    d->announced_cma = d->announced_cma || cma;
+    d->announced = d->announced || !cma;
+    status = direct_work(comm, d, a);
+    if (status != COLL_SUCCESS)
+        return status;
     /* the descriptors are spent: their array receives the peers' tokens */
     uint64_t token = seq;
     _Static_assert(sizeof(direct_desc_t) >= sizeof(token), "a token fits a descriptor's slot");

@@ -141,6 +141,7 @@ typedef struct colli_config {
     size_t shm_slot_size;         /* bytes of one shared-memory ring slot (header line included) */
     int shm_nslots;               /* slots per ring */
     size_t shm_direct_min;        /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes */
+    int shm_cma;                  /* COLL_SHM_CMA: 1 = single copy on malloc buffers too */
     char host_id_suffix[256];     /* test only: appended to the host identity (list: by rank) */
     char test_cuda_versions[256]; /* test only: "RUNTIME/DRIVER" (list: by rank) */
     colli_source_t src[32];       /* source of each parameter, indexed like the table */

@@ -246,10 +246,15 @@ static const param_t params[] = {
     {"COLL_SHM_NSLOTS", "8", "slots per shared-memory ring (one ring per sender and receiver)",
      parse_nslots, OFF(shm_nslots)},
     {"COLL_SHM_DIRECT_MIN", "256K",
-     "collectives of at least this many bytes per rank whose buffers come from coll_mem_alloc "
-     "on every rank of a one-host communicator read and write the peers' buffers directly (one "
-     "copy instead of two through the rings); 0 = never",
+     "collectives of at least this many bytes per rank on a one-host communicator read and write "
+     "the peers' buffers directly (one copy instead of two through the rings): buffers from "
+     "coll_mem_alloc are mapped, others reached with process_vm_readv/writev (COLL_SHM_CMA); "
+     "0 = never",
      parse_threshold, OFF(shm_direct_min)},
+    {"COLL_SHM_CMA", "1",
+     "1: the single-copy path also takes buffers not from coll_mem_alloc, reading and writing "
+     "them with process_vm_readv/writev (cross-memory attach); 0: only coll_mem_alloc buffers",
+     parse_bool, OFF(shm_cma)},
     {"COLL_HOST_ID_SUFFIX", "",
      "tests only: appended to this process's host identity, so that ranks of one machine count "
      "as different hosts; a comma-separated list is indexed by rank",
