@@ -2,8 +2,9 @@
 # bench/shm.sh: kcoll over shared memory beside Open MPI (its default shared-memory BTL, vader)
 # and MPICH (its own launcher) on this machine, with the single-core memcpy bandwidth measured in
 # the same run: issue 4's targets (64 MiB float32 sum all_reduce busbw >= 2x the better MPI and
-# >= 40% of memcpy; 8-byte all_reduce latency <= Open MPI's). kcoll runs twice: on malloc'd
-# buffers (the two-copy rings) and on coll_mem_alloc buffers (coll-perf -R 1: the single-copy path).
+# >= 40% of memcpy; 8-byte all_reduce latency <= Open MPI's). kcoll runs three times: on malloc'd
+# buffers (single copy through cross-memory attach), on malloc'd buffers with COLL_SHM_CMA=0 (the
+# two-copy rings) and on coll_mem_alloc buffers (coll-perf -R 1: single copy, mapped).
 #
 # usage: bench/shm.sh [options]
 #   --build-dir DIR    kcoll Release build and bench tools (default: build-perf)
@@ -118,6 +119,10 @@ for rep in $(seq 1 "$REPEAT"); do
             run_one "$name" env COLL_SHM_DISABLE=0 "$BUILD_DIR/tools/coll-run" -n "$n" \
                 "$BUILD_DIR/tools/coll-perf" "${BW[@]}" -d float32 -o sum -z both -c 0 &&
                 record "$OUT/$name.log" kcoll "$rep" "$n" bw-out && record "$OUT/$name.log" kcoll "$rep" "$n" bw-in
+            name=kcollring-r$rep-n$n-$t
+            run_one "$name" env COLL_SHM_DISABLE=0 COLL_SHM_CMA=0 "$BUILD_DIR/tools/coll-run" -n "$n" \
+                "$BUILD_DIR/tools/coll-perf" "${BW[@]}" -d float32 -o sum -z both -c 0 &&
+                record "$OUT/$name.log" kcollring "$rep" "$n" bw-out && record "$OUT/$name.log" kcollring "$rep" "$n" bw-in
             name=kcollreg-r$rep-n$n-$t
             run_one "$name" env COLL_SHM_DISABLE=0 "$BUILD_DIR/tools/coll-run" -n "$n" \
                 "$BUILD_DIR/tools/coll-perf" "${BW[@]}" -d float32 -o sum -z both -c 0 -R 1 &&
@@ -163,7 +168,9 @@ rows = [("all_reduce 64 MiB busbw (GB/s)", "ranks", "kcoll buffers", "kcoll shm 
 for n in ranks:
     mpis = [x for x in (best[("ompi", n, "bw-out")], best[("mpich", n, "bw-out")]) if x]
     bm = max(mpis) if mpis else None
-    for impl, bufs in (("kcoll", "malloc (rings, two copies)"), ("kcollreg", "coll_mem_alloc (single copy)")):
+    for impl, bufs in (("kcoll", "malloc (single copy, cross-memory attach)"),
+                       ("kcollring", "malloc, COLL_SHM_CMA=0 (rings, two copies)"),
+                       ("kcollreg", "coll_mem_alloc (single copy, mapped)")):
         ko, ki = best[(impl, n, "bw-out")], best[(impl, n, "bw-in")]
         r = ko / bm if ko and bm else None
         p = ko / memcpy if ko and memcpy else None
