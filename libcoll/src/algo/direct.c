@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "algo/algos.h"
+#include "transport/transport.h"
 #include "coll_kernels.h"
 
 #if defined(__x86_64__)
@@ -350,6 +351,10 @@ static coll_result_t cma_move(struct coll_comm *comm, const struct colli_direct 
             continue;
         if (k <= 0) {
             const int e = k < 0 ? errno : EFAULT;
+            /* a peer that failed first may have exited since: its abort notice says why */
+            coll_result_t notice = colli_tp_poll_notices(comm);
+            if (notice != COLL_SUCCESS)
+                return notice;
             char who[200];
             colli_member_desc(comm, q, who, sizeof(who));
             if (e == ESRCH) {
