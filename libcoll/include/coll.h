@@ -229,11 +229,12 @@ COLL_API coll_result_t coll_group_end(void);
 
 /**
  * Allocate size bytes (zeroed, page aligned) of host memory that the other ranks of this host can
- * map, like ncclMemAlloc. When every rank of a communicator whose ranks all share one host passes
- * buffers from coll_mem_alloc, collectives of at least COLL_SHM_DIRECT_MIN bytes read and write
- * the peers' buffers directly: one copy instead of two through the shared-memory rings. Any
- * buffer works with every call; other buffers simply take the ring path. Sharing needs the ranks
- * to see each other's /proc (one PID namespace, same user). Free with coll_mem_free.
+ * map, like ncclMemAlloc. On a communicator whose ranks all share one host, collectives of at
+ * least COLL_SHM_DIRECT_MIN bytes read and write the peers' buffers directly (one copy instead of
+ * two through the shared-memory rings): buffers from coll_mem_alloc are mapped, the fastest way;
+ * other buffers are reached with process_vm_readv/writev where the kernel allows it
+ * (COLL_SHM_CMA), else they take the rings. Any buffer works with every call. Sharing needs the
+ * ranks to see each other's /proc (one PID namespace, same user). Free with coll_mem_free.
  */
 COLL_API coll_result_t coll_mem_alloc(void **ptr, size_t size);
 /** Free memory from coll_mem_alloc (NULL is allowed). Peers that mapped it keep their mapping

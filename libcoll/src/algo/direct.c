@@ -90,7 +90,9 @@ struct colli_direct {
     char *stage;           /* [nranks][CMA_BLOCK] blocks read from peers (allocated on use) */
     size_t block;          /* this call's unit of work: DIRECT_BLOCK or CMA_BLOCK */
     uint64_t clock;
-    uint64_t pidns;
+    uint64_t pidns; /* this process's, with its pid and effective uid: fixed for its life */
+    int32_t pid;
+    uint32_t uid;
     uint64_t probe; /* DESC_MAGIC: what the peers read and write back to probe CMA */
     int cma;        /* CMA_*: agreed by every rank */
     bool announced, announced_cma, told_ring; /* the INFO lines, once each */
@@ -131,6 +133,8 @@ static coll_result_t direct_state(struct coll_comm *comm, struct colli_direct **
             d->src = calloc(n, sizeof(*d->src));
             d->tmp = aligned_alloc(64, CMA_BLOCK);
             d->probe = DESC_MAGIC;
+            d->pid = (int32_t)getpid();
+            d->uid = (uint32_t)geteuid();
             struct stat st;
             if (stat("/proc/self/ns/pid", &st) == 0)
                 d->pidns = (uint64_t)st.st_ino;
@@ -180,8 +184,8 @@ static void describe_self(const struct coll_comm *comm, const struct colli_direc
     memset(me, 0, sizeof(*me));
     me->magic = DESC_MAGIC;
     me->pidns = d->pidns;
-    me->uid = (uint32_t)geteuid();
-    me->pid = (int32_t)getpid();
+    me->uid = d->uid;
+    me->pid = d->pid;
     me->probe_addr = (uint64_t)(uintptr_t)&d->probe;
     bool ready = d->pidns != 0 && prctl(PR_GET_DUMPABLE) == 1 &&
                  !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
@@ -226,19 +230,25 @@ static coll_result_t exchange(struct coll_comm *comm, const colli_coll_args_t *a
     return status;
 }
 
+/* A peer's descriptor that cannot describe this call's buffer (a bug or hostile bytes). */
+static coll_result_t corrupt_desc(struct coll_comm *comm, int q, const direct_buf_t *b, size_t need)
+{
+    char who[200];
+    colli_member_desc(comm, q, who, sizeof(who));
+    return COLLI_ERR(SHM, COLL_ERR_REMOTE,
+                     "%s sent a corrupt single-copy descriptor: buffer kind %d, %llu bytes "
+                     "(offset %llu), where this call needs %zu bytes of it; the peer runs "
+                     "another kcoll build or its memory is corrupt",
+                     who, (int)b->kind, (unsigned long long)b->size, (unsigned long long)b->off,
+                     need);
+}
+
 /* Map (or find mapped) the allocation a peer described; *out points at its buffer. */
 static coll_result_t map_peer(struct coll_comm *comm, struct colli_direct *d, int q,
                               const direct_buf_t *b, size_t need, char **out)
 {
-    char who[200];
-    if (b->size == 0 || b->off > b->size || need > b->size - b->off) {
-        colli_member_desc(comm, q, who, sizeof(who));
-        return COLLI_ERR(SHM, COLL_ERR_REMOTE,
-                         "%s described a buffer of %llu bytes at offset %llu of its allocation "
-                         "of %llu bytes, where this call needs %zu bytes: corrupt descriptor",
-                         who, (unsigned long long)need, (unsigned long long)b->off,
-                         (unsigned long long)b->size, need);
-    }
+    if (b->size == 0 || b->off > b->size || need > b->size - b->off)
+        return corrupt_desc(comm, q, b, need);
     direct_map_t *m = &d->maps[(size_t)q * DIRECT_MAPS], *victim = &m[0];
     for (int i = 0; i < DIRECT_MAPS; i++) {
         if (m[i].base != NULL && m[i].id == b->id && m[i].size == b->size) {
@@ -272,6 +282,7 @@ static coll_result_t map_peer(struct coll_comm *comm, struct colli_direct *d, in
     if (fd >= 0)
         close(fd);
     if (why != NULL) {
+        char who[200];
         colli_member_desc(comm, q, who, sizeof(who));
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot map the coll_mem_alloc buffer of %s (%s %s: %s); the "
@@ -605,6 +616,8 @@ coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *
                 slot[i]->p = (char *)(i == 0 ? a->sendbuf : a->recvbuf);
             else if (b->kind == BUF_CMA && b->size >= len[i])
                 *slot[i] = (direct_ref_t){.p = (char *)(uintptr_t)b->addr, .cma = true};
+            else if (b->kind != BUF_MEMFD)
+                return corrupt_desc(comm, q, b, len[i]);
             else if ((status = map_peer(comm, d, q, b, len[i], &slot[i]->p)) != COLL_SUCCESS)
                 return status;
         }

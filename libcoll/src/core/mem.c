@@ -52,7 +52,8 @@ coll_result_t coll_mem_alloc(void **ptr, size_t size)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM,
                          "coll_mem_alloc of %zu bytes: memfd_create/ftruncate failed: %s (the "
                          "memory counts against the container's memory limit; raise it or use "
-                         "malloc'd buffers, which take the two-copy path)",
+                         "malloc'd buffers, which take the single-copy path only through "
+                         "process_vm_readv/writev or the rings)",
                          size, strerror(e));
     }
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
