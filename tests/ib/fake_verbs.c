@@ -9,9 +9,11 @@
  * completion appear together): the destination must lie inside a memory region of that process
  * with that rkey, and a receive must be posted, or the fake aborts (a real HCA would fail the
  * sender with a remote access error or retry on receiver-not-ready: either is a transport bug
- * here). Send completions are generated at post time; datagrams the receiver cannot take yet are
- * kept in order and retried. Single-threaded, as the transport uses it; a forked child gets its
- * own socket. Not a model of timing or ordering across QPs.
+ * here). Datagrams the receiver cannot take yet are kept in order and retried; a send completes
+ * (its work completion appears) only once its datagram left, as a reliable-connected send
+ * completes only once the peer acknowledged it: a sender that saw its last completion may
+ * destroy its QPs without losing data the peer has yet to read. Single-threaded, as the transport
+ * uses it; a forked child gets its own socket. Not a model of timing or ordering across QPs.
  *
  * Errors on request: FAKE_VERBS_INJECT (read when the device is opened) makes this process's
  * HCA fail once it posted N RDMA writes:
@@ -63,7 +65,10 @@ typedef struct pkt {
 typedef struct backlog {
     struct backlog *next;
     size_t size;
-    pkt_t p; /* payload follows */
+    int signaled;     /* a work completion is due once it left */
+    uint64_t wr_id;   /* of that completion */
+    uint32_t src_qpn; /* the sending QP (looked up again: it may be gone by then) */
+    pkt_t p;          /* payload follows */
 } backlog_t;
 
 static struct {
@@ -188,7 +193,16 @@ static void flush_backlog(void)
         fv.bl_head = b->next;
         if (fv.bl_head == NULL)
             fv.bl_tail = NULL;
-        free(b); /* a vanished peer (ECONNREFUSED): dropped, as a dead peer's HCA would */
+        /* sent, or its peer vanished (ECONNREFUSED: dropped, as a dead peer's HCA would) */
+        fqp_t *q = b->signaled ? qp_find(b->src_qpn) : NULL;
+        if (q != NULL) {
+            struct ibv_wc wc = {.wr_id = b->wr_id,
+                                .status = IBV_WC_SUCCESS,
+                                .opcode = b->p.op == 0 ? IBV_WC_RDMA_WRITE : IBV_WC_SEND,
+                                .qp_num = q->qp.qp_num};
+            cq_push((fcq_t *)(void *)q->qp.send_cq, &wc);
+        }
+        free(b);
     }
 }
 
@@ -220,6 +234,12 @@ static int fv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 
 static int fv_req_notify_cq(struct ibv_cq *cq, int solicited)
 {
+    /* Unsent datagrams complete only as this process sends them: with a backlog there is no
+     * event to sleep for (nothing else would wake the caller), so arming fails and the caller
+     * polls again. */
+    flush_backlog();
+    if (fv.bl_head != NULL)
+        return EAGAIN;
     ((fcq_t *)(void *)cq)->armed = 1;
     return 0;
 }
@@ -279,6 +299,9 @@ static int fv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
         }
         b->next = NULL;
         b->size = sizeof(pkt_t) + len;
+        b->signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0;
+        b->wr_id = wr->wr_id;
+        b->src_qpn = qp->qp_num;
         b->p = (pkt_t){.dpid = q->dpid,
                        .dqpn = q->dqpn,
                        .op = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? 0 : 1,
@@ -296,13 +319,6 @@ static int fv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
         else
             fv.bl_head = b;
         fv.bl_tail = b;
-        if (wr->send_flags & IBV_SEND_SIGNALED) {
-            struct ibv_wc wc = {.wr_id = wr->wr_id,
-                                .status = IBV_WC_SUCCESS,
-                                .opcode = b->p.op == 0 ? IBV_WC_RDMA_WRITE : IBV_WC_SEND,
-                                .qp_num = qp->qp_num};
-            cq_push((fcq_t *)(void *)qp->send_cq, &wc);
-        }
     }
     flush_backlog();
     return 0;
