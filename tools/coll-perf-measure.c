@@ -66,29 +66,30 @@ static void run_once(struct ctx *c, enum kind k, const struct shape *s, coll_dat
                      coll_op_t op, const void *send, void *recv)
 {
     int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+    void *st = c->stream;
     switch (k) {
     case K_ALL_REDUCE:
-        CHECK(c, coll_all_reduce(send, recv, s->count, dt, op, c->comm, NULL));
+        CHECK(c, coll_all_reduce(send, recv, s->count, dt, op, c->comm, st));
         break;
     case K_ALL_GATHER:
-        CHECK(c, coll_all_gather(send, recv, s->count, dt, c->comm, NULL));
+        CHECK(c, coll_all_gather(send, recv, s->count, dt, c->comm, st));
         break;
     case K_REDUCE_SCATTER:
-        CHECK(c, coll_reduce_scatter(send, recv, s->count, dt, op, c->comm, NULL));
+        CHECK(c, coll_reduce_scatter(send, recv, s->count, dt, op, c->comm, st));
         break;
     case K_BROADCAST:
-        CHECK(c, coll_broadcast(send, recv, s->count, dt, c->o->root, c->comm, NULL));
+        CHECK(c, coll_broadcast(send, recv, s->count, dt, c->o->root, c->comm, st));
         break;
     case K_REDUCE:
-        CHECK(c, coll_reduce(send, recv, s->count, dt, op, c->o->root, c->comm, NULL));
+        CHECK(c, coll_reduce(send, recv, s->count, dt, op, c->o->root, c->comm, st));
         break;
     case K_ALL_TO_ALL:
-        CHECK(c, coll_all_to_all(send, recv, s->count, dt, c->comm, NULL));
+        CHECK(c, coll_all_to_all(send, recv, s->count, dt, c->comm, st));
         break;
     default:
         CHECK(c, coll_group_start());
-        CHECK(c, coll_send(send, s->count, dt, next, c->comm, NULL));
-        CHECK(c, coll_recv(recv, s->count, dt, prev, c->comm, NULL));
+        CHECK(c, coll_send(send, s->count, dt, next, c->comm, st));
+        CHECK(c, coll_recv(recv, s->count, dt, prev, c->comm, st));
         CHECK(c, coll_group_end());
         break;
     }
@@ -100,19 +101,26 @@ void perf_measure(struct ctx *c, enum kind k, const struct shape *s, coll_dataty
     struct pattern pt;
     void *send, *recv;
     perf_prepare(c, k, s, dt, op, inplace, &pt, &send, &recv);
+    const size_t ts = perf_dt_sizes[dt];
+    const size_t rbytes = (s->send_elems > s->recv_elems ? s->send_elems : s->recv_elems) * ts;
+    perf_device_upload(c, inplace ? 0 : s->send_elems * ts, rbytes);
+    void *dsend = perf_device_ptr(c, send), *drecv = perf_device_ptr(c, recv);
     barrier(c);
     int64_t wrong = -1;
-    run_once(c, k, s, dt, op, send, recv);
+    run_once(c, k, s, dt, op, dsend, drecv);
     if (c->o->check) {
+        perf_device_download(c, rbytes);
         int64_t mine = perf_verify(c, k, s, dt, &pt, recv);
         CHECK(c, coll_all_reduce(&mine, &wrong, 1, COLL_INT64, COLL_SUM, c->comm, NULL));
     }
     for (int i = 0; i < c->o->warmup; i++)
-        run_once(c, k, s, dt, op, send, recv);
+        run_once(c, k, s, dt, op, dsend, drecv);
+    perf_device_sync(c);
     barrier(c);
     double t0 = now_s();
     for (int i = 0; i < c->o->iters; i++)
-        run_once(c, k, s, dt, op, send, recv);
+        run_once(c, k, s, dt, op, dsend, drecv);
+    perf_device_sync(c);
     double mine = (now_s() - t0) / (c->o->iters > 0 ? c->o->iters : 1), worst = 0;
     CHECK(c, coll_all_reduce(&mine, &worst, 1, COLL_FLOAT64, COLL_MAX, c->comm, NULL));
     res->time_us = worst * 1e6;

@@ -110,6 +110,8 @@ static void usage(FILE *f, const char *prog)
         "  -c, --check 0|1         check every result exactly (default 1), as nccl-tests' -c\n"
         "  -R, --registered 0|1    1: buffers from coll_mem_alloc, which ranks of one host\n"
         "                          read and write directly (as nccl-tests' -R); default 0\n"
+        "      --device host|cuda  cuda: buffers in GPU memory, calls on a CUDA stream (the GPU\n"
+        "                          plugin libcoll_cuda.so.0 or COLL_CUDA_PLUGIN); default host\n"
         "      --json FILE         also write the rows as JSON to FILE ('-': stdout, no table)\n"
         "  -h, --help\n"
         "The communicator comes from COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS (coll-run sets\n"
@@ -136,6 +138,7 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                                              {"placement", required_argument, NULL, 'z'},
                                              {"check", required_argument, NULL, 'c'},
                                              {"registered", required_argument, NULL, 'R'},
+                                             {"device", required_argument, NULL, 'D'},
                                              {"json", required_argument, NULL, 'J'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -211,6 +214,10 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
         case 'R':
             bad = strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0;
             o->registered = strcmp(optarg, "1") == 0;
+            break;
+        case 'D':
+            bad = strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0;
+            o->device = strcmp(optarg, "cuda") == 0;
             break;
         case 'J':
             o->json = optarg;

@@ -93,7 +93,9 @@ static void print_header(struct ctx *c, int argc, char **argv)
                c->o->stepbytes ? (double)c->o->stepbytes : c->o->stepfactor,
                c->o->stepbytes ? "bytes" : "factor", c->o->warmup, c->o->iters, c->o->check,
                c->o->do_out && c->o->do_in ? "both" : (c->o->do_out ? "out" : "in"),
-               c->o->registered ? "coll_mem_alloc" : "malloc");
+               c->o->device       ? "GPU memory (--device cuda)"
+               : c->o->registered ? "coll_mem_alloc"
+                                  : "malloc");
         for (char **e = environ; *e != NULL; e++) {
             if (strncmp(*e, "COLL_", 5) != 0)
                 continue;
@@ -154,6 +156,9 @@ int main(int argc, char **argv)
         perf_fatal(&c, "root %d is not a rank of %d", o.root, c.nranks);
 
     size_t alloc = o.maxbytes + 64;
+    c.alloc = alloc;
+    if (o.device)
+        perf_device_open(&c, alloc);
     if (o.registered) {
         void *sb = NULL, *rb = NULL;
         CHECK(&c, coll_mem_alloc(&sb, alloc));
@@ -264,5 +269,6 @@ int main(int argc, char **argv)
     }
     c.fatal_comm = NULL;
     CHECK(&c, coll_comm_destroy(c.comm));
+    perf_device_close(&c);
     return total_wrong > 0 ? 1 : 0;
 }

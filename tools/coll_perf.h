@@ -46,6 +46,7 @@ struct opts {
     int do_out, do_in;
     int check;
     int registered; /* -R 1: buffers from coll_mem_alloc (the single-copy path on one host) */
+    int device;     /* --device cuda: buffers in GPU memory (coll-perf-device.c) */
     const char *json;
 };
 
@@ -76,7 +77,12 @@ struct ctx {
     int rank, nranks;
     const struct opts *o;
     unsigned char *sbuf, *rbuf; /* out-of-place buffers; in place uses rbuf alone */
-    const char *agent_socket;   /* non-NULL: the communicator came from coll_comm_init_agent */
+    size_t alloc;               /* bytes of each */
+    /* --device cuda: the GPU plugin, device copies of sbuf and rbuf, the stream of the calls */
+    const struct colli_gpu_ops *gpu;
+    unsigned char *dsbuf, *drbuf;
+    void *stream;
+    const char *agent_socket; /* non-NULL: the communicator came from coll_comm_init_agent */
     /* The communicator is kept here only so that a fatal error can abort it, which tells the
      * other ranks at once instead of leaving them to time out; rank -1 until it is known. */
     coll_comm_t fatal_comm;
@@ -103,6 +109,14 @@ void perf_prepare(struct ctx *c, enum kind k, const struct shape *s, coll_dataty
                   coll_op_t op, int inplace, struct pattern *pt, void **send, void **recv);
 int64_t perf_verify(struct ctx *c, enum kind k, const struct shape *s, coll_datatype_t dt,
                     struct pattern *pt, const void *recv);
+
+/* coll-perf-device.c: a no-op (host pointers, NULL stream) without --device cuda */
+void perf_device_open(struct ctx *c, size_t alloc);
+void perf_device_close(struct ctx *c);
+void *perf_device_ptr(struct ctx *c, const void *p);
+void perf_device_upload(struct ctx *c, size_t sbytes, size_t rbytes);
+void perf_device_download(struct ctx *c, size_t rbytes);
+void perf_device_sync(struct ctx *c);
 
 /* coll-perf-measure.c */
 struct shape perf_shape_of(enum kind k, size_t bytes, size_t ts, int nranks);

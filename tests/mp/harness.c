@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -12,6 +13,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "gpu_plugin.h"
 
 int mp_rank = -1;
 long mp_passed;
@@ -222,10 +225,38 @@ static unsigned char guard_byte(size_t i)
     return (unsigned char)(0xA5 ^ (i * 29));
 }
 
+static const colli_gpu_ops_t *fake_gpu(void)
+{
+    const char *mem = getenv("MP_MEM"), *lib = getenv("COLL_CUDA_PLUGIN");
+    if (mem == NULL || strcmp(mem, "fakegpu") != 0)
+        return NULL;
+    void *h = lib != NULL ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+    colli_gpu_plugin_fn fn = NULL;
+    if (h != NULL)
+        *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
+    if (fn == NULL) {
+        mp_fail("MP_MEM=fakegpu needs COLL_CUDA_PLUGIN naming the fake GPU plugin (%s)",
+                lib ? dlerror() : "unset");
+        abort();
+    }
+    return fn();
+}
+
+void mp_dev_sync(void)
+{
+    const colli_gpu_ops_t *o = fake_gpu();
+    if (o != NULL && o->stream_sync(NULL) != 0) {
+        mp_fail("stream_sync of the default stream failed");
+        abort();
+    }
+}
+
 void *mp_buf_alloc(mp_buf_t *b, size_t bytes, int fill)
 {
     b->bytes = bytes;
     const char *mem = getenv("MP_MEM");
+    const colli_gpu_ops_t *gpu = fake_gpu();
+    b->device = gpu != NULL;
     b->shared = mem != NULL &&
                 (strcmp(mem, "coll") == 0 || (strcmp(mem, "coll-odd") == 0 && mp_rank % 2 == 1));
     if (b->shared) {
@@ -236,6 +267,9 @@ void *mp_buf_alloc(mp_buf_t *b, size_t bytes, int fill)
             abort();
         }
         b->base = p;
+    } else if (gpu != NULL) {
+        void *p = NULL;
+        b->base = gpu->dev_alloc(&p, bytes + 2 * MP_GUARD_BYTES) == 0 ? p : NULL;
     } else {
         b->base = malloc(bytes + 2 * MP_GUARD_BYTES);
     }
@@ -275,6 +309,9 @@ void mp_buf_free(mp_buf_t *b)
     if (b->shared) {
         if (coll_mem_free(b->base) != COLL_SUCCESS)
             mp_fail("coll_mem_free: %s", coll_get_last_error());
+    } else if (b->device) {
+        if (fake_gpu()->dev_free(b->base) != 0)
+            mp_fail("dev_free of the fake GPU failed");
     } else {
         free(b->base);
     }

@@ -118,11 +118,16 @@ typedef struct mp_buf {
     unsigned char *p;    /* user area */
     size_t bytes;
     int shared; /* base came from coll_mem_alloc (MP_MEM, see mp_buf_alloc) */
+    int device; /* base came from the GPU plugin (MP_MEM=fakegpu) */
 } mp_buf_t;
 /* Allocate bytes (may be 0) with guards; the user area is filled with `fill`. With MP_MEM=coll
  * the allocation comes from coll_mem_alloc (the single-copy path); MP_MEM=coll-odd: on odd
  * ranks only, so that some ranks' buffers cannot be shared. */
 void *mp_buf_alloc(mp_buf_t *b, size_t bytes, int fill);
+/* MP_MEM=fakegpu: buffers are device memory of the fake GPU plugin that COLL_CUDA_PLUGIN names
+ * (host-accessible, so the checks read them directly); calls on them run on the default stream,
+ * and mp_dev_sync waits for it before a result is checked. A no-op otherwise. */
+void mp_dev_sync(void);
 /* 1 when both guards are intact (prints the first damaged byte otherwise). */
 int mp_buf_guards_ok(const mp_buf_t *b, const char *what);
 void mp_buf_free(mp_buf_t *b);

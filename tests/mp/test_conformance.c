@@ -74,6 +74,11 @@ static int large_selected(kind_t k, coll_datatype_t dt, coll_op_t op)
  */
 static int check_call(const ccase_t *c, coll_comm_t comm, coll_result_t rc)
 {
+    mp_dev_sync(); /* device buffers: the call ran on the stream */
+    coll_result_t late = COLL_SUCCESS;
+    if (rc == COLL_SUCCESS && coll_comm_get_async_error(comm, &late) == COLL_SUCCESS &&
+        late != COLL_SUCCESS)
+        rc = late; /* failed on the stream, after the call returned */
     if (rc == COLL_SUCCESS)
         return 1;
     mp_fail("%s: returned %s (%d); last error: \"%s\"", c->desc, mp_result_name(rc), (int)rc,

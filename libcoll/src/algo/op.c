@@ -431,6 +431,9 @@ static coll_result_t run_loop(colli_op_t *op)
          * shorter than a clock read. Yield now and then even with a core per rank: the peer
          * we wait for may have been placed on this core. */
         ++idle_passes;
+        if (__atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE))
+            return COLLI_ERR(COLL, COLL_ERR_ABORTED,
+                             "%s: coll_comm_abort was called while it was in progress", op->what);
         if (comm->oversubscribed || (idle_passes & 255) == 0)
             sched_yield();
         else if ((idle_passes & 7) != 0)

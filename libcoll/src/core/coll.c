@@ -36,6 +36,8 @@ typedef struct {
     coll_comm_t handle;
     colli_coll_args_t a;
     int peer;
+    int device;   /* the GPU of its buffers, -1 for host buffers */
+    void *stream; /* device buffers: the caller's stream */
 } group_item_t;
 
 /* Group calls are per thread, as the API requires. */
@@ -112,13 +114,21 @@ static coll_result_t run_collective_on(struct coll_comm *comm, const colli_coll_
     return op_end(comm, &op, status);
 }
 
-static coll_result_t run_collective(coll_comm_t handle, const colli_coll_args_t *a)
+static coll_result_t dev_collective(struct coll_comm *comm, const colli_coll_args_t *a, int device,
+                                    void *stream);
+
+/* A collective queued in a group. */
+static coll_result_t run_collective(const group_item_t *it)
 {
     struct coll_comm *comm;
-    coll_result_t status = colli_comm_lookup(handle, &comm);
+    coll_result_t status = colli_comm_lookup(it->handle, &comm);
     if (status != COLL_SUCCESS)
         return status;
-    return run_collective_on(comm, a);
+    if (it->device >= 0)
+        return dev_collective(comm, &it->a, it->device, it->stream);
+    if ((status = colli_dev_drain(comm, colli_coll_name(it->a.coll))) != COLL_SUCCESS)
+        return status;
+    return run_collective_on(comm, &it->a);
 }
 
 static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
@@ -128,9 +138,54 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
 }
 
 /* Check everything that does not need the network; name the offending argument. */
+/* Bytes of sendbuf and recvbuf a collective of n ranks reads and writes. */
+static void call_lengths(const colli_coll_args_t *a, int n, size_t *slen, size_t *rlen)
+{
+    const size_t bytes = a->count * coll_datatype_size(a->dt);
+    *slen = *rlen = bytes;
+    if (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_ALL_TO_ALL)
+        *rlen *= (size_t)n;
+    if (a->coll == COLLI_COLL_REDUCE_SCATTER || a->coll == COLLI_COLL_ALL_TO_ALL)
+        *slen *= (size_t)n;
+}
+
+/* Device or host buffers? *device: the GPU of the call's buffers, -1 for host buffers. Both
+ * buffers a call uses are of one kind (and one GPU); a stream orders device buffers only. */
+static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const void *sendbuf,
+                                  bool send_used, const void *recvbuf, bool recv_used,
+                                  coll_stream_t stream, int *device)
+{
+    int ds = -1, dr = -1;
+    bool s_dev = send_used && colli_dev_ptr(comm, sendbuf, &ds);
+    bool r_dev = recv_used && colli_dev_ptr(comm, recvbuf, &dr);
+    *device = s_dev ? ds : r_dev ? dr : -1;
+    if ((s_dev || r_dev) && send_used && recv_used && (s_dev != r_dev || ds != dr)) {
+        char sk[32], rk[32];
+        snprintf(sk, sizeof(sk), s_dev ? "memory of GPU %d" : "host memory", ds);
+        snprintf(rk, sizeof(rk), r_dev ? "memory of GPU %d" : "host memory", dr);
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
+                         "%s: sendbuf %p is %s but recvbuf %p is %s: one call takes device "
+                         "buffers of one GPU or host buffers, not a mix (copy one of them)",
+                         fn, sendbuf, sk, recvbuf, rk);
+    }
+    if (*device < 0 && stream != NULL)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "%s: stream is not NULL, but the buffers are host memory; pass NULL as "
+                         "the stream for host buffers (streams order device buffers only)",
+                         fn);
+    coll_result_t status = COLL_SUCCESS;
+    if (*device < 0 && comm->cu_ptr_attr != NULL) {
+        if (send_used && (status = colli_check_host_buffer(comm, fn, "sendbuf", sendbuf)))
+            return status;
+        if (recv_used && (status = colli_check_host_buffer(comm, fn, "recvbuf", recvbuf)))
+            return status;
+    }
+    return COLL_SUCCESS;
+}
+
 static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_coll_args_t *a,
                                 coll_stream_t stream, bool reduces, bool rooted,
-                                struct coll_comm **comm_out)
+                                struct coll_comm **comm_out, int *device)
 {
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
@@ -138,6 +193,7 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
         return status;
     int n = comm->nranks, r = comm->rank;
     *comm_out = comm;
+    *device = -1;
     if ((int)a->dt < 0 || a->dt >= COLL_NUM_DATATYPES)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: datatype %d is not a coll_datatype_t (0..%d)", fn, (int)a->dt,
@@ -148,11 +204,11 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
     if (rooted && (a->root < 0 || a->root >= n))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: root %d is out of range [0, %d)", fn,
                          a->root, n);
-    if (stream != NULL)
-        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "%s: stream is not NULL, but the buffers are host memory; pass NULL as "
-                         "the stream for host buffers (streams order device buffers only)",
-                         fn);
+    bool send_used = !(a->coll == COLLI_COLL_BROADCAST && r != a->root);
+    bool recv_used = !(a->coll == COLLI_COLL_REDUCE && r != a->root);
+    if ((status = check_memory(fn, comm, a->sendbuf, send_used, a->recvbuf, recv_used, stream,
+                               device)) != COLL_SUCCESS)
+        return status;
     size_t e = coll_datatype_size(a->dt);
     size_t mult = (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_REDUCE_SCATTER ||
                    a->coll == COLLI_COLL_ALL_TO_ALL)
@@ -164,37 +220,24 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
                          coll_datatype_name(a->dt));
     if (a->count == 0)
         return COLL_SUCCESS;
-    bool send_used = !(a->coll == COLLI_COLL_BROADCAST && r != a->root);
-    bool recv_used = !(a->coll == COLLI_COLL_REDUCE && r != a->root);
     if (send_used && a->sendbuf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL with count %zu", fn,
                          a->count);
     if (recv_used && a->recvbuf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL with count %zu", fn,
                          a->count);
-    if (comm->cu_ptr_attr != NULL) {
-        if (send_used && (status = colli_check_host_buffer(comm, fn, "sendbuf", a->sendbuf)))
-            return status;
-        if (recv_used && (status = colli_check_host_buffer(comm, fn, "recvbuf", a->recvbuf)))
-            return status;
-    }
     if (!send_used || !recv_used)
         return COLL_SUCCESS;
-    size_t slen = a->count * e, rlen = a->count * e;
+    size_t slen, rlen;
+    call_lengths(a, n, &slen, &rlen);
     const char *inplace_at = a->recvbuf;
     if (a->coll == COLLI_COLL_ALL_GATHER) {
-        rlen *= (size_t)n;
         inplace_at = (const char *)a->recvbuf + (size_t)r * slen;
     } else if (a->coll == COLLI_COLL_REDUCE_SCATTER) {
-        slen *= (size_t)n;
-        inplace_at = (const char *)a->recvbuf - (size_t)r * rlen;
         if (overlaps(a->sendbuf, slen, a->recvbuf, rlen) &&
             (const char *)a->sendbuf + (size_t)r * rlen != (const char *)a->recvbuf)
             goto partial;
         return COLL_SUCCESS;
-    } else if (a->coll == COLLI_COLL_ALL_TO_ALL) {
-        slen *= (size_t)n;
-        rlen *= (size_t)n;
     }
     if (overlaps(a->sendbuf, slen, a->recvbuf, rlen) && a->sendbuf != inplace_at &&
         !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf))
@@ -208,7 +251,8 @@ partial:
                      fn, a->sendbuf, a->recvbuf);
 }
 
-static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args_t *a, int peer)
+static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args_t *a, int peer,
+                             int device, void *stream)
 {
     if (group.n == group.cap) {
         int cap = group.cap ? group.cap * 2 : 16;
@@ -218,19 +262,148 @@ static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args
         group.items = n;
         group.cap = cap;
     }
-    group.items[group.n++] = (group_item_t){.kind = kind, .handle = handle, .a = *a, .peer = peer};
+    group.items[group.n++] = (group_item_t){
+        .kind = kind, .handle = handle, .a = *a, .peer = peer, .device = device, .stream = stream};
     return COLL_SUCCESS;
+}
+
+/* ---- device buffers: staged through pinned host memory by the progress thread (device.c) ---- */
+
+#define STAGE_ALIGN 64
+
+static coll_result_t run_staged_collective(struct coll_comm *comm, void *ctx)
+{
+    return run_collective_on(comm, ctx);
+}
+
+/* A collective on device buffers: the host-buffer call it runs on staging, queued. Buffers that
+ * overlap (the in-place layouts) share one staging range, so the call stays in place. */
+static coll_result_t dev_collective(struct coll_comm *comm, const colli_coll_args_t *a, int device,
+                                    void *stream)
+{
+    const int r = comm->rank;
+    const bool send_used = a->count > 0 && !(a->coll == COLLI_COLL_BROADCAST && r != a->root);
+    const bool recv_used = a->count > 0 && !(a->coll == COLLI_COLL_REDUCE && r != a->root);
+    size_t slen, rlen;
+    call_lengths(a, comm->nranks, &slen, &rlen);
+    colli_dev_region_t reg[2] = {{.dev = a->sendbuf, .bytes = send_used ? slen : 0, .in = true},
+                                 {.dev = a->recvbuf, .bytes = recv_used ? rlen : 0, .out = true}};
+    size_t total = 0;
+    if (send_used && recv_used && overlaps(a->sendbuf, slen, a->recvbuf, rlen)) {
+        uintptr_t s0 = (uintptr_t)a->sendbuf, r0 = (uintptr_t)a->recvbuf;
+        uintptr_t lo = s0 < r0 ? s0 : r0, hi = s0 + slen > r0 + rlen ? s0 + slen : r0 + rlen;
+        reg[0].off = s0 - lo;
+        reg[1].off = r0 - lo;
+        total = hi - lo;
+    } else {
+        reg[1].off = (reg[0].bytes + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+        total = reg[1].off + reg[1].bytes;
+    }
+    char *base = NULL;
+    coll_result_t status = colli_dev_staging(comm, total, &base);
+    if (status != COLL_SUCCESS)
+        return status;
+    colli_coll_args_t h = *a;
+    h.sendbuf = send_used ? base + reg[0].off : NULL;
+    h.recvbuf = recv_used ? base + reg[1].off : NULL;
+    return colli_dev_submit(comm, colli_coll_name(a->coll), device, stream, reg, 2,
+                            run_staged_collective, &h, sizeof(h));
+}
+
+typedef struct {
+    coll_comm_t handle;
+    int n;
+    group_item_t items[];
+} staged_p2p_t;
+
+static coll_result_t run_p2p_on(struct coll_comm *comm, coll_comm_t handle,
+                                const group_item_t *items, int n);
+
+static coll_result_t run_staged_p2p(struct coll_comm *comm, void *ctx)
+{
+    const staged_p2p_t *p = ctx;
+    return run_p2p_on(comm, p->handle, p->items, p->n);
+}
+
+/* The sends and receives of one communicator in a group (or one alone) on device buffers: one
+ * queued job; every item has its own staging range. */
+static coll_result_t dev_p2p(struct coll_comm *comm, coll_comm_t handle, const group_item_t *items,
+                             int n)
+{
+    int device = -1, mine = 0;
+    void *stream = NULL;
+    for (int i = 0; i < n; i++) {
+        const group_item_t *it = &items[i];
+        if (it->handle != handle || it->kind == ITEM_COLL)
+            continue;
+        if (mine++ == 0) {
+            device = it->device;
+            stream = it->stream;
+        } else if (it->device != device || it->stream != stream) {
+            return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                             "sends and receives of one communicator in a group mix host and "
+                             "device buffers, GPUs or streams (buffers on %s %d and %s %d, "
+                             "streams %p and %p): give them one kind of memory and one stream",
+                             device < 0 ? "host" : "GPU", device, it->device < 0 ? "host" : "GPU",
+                             it->device, stream, it->stream);
+        }
+    }
+    size_t ctx_size = sizeof(staged_p2p_t) + (size_t)mine * sizeof(group_item_t);
+    staged_p2p_t *ctx = malloc(ctx_size);
+    colli_dev_region_t *reg = calloc((size_t)mine + 1, sizeof(*reg));
+    coll_result_t status = COLL_SUCCESS;
+    if (ctx == NULL || reg == NULL) {
+        status = COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing send/recv");
+        goto out;
+    }
+    ctx->handle = handle;
+    ctx->n = mine;
+    size_t total = 0;
+    for (int i = 0, k = 0; i < n; i++) {
+        const group_item_t *it = &items[i];
+        if (it->handle != handle || it->kind == ITEM_COLL)
+            continue;
+        bool send = it->kind == ITEM_SEND;
+        reg[k] = (colli_dev_region_t){.dev = send ? it->a.sendbuf : it->a.recvbuf,
+                                      .bytes = it->a.count * coll_datatype_size(it->a.dt),
+                                      .off = total,
+                                      .in = send,
+                                      .out = !send};
+        total += (reg[k].bytes + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+        ctx->items[k++] = *it;
+    }
+    char *base = NULL;
+    if ((status = colli_dev_staging(comm, total, &base)) != COLL_SUCCESS)
+        goto out;
+    for (int k = 0; k < mine; k++) {
+        colli_coll_args_t *h = &ctx->items[k].a;
+        if (ctx->items[k].kind == ITEM_SEND)
+            h->sendbuf = base + reg[k].off;
+        else
+            h->recvbuf = base + reg[k].off;
+    }
+    status = colli_dev_submit(comm, "send/recv", device, stream, reg, mine, run_staged_p2p, ctx,
+                              ctx_size);
+out:
+    free(ctx);
+    free(reg);
+    return status;
 }
 
 static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll_comm_t comm,
                                 coll_stream_t stream, bool reduces, bool rooted)
 {
     struct coll_comm *c;
-    coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &c);
+    int device = -1;
+    coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &c, &device);
     if (status != COLL_SUCCESS)
         return status;
     if (group.depth > 0)
-        return enqueue(ITEM_COLL, comm, a, -1);
+        return enqueue(ITEM_COLL, comm, a, -1, device, stream);
+    if (device >= 0)
+        return dev_collective(c, a, device, stream);
+    if ((status = colli_dev_drain(c, fn)) != COLL_SUCCESS)
+        return status;
     return run_collective_on(c, a);
 }
 
@@ -299,11 +472,9 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
     if (peer < 0 || peer >= comm->nranks)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: peer %d is out of range [0, %d)", fn,
                          peer, comm->nranks);
-    if (stream != NULL)
-        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "%s: stream is not NULL, but the buffer is host memory; pass NULL as the "
-                         "stream for host buffers",
-                         fn);
+    int device = -1;
+    if ((status = check_memory(fn, comm, buf, true, buf, true, stream, &device)) != COLL_SUCCESS)
+        return status;
     if (count > (SIZE_MAX >> 1) / coll_datatype_size(dt))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: count %zu of %s overflows the addressable size", fn, count,
@@ -311,8 +482,6 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
     if (count > 0 && buf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: buffer is NULL with count %zu", fn,
                          count);
-    if (count > 0 && (status = colli_check_host_buffer(comm, fn, "buffer", buf)) != COLL_SUCCESS)
-        return status;
     colli_coll_args_t a = {COLLI_COLL_SEND_RECV,
                            kind == ITEM_SEND ? buf : NULL,
                            kind == ITEM_RECV ? buf : NULL,
@@ -321,13 +490,16 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
                            COLL_SUM,
                            -1};
     if (group.depth > 0)
-        return enqueue(kind, handle, &a, peer);
+        return enqueue(kind, handle, &a, peer, device, stream);
     if (peer == comm->rank)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
                          "%s to itself (rank %d) outside a group would never complete; put the "
                          "send and the matching recv inside coll_group_start/coll_group_end",
                          fn, peer);
-    group_item_t it = {.kind = kind, .handle = handle, .a = a, .peer = peer};
+    group_item_t it = {
+        .kind = kind, .handle = handle, .a = a, .peer = peer, .device = device, .stream = stream};
+    if (device >= 0)
+        return dev_p2p(comm, handle, &it, 1);
     return run_p2p(handle, &it, 1);
 }
 
@@ -351,7 +523,18 @@ static coll_result_t run_p2p(coll_comm_t handle, const group_item_t *items, int 
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)
         return status;
-    status = op_begin(comm);
+    for (int i = 0; i < n; i++)
+        if (items[i].handle == handle && items[i].kind != ITEM_COLL && items[i].device >= 0)
+            return dev_p2p(comm, handle, items, n);
+    if ((status = colli_dev_drain(comm, "send/recv")) != COLL_SUCCESS)
+        return status;
+    return run_p2p_on(comm, handle, items, n);
+}
+
+static coll_result_t run_p2p_on(struct coll_comm *comm, coll_comm_t handle,
+                                const group_item_t *items, int n)
+{
+    coll_result_t status = op_begin(comm);
     if (status != COLL_SUCCESS)
         return status;
     colli_op_t op;
@@ -433,7 +616,7 @@ coll_result_t coll_group_end(void)
      * concurrent operation. */
     for (int i = 0; i < group.n && status == COLL_SUCCESS; i++)
         if (group.items[i].kind == ITEM_COLL)
-            status = run_collective(group.items[i].handle, &group.items[i].a);
+            status = run_collective(&group.items[i]);
     for (int i = 0; i < group.n && status == COLL_SUCCESS; i++) {
         if (group.items[i].kind == ITEM_COLL)
             continue;

@@ -137,6 +137,8 @@ typedef struct colli_config {
     int ib_nqps;                  /* COLL_IB_NQPS: reliable-connected QPs per peer */
     int ib_timeout;               /* COLL_IB_TIMEOUT: QP ack timeout exponent (4.096 us x 2^n) */
     char ib_lib[256];             /* COLL_TEST_IB_VERBS_LIB: tests only, the verbs library */
+    char cuda_plugin[256];        /* COLL_CUDA_PLUGIN: the GPU plugin ("" = default) */
+    int test_dev_fail_copy;       /* tests only: this staging copy fails (0 = none) */
     int shm_disable;              /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
     size_t shm_slot_size;         /* bytes of one shared-memory ring slot (header line included) */
     int shm_nslots;               /* slots per ring */
@@ -269,7 +271,43 @@ struct coll_comm {
      * with a clear error (cuda_ptr.c). */
     void *cuda_lib;
     int (*cu_ptr_attr)(void *data, int attribute, unsigned long long ptr);
+    /* The device-buffer path (device.c): the GPU plugin, the queue of calls on device buffers
+     * and the progress thread that runs them; NULL without a plugin. */
+    struct colli_dev *dev;
+    int abort_req; /* coll_comm_abort: the op in progress on another thread stops (atomic) */
 };
+
+/* ---- device buffers (device.c) ---- */
+
+/* Load the GPU plugin when the process uses CUDA (or COLL_CUDA_PLUGIN names one). An error only
+ * when COLL_CUDA_PLUGIN names a plugin that cannot be used. */
+coll_result_t colli_dev_init(struct coll_comm *comm);
+/* Finish or fail every queued call (abort: fail them), stop the progress thread, free all. */
+void colli_dev_fini(struct coll_comm *comm, bool abort);
+/* Is p device memory? *device gets its ordinal. false without a plugin. */
+bool colli_dev_ptr(const struct coll_comm *comm, const void *p, int *device);
+/* Wait until the device calls queued so far have finished (a host-buffer call comes next). */
+coll_result_t colli_dev_drain(struct coll_comm *comm, const char *fn);
+
+/* One buffer of a device call: its device range, where it lies in the call's staging, and
+ * whether it is read (copied to the host before) or written (copied back after). */
+typedef struct colli_dev_region {
+    const void *dev;
+    size_t bytes;
+    size_t off;
+    bool in, out;
+} colli_dev_region_t;
+
+/* What the progress thread runs once the inputs are staged: a host-buffer call on staging. */
+typedef coll_result_t (*colli_dev_run_fn)(struct coll_comm *comm, void *ctx);
+
+/* Pinned staging of at least bytes for the next call (grow-only; valid for that call). */
+coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base);
+/* Queue a call on device buffers, ordered on stream; returns without waiting for it. ctx (run's
+ * argument, ctx_size bytes) is copied; regions lie in the staging from colli_dev_staging. */
+coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
+                               const colli_dev_region_t *regions, int nregions,
+                               colli_dev_run_fn run, const void *ctx, size_t ctx_size);
 
 void colli_cuda_ptr_init(struct coll_comm *comm);
 void colli_cuda_ptr_fini(struct coll_comm *comm);

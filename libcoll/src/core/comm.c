@@ -126,8 +126,9 @@ void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg
 {
     if (comm->async_error != COLL_SUCCESS)
         return;
-    comm->async_error = code;
     snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg);
+    /* read by the caller's thread while the device progress thread fails the communicator */
+    __atomic_store_n(&comm->async_error, code, __ATOMIC_RELEASE);
     /* One summary line a user can paste into an issue. */
     coll_warn(COLL, "communicator failed on rank %d of %d: %s", comm->rank, comm->nranks, msg);
     colli_tp_notify_abort(comm, msg);
@@ -136,6 +137,7 @@ void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg
 
 static void comm_free(struct coll_comm *comm)
 {
+    colli_dev_fini(comm, true); /* done already unless creation failed */
     colli_tp_fini(comm);
     colli_op_cache_free(comm);
     if (comm->staging) {
@@ -299,6 +301,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     comm->oversubscribed = comm->local_ranks > count_cores();
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
     colli_cuda_ptr_init(comm);
+    COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
     comm->staging = calloc((size_t)nranks * m0->nstreams, sizeof(void *));
     comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
     comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
@@ -336,6 +339,8 @@ coll_result_t coll_comm_destroy(coll_comm_t handle)
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)
         return status;
+    /* calls on device buffers still queued run first (their streams given COLL_TIMEOUT) */
+    colli_dev_fini(comm, false);
     if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE))
         return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
                          "coll_comm_destroy: an operation is still running on this communicator "
@@ -355,6 +360,8 @@ coll_result_t coll_comm_abort(coll_comm_t handle)
     colli_log_set_rank(comm->rank);
     char why[128];
     snprintf(why, sizeof(why), "rank %d called coll_comm_abort", comm->rank);
+    /* the device progress thread stops first: its call in progress ends, queued ones fail */
+    colli_dev_fini(comm, true);
     if (comm->async_error == COLL_SUCCESS) {
         comm->async_error = COLL_ERR_ABORTED;
         snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);

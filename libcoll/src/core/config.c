@@ -128,6 +128,11 @@ static bool parse_bool(const char *t, void *f, char *why, size_t wl)
     return true;
 }
 
+static bool parse_fail_copy(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_int_range(t, f, 0, 1000000, why, wl);
+}
+
 static bool parse_nslots(const char *t, void *f, char *why, size_t wl)
 {
     return parse_int_range(t, f, 2, 1024, why, wl);
@@ -255,6 +260,10 @@ static const param_t params[] = {
      "1: the single-copy path also takes buffers not from coll_mem_alloc, reading and writing "
      "them with process_vm_readv/writev (cross-memory attach); 0: only coll_mem_alloc buffers",
      parse_bool, OFF(shm_cma)},
+    {"COLL_CUDA_PLUGIN", "",
+     "the GPU plugin that moves device buffers (a path or a name); empty: libcoll_cuda.so.0 "
+     "beside libcoll, loaded when the process uses CUDA",
+     parse_str, OFF(cuda_plugin)},
     {"COLL_HOST_ID_SUFFIX", "",
      "tests only: appended to this process's host identity, so that ranks of one machine count "
      "as different hosts; a comma-separated list is indexed by rank",
@@ -264,6 +273,10 @@ static const param_t params[] = {
      "them, RUNTIME/DRIVER in CUDART_VERSION form (12040/12060); a comma-separated list is "
      "indexed by rank",
      parse_str, OFF(test_cuda_versions)},
+    {"COLL_TEST_DEV_FAIL_COPY", "0",
+     "tests only: the N-th staging copy of this process's device-buffer path fails as a GPU "
+     "error would (0: never)",
+     parse_fail_copy, OFF(test_dev_fail_copy)},
     {"COLL_TEST_IB_VERBS_LIB", "",
      "tests only: the verbs library to load instead of libibverbs.so.1 (a path or a name)",
      parse_str, OFF(ib_lib)},

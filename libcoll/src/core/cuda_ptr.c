@@ -57,8 +57,10 @@ coll_result_t colli_check_host_buffer(const struct coll_comm *comm, const char *
     if (!colli_is_device_ptr(comm, p))
         return COLL_SUCCESS;
     return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
-                     "%s: %s %p is CUDA device memory, but this kcoll build moves host memory "
-                     "only (the device-buffer path is not built yet, see docs/gpu.md): copy the "
-                     "data to host memory (cudaMemcpy) and pass host buffers with a NULL stream",
+                     "%s: %s %p is CUDA device memory, but the GPU plugin that moves device "
+                     "buffers (libcoll_cuda.so.0, built when CMake finds nvcc) is not loaded in "
+                     "this process (see the INFO log of communicator creation): install a CUDA "
+                     "build of kcoll, or copy the data to host memory (cudaMemcpy) and pass host "
+                     "buffers with a NULL stream",
                      fn, what, p);
 }

@@ -1,0 +1,146 @@
+/*
+ * libcoll_cuda.so.0: the CUDA GPU plugin (gpu_plugin.h) that libcoll loads with dlopen for the
+ * device-buffer path. Thin wrappers around the CUDA runtime, linked statically, so that libcoll
+ * itself never links CUDA and runs where CUDA is absent. Every function returns a cudaError_t.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu_plugin.h"
+
+static int cu_init(char *why, size_t len)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n == 0)
+        e = cudaErrorNoDevice;
+    if (e != cudaSuccess)
+        snprintf(why, len, "no usable GPU: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+    return (int)e;
+}
+
+static int cu_ptr_device(const void *p, int *device)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not known to CUDA: host memory */
+        return 0;
+    }
+    if (a.type != cudaMemoryTypeDevice)
+        return 0; /* host, pinned (registered) or managed: the CPU reads it directly */
+    *device = a.device;
+    return 1;
+}
+
+static int cu_set_device(int device)
+{
+    return (int)cudaSetDevice(device);
+}
+
+static int cu_dev_alloc(void **p, size_t bytes)
+{
+    return (int)cudaMalloc(p, bytes);
+}
+
+static int cu_dev_free(void *p)
+{
+    return (int)cudaFree(p);
+}
+
+static int cu_host_alloc(void **p, size_t bytes)
+{
+    return (int)cudaHostAlloc(p, bytes, cudaHostAllocPortable);
+}
+
+static int cu_host_free(void *p)
+{
+    return (int)cudaFreeHost(p);
+}
+
+static int cu_stream_create(void **stream)
+{
+    return (int)cudaStreamCreateWithFlags((cudaStream_t *)stream, cudaStreamNonBlocking);
+}
+
+static int cu_stream_destroy(void *stream)
+{
+    return (int)cudaStreamDestroy((cudaStream_t)stream);
+}
+
+static int cu_memcpy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+}
+
+static int cu_stream_sync(void *stream)
+{
+    return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+static int cu_host_func(void *stream, void (*fn)(void *), void *arg)
+{
+    return (int)cudaLaunchHostFunc((cudaStream_t)stream, fn, arg);
+}
+
+/* Spin on the global timer (nanoseconds) for us microseconds. */
+__global__ void colli_delay_kernel(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+static int cu_delay(void *stream, unsigned us)
+{
+    colli_delay_kernel<<<1, 1, 0, (cudaStream_t)stream>>>((unsigned long long)us * 1000ull);
+    return (int)cudaGetLastError();
+}
+
+static const char *cu_error_string(int err)
+{
+    static thread_local char buf[256];
+    cudaError_t e = (cudaError_t)err;
+    snprintf(buf, sizeof(buf), "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+    return buf;
+}
+
+static const char *cu_device_name(int device)
+{
+    static thread_local char name[256];
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return "";
+    }
+    snprintf(name, sizeof(name), "%s", p.name);
+    return name;
+}
+
+static const colli_gpu_ops_t cu_ops = {
+    sizeof(colli_gpu_ops_t),
+    COLLI_GPU_PLUGIN_VERSION,
+    "cuda",
+    cu_init,
+    cu_ptr_device,
+    cu_set_device,
+    cu_dev_alloc,
+    cu_dev_free,
+    cu_host_alloc,
+    cu_host_free,
+    cu_stream_create,
+    cu_stream_destroy,
+    cu_memcpy_async,
+    cu_stream_sync,
+    cu_host_func,
+    cu_delay,
+    cu_error_string,
+    cu_device_name,
+};
+
+extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)
+{
+    return &cu_ops;
+}

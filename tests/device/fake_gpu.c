@@ -1,0 +1,334 @@
+/* A fake GPU plugin (kernels/cuda/gpu_plugin.h) for testing the device-buffer path without a GPU:
+ * loaded through COLL_CUDA_PLUGIN, it offers one device, "fake GPU 0", whose memory is host
+ * memory that only this plugin hands out (so ptr_device tells it from other memory), and streams
+ * that are threads running their work in order: copies, host functions (which block their
+ * stream while they run, as CUDA's do) and delays. The default stream (NULL) is one more such
+ * stream. What the path relies on (call order on a stream, a gate that holds its stream, copies
+ * on a stream of their own, errors) behaves as on CUDA; timing and memory bandwidth do not.
+ *
+ * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
+ * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_plugin.h"
+
+#define EXPORT   __attribute__((visibility("default")))
+#define MAXALLOC 4096
+
+enum { T_COPY, T_FUNC, T_DELAY };
+
+typedef struct task {
+    struct task *next;
+    int kind;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    void (*fn)(void *);
+    void *arg;
+    unsigned us;
+} task_t;
+
+typedef struct fstream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* work queued, work done */
+    task_t *head, *tail;
+    int running; /* a task is being run */
+    int stop;
+    pthread_t thread;
+} fstream_t;
+
+static struct {
+    pthread_mutex_t mu; /* the allocation table and the default stream */
+    struct {
+        char *p;
+        size_t bytes;
+    } dev[MAXALLOC];
+    fstream_t *legacy;
+} fg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *stream_main(void *arg)
+{
+    fstream_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->head == NULL && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        task_t *t = s->head;
+        if (t == NULL)
+            break;
+        s->head = t->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->running = 1;
+        pthread_mutex_unlock(&s->mu);
+        if (t->kind == T_COPY) {
+            memmove(t->dst, t->src, t->bytes);
+        } else if (t->kind == T_FUNC) {
+            t->fn(t->arg);
+        } else {
+            struct timespec ts = {(time_t)(t->us / 1000000u), (long)(t->us % 1000000u) * 1000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+        }
+        free(t);
+        pthread_mutex_lock(&s->mu);
+        s->running = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static fstream_t *stream_new(void)
+{
+    fstream_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static fstream_t *stream_of(void *stream)
+{
+    if (stream != NULL)
+        return stream;
+    pthread_mutex_lock(&fg.mu);
+    if (fg.legacy == NULL)
+        fg.legacy = stream_new();
+    fstream_t *s = fg.legacy;
+    pthread_mutex_unlock(&fg.mu);
+    return s;
+}
+
+static int enqueue(void *stream, const task_t *t)
+{
+    fstream_t *s = stream_of(stream);
+    task_t *c = malloc(sizeof(*c));
+    if (s == NULL || c == NULL) {
+        free(c);
+        return 2;
+    }
+    *c = *t;
+    c->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail != NULL)
+        s->tail->next = c;
+    else
+        s->head = c;
+    s->tail = c;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* The allocation [p, p + bytes) lies in, or -1. */
+static int find(const void *p, size_t *left)
+{
+    const char *c = p;
+    int found = -1;
+    pthread_mutex_lock(&fg.mu);
+    for (int i = 0; i < MAXALLOC && found < 0; i++)
+        if (fg.dev[i].p != NULL && c >= fg.dev[i].p && c < fg.dev[i].p + fg.dev[i].bytes) {
+            found = i;
+            *left = (size_t)(fg.dev[i].p + fg.dev[i].bytes - c);
+        }
+    pthread_mutex_unlock(&fg.mu);
+    return found;
+}
+
+static int fake_init(char *why, size_t len)
+{
+    const char *e = getenv("FAKE_GPU_NO_DEVICE");
+    if (e != NULL && strcmp(e, "1") == 0) {
+        snprintf(why, len, "no GPU: fakeErrorNoDevice (FAKE_GPU_NO_DEVICE=1)");
+        return 3;
+    }
+    return 0;
+}
+
+static int fake_ptr_device(const void *p, int *device)
+{
+    size_t left;
+    if (find(p, &left) < 0)
+        return 0;
+    *device = 0;
+    return 1;
+}
+
+static int fake_set_device(int device)
+{
+    return device == 0 ? 0 : 1;
+}
+
+static int fake_dev_alloc(void **p, size_t bytes)
+{
+    char *m = malloc(bytes ? bytes : 1);
+    if (m == NULL)
+        return 2;
+    pthread_mutex_lock(&fg.mu);
+    int slot = -1;
+    for (int i = 0; i < MAXALLOC && slot < 0; i++)
+        if (fg.dev[i].p == NULL)
+            slot = i;
+    if (slot >= 0) {
+        fg.dev[slot].p = m;
+        fg.dev[slot].bytes = bytes ? bytes : 1;
+    }
+    pthread_mutex_unlock(&fg.mu);
+    if (slot < 0) {
+        free(m);
+        return 2;
+    }
+    *p = m;
+    return 0;
+}
+
+static int fake_dev_free(void *p)
+{
+    int rc = 1;
+    pthread_mutex_lock(&fg.mu);
+    for (int i = 0; i < MAXALLOC; i++)
+        if (p != NULL && fg.dev[i].p == p) {
+            fg.dev[i].p = NULL;
+            rc = 0;
+        }
+    pthread_mutex_unlock(&fg.mu);
+    if (rc == 0)
+        free(p);
+    return p == NULL ? 0 : rc;
+}
+
+static int fake_host_alloc(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    return *p == NULL ? 2 : 0;
+}
+
+static int fake_host_free(void *p)
+{
+    free(p);
+    return 0;
+}
+
+static int fake_stream_create(void **stream)
+{
+    *stream = stream_new();
+    return *stream == NULL ? 2 : 0;
+}
+
+static int fake_stream_sync(void *stream)
+{
+    fstream_t *s = stream_of(stream);
+    if (s == NULL)
+        return 2;
+    pthread_mutex_lock(&s->mu);
+    while (s->head != NULL || s->running)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int fake_stream_destroy(void *stream)
+{
+    fstream_t *s = stream;
+    if (s == NULL)
+        return 1;
+    (void)fake_stream_sync(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    return 0;
+}
+
+/* A device range must stay inside its allocation, as cudaMemcpy checks. */
+static int check_range(const void *p, size_t bytes)
+{
+    size_t left;
+    return find(p, &left) >= 0 && bytes > left ? 1 : 0;
+}
+
+static int fake_memcpy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes == 0)
+        return 0;
+    if (dst == NULL || src == NULL || check_range(dst, bytes) || check_range(src, bytes))
+        return 1;
+    task_t t = {.kind = T_COPY, .dst = dst, .src = src, .bytes = bytes};
+    return enqueue(stream, &t);
+}
+
+static int fake_host_func(void *stream, void (*fn)(void *), void *arg)
+{
+    task_t t = {.kind = T_FUNC, .fn = fn, .arg = arg};
+    return fn == NULL ? 1 : enqueue(stream, &t);
+}
+
+static int fake_delay(void *stream, unsigned us)
+{
+    task_t t = {.kind = T_DELAY, .us = us};
+    return enqueue(stream, &t);
+}
+
+static const char *fake_error_string(int err)
+{
+    switch (err) {
+    case 0:
+        return "fakeSuccess: no error";
+    case 1:
+        return "fakeErrorInvalidValue: invalid argument";
+    case 2:
+        return "fakeErrorMemoryAllocation: out of memory";
+    case 3:
+        return "fakeErrorNoDevice: no GPU";
+    default:
+        return "fakeErrorUnknown: unknown error";
+    }
+}
+
+static const char *fake_device_name(int device)
+{
+    return device == 0 ? "fake GPU 0" : "";
+}
+
+static const colli_gpu_ops_t ops = {
+    .struct_size = sizeof(colli_gpu_ops_t),
+    .version = COLLI_GPU_PLUGIN_VERSION,
+    .name = "fake",
+    .init = fake_init,
+    .ptr_device = fake_ptr_device,
+    .set_device = fake_set_device,
+    .dev_alloc = fake_dev_alloc,
+    .dev_free = fake_dev_free,
+    .host_alloc = fake_host_alloc,
+    .host_free = fake_host_free,
+    .stream_create = fake_stream_create,
+    .stream_destroy = fake_stream_destroy,
+    .memcpy_async = fake_memcpy_async,
+    .stream_sync = fake_stream_sync,
+    .host_func = fake_host_func,
+    .delay = fake_delay,
+    .error_string = fake_error_string,
+    .device_name = fake_device_name,
+};
+
+EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)
+{
+    return &ops;
+}

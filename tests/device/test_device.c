@@ -1,0 +1,431 @@
+/* The device-buffer path through a GPU plugin (COLL_CUDA_PLUGIN: the fake one here, the CUDA one
+ * on a GPU machine). Every buffer comes from the plugin and is filled and read with the
+ * plugin's copies, so the same cases run on a real GPU:
+ *   order     a call returns while its stream is held; it sees the copy enqueued before it,
+ *             the next call and copy see its result (2 ranks)
+ *   p2p       a ring exchange and an uneven all-to-all-v in groups, a send to self (3 ranks)
+ *   errors    a staging copy fails on rank 1: every rank's stream goes on, every rank's async
+ *             error is set (rank 1's names the copy, the others name rank 1), the next call
+ *             fails (3 ranks)
+ *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
+ *             count 0; a plugin that cannot be loaded or has no GPU (2 ranks)
+ *   teardown  destroy waits for a queued call; abort while a call waits for its stream
+ *             returns at once and opens the gate (2 ranks) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dh.h"
+#include "gpu_plugin.h"
+
+#define HOLD_FLAG(r) (&ctx->sh->user[8 + (r)]) /* set: the hold on rank r's stream ends */
+
+static const colli_gpu_ops_t *plugin(void)
+{
+    const char *lib = getenv("COLL_CUDA_PLUGIN");
+    void *h = lib != NULL ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+    colli_gpu_plugin_fn fn = NULL;
+    if (h != NULL)
+        *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
+    return fn != NULL ? fn() : NULL;
+}
+
+typedef struct {
+    long *flag;
+    double max_s;
+} hold_t;
+
+/* On the stream: wait until *flag is set (or max_s passed: never a hang). */
+static void hold_fn(void *arg)
+{
+    hold_t *h = arg;
+    double end = dh_now() + h->max_s;
+    while (dh_load(h->flag) == 0 && dh_now() < end)
+        dh_sleep(0.002);
+}
+
+static float val(size_t i, int rank)
+{
+    return (float)((i * 5 + (size_t)rank * 7) % 11);
+}
+
+/* count floats of device memory filled with val(., rank) through pinned staging. */
+static float *dev_filled(const colli_gpu_ops_t *o, size_t count, int rank, void *stream)
+{
+    void *d = NULL, *h = NULL;
+    if (!CHECK(o->dev_alloc(&d, count * 4) == 0 && o->host_alloc(&h, count * 4) == 0,
+               "device and pinned memory"))
+        exit(1);
+    for (size_t i = 0; i < count; i++)
+        ((float *)h)[i] = val(i, rank);
+    CHECK(o->memcpy_async(d, h, count * 4, stream) == 0 && o->stream_sync(stream) == 0, "fill");
+    o->host_free(h);
+    return d;
+}
+
+/* Bytes of device memory back to a new host buffer (synchronously). */
+static float *dev_read(const colli_gpu_ops_t *o, const void *d, size_t count)
+{
+    float *h = malloc(count * 4);
+    if (h == NULL ||
+        !CHECK(o->memcpy_async(h, d, count * 4, NULL) == 0 && o->stream_sync(NULL) == 0,
+               "read back"))
+        exit(1);
+    return h;
+}
+
+static coll_comm_t init(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: init", ctx->rank))
+        exit(1);
+    return comm;
+}
+
+/* ---- order ---- */
+
+static void order_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    coll_comm_t comm = init(ctx);
+    const int n = ctx->nranks, me = ctx->rank;
+    const size_t count = (1u << 20) + 3;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    float *in = dev_filled(o, count, 99, s), *out = dev_filled(o, count, 98, s);
+    float *hin = NULL, *hout = NULL;
+    CHECK(o->host_alloc((void **)&hin, count * 4) == 0 &&
+              o->host_alloc((void **)&hout, count * 4) == 0,
+          "pinned");
+    for (size_t i = 0; i < count; i++) {
+        hin[i] = val(i, me);
+        hout[i] = -1.0f;
+    }
+    /* the stream: held, a delay, the copy that writes the input, the collective, an in-place
+     * collective on its output, the copy that reads that */
+    hold_t hold = {HOLD_FLAG(me), 30.0};
+    CHECK(o->host_func(s, hold_fn, &hold) == 0 && o->delay(s, 20000) == 0 &&
+              o->memcpy_async(in, hin, count * 4, s) == 0,
+          "enqueue before");
+    coll_result_t rc = coll_all_reduce(in, out, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "all_reduce returns while its stream waits");
+    rc = coll_all_reduce(out, out, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "a second call queues behind it");
+    CHECK(o->memcpy_async(hout, out, count * 4, s) == 0, "enqueue after");
+    dh_sleep(0.2);
+    CHECK(hout[0] == -1.0f && hout[count - 1] == -1.0f,
+          "rank %d: nothing ran while the stream was held", me);
+    dh_store(HOLD_FLAG(me), 1);
+    CHECK(o->stream_sync(s) == 0, "stream_sync");
+    long bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        float sum = 0;
+        for (int r = 0; r < n; r++)
+            sum += val(i, r);
+        bad += hout[i] != sum * (float)n;
+    }
+    CHECK(bad == 0, "rank %d: %ld wrong elements after the two all_reduces", me, bad);
+    coll_result_t ae = COLL_ERR_INTERNAL;
+    CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS && ae == COLL_SUCCESS,
+          "no async error");
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    o->dev_free(in);
+    o->dev_free(out);
+    o->host_free(hin);
+    o->host_free(hout);
+    o->stream_destroy(s);
+}
+
+/* ---- p2p ---- */
+
+static void p2p_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    coll_comm_t comm = init(ctx);
+    const int n = ctx->nranks, me = ctx->rank;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    /* ring: send to me+1, receive from me-1, and a send to self, in one group */
+    const size_t count = 300001;
+    float *snd = dev_filled(o, count, me, s), *rcv = dev_filled(o, count, 77, s);
+    float *self = dev_filled(o, 5, 66, s);
+    coll_group_start();
+    coll_send(snd, count, COLL_FLOAT32, (me + 1) % n, comm, s);
+    coll_recv(rcv, count, COLL_FLOAT32, (me + n - 1) % n, comm, s);
+    coll_send(snd, 5, COLL_FLOAT32, me, comm, s);
+    coll_recv(self, 5, COLL_FLOAT32, me, comm, s);
+    coll_result_t rc = coll_group_end();
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "ring group");
+    CHECK(o->stream_sync(s) == 0, "sync");
+    float *h = dev_read(o, rcv, count), *hs = dev_read(o, self, 5);
+    long bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += h[i] != val(i, (me + n - 1) % n);
+    for (size_t i = 0; i < 5; i++)
+        bad += hs[i] != val(i, me);
+    CHECK(bad == 0, "rank %d: %ld wrong elements in the ring exchange", me, bad);
+    free(h);
+    free(hs);
+    /* all-to-all-v: rank i sends (i + j + 1) * 1000 elements to rank j */
+    float *big = dev_filled(o, 64000, me, s), *got = dev_filled(o, 64000, 55, s);
+    coll_group_start();
+    size_t off = 0;
+    for (int j = 0; j < n; j++) {
+        coll_send(big, (size_t)(me + j + 1) * 1000, COLL_FLOAT32, j, comm, s);
+        coll_recv(got + off, (size_t)(j + me + 1) * 1000, COLL_FLOAT32, j, comm, s);
+        off += (size_t)(j + me + 1) * 1000;
+    }
+    rc = coll_group_end();
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "all-to-all-v group");
+    CHECK(o->stream_sync(s) == 0, "sync");
+    h = dev_read(o, got, off);
+    bad = 0;
+    off = 0;
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < (size_t)(j + me + 1) * 1000; i++)
+            bad += h[off++] != val(i, j);
+    CHECK(bad == 0, "rank %d: %ld wrong elements in the all-to-all-v", me, bad);
+    free(h);
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    o->stream_destroy(s);
+}
+
+/* ---- errors ---- */
+
+static void errors_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    if (ctx->rank == 1)
+        dh_setenv("COLL_TEST_DEV_FAIL_COPY", "3"); /* the input copy of the second call */
+    coll_comm_t comm = init(ctx);
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    const size_t count = 100000;
+    float *buf = dev_filled(o, count, ctx->rank, s);
+    coll_result_t rc = COLL_SUCCESS;
+    int calls = 0;
+    for (; calls < 4 && rc == COLL_SUCCESS; calls++)
+        rc = coll_all_reduce(buf, buf, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    /* the gates open even though calls failed: the stream finishes */
+    CHECK(o->stream_sync(s) == 0, "rank %d: the stream goes on after the failure", ctx->rank);
+    coll_result_t ae = COLL_SUCCESS;
+    CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS, "get_async_error");
+    dh_record(ctx, "async error", ae);
+    rc = coll_all_reduce(buf, buf, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK(rc == ae && rc != COLL_SUCCESS, "rank %d: the next call fails with it (%s)", ctx->rank,
+          dh_rc_name(rc));
+    coll_comm_destroy(comm);
+    o->stream_destroy(s);
+}
+
+/* ---- usage ---- */
+
+static void usage_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    coll_comm_t comm = init(ctx);
+    const int me = ctx->rank, peer = 1 - me;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    float *d = dev_filled(o, 1000, me, s), *h = calloc(1000, sizeof(float));
+    coll_result_t rc = coll_all_reduce(h, d, 1000, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_ERR_INVALID_ARGUMENT, coll_get_last_error(), "host sendbuf, device recvbuf");
+    CHECK_HAS(coll_get_last_error(), "is host memory but recvbuf", "names both buffers");
+    CHECK_HAS(coll_get_last_error(), "memory of GPU 0", "names the GPU");
+    rc = coll_all_reduce(h, h, 1000, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "host buffers with a stream");
+    coll_group_start();
+    coll_send(d, 1000, COLL_FLOAT32, peer, comm, s);
+    coll_recv(h, 1000, COLL_FLOAT32, peer, comm, NULL);
+    rc = coll_group_end();
+    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a group mixing host and device");
+    CHECK_HAS(coll_get_last_error(), "mix host and device buffers", "says what is mixed");
+    rc = coll_all_reduce(d, d, 0, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "count 0 on device buffers");
+    /* device calls, then a host call: it waits for them */
+    rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, COLL_MAX, comm, s);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "device call");
+    for (int i = 0; i < 1000; i++)
+        h[i] = (float)me;
+    rc = coll_all_reduce(h, h, 1000, COLL_FLOAT32, COLL_SUM, comm, NULL);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "host call after device calls");
+    CHECK(h[0] == 1.0f && h[999] == 1.0f, "host call result %g", (double)h[0]);
+    CHECK(o->stream_sync(s) == 0, "sync");
+    float *r = dev_read(o, d, 1000);
+    long bad = 0;
+    for (size_t i = 0; i < 1000; i++)
+        bad += r[i] != (val(i, 0) > val(i, 1) ? val(i, 0) : val(i, 1));
+    CHECK(bad == 0, "rank %d: %ld wrong elements of the max", me, bad);
+    free(r);
+    free(h);
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    o->stream_destroy(s);
+}
+
+static void init_fails_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    dh_begin(ctx, ctx->rank);
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    dh_record(ctx, "init", rc);
+    if (rc == COLL_SUCCESS)
+        coll_comm_destroy(comm);
+}
+
+static void init_fails(const char *name, const char *var, const char *value, coll_result_t want,
+                       const char *needle)
+{
+    const char *was = getenv(var);
+    char *old = was != NULL ? strdup(was) : NULL;
+    dh_setenv(var, value);
+    dh_opts_t opt = {.name = name, .nranks = 1, .deadline_s = 60, .body = init_fails_body};
+    dh_job_t *j = dh_start(&opt);
+    if (j != NULL) {
+        dh_wait(j);
+        const dh_out_t *out = &dh_shared(j)->out[0];
+        CHECK_RC(out->rc, want, out->msg, "%s", name);
+        CHECK_HAS(out->msg, needle, "%s: the message says why", name);
+        dh_free(j);
+    }
+    dh_setenv(var, old);
+    free(old);
+}
+
+/* ---- teardown ---- */
+
+static void teardown_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    const int n = ctx->nranks, me = ctx->rank;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    const size_t count = 50000;
+    float *d = dev_filled(o, count, me, s);
+    /* destroy with a call still waiting for its stream (held 0.3 s): it runs, then destroy
+     * returns */
+    coll_comm_t comm = init(ctx);
+    long never = 0;
+    hold_t brief = {&never, 0.3};
+    CHECK(o->host_func(s, hold_fn, &brief) == 0, "hold");
+    CHECK_RC(coll_all_reduce(d, d, count, COLL_FLOAT32, COLL_SUM, comm, s), COLL_SUCCESS,
+             coll_get_last_error(), "queued");
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(),
+             "destroy with a call queued");
+    CHECK(o->stream_sync(s) == 0, "sync");
+    float *h = dev_read(o, d, count);
+    long bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        float sum = 0;
+        for (int r = 0; r < n; r++)
+            sum += val(i, r);
+        bad += h[i] != sum;
+    }
+    CHECK(bad == 0, "rank %d: the queued call ran before destroy returned (%ld wrong)", me, bad);
+    free(h);
+    o->stream_destroy(s);
+}
+
+/* abort while the call waits for its stream: abort returns, the call never runs, the gate opens
+ * once the stream reaches it */
+static void abort_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    const int me = ctx->rank;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    const size_t count = 50000;
+    coll_comm_t comm = init(ctx);
+    float *d2 = dev_filled(o, count, me, s), *h;
+    long bad;
+    hold_t hold = {HOLD_FLAG(me), 30.0};
+    CHECK(o->host_func(s, hold_fn, &hold) == 0, "hold");
+    CHECK_RC(coll_all_reduce(d2, d2, count, COLL_FLOAT32, COLL_SUM, comm, s), COLL_SUCCESS,
+             coll_get_last_error(), "queued");
+    double t0 = dh_now();
+    CHECK_RC(coll_comm_abort(comm), COLL_SUCCESS, coll_get_last_error(), "abort");
+    CHECK(dh_load(HOLD_FLAG(me)) == 0, "rank %d: abort returned while the stream was held (%.2f s)",
+          me, dh_now() - t0);
+    dh_store(HOLD_FLAG(me), 1);
+    CHECK(o->stream_sync(s) == 0, "rank %d: the stream goes on after abort", me);
+    h = dev_read(o, d2, count);
+    bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += h[i] != val(i, me);
+    CHECK(bad == 0, "rank %d: the aborted call did not touch its buffer (%ld changed)", me, bad);
+    free(h);
+    o->stream_destroy(s);
+}
+
+/* ---- driver ---- */
+
+static void run(const char *name, int nranks, void (*body)(dh_ctx_t *))
+{
+    dh_opts_t opt = {.name = name, .nranks = nranks, .deadline_s = 90, .body = body};
+    dh_log("--- %s: %d ranks", name, nranks);
+    dh_job_t *j = dh_start(&opt);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    if (strcmp(name, "errors") == 0) {
+        for (int r = 0; r < nranks; r++) {
+            const dh_out_t *out = &dh_shared(j)->out[r];
+            dh_log("rank %d: %s: %s", r, dh_rc_name(out->rc), out->msg);
+            CHECK(out->rc == (r == 1 ? COLL_ERR_CUDA : COLL_ERR_REMOTE), "rank %d: async error %s",
+                  r, dh_rc_name(out->rc));
+            CHECK_HAS(out->msg, "copying the inputs to host staging failed: injected failure",
+                      "rank %d: names the failed copy", r);
+            CHECK(dh_names_rank(out->msg, 1), "rank %d: names rank 1", r);
+        }
+    }
+    dh_free(j);
+}
+
+int main(int argc, char **argv)
+{
+    dh_init();
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_device order|p2p|errors|usage|teardown\n");
+        return 2;
+    }
+    /* the plugin is tried in a child: a CUDA runtime must not start before the ranks fork */
+    pid_t pid = fork();
+    if (pid == 0) {
+        const colli_gpu_ops_t *o = plugin();
+        char why[256] = "";
+        _exit(o == NULL ? 3 : o->init(why, sizeof(why)) != 0 ? 4 : 0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+        dh_skip("cannot try the GPU plugin");
+    if (WEXITSTATUS(st) == 3)
+        dh_skip("COLL_CUDA_PLUGIN (%s) is not a loadable GPU plugin",
+                getenv("COLL_CUDA_PLUGIN") ? getenv("COLL_CUDA_PLUGIN") : "unset");
+    if (WEXITSTATUS(st) == 4)
+        dh_skip("the GPU plugin %s has no usable GPU here", getenv("COLL_CUDA_PLUGIN"));
+    const char *c = argv[1];
+    if (strcmp(c, "order") == 0) {
+        run("order", 2, order_body);
+    } else if (strcmp(c, "p2p") == 0) {
+        run("p2p", 3, p2p_body);
+    } else if (strcmp(c, "errors") == 0) {
+        run("errors", 3, errors_body);
+    } else if (strcmp(c, "usage") == 0) {
+        run("usage", 2, usage_body);
+        init_fails("plugin missing", "COLL_CUDA_PLUGIN", "/nonexistent/libcoll_cuda.so.0",
+                   COLL_ERR_UNSUPPORTED, "COLL_CUDA_PLUGIN=/nonexistent/libcoll_cuda.so.0 cannot");
+        if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL)
+            init_fails("no GPU", "FAKE_GPU_NO_DEVICE", "1", COLL_ERR_CUDA, "no GPU");
+    } else if (strcmp(c, "teardown") == 0) {
+        run("teardown", 2, teardown_body);
+        run("abort", 2, abort_body);
+    } else {
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    return dh_finish();
+}

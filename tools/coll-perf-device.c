@@ -1,0 +1,96 @@
+/*
+ * coll-perf --device cuda: buffers in GPU memory, from the same GPU plugin libcoll uses
+ * (libcoll_cuda.so.0, or COLL_CUDA_PLUGIN). The patterns are filled and checked in host memory
+ * and copied to and from the device around the checked call; the timed calls are enqueued on one
+ * stream and timed up to its synchronisation, as nccl-tests does.
+ */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_perf.h"
+#include "gpu_plugin.h"
+
+void perf_device_open(struct ctx *c, size_t alloc)
+{
+    const char *lib = getenv("COLL_CUDA_PLUGIN");
+    if (lib == NULL || lib[0] == '\0')
+        lib = "libcoll_cuda.so.0";
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        perf_fatal(c,
+                   "--device cuda needs the GPU plugin %s: %s (a kcoll build with nvcc has it "
+                   "beside libcoll.so)",
+                   lib, dlerror());
+    colli_gpu_plugin_fn fn;
+    *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
+    const colli_gpu_ops_t *o = fn != NULL ? fn() : NULL;
+    if (o == NULL || o->version != COLLI_GPU_PLUGIN_VERSION)
+        perf_fatal(c, "%s is not a kcoll GPU plugin of version %d", lib, COLLI_GPU_PLUGIN_VERSION);
+    char why[256] = "";
+    if (o->init(why, sizeof(why)) != 0)
+        perf_fatal(c, "--device cuda: %s", why);
+    void *ds = NULL, *dr = NULL;
+    int err = o->dev_alloc(&ds, alloc);
+    if (err == 0)
+        err = o->dev_alloc(&dr, alloc);
+    if (err == 0)
+        err = o->stream_create(&c->stream);
+    if (err != 0)
+        perf_fatal(c, "--device cuda: 2 x %zu bytes of device memory and a stream: %s", alloc,
+                   o->error_string(err));
+    c->gpu = o;
+    c->dsbuf = ds;
+    c->drbuf = dr;
+}
+
+void perf_device_close(struct ctx *c)
+{
+    if (c->gpu == NULL)
+        return;
+    const colli_gpu_ops_t *o = c->gpu;
+    (void)o->stream_destroy(c->stream);
+    (void)o->dev_free(c->dsbuf);
+    (void)o->dev_free(c->drbuf);
+    c->gpu = NULL;
+}
+
+static void gpu_check(struct ctx *c, int err, const char *what)
+{
+    if (err != 0)
+        perf_fatal(c, "--device cuda: %s: %s", what, c->gpu->error_string(err));
+}
+
+/* The device pointer of host pointer p (inside sbuf or rbuf). */
+void *perf_device_ptr(struct ctx *c, const void *p)
+{
+    const unsigned char *q = p;
+    if (c->gpu == NULL)
+        return (void *)(uintptr_t)p;
+    if (q >= c->rbuf && q <= c->rbuf + c->alloc)
+        return c->drbuf + (q - c->rbuf);
+    return c->dsbuf + (q - c->sbuf);
+}
+
+void perf_device_upload(struct ctx *c, size_t sbytes, size_t rbytes)
+{
+    if (c->gpu == NULL)
+        return;
+    gpu_check(c, c->gpu->memcpy_async(c->dsbuf, c->sbuf, sbytes, c->stream), "copy to device");
+    gpu_check(c, c->gpu->memcpy_async(c->drbuf, c->rbuf, rbytes, c->stream), "copy to device");
+    gpu_check(c, c->gpu->stream_sync(c->stream), "stream sync");
+}
+
+void perf_device_download(struct ctx *c, size_t rbytes)
+{
+    if (c->gpu == NULL)
+        return;
+    gpu_check(c, c->gpu->memcpy_async(c->rbuf, c->drbuf, rbytes, c->stream), "copy to host");
+    gpu_check(c, c->gpu->stream_sync(c->stream), "stream sync");
+}
+
+void perf_device_sync(struct ctx *c)
+{
+    if (c->gpu != NULL)
+        gpu_check(c, c->gpu->stream_sync(c->stream), "stream sync");
+}
