@@ -348,8 +348,9 @@ static void abort_body(dh_ctx_t *ctx)
              coll_get_last_error(), "queued");
     double t0 = dh_now();
     CHECK_RC(coll_comm_abort(comm), COLL_SUCCESS, coll_get_last_error(), "abort");
-    CHECK(dh_load(HOLD_FLAG(me)) == 0, "rank %d: abort returned while the stream was held (%.2f s)",
-          me, dh_now() - t0);
+    /* the hold lasts up to 30 s: an abort that waited for the stream would take that long */
+    CHECK(dh_now() - t0 < 15.0, "rank %d: abort returned while the stream was held (%.2f s)", me,
+          dh_now() - t0);
     dh_store(HOLD_FLAG(me), 1);
     CHECK(o->stream_sync(s) == 0, "rank %d: the stream goes on after abort", me);
     h = dev_read(o, d2, count);
