@@ -4,7 +4,6 @@
  * and copied to and from the device around the checked call; the timed calls are enqueued on one
  * stream and timed up to its synchronisation, as nccl-tests does.
  */
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,17 +15,13 @@ void perf_device_open(struct ctx *c, size_t alloc)
     const char *lib = getenv("COLL_CUDA_PLUGIN");
     if (lib == NULL || lib[0] == '\0')
         lib = "libcoll_cuda.so.0";
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL)
+    const char *load_err = NULL;
+    const colli_gpu_ops_t *o = colli_gpu_plugin_open(lib, &load_err);
+    if (o == NULL)
         perf_fatal(c,
                    "--device cuda needs the GPU plugin %s: %s (a kcoll build with nvcc has it "
                    "beside libcoll.so)",
-                   lib, dlerror());
-    colli_gpu_plugin_fn fn;
-    *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
-    const colli_gpu_ops_t *o = fn != NULL ? fn() : NULL;
-    if (o == NULL || o->version != COLLI_GPU_PLUGIN_VERSION)
-        perf_fatal(c, "%s is not a kcoll GPU plugin of version %d", lib, COLLI_GPU_PLUGIN_VERSION);
+                   lib, load_err);
     char why[256] = "";
     if (o->init(why, sizeof(why)) != 0)
         perf_fatal(c, "--device cuda: %s", why);

@@ -16,6 +16,7 @@
 #ifndef COLLI_GPU_PLUGIN_H
 #define COLLI_GPU_PLUGIN_H
 
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,28 @@ typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);
 
 /* The one symbol a plugin exports. */
 const colli_gpu_ops_t *colli_gpu_plugin_v1(void);
+
+/* Load the plugin at path (a path or a name) and return its table, or NULL with *why saying
+ * what went wrong. The library stays loaded: a GPU runtime is not made to be unloaded. Not yet
+ * initialised (init). */
+static inline const colli_gpu_ops_t *colli_gpu_plugin_open(const char *path, const char **why)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        *why = dlerror();
+        return NULL;
+    }
+    colli_gpu_plugin_fn fn;
+    *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
+    const colli_gpu_ops_t *o = fn != NULL ? fn() : NULL;
+    if (o == NULL || o->version != COLLI_GPU_PLUGIN_VERSION ||
+        o->struct_size < sizeof(colli_gpu_ops_t)) {
+        *why = "not a kcoll GPU plugin of this build's version (no " COLLI_GPU_PLUGIN_SYMBOL
+               ", or another version)";
+        return NULL;
+    }
+    return o;
+}
 
 #ifdef __cplusplus
 }

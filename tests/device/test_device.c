@@ -8,11 +8,10 @@
  *             error is set (rank 1's names the copy, the others name rank 1), the next call
  *             fails (3 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
- *             count 0; a plugin that cannot be loaded or has no GPU (2 ranks)
+ *             count 0; a plugin that cannot be loaded, is not a plugin or has no GPU
  *   teardown  destroy waits for a queued call; abort while a call waits for its stream
  *             returns at once and opens the gate (2 ranks) */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +25,8 @@
 
 static const colli_gpu_ops_t *plugin(void)
 {
-    const char *lib = getenv("COLL_CUDA_PLUGIN");
-    void *h = lib != NULL ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
-    colli_gpu_plugin_fn fn = NULL;
-    if (h != NULL)
-        *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
-    return fn != NULL ? fn() : NULL;
+    const char *lib = getenv("COLL_CUDA_PLUGIN"), *why = NULL;
+    return lib != NULL ? colli_gpu_plugin_open(lib, &why) : NULL;
 }
 
 typedef struct {
@@ -419,6 +414,8 @@ int main(int argc, char **argv)
         run("usage", 2, usage_body);
         init_fails("plugin missing", "COLL_CUDA_PLUGIN", "/nonexistent/libcoll_cuda.so.0",
                    COLL_ERR_UNSUPPORTED, "COLL_CUDA_PLUGIN=/nonexistent/libcoll_cuda.so.0 cannot");
+        init_fails("not a plugin", "COLL_CUDA_PLUGIN", "libm.so.6", COLL_ERR_UNSUPPORTED,
+                   "not a kcoll GPU plugin");
         if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL)
             init_fails("no GPU", "FAKE_GPU_NO_DEVICE", "1", COLL_ERR_CUDA, "no GPU");
     } else if (strcmp(c, "teardown") == 0) {

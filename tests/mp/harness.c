@@ -2,7 +2,6 @@
 #include "harness.h"
 
 #include <ctype.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -225,21 +224,22 @@ static unsigned char guard_byte(size_t i)
     return (unsigned char)(0xA5 ^ (i * 29));
 }
 
+/* The fake GPU's table under MP_MEM=fakegpu, else NULL (loaded once per process). */
 static const colli_gpu_ops_t *fake_gpu(void)
 {
-    const char *mem = getenv("MP_MEM"), *lib = getenv("COLL_CUDA_PLUGIN");
+    static int loaded;
+    static const colli_gpu_ops_t *ops;
+    if (loaded)
+        return ops;
+    loaded = 1;
+    const char *mem = getenv("MP_MEM"), *lib = getenv("COLL_CUDA_PLUGIN"), *why = "unset";
     if (mem == NULL || strcmp(mem, "fakegpu") != 0)
         return NULL;
-    void *h = lib != NULL ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
-    colli_gpu_plugin_fn fn = NULL;
-    if (h != NULL)
-        *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
-    if (fn == NULL) {
-        mp_fail("MP_MEM=fakegpu needs COLL_CUDA_PLUGIN naming the fake GPU plugin (%s)",
-                lib ? dlerror() : "unset");
+    if (lib == NULL || (ops = colli_gpu_plugin_open(lib, &why)) == NULL) {
+        mp_fail("MP_MEM=fakegpu needs COLL_CUDA_PLUGIN naming the fake GPU plugin (%s)", why);
         abort();
     }
-    return fn();
+    return ops;
 }
 
 void mp_dev_sync(void)

@@ -49,7 +49,6 @@ typedef struct retired {
 } retired_t;
 
 struct colli_dev {
-    void *lib;
     const colli_gpu_ops_t *ops;
     char path[256];
     pthread_mutex_t mu; /* the queue and the counters */
@@ -115,34 +114,25 @@ coll_result_t colli_dev_init(struct coll_comm *comm)
     const bool named = plugin_path(comm, path, sizeof(path));
     if (!named && comm->cuda_lib == NULL)
         return COLL_SUCCESS; /* the process does not use CUDA */
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL && !named) {
+    const char *load_err = NULL;
+    const colli_gpu_ops_t *ops = colli_gpu_plugin_open(path, &load_err);
+    if (ops == NULL && !named) {
         coll_info(INIT,
                   "the process uses CUDA, but the GPU plugin %s cannot be loaded (%s): device "
                   "buffers are refused (this kcoll was built without nvcc?)",
-                  path, dlerror());
+                  path, load_err);
         return COLL_SUCCESS;
     }
-    if (lib == NULL)
+    if (ops == NULL)
         return COLLI_ERR(INIT, COLL_ERR_UNSUPPORTED,
                          "COLL_CUDA_PLUGIN=%s cannot be loaded: %s; point it at "
                          "libcoll_cuda.so.0 of this kcoll build, or unset it",
-                         path, dlerror());
-    colli_gpu_plugin_fn fn;
-    *(void **)&fn = dlsym(lib, COLLI_GPU_PLUGIN_SYMBOL);
-    const colli_gpu_ops_t *ops = fn != NULL ? fn() : NULL;
+                         path, load_err);
     char why[256] = "";
-    int err = 0;
-    if (ops == NULL || ops->version != COLLI_GPU_PLUGIN_VERSION ||
-        ops->struct_size < sizeof(colli_gpu_ops_t))
-        snprintf(why, sizeof(why),
-                 "it is not a kcoll GPU plugin of version %d (no %s, or another version): use "
-                 "libcoll_cuda.so.0 of this kcoll build",
-                 COLLI_GPU_PLUGIN_VERSION, COLLI_GPU_PLUGIN_SYMBOL);
-    else if ((err = ops->init(why, sizeof(why))) != 0 && why[0] == '\0')
+    int err = ops->init(why, sizeof(why));
+    if (err != 0 && why[0] == '\0')
         snprintf(why, sizeof(why), "%s", ops->error_string(err));
-    if (why[0] != '\0') {
-        /* the plugin stays loaded: a CUDA runtime is not made to be unloaded */
+    if (err != 0) {
         if (!named) {
             coll_info(INIT, "GPU plugin %s: %s; device buffers are refused", path, why);
             return COLL_SUCCESS;
@@ -152,7 +142,6 @@ coll_result_t colli_dev_init(struct coll_comm *comm)
     struct colli_dev *d = calloc(1, sizeof(*d));
     if (d == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the device-buffer path");
-    d->lib = lib;
     d->ops = ops;
     d->copy_device = -1;
     snprintf(d->path, sizeof(d->path), "%s", path);
