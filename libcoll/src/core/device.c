@@ -233,18 +233,24 @@ static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_
     const colli_gpu_ops_t *o = d->ops;
     const char *step = in ? "copying the inputs to host staging" : "copying the results back";
     int err = 0;
-    for (int i = 0; i < j->nregions && err == 0; i++) {
+    bool injected = false;
+    for (int i = 0; i < j->nregions && err == 0 && !injected; i++) {
         const colli_dev_region_t *r = &j->regions[i];
         if ((in ? !r->in : !r->out) || r->bytes == 0)
             continue;
-        if (comm->cfg.test_dev_fail_copy > 0 && ++d->copies == comm->cfg.test_dev_fail_copy)
-            return copy_fail(comm, d, j, step, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
+        injected = comm->cfg.test_dev_fail_copy > 0 && ++d->copies == comm->cfg.test_dev_fail_copy;
         char *host = j->staging + r->off;
-        err = in ? o->memcpy_async(host, r->dev, r->bytes, d->copy_stream)
-                 : o->memcpy_async((void *)r->dev, host, r->bytes, d->copy_stream);
+        if (!injected)
+            err = in ? o->memcpy_async(host, r->dev, r->bytes, d->copy_stream)
+                     : o->memcpy_async((void *)r->dev, host, r->bytes, d->copy_stream);
     }
+    /* even after a failure: no copy enqueued so far may outlive this call (its staging is
+     * reused or freed next) */
+    int sync_err = o->stream_sync(d->copy_stream);
     if (err == 0)
-        err = o->stream_sync(d->copy_stream);
+        err = sync_err;
+    if (injected)
+        return copy_fail(comm, d, j, step, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
     return err == 0 ? COLL_SUCCESS : copy_fail(comm, d, j, step, o->error_string(err));
 }
 
