@@ -155,7 +155,7 @@ static void run_case(int dt, coll_op_t op, size_t count, int nsrcs, const layout
 {
     const size_t esz = dt_size[dt], bytes = count * esz;
     unsigned o_in[NIN], o_out;
-    const void *d_srcs[NIN], *h_srcs[NIN];
+    const void *d_srcs[NIN] = {0}, *h_srcs[NIN] = {0};
     for (int s = 0; s < NIN; s++)
         o_in[s] = scaled(l, l->in[s], esz);
     o_out = l->in_place ? o_in[0] : scaled(l, l->out, esz);
