@@ -24,7 +24,8 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 1
+#define COLLI_GPU_PLUGIN_VERSION 2
+#define COLLI_GPU_MAX_SRCS       8 /* inputs of one reduce call */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
 
 typedef struct colli_gpu_ops {
@@ -59,6 +60,12 @@ typedef struct colli_gpu_ops {
     const char *(*error_string)(int err);
     /* Device name of ordinal device ("NVIDIA H100 80GB HBM3"), for logs; "" when unknown. */
     const char *(*device_name)(int device);
+    /* dst[i] = srcs[0][i] OP ... OP srcs[nsrcs-1][i] for i < count on the current device's
+     * memory, ordered on stream: the kernels of reduce_cuda.h (colli_cuda_reduce), with their
+     * semantics (dt a coll_datatype_t, op a coll_op_t; COLL_AVG sums and, with divisor > 0,
+     * divides at the last step). 1 <= nsrcs <= COLLI_GPU_MAX_SRCS; dst may equal srcs[0]. */
+    int (*reduce)(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
+                  uint32_t divisor, void *stream);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gpu_plugin.h"
+#include "reduce_cuda.h"
 
 static int cu_init(char *why, size_t len)
 {
@@ -119,6 +120,23 @@ static const char *cu_device_name(int device)
     return name;
 }
 
+static_assert(COLLI_GPU_MAX_SRCS <= COLLI_CUDA_MAX_SRCS, "the plugin takes what the kernels take");
+
+static int cu_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
+                     uint32_t divisor, void *stream)
+{
+    /* the launch grid comes from the device's multiprocessor count: asked per call (an
+     * attribute query, no synchronisation), so no per-device table is kept */
+    int device = 0, sm = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess)
+        return (int)e;
+    return colli_cuda_reduce(dst, srcs, nsrcs, count, (coll_datatype_t)dt, (coll_op_t)op, divisor,
+                             sm, stream);
+}
+
 static const colli_gpu_ops_t cu_ops = {
     sizeof(colli_gpu_ops_t),
     COLLI_GPU_PLUGIN_VERSION,
@@ -138,6 +156,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_delay,
     cu_error_string,
     cu_device_name,
+    cu_reduce,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -10,6 +10,7 @@
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coll_kernels.h"
 #include "gpu_plugin.h"
 
 #define EXPORT   __attribute__((visibility("default")))
 #define MAXALLOC 4096
 
-enum { T_COPY, T_FUNC, T_DELAY };
+enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE };
 
 typedef struct task {
     struct task *next;
@@ -33,6 +35,12 @@ typedef struct task {
     void (*fn)(void *);
     void *arg;
     unsigned us;
+    /* T_REDUCE */
+    const void *srcs[COLLI_GPU_MAX_SRCS];
+    int nsrcs;
+    size_t count;
+    int dt, op;
+    uint32_t divisor;
 } task_t;
 
 typedef struct fstream {
@@ -53,6 +61,36 @@ static struct {
     fstream_t *legacy;
 } fg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* What the CUDA kernels compute (reduce_cuda.h), with the CPU reference: input by input, the
+ * division of COLL_AVG at the last step, block by block through a buffer of its own so that dst
+ * may equal an input. */
+static void run_reduce(const task_t *t)
+{
+    enum { BLOCK = 4096 };
+    uint64_t tmp[BLOCK]; /* BLOCK elements of at most 8 bytes */
+    const coll_datatype_t dt = (coll_datatype_t)t->dt;
+    const coll_op_t op = (coll_op_t)t->op;
+    const size_t e = coll_datatype_size(dt);
+    const bool div = op == COLL_AVG && t->divisor > 0;
+    for (size_t b = 0; b < t->count; b += BLOCK) {
+        const size_t m = t->count - b < BLOCK ? t->count - b : BLOCK;
+        const char *s0 = (const char *)t->srcs[0] + b * e;
+        if (t->nsrcs == 1 && div)
+            colli_div(tmp, s0, m, dt, t->divisor);
+        else if (t->nsrcs == 1)
+            memcpy(tmp, s0, m * e);
+        for (int i = 1; i < t->nsrcs; i++) {
+            const void *a = i == 1 ? (const void *)s0 : (const void *)tmp;
+            const char *x = (const char *)t->srcs[i] + b * e;
+            if (div && i == t->nsrcs - 1)
+                colli_reduce_div(tmp, a, x, m, dt, t->divisor);
+            else
+                colli_reduce(tmp, a, x, m, dt, op);
+        }
+        memcpy((char *)t->dst + b * e, tmp, m * e);
+    }
+}
+
 static void *stream_main(void *arg)
 {
     fstream_t *s = arg;
@@ -72,6 +110,8 @@ static void *stream_main(void *arg)
             memmove(t->dst, t->src, t->bytes);
         } else if (t->kind == T_FUNC) {
             t->fn(t->arg);
+        } else if (t->kind == T_REDUCE) {
+            run_reduce(t);
         } else {
             struct timespec ts = {(time_t)(t->us / 1000000u), (long)(t->us % 1000000u) * 1000L};
             while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -286,6 +326,34 @@ static int fake_delay(void *stream, unsigned us)
     return enqueue(stream, &t);
 }
 
+/* Kernels read and write device memory only: every range must be one of this GPU's. */
+static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
+                       uint32_t divisor, void *stream)
+{
+    if (nsrcs < 1 || nsrcs > COLLI_GPU_MAX_SRCS || dt < 0 || dt >= COLL_NUM_DATATYPES || op < 0 ||
+        op >= COLL_NUM_OPS)
+        return 1;
+    if (count == 0)
+        return 0;
+    const size_t bytes = count * coll_datatype_size((coll_datatype_t)dt);
+    size_t left;
+    if (find(dst, &left) < 0 || left < bytes)
+        return 1;
+    task_t t = {.kind = T_REDUCE,
+                .dst = dst,
+                .nsrcs = nsrcs,
+                .count = count,
+                .dt = dt,
+                .op = op,
+                .divisor = divisor};
+    for (int i = 0; i < nsrcs; i++) {
+        if (find(srcs[i], &left) < 0 || left < bytes)
+            return 1;
+        t.srcs[i] = srcs[i];
+    }
+    return enqueue(stream, &t);
+}
+
 static const char *fake_error_string(int err)
 {
     switch (err) {
@@ -326,6 +394,7 @@ static const colli_gpu_ops_t ops = {
     .delay = fake_delay,
     .error_string = fake_error_string,
     .device_name = fake_device_name,
+    .reduce = fake_reduce,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -7,6 +7,8 @@
  *   errors    a staging copy fails on rank 1: every rank's stream goes on, every rank's async
  *             error is set (rank 1's names the copy, the others name rank 1), the next call
  *             fails (3 ranks)
+ *   mismatch  ranks that call different reductions on device buffers, or one on host buffers
+ *             and one on device buffers, fail with a mismatch naming both calls (2 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
  *             count 0; a plugin that cannot be loaded, is not a plugin or has no GPU
  *   teardown  destroy waits for a queued call; abort while a call waits for its stream
@@ -196,7 +198,8 @@ static void errors_body(dh_ctx_t *ctx)
 {
     const colli_gpu_ops_t *o = plugin();
     if (ctx->rank == 1)
-        dh_setenv("COLL_TEST_DEV_FAIL_COPY", "3"); /* the input copy of the second call */
+        dh_setenv("COLL_TEST_DEV_FAIL_COPY", "5"); /* one step of 4 copies per call: the input
+                                                      copy of the second call */
     coll_comm_t comm = init(ctx);
     void *s = NULL;
     CHECK(o->stream_create(&s) == 0, "stream");
@@ -214,6 +217,68 @@ static void errors_body(dh_ctx_t *ctx)
     rc = coll_all_reduce(buf, buf, count, COLL_FLOAT32, COLL_SUM, comm, s);
     CHECK(rc == ae && rc != COLL_SUCCESS, "rank %d: the next call fails with it (%s)", ctx->rank,
           dh_rc_name(rc));
+    coll_comm_destroy(comm);
+    o->stream_destroy(s);
+}
+
+/* ---- mismatch ---- */
+
+/* Rank 0 sums, rank 1 takes the max, both on device buffers: each rank's pipeline reduces its
+ * own piece, so without the call's fingerprint on every step the ranks would end with different
+ * results and no error. Then (mismatch_kind_body) rank 0 calls on host buffers and rank 1 on
+ * device buffers. Both must fail with a mismatch naming both calls. */
+static void mismatch_op_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    const int me = ctx->rank;
+    const size_t count = 4096;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    float *d = dev_filled(o, count, me, s);
+    coll_comm_t comm = init(ctx);
+    CHECK_RC(coll_all_reduce(d, d, count, COLL_FLOAT32, me == 0 ? COLL_SUM : COLL_MAX, comm, s),
+             COLL_SUCCESS, coll_get_last_error(), "rank %d: queued", me);
+    CHECK(o->stream_sync(s) == 0, "rank %d: the stream goes on", me);
+    coll_result_t ae = COLL_SUCCESS;
+    CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS, "get_async_error");
+    CHECK(ae == COLL_ERR_MISMATCH || ae == COLL_ERR_REMOTE, "rank %d: op mismatch: async error %s",
+          me, dh_rc_name(ae));
+    (void)coll_all_reduce(d, d, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    const char *msg = coll_get_last_error();
+    CHECK_HAS(msg, "all_reduce(count 4096, float32, sum) (device buffers)", "rank %d: names sum",
+              me);
+    CHECK_HAS(msg, "all_reduce(count 4096, float32, max) (device buffers)", "rank %d: names max",
+              me);
+    coll_comm_destroy(comm);
+    o->stream_destroy(s);
+}
+
+static void mismatch_kind_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    const int me = ctx->rank;
+    const size_t count = 4096;
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    float *d = dev_filled(o, count, me, s);
+    coll_comm_t comm = init(ctx);
+    float *h = calloc(count, sizeof(float));
+    coll_result_t rc = coll_all_reduce(me == 0 ? (void *)h : (void *)d, me == 0 ? (void *)h : d,
+                                       count, COLL_FLOAT32, COLL_SUM, comm, me == 0 ? NULL : s);
+    if (me == 0) {
+        CHECK(rc == COLL_ERR_MISMATCH || rc == COLL_ERR_REMOTE, "rank 0: host call fails (%s)",
+              dh_rc_name(rc));
+    } else {
+        CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank 1: queued");
+        CHECK(o->stream_sync(s) == 0, "rank 1: the stream goes on");
+        rc = coll_all_reduce(d, d, count, COLL_FLOAT32, COLL_SUM, comm, s);
+        CHECK(rc == COLL_ERR_MISMATCH || rc == COLL_ERR_REMOTE, "rank 1: next call fails (%s)",
+              dh_rc_name(rc));
+    }
+    const char *msg = coll_get_last_error();
+    CHECK_HAS(msg, "collective mismatch", "rank %d: host/device: a mismatch", me);
+    CHECK_HAS(msg, "(device buffers)", "rank %d: host/device: names the device call", me);
+    free(h);
     coll_comm_destroy(comm);
     o->stream_destroy(s);
 }
@@ -385,7 +450,7 @@ int main(int argc, char **argv)
 {
     dh_init();
     if (argc != 2) {
-        fprintf(stderr, "usage: test_device order|p2p|errors|usage|teardown\n");
+        fprintf(stderr, "usage: test_device order|p2p|errors|mismatch|usage|teardown\n");
         return 2;
     }
     /* the plugin is tried in a child: a CUDA runtime must not start before the ranks fork */
@@ -410,6 +475,9 @@ int main(int argc, char **argv)
         run("p2p", 3, p2p_body);
     } else if (strcmp(c, "errors") == 0) {
         run("errors", 3, errors_body);
+    } else if (strcmp(c, "mismatch") == 0) {
+        run("mismatch op", 2, mismatch_op_body);
+        run("mismatch memory", 2, mismatch_kind_body);
     } else if (strcmp(c, "usage") == 0) {
         run("usage", 2, usage_body);
         init_fails("plugin missing", "COLL_CUDA_PLUGIN", "/nonexistent/libcoll_cuda.so.0",

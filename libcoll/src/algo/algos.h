@@ -13,7 +13,19 @@ typedef struct colli_coll_args {
     coll_datatype_t dt;
     coll_op_t op;
     int root;
+    /* A step of a call on device buffers (core/device_pipe.c): its messages carry that call's
+     * fingerprint (marked "device buffers"), so ranks that called different collectives fail
+     * with a mismatch naming what they called. NULL otherwise. */
+    const struct colli_coll_args *outer;
 } colli_coll_args_t;
+
+/* Run a collective on host buffers (core/coll.c): the whole call, as the public entry points do
+ * once the arguments are checked; a failure fails the communicator. */
+coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args_t *a);
+
+/* Add a's fingerprint (its outer call's, for a step of a device call) to op, with flag
+ * (COLLI_COLL_DIRECT or 0) on its code; returns its index. */
+int colli_args_fp(colli_op_t *op, const colli_coll_args_t *a, int flag, uint64_t seq);
 
 /* Build the op for a collective (fingerprint added inside). */
 coll_result_t colli_build_collective(colli_op_t *op, const colli_coll_args_t *a, uint64_t seq);

@@ -5,11 +5,19 @@
 #include "algo/algos.h"
 #include "coll_kernels.h"
 
+int colli_args_fp(colli_op_t *op, const colli_coll_args_t *a, int flag, uint64_t seq)
+{
+    const colli_coll_args_t *f = a->outer != NULL ? a->outer : a;
+    if (a->outer != NULL)
+        flag |= COLLI_COLL_DEV;
+    return colli_op_add_fp(op, f->coll | flag, f->dt, f->op, f->root, f->count, seq);
+}
+
 coll_result_t colli_build_collective(colli_op_t *op, const colli_coll_args_t *a, uint64_t seq)
 {
     struct coll_comm *comm = op->comm;
     const size_t e = coll_datatype_size(a->dt);
-    colli_op_add_fp(op, a->coll, a->dt, a->op, a->root, a->count, seq);
+    colli_args_fp(op, a, 0, seq);
     if (comm->nranks == 1) {
         size_t bytes = a->count * e;
         if (a->coll == COLLI_COLL_REDUCE || a->coll == COLLI_COLL_ALL_REDUCE ||

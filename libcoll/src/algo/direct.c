@@ -218,7 +218,7 @@ static coll_result_t exchange(struct coll_comm *comm, const colli_coll_args_t *a
     coll_result_t status = colli_op_init(&op, comm, colli_coll_name(a->coll), a->dt, a->op);
     if (status != COLL_SUCCESS)
         return status;
-    colli_op_add_fp(&op, a->coll | COLLI_COLL_DIRECT, a->dt, a->op, a->root, a->count, seq);
+    colli_args_fp(&op, a, COLLI_COLL_DIRECT, seq);
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank)
             continue;

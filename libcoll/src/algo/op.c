@@ -257,9 +257,13 @@ void colli_op_unit_complete(colli_op_t *op, colli_lane_t *lane)
 
 void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len)
 {
-    const int coll = fp->coll & ~COLLI_COLL_DIRECT;
+    const int coll = fp->coll & ~(COLLI_COLL_DIRECT | COLLI_COLL_DEV);
     const char *name = colli_coll_name(coll);
-    const char *path = (fp->coll & COLLI_COLL_DIRECT) ? " (single-copy path)" : "";
+    const bool direct = (fp->coll & COLLI_COLL_DIRECT) != 0, dev = (fp->coll & COLLI_COLL_DEV) != 0;
+    const char *path = direct && dev ? " (device buffers, single-copy path)"
+                       : direct      ? " (single-copy path)"
+                       : dev         ? " (device buffers)"
+                                     : "";
     switch (coll) {
     case COLLI_COLL_ALL_REDUCE:
     case COLLI_COLL_REDUCE_SCATTER:

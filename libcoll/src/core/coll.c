@@ -80,7 +80,7 @@ static coll_result_t op_end(struct coll_comm *comm, colli_op_t *op, coll_result_
     return status;
 }
 
-static coll_result_t run_collective_on(struct coll_comm *comm, const colli_coll_args_t *a)
+coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args_t *a)
 {
     coll_result_t status = op_begin(comm);
     if (status != COLL_SUCCESS)
@@ -128,7 +128,7 @@ static coll_result_t run_collective(const group_item_t *it)
         return dev_collective(comm, &it->a, it->device, it->stream);
     if ((status = colli_dev_drain(comm, colli_coll_name(it->a.coll))) != COLL_SUCCESS)
         return status;
-    return run_collective_on(comm, &it->a);
+    return colli_run_collective(comm, &it->a);
 }
 
 static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
@@ -271,43 +271,13 @@ static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args
 
 #define STAGE_ALIGN 64
 
-static coll_result_t run_staged_collective(struct coll_comm *comm, void *ctx)
-{
-    return run_collective_on(comm, ctx);
-}
-
-/* A collective on device buffers: the host-buffer call it runs on staging, queued. Buffers that
- * overlap (the in-place layouts) share one staging range, so the call stays in place. */
+/* A collective on device buffers: queued for the progress thread, which runs it through the
+ * chunk pipeline (device_pipe.c). */
 static coll_result_t dev_collective(struct coll_comm *comm, const colli_coll_args_t *a, int device,
                                     void *stream)
 {
-    const int r = comm->rank;
-    const bool send_used = a->count > 0 && !(a->coll == COLLI_COLL_BROADCAST && r != a->root);
-    const bool recv_used = a->count > 0 && !(a->coll == COLLI_COLL_REDUCE && r != a->root);
-    size_t slen, rlen;
-    call_lengths(a, comm->nranks, &slen, &rlen);
-    colli_dev_region_t reg[2] = {{.dev = a->sendbuf, .bytes = send_used ? slen : 0, .in = true},
-                                 {.dev = a->recvbuf, .bytes = recv_used ? rlen : 0, .out = true}};
-    size_t total = 0;
-    if (send_used && recv_used && overlaps(a->sendbuf, slen, a->recvbuf, rlen)) {
-        uintptr_t s0 = (uintptr_t)a->sendbuf, r0 = (uintptr_t)a->recvbuf;
-        uintptr_t lo = s0 < r0 ? s0 : r0, hi = s0 + slen > r0 + rlen ? s0 + slen : r0 + rlen;
-        reg[0].off = s0 - lo;
-        reg[1].off = r0 - lo;
-        total = hi - lo;
-    } else {
-        reg[1].off = (reg[0].bytes + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
-        total = reg[1].off + reg[1].bytes;
-    }
-    char *base = NULL;
-    coll_result_t status = colli_dev_staging(comm, total, &base);
-    if (status != COLL_SUCCESS)
-        return status;
-    colli_coll_args_t h = *a;
-    h.sendbuf = send_used ? base + reg[0].off : NULL;
-    h.recvbuf = recv_used ? base + reg[1].off : NULL;
-    return colli_dev_submit(comm, colli_coll_name(a->coll), device, stream, reg, 2,
-                            run_staged_collective, &h, sizeof(h));
+    return colli_dev_submit(comm, colli_coll_name(a->coll), device, stream, NULL, 0, NULL, a,
+                            sizeof(*a));
 }
 
 typedef struct {
@@ -404,14 +374,14 @@ static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll
         return dev_collective(c, a, device, stream);
     if ((status = colli_dev_drain(c, fn)) != COLL_SUCCESS)
         return status;
-    return run_collective_on(c, a);
+    return colli_run_collective(c, a);
 }
 
 coll_result_t coll_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
                               coll_datatype_t datatype, coll_op_t op, coll_comm_t comm,
                               coll_stream_t stream)
 {
-    colli_coll_args_t a = {COLLI_COLL_ALL_REDUCE, sendbuf, recvbuf, count, datatype, op, 0};
+    colli_coll_args_t a = {COLLI_COLL_ALL_REDUCE, sendbuf, recvbuf, count, datatype, op, 0, NULL};
     return collective("coll_all_reduce", &a, comm, stream, true, false);
 }
 
@@ -419,7 +389,8 @@ coll_result_t coll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
                              coll_datatype_t datatype, int root, coll_comm_t comm,
                              coll_stream_t stream)
 {
-    colli_coll_args_t a = {COLLI_COLL_BROADCAST, sendbuf, recvbuf, count, datatype, COLL_SUM, root};
+    colli_coll_args_t a = {
+        COLLI_COLL_BROADCAST, sendbuf, recvbuf, count, datatype, COLL_SUM, root, NULL};
     return collective("coll_broadcast", &a, comm, stream, false, true);
 }
 
@@ -427,7 +398,7 @@ coll_result_t coll_reduce(const void *sendbuf, void *recvbuf, size_t count,
                           coll_datatype_t datatype, coll_op_t op, int root, coll_comm_t comm,
                           coll_stream_t stream)
 {
-    colli_coll_args_t a = {COLLI_COLL_REDUCE, sendbuf, recvbuf, count, datatype, op, root};
+    colli_coll_args_t a = {COLLI_COLL_REDUCE, sendbuf, recvbuf, count, datatype, op, root, NULL};
     return collective("coll_reduce", &a, comm, stream, true, true);
 }
 
@@ -435,7 +406,7 @@ coll_result_t coll_all_gather(const void *sendbuf, void *recvbuf, size_t sendcou
                               coll_datatype_t datatype, coll_comm_t comm, coll_stream_t stream)
 {
     colli_coll_args_t a = {
-        COLLI_COLL_ALL_GATHER, sendbuf, recvbuf, sendcount, datatype, COLL_SUM, 0};
+        COLLI_COLL_ALL_GATHER, sendbuf, recvbuf, sendcount, datatype, COLL_SUM, 0, NULL};
     return collective("coll_all_gather", &a, comm, stream, false, false);
 }
 
@@ -443,14 +414,16 @@ coll_result_t coll_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
                                   coll_datatype_t datatype, coll_op_t op, coll_comm_t comm,
                                   coll_stream_t stream)
 {
-    colli_coll_args_t a = {COLLI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, datatype, op, 0};
+    colli_coll_args_t a = {
+        COLLI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, datatype, op, 0, NULL};
     return collective("coll_reduce_scatter", &a, comm, stream, true, false);
 }
 
 coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
                               coll_datatype_t datatype, coll_comm_t comm, coll_stream_t stream)
 {
-    colli_coll_args_t a = {COLLI_COLL_ALL_TO_ALL, sendbuf, recvbuf, count, datatype, COLL_SUM, 0};
+    colli_coll_args_t a = {
+        COLLI_COLL_ALL_TO_ALL, sendbuf, recvbuf, count, datatype, COLL_SUM, 0, NULL};
     return collective("coll_all_to_all", &a, comm, stream, false, false);
 }
 
@@ -488,7 +461,8 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
                            count,
                            dt,
                            COLL_SUM,
-                           -1};
+                           -1,
+                           NULL};
     if (group.depth > 0)
         return enqueue(kind, handle, &a, peer, device, stream);
     if (peer == comm->rank)

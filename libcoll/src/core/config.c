@@ -173,6 +173,11 @@ static bool parse_chunk(const char *t, void *f, char *why, size_t wl)
     return parse_bytes_range(t, f, 4096, 64u << 20, why, wl);
 }
 
+static bool parse_dev_chunk(const char *t, void *f, char *why, size_t wl)
+{
+    return parse_bytes_range(t, f, 4096, (size_t)1 << 30, why, wl);
+}
+
 static bool parse_slot(const char *t, void *f, char *why, size_t wl)
 {
     if (!parse_bytes_range(t, f, 4096, 16u << 20, why, wl))
@@ -264,6 +269,10 @@ static const param_t params[] = {
      "the GPU plugin that moves device buffers (a path or a name); empty: libcoll_cuda.so.0 "
      "beside libcoll, loaded when the process uses CUDA",
      parse_str, OFF(cuda_plugin)},
+    {"COLL_CUDA_CHUNK_SIZE", "4M",
+     "device buffers: bytes moved per pipeline step (each of three steps in flight has this "
+     "much pinned host memory twice and device scratch once)",
+     parse_dev_chunk, OFF(dev_chunk)},
     {"COLL_HOST_ID_SUFFIX", "",
      "tests only: appended to this process's host identity, so that ranks of one machine count "
      "as different hosts; a comma-separated list is indexed by rank",
@@ -319,7 +328,7 @@ static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len
         int f = *(const int *)field;
         snprintf(buf, len, "%s", f == AF_INET ? "AF_INET" : f == AF_INET6 ? "AF_INET6" : "any");
     } else if (params[i].parse == parse_chunk || params[i].parse == parse_threshold ||
-               params[i].parse == parse_slot)
+               params[i].parse == parse_dev_chunk || params[i].parse == parse_slot)
         snprintf(buf, len, "%zu", *(const size_t *)field);
     else if (params[i].parse == parse_seconds)
         snprintf(buf, len, "%g", *(const double *)field);

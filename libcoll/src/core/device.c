@@ -22,50 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "colli.h"
-#include "cuda/gpu_plugin.h"
-
-typedef struct dev_job {
-    struct dev_job *next;
-    pthread_mutex_t mu; /* started, finished, refs */
-    pthread_cond_t cv;
-    int started;  /* the caller's stream reached the gate */
-    int finished; /* the call is over: the gate opens */
-    int refs;     /* the gate and the progress thread: the last one frees the job */
-    uint64_t seq; /* device calls of this communicator so far */
-    char what[48];
-    int device;
-    char *staging;
-    colli_dev_run_fn run;
-    void *ctx;
-    int nregions;
-    colli_dev_region_t regions[];
-} dev_job_t;
-
-typedef struct retired {
-    struct retired *next;
-    void *p;
-    uint64_t last_seq; /* the last call that may use it */
-} retired_t;
-
-struct colli_dev {
-    const colli_gpu_ops_t *ops;
-    char path[256];
-    pthread_mutex_t mu; /* the queue and the counters */
-    pthread_cond_t cv;  /* a job queued, a job finished, stop */
-    dev_job_t *head, *tail;
-    uint64_t submitted, done;
-    int stop;  /* fini: the thread ends once the queue is empty */
-    int abort; /* fini after abort: queued jobs fail without running (atomic) */
-    bool thread_on;
-    pthread_t thread;
-    void *copy_stream; /* progress thread only */
-    int copy_device;
-    int copies;    /* staging copies so far (COLL_TEST_DEV_FAIL_COPY) */
-    char *staging; /* the current pinned staging (caller's thread) */
-    size_t staging_cap;
-    retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
-};
+#include "device_int.h"
 
 static void cond_init_monotonic(pthread_cond_t *cv)
 {
@@ -144,6 +101,7 @@ coll_result_t colli_dev_init(struct coll_comm *comm)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the device-buffer path");
     d->ops = ops;
     d->copy_device = -1;
+    d->slot_device = -1;
     snprintf(d->path, sizeof(d->path), "%s", path);
     pthread_mutex_init(&d->mu, NULL);
     cond_init_monotonic(&d->cv);
@@ -212,8 +170,8 @@ static bool wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
     return started;
 }
 
-static coll_result_t copy_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
-                               const char *step, const char *why)
+coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
+                             const char *step, const char *why)
 {
     char msg[700];
     snprintf(msg, sizeof(msg),
@@ -227,6 +185,11 @@ static coll_result_t copy_fail(struct coll_comm *comm, struct colli_dev *d, dev_
     return COLL_ERR_CUDA;
 }
 
+bool colli_dev_inject(struct coll_comm *comm, struct colli_dev *d)
+{
+    return comm->cfg.test_dev_fail_copy > 0 && ++d->copies == comm->cfg.test_dev_fail_copy;
+}
+
 /* Copy the regions with (in: device to staging) or without (out: back) in set, then wait. */
 static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, bool in)
 {
@@ -238,7 +201,7 @@ static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_
         const colli_dev_region_t *r = &j->regions[i];
         if ((in ? !r->in : !r->out) || r->bytes == 0)
             continue;
-        injected = comm->cfg.test_dev_fail_copy > 0 && ++d->copies == comm->cfg.test_dev_fail_copy;
+        injected = colli_dev_inject(comm, d);
         char *host = j->staging + r->off;
         if (!injected)
             err = in ? o->memcpy_async(host, r->dev, r->bytes, d->copy_stream)
@@ -250,8 +213,8 @@ static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_
     if (err == 0)
         err = sync_err;
     if (injected)
-        return copy_fail(comm, d, j, step, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
-    return err == 0 ? COLL_SUCCESS : copy_fail(comm, d, j, step, o->error_string(err));
+        return colli_dev_fail(comm, d, j, step, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
+    return err == 0 ? COLL_SUCCESS : colli_dev_fail(comm, d, j, step, o->error_string(err));
 }
 
 static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
@@ -261,6 +224,10 @@ static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
         return; /* aborted: fini failed the communicator */
     if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
         return; /* an earlier call failed: this one does nothing (the next call reports it) */
+    if (j->run == NULL) {
+        colli_dev_pipe_run(comm, d, j);
+        return;
+    }
     int err = o->set_device(j->device);
     if (err == 0 && d->copy_device != j->device) {
         if (d->copy_stream != NULL)
@@ -270,7 +237,7 @@ static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
         d->copy_device = err == 0 ? j->device : -1;
     }
     if (err != 0) {
-        copy_fail(comm, d, j, "setting up the copy stream", o->error_string(err));
+        colli_dev_fail(comm, d, j, "setting up the copy stream", o->error_string(err));
         return;
     }
     if (stage(comm, d, j, true) != COLL_SUCCESS)
@@ -395,7 +362,8 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
     j->run = run;
     j->ctx = c;
     j->nregions = nregions;
-    memcpy(j->regions, regions, (size_t)nregions * sizeof(regions[0]));
+    if (nregions > 0)
+        memcpy(j->regions, regions, (size_t)nregions * sizeof(regions[0]));
     if (!d->thread_on) {
         int rc = pthread_create(&d->thread, NULL, progress_main, comm);
         if (rc != 0) {
@@ -474,6 +442,7 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     }
     if (d->copy_stream != NULL)
         (void)d->ops->stream_destroy(d->copy_stream);
+    colli_dev_pipe_free(d);
     free_retired(d, true);
     if (d->staging != NULL)
         (void)d->ops->host_free(d->staging);

@@ -51,6 +51,8 @@ enum colli_coll_kind {
     COLLI_COLL_SEND_RECV = 7,
     /* flag on a collective's code: the messages of its single-copy path (algo/direct.c) */
     COLLI_COLL_DIRECT = 0x40,
+    /* flag: the messages of a step of a call on device buffers (core/device_pipe.c) */
+    COLLI_COLL_DEV = 0x80,
 };
 
 typedef struct colli_frame {

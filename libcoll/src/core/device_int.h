@@ -1,0 +1,76 @@
+/* Internal to the device-buffer path: the state that device.c (the queue, the gate, the
+ * progress thread) and device_pipe.c (the chunk pipeline of a collective) share. */
+#ifndef COLLI_DEVICE_INT_H
+#define COLLI_DEVICE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "algo/algos.h"
+#include "colli.h"
+#include "cuda/gpu_plugin.h"
+
+enum { DEV_SLOTS = 3 };
+
+typedef struct dev_job {
+    struct dev_job *next;
+    pthread_mutex_t mu; /* started, finished, refs */
+    pthread_cond_t cv;
+    int started;  /* the caller's stream reached the gate */
+    int finished; /* the call is over: the gate opens */
+    int refs;     /* the gate and the progress thread: the last one frees the job */
+    uint64_t seq; /* device calls of this communicator so far */
+    char what[48];
+    int device;
+    char *staging;
+    colli_dev_run_fn run; /* NULL: a collective through the chunk pipeline (ctx: its args) */
+    void *ctx;
+    int nregions;
+    colli_dev_region_t regions[];
+} dev_job_t;
+
+typedef struct retired {
+    struct retired *next;
+    void *p;
+    uint64_t last_seq; /* the last call that may use it */
+} retired_t;
+
+struct colli_dev {
+    const colli_gpu_ops_t *ops;
+    char path[256];
+    pthread_mutex_t mu; /* the queue and the counters */
+    pthread_cond_t cv;  /* a job queued, a job finished, stop */
+    dev_job_t *head, *tail;
+    uint64_t submitted, done;
+    int stop;  /* fini: the thread ends once the queue is empty */
+    int abort; /* fini after abort: queued jobs fail without running (atomic) */
+    bool thread_on;
+    pthread_t thread;
+    void *copy_stream; /* progress thread only */
+    int copy_device;
+    int copies;    /* staging copies so far (COLL_TEST_DEV_FAIL_COPY) */
+    char *staging; /* the current pinned staging (caller's thread) */
+    size_t staging_cap;
+    retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
+    /* The chunk pipeline (device_pipe.c; progress thread only): DEV_SLOTS slots, each a stream
+     * of its own with pinned host buffers (hs, hr) and device scratch (ds) of slot_cap bytes,
+     * on GPU slot_device (-1: none yet). */
+    struct dev_slot {
+        void *stream;
+        char *hs, *hr, *ds;
+    } slots[DEV_SLOTS];
+    size_t slot_cap;
+    int slot_device;
+};
+
+/* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
+coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
+                             const char *step, const char *why);
+/* Does this staging copy fail as a test asked (COLL_TEST_DEV_FAIL_COPY)? Counts the copy. */
+bool colli_dev_inject(struct coll_comm *comm, struct colli_dev *d);
+/* Run job j's collective through the chunk pipeline (progress thread, its stream reached). */
+void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Free the pipeline's streams and buffers (progress thread gone). */
+void colli_dev_pipe_free(struct colli_dev *d);
+
+#endif
