@@ -25,7 +25,8 @@ extern "C" {
 #endif
 
 #define COLLI_GPU_PLUGIN_VERSION 2
-#define COLLI_GPU_MAX_SRCS       8 /* inputs of one reduce call */
+#define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
+#define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
 
 typedef struct colli_gpu_ops {
@@ -66,6 +67,15 @@ typedef struct colli_gpu_ops {
      * divides at the last step). 1 <= nsrcs <= COLLI_GPU_MAX_SRCS; dst may equal srcs[0]. */
     int (*reduce)(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
                   uint32_t divisor, void *stream);
+    /* Device memory shared between processes of one host (CUDA IPC). ipc_export: a handle
+     * (COLLI_GPU_IPC_HANDLE bytes) for the allocation that contains p, p's offset in it, the
+     * allocation's size and an id that no other allocation of this process has had (a handle
+     * may repeat once its allocation is freed). ipc_open: map a handle another process exported
+     * (never this one's) on the current device; *base is the allocation's start here.
+     * ipc_close: unmap it. */
+    int (*ipc_export)(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id);
+    int (*ipc_open)(const void *handle, void **base);
+    int (*ipc_close)(void *base);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

@@ -3,6 +3,7 @@
  * device-buffer path. Thin wrappers around the CUDA runtime, linked statically, so that libcoll
  * itself never links CUDA and runs where CUDA is absent. Every function returns a cudaError_t.
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
@@ -137,6 +138,54 @@ static int cu_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count
                              sm, stream);
 }
 
+static_assert(sizeof(cudaIpcMemHandle_t) == COLLI_GPU_IPC_HANDLE, "IPC handle size");
+
+/* A driver function, from the driver the runtime uses (the plugin links no libcuda). */
+static void *driver_fn(const char *name)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return fn;
+}
+
+static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
+{
+    typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+    typedef CUresult (*attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
+    range_fn range = (range_fn)driver_fn("cuMemGetAddressRange");
+    attr_fn attr = (attr_fn)driver_fn("cuPointerGetAttribute");
+    if (range == NULL || attr == NULL)
+        return (int)cudaErrorNotSupported;
+    CUdeviceptr base = 0, dp = (CUdeviceptr)(uintptr_t)p;
+    unsigned long long buffer_id = 0;
+    if (range(&base, size, dp) != CUDA_SUCCESS ||
+        attr(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, dp) != CUDA_SUCCESS)
+        return (int)cudaErrorInvalidValue;
+    cudaIpcMemHandle_t h;
+    cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
+    if (e != cudaSuccess)
+        return (int)e;
+    memcpy(handle, &h, sizeof(h));
+    *offset = (size_t)(dp - base);
+    *id = (uint64_t)buffer_id;
+    return 0;
+}
+
+static int cu_ipc_open(const void *handle, void **base)
+{
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof(h));
+    return (int)cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess);
+}
+
+static int cu_ipc_close(void *base)
+{
+    return (int)cudaIpcCloseMemHandle(base);
+}
+
 static const colli_gpu_ops_t cu_ops = {
     sizeof(colli_gpu_ops_t),
     COLLI_GPU_PLUGIN_VERSION,
@@ -157,6 +206,9 @@ static const colli_gpu_ops_t cu_ops = {
     cu_error_string,
     cu_device_name,
     cu_reduce,
+    cu_ipc_export,
+    cu_ipc_open,
+    cu_ipc_close,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -10,11 +10,13 @@
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,7 +59,11 @@ static struct {
     struct {
         char *p;
         size_t bytes;
+        int fd;        /* the memfd behind it (peers open it through /proc): allocated here */
+        bool imported; /* a peer's allocation opened with ipc_open */
+        uint64_t id;   /* allocations made here so far, at its allocation */
     } dev[MAXALLOC];
+    uint64_t allocs;
     fstream_t *legacy;
 } fg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -212,11 +218,9 @@ static int fake_set_device(int device)
     return device == 0 ? 0 : 1;
 }
 
-static int fake_dev_alloc(void **p, size_t bytes)
+/* Table slot for a mapping, or -1 when full. */
+static int add_range(char *m, size_t bytes, int fd, bool imported)
 {
-    char *m = malloc(bytes ? bytes : 1);
-    if (m == NULL)
-        return 2;
     pthread_mutex_lock(&fg.mu);
     int slot = -1;
     for (int i = 0; i < MAXALLOC && slot < 0; i++)
@@ -224,30 +228,121 @@ static int fake_dev_alloc(void **p, size_t bytes)
             slot = i;
     if (slot >= 0) {
         fg.dev[slot].p = m;
-        fg.dev[slot].bytes = bytes ? bytes : 1;
+        fg.dev[slot].bytes = bytes;
+        fg.dev[slot].fd = fd;
+        fg.dev[slot].imported = imported;
+        fg.dev[slot].id = ++fg.allocs;
     }
     pthread_mutex_unlock(&fg.mu);
-    if (slot < 0) {
-        free(m);
+    return slot;
+}
+
+/* Device memory is a shared mapping of a memfd, so that another process can open it (IPC). */
+static int fake_dev_alloc(void **p, size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    int fd = memfd_create("fake-gpu", MFD_CLOEXEC);
+    if (fd < 0)
+        return 2;
+    char *m = ftruncate(fd, (off_t)bytes) == 0
+                  ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    if (m == MAP_FAILED || add_range(m, bytes, fd, false) < 0) {
+        if (m != MAP_FAILED)
+            munmap(m, bytes);
+        close(fd);
         return 2;
     }
     *p = m;
     return 0;
 }
 
-static int fake_dev_free(void *p)
+/* Remove the mapping at p made here (imported false) or opened (true); 1 when there is none. */
+static int drop_range(void *p, bool imported)
 {
-    int rc = 1;
+    int fd = -1;
+    size_t bytes = 0;
+    bool found = false;
     pthread_mutex_lock(&fg.mu);
-    for (int i = 0; i < MAXALLOC; i++)
-        if (p != NULL && fg.dev[i].p == p) {
+    for (int i = 0; i < MAXALLOC && !found; i++)
+        if (p != NULL && fg.dev[i].p == p && fg.dev[i].imported == imported) {
             fg.dev[i].p = NULL;
-            rc = 0;
+            fd = fg.dev[i].fd;
+            bytes = fg.dev[i].bytes;
+            found = true;
         }
     pthread_mutex_unlock(&fg.mu);
-    if (rc == 0)
-        free(p);
-    return p == NULL ? 0 : rc;
+    if (!found)
+        return 1;
+    munmap(p, bytes);
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+static int fake_dev_free(void *p)
+{
+    return p == NULL ? 0 : drop_range(p, false);
+}
+
+typedef struct {
+    char magic[8]; /* "fakeipc" */
+    int32_t pid, fd;
+    uint64_t bytes;
+} fake_handle_t;
+
+static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
+{
+    fake_handle_t h = {.magic = "fakeipc", .pid = (int32_t)getpid(), .fd = -1};
+    const char *c = p;
+    pthread_mutex_lock(&fg.mu);
+    for (int i = 0; i < MAXALLOC && h.fd < 0; i++)
+        if (fg.dev[i].p != NULL && !fg.dev[i].imported && c >= fg.dev[i].p &&
+            c < fg.dev[i].p + fg.dev[i].bytes) {
+            h.fd = fg.dev[i].fd;
+            h.bytes = fg.dev[i].bytes;
+            *offset = (size_t)(c - fg.dev[i].p);
+            *size = fg.dev[i].bytes;
+            *id = fg.dev[i].id;
+        }
+    pthread_mutex_unlock(&fg.mu);
+    if (h.fd < 0)
+        return 1;
+    memset(handle, 0, COLLI_GPU_IPC_HANDLE);
+    memcpy(handle, &h, sizeof(h));
+    return 0;
+}
+
+/* FAKE_GPU_NO_IPC=1: opening fails, as where the driver refuses peer mappings. */
+static int fake_ipc_open(const void *handle, void **base)
+{
+    fake_handle_t h;
+    memcpy(&h, handle, sizeof(h));
+    const char *no = getenv("FAKE_GPU_NO_IPC");
+    if (memcmp(h.magic, "fakeipc", 8) != 0 || h.pid == (int32_t)getpid() ||
+        (no != NULL && strcmp(no, "1") == 0))
+        return 1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    char *m = mmap(NULL, (size_t)h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return 2;
+    if (add_range(m, (size_t)h.bytes, -1, true) < 0) {
+        munmap(m, (size_t)h.bytes);
+        return 2;
+    }
+    *base = m;
+    return 0;
+}
+
+static int fake_ipc_close(void *base)
+{
+    return drop_range(base, true);
 }
 
 static int fake_host_alloc(void **p, size_t bytes)
@@ -395,6 +490,9 @@ static const colli_gpu_ops_t ops = {
     .error_string = fake_error_string,
     .device_name = fake_device_name,
     .reduce = fake_reduce,
+    .ipc_export = fake_ipc_export,
+    .ipc_open = fake_ipc_open,
+    .ipc_close = fake_ipc_close,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

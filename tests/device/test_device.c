@@ -4,9 +4,10 @@
  *   order     a call returns while its stream is held; it sees the copy enqueued before it,
  *             the next call and copy see its result (2 ranks)
  *   p2p       a ring exchange and an uneven all-to-all-v in groups, a send to self (3 ranks)
- *   errors    a staging copy fails on rank 1: every rank's stream goes on, every rank's async
- *             error is set (rank 1's names the copy, the others name rank 1), the next call
- *             fails (3 ranks)
+ *   errors    a copy fails on rank 1 (between the ranks' buffers through CUDA IPC, or a staging
+ *             copy of the pipeline with COLL_CUDA_IPC=0): every rank's stream goes on, every
+ *             rank's async error is set (rank 1's names the copy, the others name rank 1), the
+ *             next call fails (3 ranks)
  *   mismatch  ranks that call different reductions on device buffers, or one on host buffers
  *             and one on device buffers, fail with a mismatch naming both calls (2 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
@@ -14,6 +15,7 @@
  *   teardown  destroy waits for a queued call; abort while a call waits for its stream
  *             returns at once and opens the gate (2 ranks) */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,13 @@ static const colli_gpu_ops_t *plugin(void)
 {
     const char *lib = getenv("COLL_CUDA_PLUGIN"), *why = NULL;
     return lib != NULL ? colli_gpu_plugin_open(lib, &why) : NULL;
+}
+
+/* Does this run take CUDA IPC between the ranks (COLL_CUDA_IPC, default 1)? */
+static bool via_ipc(void)
+{
+    const char *v = getenv("COLL_CUDA_IPC");
+    return v == NULL || strcmp(v, "0") != 0;
 }
 
 typedef struct {
@@ -197,9 +206,10 @@ static void p2p_body(dh_ctx_t *ctx)
 static void errors_body(dh_ctx_t *ctx)
 {
     const colli_gpu_ops_t *o = plugin();
+    /* through CUDA IPC a call makes 2 copies (to the 2 peers), through the pipeline 4 (one step):
+     * the first copy of the second call fails */
     if (ctx->rank == 1)
-        dh_setenv("COLL_TEST_DEV_FAIL_COPY", "5"); /* one step of 4 copies per call: the input
-                                                      copy of the second call */
+        dh_setenv("COLL_TEST_DEV_FAIL_COPY", via_ipc() ? "3" : "5");
     coll_comm_t comm = init(ctx);
     void *s = NULL;
     CHECK(o->stream_create(&s) == 0, "stream");
@@ -438,7 +448,10 @@ static void run(const char *name, int nranks, void (*body)(dh_ctx_t *))
             dh_log("rank %d: %s: %s", r, dh_rc_name(out->rc), out->msg);
             CHECK(out->rc == (r == 1 ? COLL_ERR_CUDA : COLL_ERR_REMOTE), "rank %d: async error %s",
                   r, dh_rc_name(out->rc));
-            CHECK_HAS(out->msg, "copying the inputs to host staging failed: injected failure",
+            CHECK_HAS(out->msg,
+                      via_ipc() ? "copying between the ranks' device buffers (CUDA IPC) failed: "
+                                  "injected failure"
+                                : "copying the inputs to host staging failed: injected failure",
                       "rank %d: names the failed copy", r);
             CHECK(dh_names_rank(out->msg, 1), "rank %d: names rank 1", r);
         }

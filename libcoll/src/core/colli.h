@@ -140,6 +140,7 @@ typedef struct colli_config {
     char cuda_plugin[256];        /* COLL_CUDA_PLUGIN: the GPU plugin ("" = default) */
     int test_dev_fail_copy;       /* tests only: this staging copy fails (0 = none) */
     size_t dev_chunk;             /* COLL_CUDA_CHUNK_SIZE: device pipeline step in bytes */
+    int dev_ipc;                  /* COLL_CUDA_IPC: 1 = device buffers of one host via IPC */
     int shm_disable;              /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
     size_t shm_slot_size;         /* bytes of one shared-memory ring slot (header line included) */
     int shm_nslots;               /* slots per ring */

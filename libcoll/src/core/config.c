@@ -273,6 +273,11 @@ static const param_t params[] = {
      "device buffers: bytes moved per pipeline step (each of three steps in flight has this "
      "much pinned host memory twice and device scratch once)",
      parse_dev_chunk, OFF(dev_chunk)},
+    {"COLL_CUDA_IPC", "1",
+     "1: collectives on device buffers between ranks of one host read and write the peers' "
+     "device memory through CUDA IPC (from COLL_SHM_DIRECT_MIN bytes, at most 8 ranks) when "
+     "every rank can; 0: through host staging",
+     parse_bool, OFF(dev_ipc)},
     {"COLL_HOST_ID_SUFFIX", "",
      "tests only: appended to this process's host identity, so that ranks of one machine count "
      "as different hosts; a comma-separated list is indexed by rank",

@@ -442,6 +442,7 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     }
     if (d->copy_stream != NULL)
         (void)d->ops->stream_destroy(d->copy_stream);
+    colli_dev_ipc_free(d);
     colli_dev_pipe_free(d);
     free_retired(d, true);
     if (d->staging != NULL)

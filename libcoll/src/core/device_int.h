@@ -10,7 +10,7 @@
 #include "colli.h"
 #include "cuda/gpu_plugin.h"
 
-enum { DEV_SLOTS = 3 };
+enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32 };
 
 typedef struct dev_job {
     struct dev_job *next;
@@ -61,6 +61,16 @@ struct colli_dev {
     } slots[DEV_SLOTS];
     size_t slot_cap;
     int slot_device;
+    /* CUDA IPC (device_ipc.c; progress thread only): peers' allocations mapped here, least
+     * recently used first out */
+    struct dev_ipc_map {
+        int pid;
+        uint64_t id; /* the allocation's id in its process */
+        void *base;
+        uint64_t used;
+    } ipc_maps[DEV_IPC_MAPS];
+    uint64_t ipc_clock;
+    bool ipc_told, ipc_announced; /* INFO lines said once */
 };
 
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
@@ -70,6 +80,16 @@ coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_jo
 bool colli_dev_inject(struct coll_comm *comm, struct colli_dev *d);
 /* Run job j's collective through the chunk pipeline (progress thread, its stream reached). */
 void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* A host-buffer collective on pinned or host memory as a step of the device call outer: its
+ * messages carry outer's fingerprint, marked "device buffers"; count in outer's datatype. */
+coll_result_t colli_dev_net(struct coll_comm *comm, const colli_coll_args_t *outer, int coll,
+                            const void *sb, void *rb, size_t count);
+/* Run job j's collective through CUDA IPC when every rank is on this host and can (on stream).
+ * false: the pipeline runs it. true: done, or failed (*status; the communicator failed). */
+bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                       coll_result_t *status);
+/* Close every mapped peer allocation. */
+void colli_dev_ipc_free(struct colli_dev *d);
 /* Free the pipeline's streams and buffers (progress thread gone). */
 void colli_dev_pipe_free(struct colli_dev *d);
 

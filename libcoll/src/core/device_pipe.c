@@ -100,18 +100,23 @@ static bool sync_slot(pipe_t *p, const chunk_t *c)
     return p->err == 0 && !p->injected;
 }
 
-/* A host-buffer collective on pinned memory, fingerprinted as the device call. */
-static coll_result_t net(pipe_t *p, int coll, const void *sb, void *rb, size_t count)
+coll_result_t colli_dev_net(struct coll_comm *comm, const colli_coll_args_t *outer, int coll,
+                            const void *sb, void *rb, size_t count)
 {
     colli_coll_args_t s = {.coll = coll,
                            .sendbuf = sb,
                            .recvbuf = rb,
                            .count = count,
-                           .dt = p->a->dt,
-                           .op = p->a->op,
-                           .root = p->a->root,
-                           .outer = p->a};
-    return colli_run_collective(p->comm, &s);
+                           .dt = outer->dt,
+                           .op = outer->op,
+                           .root = outer->root,
+                           .outer = outer};
+    return colli_run_collective(comm, &s);
+}
+
+static coll_result_t net(pipe_t *p, int coll, const void *sb, void *rb, size_t count)
+{
+    return colli_dev_net(p->comm, p->a, coll, sb, rb, count);
 }
 
 static chunk_t chunk_of(const pipe_t *p, size_t k)
@@ -226,8 +231,10 @@ static bool slots_ready(pipe_t *p, size_t need)
     struct colli_dev *d = p->d;
     const colli_gpu_ops_t *o = p->o;
     int err = o->set_device(p->j->device);
-    if (err == 0 && d->slot_device != p->j->device)
+    if (err == 0 && d->slot_device != p->j->device) {
+        colli_dev_ipc_free(d); /* opened on the previous device */
         colli_dev_pipe_free(d);
+    }
     if (err == 0 && d->slot_cap < need) {
         for (int i = 0; i < DEV_SLOTS; i++) {
             struct dev_slot *s = &d->slots[i];
@@ -291,8 +298,10 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         (p.reduces || p.a->coll == COLLI_COLL_BROADCAST ? p.step_max : p.step_max * p.n) * p.e;
     if (!slots_ready(&p, need))
         return;
-    const size_t steps = (p.walk + p.step_max - 1) / p.step_max;
     coll_result_t status = COLL_SUCCESS;
+    if (colli_dev_ipc_try(comm, d, j, d->slots[0].stream, &status))
+        return; /* ran through CUDA IPC, or failed the communicator */
+    const size_t steps = (p.walk + p.step_max - 1) / p.step_max;
     if (steps > 0) {
         chunk_t c0 = chunk_of(&p, 0);
         pre(&p, &c0);
