@@ -6,6 +6,11 @@
  * stream. What the path relies on (call order on a stream, a gate that holds its stream, copies
  * on a stream of their own, errors) behaves as on CUDA; timing and memory bandwidth do not.
  *
+ * Device memory is a shared mapping of a memfd, so that IPC works between processes: a handle
+ * names the process and the descriptor, which a peer opens through /proc/<pid>/fd
+ * (FAKE_GPU_NO_IPC=1 makes opening fail, as a driver that refuses peer mappings). reduce computes
+ * with the CPU reference kernels, input by input, as the CUDA kernels do.
+ *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
 #define _GNU_SOURCE

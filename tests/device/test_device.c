@@ -233,45 +233,75 @@ static void errors_body(dh_ctx_t *ctx)
 
 /* ---- mismatch ---- */
 
-/* Rank 0 sums, rank 1 takes the max, both on device buffers: each rank's pipeline reduces its
- * own piece, so without the call's fingerprint on every step the ranks would end with different
- * results and no error. Then (mismatch_kind_body) rank 0 calls on host buffers and rank 1 on
- * device buffers. Both must fail with a mismatch naming both calls. */
-static void mismatch_op_body(dh_ctx_t *ctx)
+typedef struct {
+    const colli_gpu_ops_t *o;
+    void *s;
+    float *d;
+    coll_comm_t comm;
+} mm_t;
+
+static mm_t mm_setup(dh_ctx_t *ctx, size_t count)
 {
-    const colli_gpu_ops_t *o = plugin();
-    const int me = ctx->rank;
-    const size_t count = 4096;
-    void *s = NULL;
-    CHECK(o->stream_create(&s) == 0, "stream");
-    float *d = dev_filled(o, count, me, s);
-    coll_comm_t comm = init(ctx);
-    CHECK_RC(coll_all_reduce(d, d, count, COLL_FLOAT32, me == 0 ? COLL_SUM : COLL_MAX, comm, s),
-             COLL_SUCCESS, coll_get_last_error(), "rank %d: queued", me);
-    CHECK(o->stream_sync(s) == 0, "rank %d: the stream goes on", me);
-    coll_result_t ae = COLL_SUCCESS;
-    CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS, "get_async_error");
-    CHECK(ae == COLL_ERR_MISMATCH || ae == COLL_ERR_REMOTE, "rank %d: op mismatch: async error %s",
-          me, dh_rc_name(ae));
-    (void)coll_all_reduce(d, d, count, COLL_FLOAT32, COLL_SUM, comm, s);
-    const char *msg = coll_get_last_error();
-    CHECK_HAS(msg, "all_reduce(count 4096, float32, sum) (device buffers)", "rank %d: names sum",
-              me);
-    CHECK_HAS(msg, "all_reduce(count 4096, float32, max) (device buffers)", "rank %d: names max",
-              me);
-    coll_comm_destroy(comm);
-    o->stream_destroy(s);
+    mm_t m = {.o = plugin()};
+    CHECK(m.o->stream_create(&m.s) == 0, "stream");
+    m.d = dev_filled(m.o, count, ctx->rank, m.s);
+    m.comm = init(ctx);
+    return m;
 }
 
+static void mm_teardown(mm_t *m)
+{
+    coll_comm_destroy(m->comm);
+    m->o->dev_free(m->d);
+    m->o->stream_destroy(m->s);
+}
+
+/* Rank 0 sums, rank 1 takes the max, both on device buffers: each rank reduces its own piece
+ * (pipeline) or slice (CUDA IPC), so without the call's fingerprint on every step the ranks would
+ * end with different results and no error. */
+static void mismatch_op(dh_ctx_t *ctx, size_t count)
+{
+    const int me = ctx->rank;
+    mm_t m = mm_setup(ctx, count);
+    CHECK_RC(
+        coll_all_reduce(m.d, m.d, count, COLL_FLOAT32, me == 0 ? COLL_SUM : COLL_MAX, m.comm, m.s),
+        COLL_SUCCESS, coll_get_last_error(), "rank %d: queued", me);
+    CHECK(m.o->stream_sync(m.s) == 0, "rank %d: the stream goes on", me);
+    coll_result_t ae = COLL_SUCCESS;
+    CHECK(coll_comm_get_async_error(m.comm, &ae) == COLL_SUCCESS, "get_async_error");
+    CHECK(ae == COLL_ERR_MISMATCH || ae == COLL_ERR_REMOTE, "rank %d: op mismatch: async error %s",
+          me, dh_rc_name(ae));
+    (void)coll_all_reduce(m.d, m.d, count, COLL_FLOAT32, COLL_SUM, m.comm, m.s);
+    const char *msg = coll_get_last_error();
+    char want[2][96];
+    for (int i = 0; i < 2; i++)
+        snprintf(want[i], sizeof(want[i]), "all_reduce(count %zu, float32, %s) (device buffers)",
+                 count, i == 0 ? "sum" : "max");
+    CHECK_HAS(msg, want[0], "rank %d: count %zu: names sum", me, count);
+    CHECK_HAS(msg, want[1], "rank %d: count %zu: names max", me, count);
+    mm_teardown(&m);
+}
+
+static void mismatch_op_small(dh_ctx_t *ctx)
+{
+    mismatch_op(ctx, 4096); /* below COLL_SHM_DIRECT_MIN: the pipeline */
+}
+
+static void mismatch_op_large(dh_ctx_t *ctx)
+{
+    mismatch_op(ctx, 1 << 17); /* 512 KiB: CUDA IPC between the two ranks */
+}
+
+/* Rank 0 calls on host buffers and rank 1 on device buffers: both fail with a mismatch. */
 static void mismatch_kind_body(dh_ctx_t *ctx)
 {
-    const colli_gpu_ops_t *o = plugin();
     const int me = ctx->rank;
     const size_t count = 4096;
-    void *s = NULL;
-    CHECK(o->stream_create(&s) == 0, "stream");
-    float *d = dev_filled(o, count, me, s);
-    coll_comm_t comm = init(ctx);
+    mm_t m = mm_setup(ctx, count);
+    const colli_gpu_ops_t *o = m.o;
+    void *s = m.s;
+    float *d = m.d;
+    coll_comm_t comm = m.comm;
     float *h = calloc(count, sizeof(float));
     coll_result_t rc = coll_all_reduce(me == 0 ? (void *)h : (void *)d, me == 0 ? (void *)h : d,
                                        count, COLL_FLOAT32, COLL_SUM, comm, me == 0 ? NULL : s);
@@ -289,8 +319,7 @@ static void mismatch_kind_body(dh_ctx_t *ctx)
     CHECK_HAS(msg, "collective mismatch", "rank %d: host/device: a mismatch", me);
     CHECK_HAS(msg, "(device buffers)", "rank %d: host/device: names the device call", me);
     free(h);
-    coll_comm_destroy(comm);
-    o->stream_destroy(s);
+    mm_teardown(&m);
 }
 
 /* ---- usage ---- */
@@ -489,7 +518,8 @@ int main(int argc, char **argv)
     } else if (strcmp(c, "errors") == 0) {
         run("errors", 3, errors_body);
     } else if (strcmp(c, "mismatch") == 0) {
-        run("mismatch op", 2, mismatch_op_body);
+        run("mismatch op", 2, mismatch_op_small);
+        run("mismatch op, CUDA IPC", 2, mismatch_op_large);
         run("mismatch memory", 2, mismatch_kind_body);
     } else if (strcmp(c, "usage") == 0) {
         run("usage", 2, usage_body);
