@@ -38,8 +38,9 @@ typedef struct colli_gpu_ops {
     /* 1 when p is device memory (*device: its ordinal), 0 for host, pinned or managed memory
      * (anything the CPU can read directly). */
     int (*ptr_device)(const void *p, int *device);
-    /* Make device the calling thread's current device. */
+    /* Make device the calling thread's current device; the calling thread's current device. */
     int (*set_device)(int device);
+    int (*get_device)(int *device);
     /* Device memory, and pinned host memory for staging. */
     int (*dev_alloc)(void **p, size_t bytes);
     int (*dev_free)(void *p);

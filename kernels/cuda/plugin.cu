@@ -40,6 +40,11 @@ static int cu_set_device(int device)
     return (int)cudaSetDevice(device);
 }
 
+static int cu_get_device(int *device)
+{
+    return (int)cudaGetDevice(device);
+}
+
 static int cu_dev_alloc(void **p, size_t bytes)
 {
     return (int)cudaMalloc(p, bytes);
@@ -193,6 +198,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_init,
     cu_ptr_device,
     cu_set_device,
+    cu_get_device,
     cu_dev_alloc,
     cu_dev_free,
     cu_host_alloc,

@@ -1,5 +1,6 @@
 /* A fake GPU plugin (kernels/cuda/gpu_plugin.h) for testing the device-buffer path without a GPU:
- * loaded through COLL_CUDA_PLUGIN, it offers one device, "fake GPU 0", whose memory is host
+ * loaded through COLL_CUDA_PLUGIN, it offers one device, "fake GPU 0" (FAKE_GPU_DEVICES=N: N;
+ * all share one memory, an allocation belongs to its thread's current device), whose memory is host
  * memory that only this plugin hands out (so ptr_device tells it from other memory), and streams
  * that are threads running their work in order: copies, host functions (which block their
  * stream while they run, as CUDA's do) and delays. The default stream (NULL) is one more such
@@ -8,8 +9,9 @@
  *
  * Device memory is a shared mapping of a memfd, so that IPC works between processes: a handle
  * names the process and the descriptor, which a peer opens through /proc/<pid>/fd
- * (FAKE_GPU_NO_IPC=1 makes opening fail, as a driver that refuses peer mappings). reduce computes
- * with the CPU reference kernels, input by input, as the CUDA kernels do.
+ * (FAKE_GPU_NO_IPC=1 makes opening fail, as a driver that refuses peer mappings;
+ * FAKE_GPU_BAD_EXPORT=1 describes allocations as too small, as corrupt bytes would). reduce
+ * computes with the CPU reference kernels, input by input, as the CUDA kernels do.
  *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
@@ -67,6 +69,7 @@ static struct {
         int fd;        /* the memfd behind it (peers open it through /proc): allocated here */
         bool imported; /* a peer's allocation opened with ipc_open */
         uint64_t id;   /* allocations made here so far, at its allocation */
+        int device;    /* the current device of the thread that allocated it */
     } dev[MAXALLOC];
     uint64_t allocs;
     fstream_t *legacy;
@@ -101,6 +104,9 @@ static void run_reduce(const task_t *t)
         memcpy((char *)t->dst + b * e, tmp, m * e);
     }
 }
+
+/* The calling thread's current device (FAKE_GPU_DEVICES, default 1, devices exist). */
+static _Thread_local int cur_device;
 
 static void *stream_main(void *arg)
 {
@@ -212,15 +218,28 @@ static int fake_init(char *why, size_t len)
 static int fake_ptr_device(const void *p, int *device)
 {
     size_t left;
-    if (find(p, &left) < 0)
+    int i = find(p, &left);
+    if (i < 0)
         return 0;
-    *device = 0;
+    pthread_mutex_lock(&fg.mu);
+    *device = fg.dev[i].device;
+    pthread_mutex_unlock(&fg.mu);
     return 1;
 }
 
 static int fake_set_device(int device)
 {
-    return device == 0 ? 0 : 1;
+    const char *e = getenv("FAKE_GPU_DEVICES");
+    if (device < 0 || device >= (e != NULL ? atoi(e) : 1))
+        return 1;
+    cur_device = device;
+    return 0;
+}
+
+static int fake_get_device(int *device)
+{
+    *device = cur_device;
+    return 0;
 }
 
 /* Table slot for a mapping, or -1 when full. */
@@ -237,6 +256,7 @@ static int add_range(char *m, size_t bytes, int fd, bool imported)
         fg.dev[slot].fd = fd;
         fg.dev[slot].imported = imported;
         fg.dev[slot].id = ++fg.allocs;
+        fg.dev[slot].device = cur_device;
     }
     pthread_mutex_unlock(&fg.mu);
     return slot;
@@ -314,6 +334,9 @@ static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *
     pthread_mutex_unlock(&fg.mu);
     if (h.fd < 0)
         return 1;
+    const char *bad = getenv("FAKE_GPU_BAD_EXPORT"); /* a descriptor that cannot be right */
+    if (bad != NULL && strcmp(bad, "1") == 0)
+        *size = *offset;
     memset(handle, 0, COLLI_GPU_IPC_HANDLE);
     memcpy(handle, &h, sizeof(h));
     return 0;
@@ -472,7 +495,7 @@ static const char *fake_error_string(int err)
 
 static const char *fake_device_name(int device)
 {
-    return device == 0 ? "fake GPU 0" : "";
+    return device == 0 ? "fake GPU 0" : "fake GPU";
 }
 
 static const colli_gpu_ops_t ops = {
@@ -482,6 +505,7 @@ static const colli_gpu_ops_t ops = {
     .init = fake_init,
     .ptr_device = fake_ptr_device,
     .set_device = fake_set_device,
+    .get_device = fake_get_device,
     .dev_alloc = fake_dev_alloc,
     .dev_free = fake_dev_free,
     .host_alloc = fake_host_alloc,

@@ -9,11 +9,12 @@
  *             rank's async error is set (rank 1's names the copy, the others name rank 1), the
  *             next call fails (3 ranks)
  *   mismatch  ranks that call different reductions on device buffers, or one on host buffers
- *             and one on device buffers, fail with a mismatch naming both calls (2 ranks)
+ *             and one on device buffers, fail with a mismatch naming both calls; a corrupt CUDA
+ *             IPC descriptor fails every rank naming its sender (fake GPU only) (2 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
- *             count 0; a plugin that cannot be loaded, is not a plugin or has no GPU
- *   teardown  destroy waits for a queued call; abort while a call waits for its stream
- *             returns at once and opens the gate (2 ranks) */
+ *             count 0, buffers on a second GPU (FAKE_GPU_DEVICES=2); a plugin that cannot be
+ * loaded, is not a plugin or has no GPU teardown  destroy waits for a queued call; abort while a
+ * call waits for its stream returns at once and opens the gate (2 ranks) */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdio.h>
@@ -292,6 +293,27 @@ static void mismatch_op_large(dh_ctx_t *ctx)
     mismatch_op(ctx, 1 << 17); /* 512 KiB: CUDA IPC between the two ranks */
 }
 
+/* Rank 1's CUDA IPC descriptor cannot describe its buffer (FAKE_GPU_BAD_EXPORT=1 in the fake):
+ * every rank fails naming rank 1, none maps anything from it. */
+static void corrupt_desc_body(dh_ctx_t *ctx)
+{
+    const int me = ctx->rank;
+    const size_t count = 1 << 17;
+    if (me == 1)
+        dh_setenv("FAKE_GPU_BAD_EXPORT", "1");
+    mm_t m = mm_setup(ctx, count);
+    CHECK_RC(coll_all_reduce(m.d, m.d, count, COLL_FLOAT32, COLL_SUM, m.comm, m.s), COLL_SUCCESS,
+             coll_get_last_error(), "rank %d: queued", me);
+    CHECK(m.o->stream_sync(m.s) == 0, "rank %d: the stream goes on", me);
+    coll_result_t ae = COLL_SUCCESS;
+    CHECK(coll_comm_get_async_error(m.comm, &ae) == COLL_SUCCESS, "get_async_error");
+    CHECK(ae == COLL_ERR_REMOTE, "rank %d: async error %s", me, dh_rc_name(ae));
+    (void)coll_all_reduce(m.d, m.d, count, COLL_FLOAT32, COLL_SUM, m.comm, m.s);
+    CHECK_HAS(coll_get_last_error(), "sent a corrupt CUDA IPC descriptor", "rank %d: says so", me);
+    CHECK(dh_names_rank(coll_get_last_error(), 1), "rank %d: names rank 1", me);
+    mm_teardown(&m);
+}
+
 /* Rank 0 calls on host buffers and rank 1 on device buffers: both fail with a mismatch. */
 static void mismatch_kind_body(dh_ctx_t *ctx)
 {
@@ -361,6 +383,18 @@ static void usage_body(dh_ctx_t *ctx)
         bad += r[i] != (val(i, 0) > val(i, 1) ? val(i, 0) : val(i, 1));
     CHECK(bad == 0, "rank %d: %ld wrong elements of the max", me, bad);
     free(r);
+    /* buffers on a second GPU: the communicator's device calls are on GPU 0 */
+    void *d1 = NULL;
+    if (o->set_device(1) == 0 && o->dev_alloc(&d1, 4000) == 0) {
+        rc = coll_all_reduce(d1, d1, 1000, COLL_FLOAT32, COLL_SUM, comm, s);
+        CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "buffers on another GPU");
+        CHECK_HAS(coll_get_last_error(), "buffers are on GPU 1, but the communicator's",
+                  "names both GPUs");
+        o->dev_free(d1);
+    } else {
+        dh_log("rank %d: no second GPU: the one-GPU-per-communicator check is not run", me);
+    }
+    (void)o->set_device(0);
     free(h);
     CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
     o->stream_destroy(s);
@@ -521,6 +555,8 @@ int main(int argc, char **argv)
         run("mismatch op", 2, mismatch_op_small);
         run("mismatch op, CUDA IPC", 2, mismatch_op_large);
         run("mismatch memory", 2, mismatch_kind_body);
+        if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL)
+            run("corrupt IPC descriptor", 2, corrupt_desc_body);
     } else if (strcmp(c, "usage") == 0) {
         run("usage", 2, usage_body);
         init_fails("plugin missing", "COLL_CUDA_PLUGIN", "/nonexistent/libcoll_cuda.so.0",

@@ -137,7 +137,6 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-/* Check everything that does not need the network; name the offending argument. */
 /* Bytes of sendbuf and recvbuf a collective of n ranks reads and writes. */
 static void call_lengths(const colli_coll_args_t *a, int n, size_t *slen, size_t *rlen)
 {
@@ -183,6 +182,7 @@ static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const 
     return COLL_SUCCESS;
 }
 
+/* Check everything that does not need the network; name the offending argument. */
 static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_coll_args_t *a,
                                 coll_stream_t stream, bool reduces, bool rooted,
                                 struct coll_comm **comm_out, int *device)
@@ -267,7 +267,7 @@ static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args
     return COLL_SUCCESS;
 }
 
-/* ---- device buffers: staged through pinned host memory by the progress thread (device.c) ---- */
+/* ---- device buffers: queued for the communicator's progress thread (device.c) ---- */
 
 #define STAGE_ALIGN 64
 

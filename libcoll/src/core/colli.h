@@ -306,7 +306,9 @@ typedef coll_result_t (*colli_dev_run_fn)(struct coll_comm *comm, void *ctx);
 /* Pinned staging of at least bytes for the next call (grow-only; valid for that call). */
 coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base);
 /* Queue a call on device buffers, ordered on stream; returns without waiting for it. ctx (run's
- * argument, ctx_size bytes) is copied; regions lie in the staging from colli_dev_staging. */
+ * argument, ctx_size bytes) is copied; regions lie in the staging from colli_dev_staging. run
+ * NULL: a collective (ctx: its colli_coll_args_t) for CUDA IPC or the chunk pipeline. Every
+ * device call of a communicator is on one GPU (the first one's); another is INVALID_USAGE. */
 coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
                                const colli_dev_region_t *regions, int nregions,
                                colli_dev_run_fn run, const void *ctx, size_t ctx_size);

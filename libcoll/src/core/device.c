@@ -4,13 +4,14 @@
  * libcoll does not link CUDA: a GPU plugin (kernels/cuda/gpu_plugin.h; libcoll_cuda.so.0 for
  * CUDA) is loaded with dlopen when the process uses CUDA, or from COLL_CUDA_PLUGIN. A call on
  * device buffers
- *   1. (caller's thread) takes pinned host staging for its buffers, enqueues a gate on the
- *      caller's stream (a host function that blocks the stream until the call is over) and
- *      queues a job for the communicator's progress thread; it returns at once;
+ *   1. (caller's thread) makes the communicator's streams and buffers the first time, enqueues
+ *      a gate on the caller's stream (a host function that blocks the stream until the call is
+ *      over) and queues a job for the communicator's progress thread; it returns at once;
  *   2. (progress thread, one job at a time, in call order) waits until the stream reached the
- *      gate, copies the inputs to staging on its own copy stream, runs the host-buffer call on
- *      staging (the transports and algorithms of every other call), copies the outputs back and
- *      opens the gate: the caller's stream goes on with the results in place.
+ *      gate, runs the call and opens the gate: the caller's stream goes on with the results in
+ *      place. A collective runs through CUDA IPC between the ranks of one host (device_ipc.c)
+ *      or the chunk pipeline (device_pipe.c); sends and receives are staged whole here: copied
+ *      to pinned staging, sent and received by the host-buffer calls, copied back.
  * A failure (a copy, the network, a peer) fails the communicator as any call does (its async
  * error, the peers told); the gate opens anyway, so no stream waits forever, and the next call
  * reports the error. */
@@ -100,8 +101,7 @@ coll_result_t colli_dev_init(struct coll_comm *comm)
     if (d == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the device-buffer path");
     d->ops = ops;
-    d->copy_device = -1;
-    d->slot_device = -1;
+    d->device = -1;
     snprintf(d->path, sizeof(d->path), "%s", path);
     pthread_mutex_init(&d->mu, NULL);
     cond_init_monotonic(&d->cv);
@@ -204,12 +204,12 @@ static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_
         injected = colli_dev_inject(comm, d);
         char *host = j->staging + r->off;
         if (!injected)
-            err = in ? o->memcpy_async(host, r->dev, r->bytes, d->copy_stream)
-                     : o->memcpy_async((void *)r->dev, host, r->bytes, d->copy_stream);
+            err = in ? o->memcpy_async(host, r->dev, r->bytes, d->slots[0].stream)
+                     : o->memcpy_async((void *)r->dev, host, r->bytes, d->slots[0].stream);
     }
     /* even after a failure: no copy enqueued so far may outlive this call (its staging is
      * reused or freed next) */
-    int sync_err = o->stream_sync(d->copy_stream);
+    int sync_err = o->stream_sync(d->slots[0].stream);
     if (err == 0)
         err = sync_err;
     if (injected)
@@ -224,20 +224,13 @@ static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
         return; /* aborted: fini failed the communicator */
     if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
         return; /* an earlier call failed: this one does nothing (the next call reports it) */
-    if (j->run == NULL) {
-        colli_dev_pipe_run(comm, d, j);
+    int err = o->set_device(j->device);
+    if (err != 0) {
+        colli_dev_fail(comm, d, j, "making its GPU current", o->error_string(err));
         return;
     }
-    int err = o->set_device(j->device);
-    if (err == 0 && d->copy_device != j->device) {
-        if (d->copy_stream != NULL)
-            (void)o->stream_destroy(d->copy_stream);
-        d->copy_stream = NULL;
-        err = o->stream_create(&d->copy_stream);
-        d->copy_device = err == 0 ? j->device : -1;
-    }
-    if (err != 0) {
-        colli_dev_fail(comm, d, j, "setting up the copy stream", o->error_string(err));
+    if (j->run == NULL) {
+        colli_dev_pipe_run(comm, d, j);
         return;
     }
     if (stage(comm, d, j, true) != COLL_SUCCESS)
@@ -335,6 +328,47 @@ coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **bas
     return COLL_SUCCESS;
 }
 
+/* The slots' streams, and their buffers when bytes > 0, on device; on the caller's thread, its
+ * current device restored. Never reallocated: every later need fits (colli_dev_slot_bytes). */
+static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int device, size_t bytes)
+{
+    if (d->device >= 0 && d->device != device)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: this call's buffers are on GPU %d, but the communicator's "
+                         "device calls are on GPU %d: use one communicator per GPU",
+                         comm->rank, device, d->device);
+    if (d->device >= 0 && (bytes == 0 || d->slot_bytes > 0))
+        return COLL_SUCCESS;
+    const colli_gpu_ops_t *o = d->ops;
+    int prev = -1, err = o->get_device(&prev);
+    if (err == 0)
+        err = o->set_device(device);
+    for (int i = 0; i < DEV_SLOTS && err == 0; i++)
+        if (d->slots[i].stream == NULL)
+            err = o->stream_create(&d->slots[i].stream);
+    for (int i = 0; i < DEV_SLOTS && err == 0 && bytes > 0; i++) {
+        struct dev_slot *s = &d->slots[i]; /* after a failure, the next call makes the rest */
+        if (s->hs == NULL)
+            err = o->host_alloc((void **)&s->hs, bytes);
+        if (err == 0 && s->hr == NULL)
+            err = o->host_alloc((void **)&s->hr, bytes);
+        if (err == 0 && s->ds == NULL)
+            err = o->dev_alloc((void **)&s->ds, bytes);
+    }
+    if (prev >= 0 && prev != device)
+        (void)o->set_device(prev);
+    if (err != 0)
+        return COLLI_ERR(COLL, COLL_ERR_CUDA,
+                         "rank %d: cannot set up the device-buffer path on GPU %d (%d streams, "
+                         "%zu bytes of pinned host memory twice and of device memory for each): "
+                         "%s; a smaller COLL_CUDA_CHUNK_SIZE needs less",
+                         comm->rank, device, DEV_SLOTS, bytes, o->error_string(err));
+    d->device = device;
+    if (bytes > 0)
+        d->slot_bytes = bytes;
+    return COLL_SUCCESS;
+}
+
 coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
                                const colli_dev_region_t *regions, int nregions,
                                colli_dev_run_fn run, const void *ctx, size_t ctx_size)
@@ -345,6 +379,9 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
                          "the communicator failed earlier and cannot be used (destroy or abort "
                          "it and create a new one): %s",
                          comm->async_msg);
+    coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
+    if (status != COLL_SUCCESS)
+        return status;
     dev_job_t *j = calloc(1, sizeof(*j) + (size_t)nregions * sizeof(j->regions[0]));
     void *c = malloc(ctx_size ? ctx_size : 1);
     if (j == NULL || c == NULL) {
@@ -440,10 +477,18 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
                       "still waited for their streams; they were dropped",
                       comm->rank);
     }
-    if (d->copy_stream != NULL)
-        (void)d->ops->stream_destroy(d->copy_stream);
     colli_dev_ipc_free(d);
-    colli_dev_pipe_free(d);
+    for (int i = 0; i < DEV_SLOTS; i++) {
+        const struct dev_slot *sl = &d->slots[i];
+        if (sl->stream != NULL)
+            (void)d->ops->stream_destroy(sl->stream);
+        if (sl->hs != NULL)
+            (void)d->ops->host_free(sl->hs);
+        if (sl->hr != NULL)
+            (void)d->ops->host_free(sl->hr);
+        if (sl->ds != NULL)
+            (void)d->ops->dev_free(sl->ds);
+    }
     free_retired(d, true);
     if (d->staging != NULL)
         (void)d->ops->host_free(d->staging);

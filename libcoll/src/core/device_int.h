@@ -46,21 +46,21 @@ struct colli_dev {
     int abort; /* fini after abort: queued jobs fail without running (atomic) */
     bool thread_on;
     pthread_t thread;
-    void *copy_stream; /* progress thread only */
-    int copy_device;
+    int device;    /* the GPU of every device call (its first one's), -1 before */
     int copies;    /* staging copies so far (COLL_TEST_DEV_FAIL_COPY) */
     char *staging; /* the current pinned staging (caller's thread) */
     size_t staging_cap;
     retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
-    /* The chunk pipeline (device_pipe.c; progress thread only): DEV_SLOTS slots, each a stream
-     * of its own with pinned host buffers (hs, hr) and device scratch (ds) of slot_cap bytes,
-     * on GPU slot_device (-1: none yet). */
+    /* DEV_SLOTS slots, each a stream of its own with pinned host buffers (hs, hr) and device
+     * scratch (ds) of slot_bytes (0: not yet allocated). Made on the caller's thread before the
+     * first call that needs them is queued, freed at fini, never in between: an allocation or a
+     * free on the progress thread may synchronise the device while a gate holds a stream. Staged
+     * send/recv copies on slot 0's stream; the chunk pipeline (device_pipe.c) uses them all. */
     struct dev_slot {
         void *stream;
         char *hs, *hr, *ds;
     } slots[DEV_SLOTS];
-    size_t slot_cap;
-    int slot_device;
+    size_t slot_bytes;
     /* CUDA IPC (device_ipc.c; progress thread only): peers' allocations mapped here, least
      * recently used first out */
     struct dev_ipc_map {
@@ -90,7 +90,7 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
                        coll_result_t *status);
 /* Close every mapped peer allocation. */
 void colli_dev_ipc_free(struct colli_dev *d);
-/* Free the pipeline's streams and buffers (progress thread gone). */
-void colli_dev_pipe_free(struct colli_dev *d);
+/* Bytes of each slot buffer: enough for a step of any collective on this communicator. */
+size_t colli_dev_slot_bytes(const struct coll_comm *comm);
 
 #endif

@@ -147,7 +147,8 @@ static int open_peer(struct colli_dev *d, const ipc_desc_t *q, const ipc_buf_t *
     return 0;
 }
 
-/* Every rank's buffers in this process; 0, or the plugin's error. */
+/* Every rank's buffers in this process; 0, the plugin's error, or -1 - q when rank q's
+ * descriptor cannot describe its buffer (a bug or hostile bytes). */
 static int map_all(ipc_call_t *c, const ipc_desc_t *descs)
 {
     const int self = (int)getpid();
@@ -161,7 +162,7 @@ static int map_all(ipc_call_t *c, const ipc_desc_t *descs)
             if (len[i] == 0)
                 continue;
             if (!b->used || b->off > b->size || len[i] > b->size - b->off)
-                return 1; /* a descriptor that cannot be: refused like an export */
+                return -1 - q; /* a descriptor that cannot describe this call's buffer */
             if (q == c->r || descs[q].pid == self) {
                 *slot[i] = (char *)(uintptr_t)b->addr; /* one address space */
                 continue;
@@ -299,11 +300,27 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
         colli_dev_net(comm, a, COLLI_COLL_ALL_GATHER, &descs[c.r], descs, sizeof(ipc_desc_t) / c.e);
     if (*status != COLL_SUCCESS)
         return true;
-    for (int q = 0; q < c.n; q++)
-        if (descs[q].magic != IPC_MAGIC || !descs[q].ok)
+    int bad = -1;
+    for (int q = 0; q < c.n && bad < 0; q++)
+        if (descs[q].magic != IPC_MAGIC)
+            bad = q;
+    for (int q = 0; q < c.n && bad < 0; q++)
+        if (!descs[q].ok)
             return false; /* the same verdict on every rank */
-    const bool mapped = map_all(&c, descs) == 0;
-    if (!agree(&c, mapped ? 1 : 0, status))
+    const int mapped = bad < 0 ? map_all(&c, descs) : -1 - bad;
+    if (mapped < 0) {
+        char who[200], msg[400];
+        colli_member_desc(comm, -1 - mapped, who, sizeof(who));
+        snprintf(msg, sizeof(msg),
+                 "%s sent a corrupt CUDA IPC descriptor for %s #%llu: the peer runs another "
+                 "kcoll build or its memory is corrupt (COLL_CUDA_IPC=0 avoids this path)",
+                 who, j->what, (unsigned long long)j->seq);
+        colli_set_last_error(msg);
+        colli_comm_fail(comm, COLL_ERR_REMOTE, msg);
+        *status = COLL_ERR_REMOTE;
+        return true;
+    }
+    if (!agree(&c, mapped == 0 ? 1 : 0, status))
         return *status != COLL_SUCCESS; /* a rank could not map: the pipeline, on every rank */
     if (!d->ipc_announced)
         coll_info(COLL,

@@ -225,51 +225,6 @@ static void post(pipe_t *p, const chunk_t *c)
              "copying the results back");
 }
 
-/* The slots' streams and buffers for need bytes each, on the job's GPU. */
-static bool slots_ready(pipe_t *p, size_t need)
-{
-    struct colli_dev *d = p->d;
-    const colli_gpu_ops_t *o = p->o;
-    int err = o->set_device(p->j->device);
-    if (err == 0 && d->slot_device != p->j->device) {
-        colli_dev_ipc_free(d); /* opened on the previous device */
-        colli_dev_pipe_free(d);
-    }
-    if (err == 0 && d->slot_cap < need) {
-        for (int i = 0; i < DEV_SLOTS; i++) {
-            struct dev_slot *s = &d->slots[i];
-            (void)o->host_free(s->hs);
-            (void)o->host_free(s->hr);
-            (void)o->dev_free(s->ds);
-            s->hs = s->hr = s->ds = NULL;
-        }
-        d->slot_cap = 0;
-        for (int i = 0; i < DEV_SLOTS && err == 0; i++) {
-            struct dev_slot *s = &d->slots[i];
-            err = o->host_alloc((void **)&s->hs, need);
-            if (err == 0)
-                err = o->host_alloc((void **)&s->hr, need);
-            if (err == 0)
-                err = o->dev_alloc((void **)&s->ds, need);
-        }
-        d->slot_cap = err == 0 ? need : 0;
-    }
-    for (int i = 0; i < DEV_SLOTS && err == 0; i++)
-        if (d->slots[i].stream == NULL)
-            err = o->stream_create(&d->slots[i].stream);
-    if (err == 0) {
-        d->slot_device = p->j->device;
-        return true;
-    }
-    char why[400];
-    snprintf(why, sizeof(why),
-             "%s (%zu bytes of pinned host memory twice and of device memory, for each of %d "
-             "pipeline steps in flight; a smaller COLL_CUDA_CHUNK_SIZE needs less)",
-             o->error_string(err), need, DEV_SLOTS);
-    colli_dev_fail(p->comm, d, p->j, "setting up the pipeline's streams and buffers", why);
-    return false;
-}
-
 static void setup(pipe_t *p)
 {
     const colli_coll_args_t *a = p->a;
@@ -296,8 +251,10 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     setup(&p);
     const size_t need =
         (p.reduces || p.a->coll == COLLI_COLL_BROADCAST ? p.step_max : p.step_max * p.n) * p.e;
-    if (!slots_ready(&p, need))
+    if (need > d->slot_bytes) { /* cannot be: colli_dev_slot_bytes covers every step */
+        colli_dev_fail(comm, d, j, "planning the pipeline", "a step outgrows the slot buffers");
         return;
+    }
     coll_result_t status = COLL_SUCCESS;
     if (colli_dev_ipc_try(comm, d, j, d->slots[0].stream, &status))
         return; /* ran through CUDA IPC, or failed the communicator */
@@ -341,21 +298,9 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         colli_dev_fail(comm, d, j, p.what, p.o->error_string(p.err));
 }
 
-void colli_dev_pipe_free(struct colli_dev *d)
+size_t colli_dev_slot_bytes(const struct coll_comm *comm)
 {
-    const colli_gpu_ops_t *o = d->ops;
-    for (int i = 0; i < DEV_SLOTS; i++) {
-        struct dev_slot *s = &d->slots[i];
-        if (s->stream != NULL)
-            (void)o->stream_destroy(s->stream);
-        if (s->hs != NULL)
-            (void)o->host_free(s->hs);
-        if (s->hr != NULL)
-            (void)o->host_free(s->hr);
-        if (s->ds != NULL)
-            (void)o->dev_free(s->ds);
-        *s = (struct dev_slot){0};
-    }
-    d->slot_cap = 0;
-    d->slot_device = -1;
+    /* a step is at most COLL_CUDA_CHUNK_SIZE bytes, or one element per rank when that is more */
+    const size_t one = 8 * (size_t)comm->nranks, b = comm->cfg.dev_chunk;
+    return ((b > one ? b : one) + 4095) & ~(size_t)4095;
 }
