@@ -169,10 +169,7 @@ static bool direct_eligible(const struct coll_comm *comm, const colli_coll_args_
         a->coll > COLLI_COLL_ALL_TO_ALL ||
         a->count * coll_datatype_size(a->dt) < comm->cfg.shm_direct_min)
         return false;
-    for (int p = 0; p < comm->nranks; p++)
-        if (p != comm->rank && comm->peer_tp[p] != COLLI_TPI_SHM)
-            return false;
-    return true;
+    return colli_all_on_host(comm);
 }
 
 static void describe_self(const struct coll_comm *comm, const struct colli_direct *d,

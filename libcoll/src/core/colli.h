@@ -321,6 +321,15 @@ bool colli_is_device_ptr(const struct coll_comm *comm, const void *p);
 coll_result_t colli_check_host_buffer(const struct coll_comm *comm, const char *fn,
                                       const char *what, const void *p);
 
+/* Is every peer reached over shared memory (the whole communicator on this host)? */
+static inline bool colli_all_on_host(const struct coll_comm *comm)
+{
+    for (int q = 0; q < comm->nranks; q++)
+        if (q != comm->rank && comm->peer_tp[q] != COLLI_TPI_SHM)
+            return false;
+    return true;
+}
+
 static inline int colli_ring_rank(const struct coll_comm *comm, int pos)
 {
     return comm->ring_rank ? comm->ring_rank[pos] : pos;

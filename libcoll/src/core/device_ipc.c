@@ -55,10 +55,7 @@ static bool eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
     if (comm->nranks < 2 || comm->nranks > COLLI_GPU_MAX_SRCS || comm->cfg.shm_direct_min == 0 ||
         a->count * coll_datatype_size(a->dt) < comm->cfg.shm_direct_min)
         return false;
-    for (int q = 0; q < comm->nranks; q++)
-        if (q != comm->rank && comm->peer_tp[q] != COLLI_TPI_SHM)
-            return false;
-    return true;
+    return colli_all_on_host(comm);
 }
 
 /* Bytes of rank q's send and receive buffers that the call uses (0: unused). */
