@@ -4,7 +4,9 @@
 # the same run: issue 4's targets (64 MiB float32 sum all_reduce busbw >= 2x the better MPI and
 # >= 40% of memcpy; 8-byte all_reduce latency <= Open MPI's). kcoll runs three times: on malloc'd
 # buffers (single copy through cross-memory attach), on malloc'd buffers with COLL_SHM_CMA=0 (the
-# two-copy rings) and on coll_mem_alloc buffers (coll-perf -R 1: single copy, mapped).
+# two-copy rings) and on coll_mem_alloc buffers (coll-perf -R 1: single copy, mapped). The same
+# run measures the kernel's cross-memory attach (bench/cma_bench.c: process_vm_readv/writev in the
+# path's 256 KiB blocks, two processes at once), which bounds the malloc'd-buffer figure.
 #
 # usage: bench/shm.sh [options]
 #   --build-dir DIR    kcoll Release build and bench tools (default: build-perf)
@@ -57,6 +59,7 @@ mkdir -p "$BIN"
 if [ "$DO_BUILD" = 1 ]; then
     echo "== building bench tools into $BIN and kcoll (Release) in $BUILD_DIR"
     ${CC:-cc} -O2 -Wall -Wextra -o "$BIN/memcpy_bench" "$REPO/bench/memcpy_bench.c" || die "cannot build memcpy_bench.c"
+    ${CC:-cc} -O2 -Wall -Wextra -o "$BIN/cma_bench" "$REPO/bench/cma_bench.c" || die "cannot build cma_bench.c"
     "$OMPICC" -O2 -Wall -Wextra -o "$BIN/mpi_coll_bench" "$REPO/bench/mpi_coll_bench.c" || die "cannot build mpi_coll_bench.c with $OMPICC"
     "$MPICHCC" -O2 -Wall -Wextra -o "$BIN/mpi_coll_bench_mpich" "$REPO/bench/mpi_coll_bench.c" || die "cannot build mpi_coll_bench.c with $MPICHCC"
     if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
@@ -66,7 +69,7 @@ if [ "$DO_BUILD" = 1 ]; then
     cmake --build "$BUILD_DIR" --target coll-perf coll-run -j2 >"$OUT/build.log" 2>&1 ||
         die "kcoll build failed, see $OUT/build.log"
 fi
-for f in "$BIN/memcpy_bench" "$BIN/mpi_coll_bench" "$BIN/mpi_coll_bench_mpich" \
+for f in "$BIN/memcpy_bench" "$BIN/cma_bench" "$BIN/mpi_coll_bench" "$BIN/mpi_coll_bench_mpich" \
     "$BUILD_DIR/tools/coll-run" "$BUILD_DIR/tools/coll-perf"; do
     [ -x "$f" ] || die "$f is missing (run without --no-build)"
 done
@@ -106,6 +109,9 @@ for rep in $(seq 1 "$REPEAT"); do
     for t in 1 2 3; do
         run_one "memcpy-r$rep-$t" "$BIN/memcpy_bench" 64 10 &&
             awk -v rep="$rep" '{ print "memcpy\t" rep "\t1\tbw\t" $(NF-1) }' "$OUT/memcpy-r$rep-$t.log" >>"$RESULTS"
+        run_one "cma-r$rep-$t" "$BIN/cma_bench" 64 10 256 &&
+            awk -v rep="$rep" '/both at once/ { print "cma" $2 "\t" rep "\t1\tbw\t" $(NF-3) }' \
+                "$OUT/cma-r$rep-$t.log" >>"$RESULTS"
     done
     for n in $RANKS; do
         lat_iters=100000
@@ -151,6 +157,7 @@ done
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
 
 python3 - "$RESULTS" "$RANKS" "${MARKDOWN:-}" <<'PY'
+import os
 import sys
 from collections import defaultdict
 path, ranks, md = sys.argv[1], [int(x) for x in sys.argv[2].split()], sys.argv[3]
@@ -187,14 +194,34 @@ def show(t):
     w = [max(len(r[i]) for r in t) for i in range(len(t[0]))]
     for r in t:
         print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)))
-print("\nsingle-core memcpy, 64 MiB of non-zero data: %s GB/s (40%%: %s GB/s)\n" % (
+crd, cwr = best[("cmareadv", 1, "bw")], best[("cmawritev", 1, "bw")]
+# The bound of the malloc'd-buffer path: a rank of an n-rank all_reduce reads (n-1)/n of the data
+# from its peers and writes (n-1)/n into them through the kernel, and at best reads its own 1/n
+# and writes its own output as fast as memcpy copies; n ranks share this machine's cores:
+# t >= max(1, n/cores) S/n ((n-1)/readv + (n-1)/writev + 1/memcpy), busbw = 2(n-1)/n S / t.
+cores = os.cpu_count() or 1
+def cma_bound(n):
+    if not (crd and cwr and memcpy):
+        return None
+    return 2 * (n - 1) / (max(1, n / cores) * ((n - 1) / crd + (n - 1) / cwr + 1 / memcpy))
+bounds = "; ".join("%d ranks %s GB/s (%s of memcpy)" % (
+    n, f(cma_bound(n)), f(None if cma_bound(n) is None else 100 * cma_bound(n) / memcpy, "%.0f%%"))
+    for n in ranks)
+cma_line = ("Cross-memory attach, two processes at once (256 KiB blocks): readv %s, writev %s GB/s "
+            "per process. An all_reduce on malloc'd buffers moves all but its own share of the "
+            "data each way through it and its own share at best at memcpy speed, its ranks "
+            "sharing %d cores, so even with a free reduction and no synchronisation it cannot "
+            "pass: %s" % (f(crd), f(cwr), cores, bounds))
+print("\nsingle-core memcpy, 64 MiB of non-zero data: %s GB/s (40%%: %s GB/s)" % (
     f(memcpy), f(None if memcpy is None else 0.4 * memcpy)))
+print(cma_line + "\n")
 show(rows)
 print()
 show(lat)
 if md:
     with open(md, "w") as out:
         out.write("Single-core memcpy, 64 MiB of non-zero data: %s GB/s\n\n" % f(memcpy))
+        out.write(cma_line + ".\n\n")
         for t in (rows, lat):
             out.write("| " + " | ".join(t[0]) + " |\n|" + " --- |" * len(t[0]) + "\n")
             for r in t[1:]:
