@@ -30,8 +30,11 @@
 #include "coll_kernels.h"
 #include "gpu_plugin.h"
 
-#define EXPORT   __attribute__((visibility("default")))
-#define MAXALLOC 4096
+#define EXPORT     __attribute__((visibility("default")))
+#define MAXALLOC   4096
+#define MAXSTREAMS 256
+/* ipc_close synchronises the device; a stream still busy after this long would be a deadlock */
+#define SYNC_MAX_S 10.0
 
 enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE };
 
@@ -73,6 +76,8 @@ static struct {
     } dev[MAXALLOC];
     uint64_t allocs;
     fstream_t *legacy;
+    fstream_t *streams[MAXSTREAMS]; /* every stream made here, the default one too */
+    int nstreams;
 } fg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* What the CUDA kernels compute (reduce_cuda.h), with the CPU reference: input by input, the
@@ -157,16 +162,55 @@ static fstream_t *stream_new(void)
     return s;
 }
 
+/* Add s (made) to, or remove it from, the streams that a device-wide sync waits for (fg.mu
+ * held); false when the table is full. */
+static bool stream_list_locked(fstream_t *s, bool add)
+{
+    for (int i = 0; i < fg.nstreams; i++)
+        if (fg.streams[i] == s) {
+            if (!add)
+                fg.streams[i] = fg.streams[--fg.nstreams];
+            return true;
+        }
+    if (!add || fg.nstreams == MAXSTREAMS)
+        return !add;
+    fg.streams[fg.nstreams++] = s;
+    return true;
+}
+
 static fstream_t *stream_of(void *stream)
 {
     if (stream != NULL)
         return stream;
     pthread_mutex_lock(&fg.mu);
-    if (fg.legacy == NULL)
-        fg.legacy = stream_new();
+    if (fg.legacy == NULL && (fg.legacy = stream_new()) != NULL)
+        (void)stream_list_locked(fg.legacy, true);
     fstream_t *s = fg.legacy;
     pthread_mutex_unlock(&fg.mu);
     return s;
+}
+
+/* Wait until every stream of this process is idle, as a device-wide synchronisation does; false
+ * after max_s. (Streams are not destroyed while this runs: the library destroys its own only at
+ * fini, on the thread that closes.) */
+static bool device_idle(double max_s)
+{
+    fstream_t *all[MAXSTREAMS];
+    pthread_mutex_lock(&fg.mu);
+    const int n = fg.nstreams;
+    memcpy(all, fg.streams, (size_t)n * sizeof(all[0]));
+    pthread_mutex_unlock(&fg.mu);
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += (time_t)max_s;
+    bool idle = true;
+    for (int i = 0; i < n && idle; i++) {
+        pthread_mutex_lock(&all[i]->mu);
+        while ((all[i]->head != NULL || all[i]->running) && idle)
+            idle = pthread_cond_timedwait(&all[i]->cv, &all[i]->mu, &end) != ETIMEDOUT;
+        pthread_mutex_unlock(&all[i]->mu);
+    }
+    return idle;
 }
 
 static int enqueue(void *stream, const task_t *t)
@@ -368,8 +412,20 @@ static int fake_ipc_open(const void *handle, void **base)
     return 0;
 }
 
+/* Whether the driver's close waits for the device is not documented; the fake assumes it does,
+ * as cudaFree does: it waits until every stream is idle. Called on a thread that a stream's host
+ * function waits for (the library's progress thread, with a gate on the caller's stream), that
+ * would deadlock on a GPU: the fake says so and aborts instead of hanging. */
 static int fake_ipc_close(void *base)
 {
+    if (!device_idle(SYNC_MAX_S)) {
+        fprintf(stderr,
+                "fake GPU: ipc_close synchronises the device, and a stream was still busy after "
+                "%.0f s: on a GPU this close would deadlock if a stream waits for the closing "
+                "thread\n",
+                SYNC_MAX_S);
+        abort();
+    }
     return drop_range(base, true);
 }
 
@@ -385,10 +441,20 @@ static int fake_host_free(void *p)
     return 0;
 }
 
+static void stream_free(fstream_t *s);
+
 static int fake_stream_create(void **stream)
 {
-    *stream = stream_new();
-    return *stream == NULL ? 2 : 0;
+    fstream_t *s = stream_new();
+    pthread_mutex_lock(&fg.mu);
+    bool listed = s != NULL && stream_list_locked(s, true);
+    pthread_mutex_unlock(&fg.mu);
+    if (s != NULL && !listed) {
+        stream_free(s);
+        s = NULL;
+    }
+    *stream = s;
+    return s == NULL ? 2 : 0;
 }
 
 static int fake_stream_sync(void *stream)
@@ -408,6 +474,16 @@ static int fake_stream_destroy(void *stream)
     fstream_t *s = stream;
     if (s == NULL)
         return 1;
+    pthread_mutex_lock(&fg.mu);
+    (void)stream_list_locked(s, false);
+    pthread_mutex_unlock(&fg.mu);
+    stream_free(s);
+    return 0;
+}
+
+/* Run what is queued on s, then end its thread and free it. */
+static void stream_free(fstream_t *s)
+{
     (void)fake_stream_sync(s);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
@@ -417,7 +493,6 @@ static int fake_stream_destroy(void *stream)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
-    return 0;
 }
 
 /* A device range must stay inside its allocation, as cudaMemcpy checks. */

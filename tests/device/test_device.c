@@ -13,8 +13,12 @@
  *             IPC descriptor fails every rank naming its sender (fake GPU only) (2 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
  *             count 0, buffers on a second GPU (FAKE_GPU_DEVICES=2); a plugin that cannot be
- * loaded, is not a plugin or has no GPU teardown  destroy waits for a queued call; abort while a
- * call waits for its stream returns at once and opens the gate (2 ranks) */
+ *             loaded, is not a plugin or has no GPU
+ *   evict     more peers' buffers than the CUDA IPC mapping cache holds, calls queued: the
+ *             evicted mappings are closed on the caller's thread, never on the progress thread
+ *             (2 ranks)
+ *   teardown  destroy waits for a queued call; abort while a call waits for its stream returns
+ *             at once and opens the gate (2 ranks) */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdio.h>
@@ -495,6 +499,57 @@ static void abort_body(dh_ctx_t *ctx)
     o->stream_destroy(s);
 }
 
+/* ---- evict ---- */
+
+/* More peers' allocations than the CUDA IPC mapping cache holds (32): rounds of calls, each on a
+ * send and a receive buffer of its own, queued on one stream with no sync in between, so that
+ * mappings are evicted while later calls wait behind their gates. The fake GPU's ipc_close
+ * waits for every stream, as cudaFree does: a close on the library's progress thread would
+ * deadlock (the fake aborts). The first round fills the cache and evicts; the second round's
+ * first call closes those evicted, the rest evict more than can wait to be closed, so some calls
+ * fall back to the pipeline. Every result is checked. */
+static void evict_body(dh_ctx_t *ctx)
+{
+    enum { CALLS = 24, ROUNDS = 2 };
+    const colli_gpu_ops_t *o = plugin();
+    coll_comm_t comm = init(ctx);
+    const int n = ctx->nranks, me = ctx->rank;
+    const size_t count = 96 * 1024; /* 384 KiB: from COLL_SHM_DIRECT_MIN (256 KiB), CUDA IPC */
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    for (int round = 0; round < ROUNDS; round++) {
+        float *in[CALLS], *out[CALLS];
+        for (int c = 0; c < CALLS; c++) {
+            in[c] = dev_filled(o, count, me + c, s);
+            out[c] = dev_filled(o, count, 0, s);
+        }
+        for (int c = 0; c < CALLS; c++)
+            CHECK_RC(coll_all_reduce(in[c], out[c], count, COLL_FLOAT32, COLL_SUM, comm, s),
+                     COLL_SUCCESS, coll_get_last_error(), "rank %d: round %d, call %d", me, round,
+                     c);
+        CHECK(o->stream_sync(s) == 0, "rank %d: round %d: sync", me, round);
+        long bad = 0;
+        for (int c = 0; c < CALLS; c++) {
+            float *h = dev_read(o, out[c], count);
+            for (size_t i = 0; i < count; i++) {
+                float sum = 0;
+                for (int r = 0; r < n; r++)
+                    sum += val(i, r + c);
+                bad += h[i] != sum;
+            }
+            free(h);
+            o->dev_free(in[c]);
+            o->dev_free(out[c]);
+        }
+        CHECK(bad == 0, "rank %d: round %d: %ld wrong elements", me, round, bad);
+    }
+    coll_result_t ae = COLL_ERR_INTERNAL;
+    CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS && ae == COLL_SUCCESS,
+          "rank %d: no async error", me);
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    o->stream_destroy(s);
+}
+
 /* ---- driver ---- */
 
 static void run(const char *name, int nranks, void (*body)(dh_ctx_t *))
@@ -526,7 +581,7 @@ int main(int argc, char **argv)
 {
     dh_init();
     if (argc != 2) {
-        fprintf(stderr, "usage: test_device order|p2p|errors|mismatch|usage|teardown\n");
+        fprintf(stderr, "usage: test_device order|p2p|errors|mismatch|usage|evict|teardown\n");
         return 2;
     }
     /* the plugin is tried in a child: a CUDA runtime must not start before the ranks fork */
@@ -565,6 +620,8 @@ int main(int argc, char **argv)
                    "not a kcoll GPU plugin");
         if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL)
             init_fails("no GPU", "FAKE_GPU_NO_DEVICE", "1", COLL_ERR_CUDA, "no GPU");
+    } else if (strcmp(c, "evict") == 0) {
+        run("evict", 2, evict_body);
     } else if (strcmp(c, "teardown") == 0) {
         run("teardown", 2, teardown_body);
         run("abort", 2, abort_body);

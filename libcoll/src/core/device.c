@@ -382,6 +382,12 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;
+    int closed = colli_dev_ipc_close_dead(d);
+    if (closed != 0)
+        coll_warn(COLL,
+                  "rank %d: cannot close a peer's device buffer mapped for CUDA IPC (%s); the "
+                  "mapping stays until the process ends",
+                  comm->rank, d->ops->error_string(closed));
     dev_job_t *j = calloc(1, sizeof(*j) + (size_t)nregions * sizeof(j->regions[0]));
     void *c = malloc(ctx_size ? ctx_size : 1);
     if (j == NULL || c == NULL) {

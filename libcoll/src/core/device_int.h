@@ -70,6 +70,11 @@ struct colli_dev {
         uint64_t used;
     } ipc_maps[DEV_IPC_MAPS];
     uint64_t ipc_clock;
+    /* Mappings evicted from ipc_maps (under mu): closed on the caller's thread at its next
+     * device call or at fini, never on the progress thread, where a close that synchronises
+     * the device (as cudaFree does) would wait for a stream that our gate holds. */
+    void *ipc_dead[DEV_IPC_MAPS];
+    int ipc_ndead;
     bool ipc_told, ipc_announced; /* INFO lines said once */
 };
 
@@ -88,7 +93,10 @@ coll_result_t colli_dev_net(struct coll_comm *comm, const colli_coll_args_t *out
  * false: the pipeline runs it. true: done, or failed (*status; the communicator failed). */
 bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
                        coll_result_t *status);
-/* Close every mapped peer allocation. */
+/* Close the evicted mappings (caller's thread, current device restored): 0 or the plugin's
+ * error. */
+int colli_dev_ipc_close_dead(struct colli_dev *d);
+/* Close every mapped peer allocation (fini, the progress thread ended). */
 void colli_dev_ipc_free(struct colli_dev *d);
 /* Bytes of each slot buffer: enough for a step of any collective on this communicator. */
 size_t colli_dev_slot_bytes(const struct coll_comm *comm);

@@ -118,8 +118,12 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
     }
 }
 
-/* Rank q's allocation mapped here: cached per process and allocation id. */
-static int open_peer(struct colli_dev *d, const ipc_desc_t *q, const ipc_buf_t *b, char **base)
+/* Rank q's allocation mapped here: cached per process and allocation id. 0, or why not in *why.
+ * The least recently used mapping makes room; it is closed later on the caller's thread
+ * (colli_dev_ipc_close_dead). None of this call's mappings is evicted: a call maps at most
+ * 2 (COLLI_GPU_MAX_SRCS - 1) < DEV_IPC_MAPS, each used last. */
+static int open_peer(struct colli_dev *d, const ipc_desc_t *q, const ipc_buf_t *b, char **base,
+                     const char **why)
 {
     struct dev_ipc_map *lru = &d->ipc_maps[0];
     for (int i = 0; i < DEV_IPC_MAPS; i++) {
@@ -132,13 +136,27 @@ static int open_peer(struct colli_dev *d, const ipc_desc_t *q, const ipc_buf_t *
         if (m->base == NULL || (lru->base != NULL && m->used < lru->used))
             lru = m;
     }
-    if (lru->base != NULL)
-        (void)d->ops->ipc_close(lru->base);
-    lru->base = NULL;
+    if (lru->base != NULL) {
+        bool room = false;
+        pthread_mutex_lock(&d->mu);
+        if (d->ipc_ndead < DEV_IPC_MAPS) {
+            d->ipc_dead[d->ipc_ndead++] = lru->base;
+            room = true;
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (!room) {
+            *why = "every cached mapping of a peer's buffer is in use or waits to be closed by "
+                   "the calling thread at its next call";
+            return 1;
+        }
+        lru->base = NULL;
+    }
     void *p = NULL;
     int err = d->ops->ipc_open(b->handle, &p);
-    if (err != 0)
+    if (err != 0) {
+        *why = d->ops->error_string(err);
         return err;
+    }
     *lru = (struct dev_ipc_map){.pid = q->pid, .id = b->id, .base = p, .used = ++d->ipc_clock};
     *base = p;
     return 0;
@@ -165,14 +183,15 @@ static int map_all(ipc_call_t *c, const ipc_desc_t *descs)
                 continue;
             }
             char *base = NULL;
-            int err = open_peer(c->d, &descs[q], b, &base);
+            const char *why = "";
+            int err = open_peer(c->d, &descs[q], b, &base, &why);
             if (err != 0) {
                 if (!c->d->ipc_told)
                     coll_info(COLL,
                               "rank %d: cannot open rank %d's device buffer for CUDA IPC "
                               "(%s): device buffers between the ranks of this host go through "
                               "host staging",
-                              c->r, q, c->d->ops->error_string(err));
+                              c->r, q, why);
                 c->d->ipc_told = true;
                 return err;
             }
@@ -337,10 +356,37 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
     return true;
 }
 
+int colli_dev_ipc_close_dead(struct colli_dev *d)
+{
+    void *dead[DEV_IPC_MAPS];
+    pthread_mutex_lock(&d->mu);
+    const int n = d->ipc_ndead;
+    memcpy(dead, d->ipc_dead, (size_t)n * sizeof(dead[0]));
+    d->ipc_ndead = 0;
+    pthread_mutex_unlock(&d->mu);
+    if (n == 0)
+        return 0;
+    const colli_gpu_ops_t *o = d->ops;
+    int prev = -1, first = o->get_device(&prev);
+    if (first == 0 && prev != d->device)
+        first = o->set_device(d->device);
+    for (int i = 0; i < n; i++) {
+        int err = o->ipc_close(dead[i]);
+        first = first != 0 ? first : err;
+    }
+    if (prev >= 0 && prev != d->device)
+        (void)o->set_device(prev);
+    return first;
+}
+
 void colli_dev_ipc_free(struct colli_dev *d)
 {
+    (void)colli_dev_ipc_close_dead(d);
+    pthread_mutex_lock(&d->mu);
     for (int i = 0; i < DEV_IPC_MAPS; i++)
         if (d->ipc_maps[i].base != NULL)
-            (void)d->ops->ipc_close(d->ipc_maps[i].base);
+            d->ipc_dead[d->ipc_ndead++] = d->ipc_maps[i].base; /* room: none was left dead */
+    pthread_mutex_unlock(&d->mu);
     memset(d->ipc_maps, 0, sizeof(d->ipc_maps));
+    (void)colli_dev_ipc_close_dead(d);
 }
