@@ -19,6 +19,27 @@ typedef struct colli_coll_args {
     const struct colli_coll_args *outer;
 } colli_coll_args_t;
 
+/* Bytes of rank q's send (len[0]) and receive (len[1]) buffers that a collective of nranks
+ * ranks uses: 0 for a buffer it does not touch (a non-root's input of broadcast, output of
+ * reduce). */
+static inline void colli_buffer_sizes(const colli_coll_args_t *a, int nranks, int q, size_t len[2])
+{
+    const size_t n = (size_t)nranks, b = a->count * coll_datatype_size(a->dt);
+    len[0] = a->coll == COLLI_COLL_BROADCAST && q != a->root ? 0 : b;
+    len[1] = a->coll == COLLI_COLL_REDUCE && q != a->root ? 0 : b;
+    if (a->coll == COLLI_COLL_REDUCE_SCATTER || a->coll == COLLI_COLL_ALL_TO_ALL)
+        len[0] *= n;
+    if (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_ALL_TO_ALL)
+        len[1] *= n;
+}
+
+/* First of the count elements (or bytes) that rank r works on when n ranks split them. */
+static inline size_t colli_slice_lo(size_t count, int n, int r)
+{
+    size_t q = count / (size_t)n, rem = count % (size_t)n;
+    return q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
+}
+
 /* Run a collective on host buffers (core/coll.c): the whole call, as the public entry points do
  * once the arguments are checked; a failure fails the communicator. */
 coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args_t *a);

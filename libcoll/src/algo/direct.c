@@ -150,18 +150,6 @@ static coll_result_t direct_state(struct coll_comm *comm, struct colli_direct **
 }
 
 /* Bytes of the send and recv buffers of rank q in this call (0: not used by q). */
-static void buffer_sizes(const struct coll_comm *comm, const colli_coll_args_t *a, int q,
-                         size_t len[2])
-{
-    const size_t n = (size_t)comm->nranks, b = a->count * coll_datatype_size(a->dt);
-    len[0] = a->coll == COLLI_COLL_BROADCAST && q != a->root ? 0 : b;
-    len[1] = a->coll == COLLI_COLL_REDUCE && q != a->root ? 0 : b;
-    if (a->coll == COLLI_COLL_REDUCE_SCATTER || a->coll == COLLI_COLL_ALL_TO_ALL)
-        len[0] *= n;
-    if (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_ALL_TO_ALL)
-        len[1] *= n;
-}
-
 /* Every rank decides this alike: the arguments, rank 0's threshold and the transports agree. */
 static bool direct_eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
 {
@@ -176,7 +164,7 @@ static void describe_self(const struct coll_comm *comm, const struct colli_direc
                           const colli_coll_args_t *a, direct_desc_t *me)
 {
     size_t len[2];
-    buffer_sizes(comm, a, comm->rank, len);
+    colli_buffer_sizes(a, comm->nranks, comm->rank, len);
     const void *ptr[2] = {a->sendbuf, a->recvbuf};
     memset(me, 0, sizeof(*me));
     me->magic = DESC_MAGIC;
@@ -339,13 +327,6 @@ static void copy_out(char *dst, const char *src, size_t n)
     memcpy(dst, src, n);
 }
 
-/* First element of rank r's slice when count elements are split over n ranks. */
-static size_t slice_lo(size_t count, int n, int r)
-{
-    size_t q = count / (size_t)n, rem = count % (size_t)n;
-    return q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
-}
-
 /* Move m bytes between local memory here and address remote in rank q's process. */
 static coll_result_t cma_move(struct coll_comm *comm, const struct colli_direct *d, int q,
                               bool write, char *local, char *remote, size_t m)
@@ -422,7 +403,7 @@ static coll_result_t work_reduce(struct coll_comm *comm, struct colli_direct *d,
 {
     const int n = comm->nranks, r = comm->rank;
     const size_t e = coll_datatype_size(a->dt), be = d->block / e;
-    const size_t lo = slice_lo(a->count, n, r), hi = slice_lo(a->count, n, r + 1);
+    const size_t lo = colli_slice_lo(a->count, n, r), hi = colli_slice_lo(a->count, n, r + 1);
     const char **src = d->src;
     coll_result_t status = COLL_SUCCESS;
     for (size_t b = lo; b < hi && status == COLL_SUCCESS; b += be) {
@@ -477,7 +458,7 @@ static coll_result_t direct_work(struct coll_comm *comm, struct colli_direct *d,
         }
         break;
     case COLLI_COLL_BROADCAST: {
-        const size_t lo = slice_lo(blk, n, r), hi = slice_lo(blk, n, r + 1);
+        const size_t lo = colli_slice_lo(blk, n, r), hi = colli_slice_lo(blk, n, r + 1);
         for (size_t b = lo; b < hi && status == COLL_SUCCESS; b += d->block) {
             const size_t m = hi - b < d->block ? hi - b : d->block;
             const char *src;
@@ -602,7 +583,7 @@ coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *
     d->block = cma ? CMA_BLOCK : DIRECT_BLOCK;
     for (int q = 0; q < n; q++) {
         size_t len[2];
-        buffer_sizes(comm, a, q, len);
+        colli_buffer_sizes(a, comm->nranks, q, len);
         direct_ref_t *slot[2] = {&d->sp[q], &d->rp[q]};
         for (int i = 0; i < 2; i++) {
             const direct_buf_t *b = &d->descs[q].buf[i];

@@ -137,17 +137,6 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-/* Bytes of sendbuf and recvbuf a collective of n ranks reads and writes. */
-static void call_lengths(const colli_coll_args_t *a, int n, size_t *slen, size_t *rlen)
-{
-    const size_t bytes = a->count * coll_datatype_size(a->dt);
-    *slen = *rlen = bytes;
-    if (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_ALL_TO_ALL)
-        *rlen *= (size_t)n;
-    if (a->coll == COLLI_COLL_REDUCE_SCATTER || a->coll == COLLI_COLL_ALL_TO_ALL)
-        *slen *= (size_t)n;
-}
-
 /* Device or host buffers? *device: the GPU of the call's buffers, -1 for host buffers. Both
  * buffers a call uses are of one kind (and one GPU); a stream orders device buffers only. */
 static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const void *sendbuf,
@@ -228,8 +217,9 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
                          a->count);
     if (!send_used || !recv_used)
         return COLL_SUCCESS;
-    size_t slen, rlen;
-    call_lengths(a, n, &slen, &rlen);
+    size_t len[2];
+    colli_buffer_sizes(a, n, r, len); /* both used here: neither is 0 */
+    const size_t slen = len[0], rlen = len[1];
     const char *inplace_at = a->recvbuf;
     if (a->coll == COLLI_COLL_ALL_GATHER) {
         inplace_at = (const char *)a->recvbuf + (size_t)r * slen;

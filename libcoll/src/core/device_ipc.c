@@ -58,38 +58,12 @@ static bool eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
     return colli_all_on_host(comm);
 }
 
-/* Bytes of rank q's send and receive buffers that the call uses (0: unused). */
-static void lengths(const struct coll_comm *comm, const colli_coll_args_t *a, int q, size_t len[2])
-{
-    const size_t b = a->count * coll_datatype_size(a->dt), n = (size_t)comm->nranks;
-    len[0] = len[1] = b;
-    switch (a->coll) {
-    case COLLI_COLL_BROADCAST:
-        len[0] = q == a->root ? b : 0;
-        break;
-    case COLLI_COLL_REDUCE:
-        len[1] = q == a->root ? b : 0;
-        break;
-    case COLLI_COLL_ALL_GATHER:
-        len[1] = b * n;
-        break;
-    case COLLI_COLL_REDUCE_SCATTER:
-        len[0] = b * n;
-        break;
-    case COLLI_COLL_ALL_TO_ALL:
-        len[0] = len[1] = b * n;
-        break;
-    default:
-        break;
-    }
-}
-
 static void describe(ipc_call_t *c, ipc_desc_t *me)
 {
     const colli_gpu_ops_t *o = c->d->ops;
     const colli_coll_args_t *a = c->a;
     size_t len[2];
-    lengths(c->comm, a, c->r, len);
+    colli_buffer_sizes(a, c->n, c->r, len);
     memset(me, 0, sizeof(*me));
     me->magic = IPC_MAGIC;
     me->pid = (int32_t)getpid();
@@ -169,7 +143,7 @@ static int map_all(ipc_call_t *c, const ipc_desc_t *descs)
     const int self = (int)getpid();
     for (int q = 0; q < c->n; q++) {
         size_t len[2];
-        lengths(c->comm, c->a, q, len);
+        colli_buffer_sizes(c->a, c->n, q, len);
         char **slot[2] = {&c->sp[q], &c->rp[q]};
         for (int i = 0; i < 2; i++) {
             const ipc_buf_t *b = &descs[q].buf[i];
@@ -233,18 +207,14 @@ static void ipc_reduce(ipc_call_t *c, void *dst, size_t off, size_t count)
     }
 }
 
-static size_t slice(size_t count, int n, int r)
-{
-    return (size_t)((unsigned __int128)count * (unsigned)r / (unsigned)n);
-}
-
 /* Step 3: this rank's share. */
 static void work(ipc_call_t *c)
 {
     const colli_coll_args_t *a = c->a;
     const int n = c->n, r = c->r;
     const size_t e = c->e, b = a->count * e;
-    const size_t lo = slice(a->count, n, r) * e, hi = slice(a->count, n, r + 1) * e;
+    const size_t lo = colli_slice_lo(a->count, n, r) * e,
+                 hi = colli_slice_lo(a->count, n, r + 1) * e;
     switch (a->coll) {
     case COLLI_COLL_ALL_REDUCE:
         ipc_reduce(c, c->rp[r] + lo, lo, (hi - lo) / e);
