@@ -137,15 +137,18 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-/* Device or host buffers? *device: the GPU of the call's buffers, -1 for host buffers. Both
+/* Device or host buffers? *device: the GPU of the call's buffers, -1 for host buffers (sname:
+ * what to call sendbuf in a message; send/recv passes its one buffer as sendbuf). Both
  * buffers a call uses are of one kind (and one GPU); a stream orders device buffers only. */
-static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const void *sendbuf,
-                                  bool send_used, const void *recvbuf, bool recv_used,
-                                  coll_stream_t stream, int *device)
+static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const char *sname,
+                                  const void *sendbuf, bool send_used, const void *recvbuf,
+                                  bool recv_used, coll_stream_t stream, int *device)
 {
     int ds = -1, dr = -1;
+    /* one pointer query per distinct buffer (in place: one buffer) */
+    const bool one = send_used && recv_used && sendbuf == recvbuf;
     bool s_dev = send_used && colli_dev_ptr(comm, sendbuf, &ds);
-    bool r_dev = recv_used && colli_dev_ptr(comm, recvbuf, &dr);
+    bool r_dev = one ? (dr = ds, s_dev) : recv_used && colli_dev_ptr(comm, recvbuf, &dr);
     *device = s_dev ? ds : r_dev ? dr : -1;
     if ((s_dev || r_dev) && send_used && recv_used && (s_dev != r_dev || ds != dr)) {
         char sk[32], rk[32];
@@ -161,11 +164,13 @@ static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const 
                          "%s: stream is not NULL, but the buffers are host memory; pass NULL as "
                          "the stream for host buffers (streams order device buffers only)",
                          fn);
+    /* without a GPU plugin, device memory of a CUDA process still gets a clear error; with one,
+     * the plugin has answered already */
     coll_result_t status = COLL_SUCCESS;
-    if (*device < 0 && comm->cu_ptr_attr != NULL) {
-        if (send_used && (status = colli_check_host_buffer(comm, fn, "sendbuf", sendbuf)))
+    if (*device < 0 && comm->dev == NULL && comm->cu_ptr_attr != NULL) {
+        if (send_used && (status = colli_check_host_buffer(comm, fn, sname, sendbuf)))
             return status;
-        if (recv_used && (status = colli_check_host_buffer(comm, fn, "recvbuf", recvbuf)))
+        if (recv_used && !one && (status = colli_check_host_buffer(comm, fn, "recvbuf", recvbuf)))
             return status;
     }
     return COLL_SUCCESS;
@@ -195,8 +200,8 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
                          a->root, n);
     bool send_used = !(a->coll == COLLI_COLL_BROADCAST && r != a->root);
     bool recv_used = !(a->coll == COLLI_COLL_REDUCE && r != a->root);
-    if ((status = check_memory(fn, comm, a->sendbuf, send_used, a->recvbuf, recv_used, stream,
-                               device)) != COLL_SUCCESS)
+    if ((status = check_memory(fn, comm, "sendbuf", a->sendbuf, send_used, a->recvbuf, recv_used,
+                               stream, device)) != COLL_SUCCESS)
         return status;
     size_t e = coll_datatype_size(a->dt);
     size_t mult = (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_REDUCE_SCATTER ||
@@ -436,7 +441,8 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: peer %d is out of range [0, %d)", fn,
                          peer, comm->nranks);
     int device = -1;
-    if ((status = check_memory(fn, comm, buf, true, buf, true, stream, &device)) != COLL_SUCCESS)
+    if ((status = check_memory(fn, comm, "buffer", buf, true, NULL, false, stream, &device)) !=
+        COLL_SUCCESS)
         return status;
     if (count > (SIZE_MAX >> 1) / coll_datatype_size(dt))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
