@@ -5,9 +5,10 @@
  *
  *   libcoll_cuda.so.0   the CUDA plugin (kernels/cuda/plugin.cu), built when CMake finds nvcc,
  *                       linked with the static CUDA runtime and the CUDA kernels
- *   tests/gpu/fake_cuda a stand-in that runs without a GPU ("device" memory is host memory
- *                       it hands out, a stream is a thread): the path's own logic (staging,
- *                       stream ordering, the progress thread, errors) is tested on every machine
+ *   tests/device/fake_gpu.c  a stand-in that runs without a GPU ("device" memory is host
+ *                       memory it hands out, a stream is a thread): the path's own logic
+ *                       (staging, the pipeline, CUDA IPC, stream ordering, the progress thread,
+ *                       errors) is tested on every machine
  *
  * Every function returns 0 on success or the runtime's error code (a cudaError_t for CUDA), which
  * error_string names. A stream is the runtime's stream handle as void * (NULL: the default

@@ -160,8 +160,9 @@ static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *si
 {
     typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
     typedef CUresult (*attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
-    range_fn range = (range_fn)driver_fn("cuMemGetAddressRange");
-    attr_fn attr = (attr_fn)driver_fn("cuPointerGetAttribute");
+    /* looked up once per process (C++ initialises function statics once, thread-safely) */
+    static const range_fn range = (range_fn)driver_fn("cuMemGetAddressRange");
+    static const attr_fn attr = (attr_fn)driver_fn("cuPointerGetAttribute");
     if (range == NULL || attr == NULL)
         return (int)cudaErrorNotSupported;
     CUdeviceptr base = 0, dp = (CUdeviceptr)(uintptr_t)p;

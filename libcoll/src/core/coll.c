@@ -266,8 +266,8 @@ static coll_result_t enqueue(int kind, coll_comm_t handle, const colli_coll_args
 
 #define STAGE_ALIGN 64
 
-/* A collective on device buffers: queued for the progress thread, which runs it through the
- * chunk pipeline (device_pipe.c). */
+/* A collective on device buffers: queued for the progress thread, which runs it through CUDA IPC
+ * (device_ipc.c) or the chunk pipeline (device_pipe.c). */
 static coll_result_t dev_collective(struct coll_comm *comm, const colli_coll_args_t *a, int device,
                                     void *stream)
 {

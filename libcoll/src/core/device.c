@@ -178,8 +178,8 @@ coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_jo
              "rank %d: %s #%llu on device buffers (GPU %d, %s): %s failed: %s. Check the GPU "
              "(nvidia-smi, dmesg for Xid errors) and that the buffers are live device memory "
              "of the sizes given",
-             comm->rank, j->what, (unsigned long long)j->seq, j->device,
-             d->ops->device_name(j->device), step, why);
+             comm->rank, j->what, (unsigned long long)j->seq, d->device,
+             d->ops->device_name(d->device), step, why);
     colli_set_last_error(msg);
     colli_comm_fail(comm, COLL_ERR_CUDA, msg);
     return COLL_ERR_CUDA;
@@ -224,7 +224,7 @@ static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
         return; /* aborted: fini failed the communicator */
     if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
         return; /* an earlier call failed: this one does nothing (the next call reports it) */
-    int err = o->set_device(j->device);
+    int err = o->set_device(d->device); /* every call's GPU (prepare) */
     if (err != 0) {
         colli_dev_fail(comm, d, j, "making its GPU current", o->error_string(err));
         return;
@@ -400,7 +400,6 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
     pthread_cond_init(&j->cv, NULL);
     j->refs = 2;
     snprintf(j->what, sizeof(j->what), "%s", what);
-    j->device = device;
     j->staging = d->staging;
     j->run = run;
     j->ctx = c;

@@ -21,7 +21,6 @@ typedef struct dev_job {
     int refs;     /* the gate and the progress thread: the last one frees the job */
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
-    int device;
     char *staging;
     colli_dev_run_fn run; /* NULL: a collective through the chunk pipeline (ctx: its args) */
     void *ctx;

@@ -31,7 +31,8 @@ typedef struct ipc_buf {
 
 typedef struct ipc_desc {
     uint32_t magic, ok;
-    int32_t pid, device;
+    int32_t pid;
+    uint32_t pad;
     ipc_buf_t buf[2]; /* send, receive */
 } ipc_desc_t;
 
@@ -67,7 +68,6 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
     memset(me, 0, sizeof(*me));
     me->magic = IPC_MAGIC;
     me->pid = (int32_t)getpid();
-    me->device = c->j->device;
     me->ok = c->comm->cfg.dev_ipc && o->ipc_export != NULL &&
              !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
     const void *ptr[2] = {a->sendbuf, a->recvbuf};
