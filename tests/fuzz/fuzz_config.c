@@ -9,9 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap/netif.h"
+#include "base/config.h"
+#include "base/netif.h"
+#include "base/spec.h"
 #include "fuzz.h"
-#include "transport/ib/ib_probe.h"
 
 static const char *params[] = {
     "COLL_SOCKET_IFNAME",   "COLL_SOCKET_FAMILY", "COLL_SOCKET_NSTREAMS",       "COLL_CHUNK_SIZE",

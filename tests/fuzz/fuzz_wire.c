@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "algo/op.h"
+#include "base/member.h"
+#include "base/util.h"
 #include "bootstrap/bootstrap.h"
 #include "fuzz.h"
+#include "plan/op.h"
 
 static const uint8_t secret[16] = {0x6b, 0x63, 0x6f, 0x6c, 0x6c, 0x2d, 0x66, 0x75,
                                    0x7a, 0x7a, 0x2d, 0x6b, 0x65, 0x79, 0x21, 0x00};

@@ -156,7 +156,7 @@ void loop_body(dh_ctx_t *ctx)
 void kill_case(targs_t *a, int nranks)
 {
     dh_setenv("COLL_TIMEOUT", "10");
-    dh_setenv("COLL_HOST_ID_SUFFIX", a->hosts);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", a->hosts);
     dh_setenv("COLL_SHM_DIRECT_MIN", a->rings ? "0" : NULL);
     dh_opts_t o = {
         .name = a->name, .nranks = nranks, .deadline_s = 60, .body = loop_body, .arg = a};

@@ -19,7 +19,7 @@
 static void ib_fault_case(targs_t *a, const char *const want[], int nwant)
 {
     dh_setenv("COLL_TIMEOUT", "10");
-    dh_setenv("COLL_HOST_ID_SUFFIX", a->hosts);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", a->hosts);
     dh_opts_t o = {.name = a->name, .nranks = 2, .deadline_s = 60, .body = loop_body, .arg = a};
     dh_log("--- %s: 2 ranks on two hosts over InfiniBand (fake verbs), rank %d: %s", o.name,
            a->victim, a->inject);
@@ -41,7 +41,7 @@ static void ib_fault_case(targs_t *a, const char *const want[], int nwant)
     CHECK(sh->out[a->victim].rc == COLL_ERR_NETWORK, "rank %d (the HCA that failed): %s", a->victim,
           dh_rc_name(sh->out[a->victim].rc));
     dh_free(j);
-    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
     check_no_segments(a->name);
 }
 
@@ -113,7 +113,7 @@ static void lazy_body(dh_ctx_t *ctx)
 
 void test_ib_lazy(void)
 {
-    dh_setenv("COLL_HOST_ID_SUFFIX", "a,b,c,d");
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", "a,b,c,d");
     debug_on("IB");
     dh_opts_t o = {.name = "ib_lazy", .nranks = 4, .deadline_s = 60, .body = lazy_body, .quiet = 1};
     dh_log("--- 4 ranks on 4 hosts over InfiniBand (fake verbs): ring exchange, then all_to_all");
@@ -142,6 +142,6 @@ void test_ib_lazy(void)
         dh_free(j);
     }
     debug_off();
-    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
     check_no_segments("ib_lazy");
 }

@@ -18,7 +18,7 @@ typedef struct targs {
     int a2a;            /* all_to_alls instead of all_reduces */
     int shared;         /* buffers from coll_mem_alloc */
     int rings;          /* COLL_SHM_DIRECT_MIN=0: the rings, even for large malloc buffers */
-    const char *hosts;  /* COLL_HOST_ID_SUFFIX, NULL: one host */
+    const char *hosts;  /* COLL_TEST_HOST_ID_SUFFIX, NULL: one host */
     const char *inject; /* FAKE_VERBS_INJECT for the victim (tests/ib/fake_verbs.c) */
 } targs_t;
 

@@ -1,6 +1,6 @@
 /*
  * Shared-memory transport tests: test_shm <case>
- *   transports   which transport each pair uses: 4 ranks on two "hosts" (COLL_HOST_ID_SUFFIX
+ *   transports   which transport each pair uses: 4 ranks on two "hosts" (COLL_TEST_HOST_ID_SUFFIX
  *                a,a,b,b): shared memory inside a host, sockets between; a rank with
  *                COLL_SHM_DISABLE=1 is reached over sockets by everyone; results checked
  *   kill_ring    4 local ranks loop 8 MiB all_reduces (ring: COLL_SHM_DIRECT_MIN=0); the
@@ -74,7 +74,7 @@ static void transports_body(dh_ctx_t *ctx)
 static void transports_job(const char *name, const char *suffix, int disable,
                            const char *const want[4])
 {
-    dh_setenv("COLL_HOST_ID_SUFFIX", suffix);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", suffix);
     debug_on("INIT");
     dh_opts_t o = {.name = name,
                    .nranks = 4,
@@ -98,7 +98,7 @@ static void transports_job(const char *name, const char *suffix, int disable,
     }
     dh_free(j);
     debug_off();
-    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
 }
 
 static void test_transports(void)
@@ -231,7 +231,7 @@ static void test_reuse(void)
 {
     const char *hosts[] = {NULL, "a,a,b"};
     for (int h = 0; h < 2; h++) {
-        dh_setenv("COLL_HOST_ID_SUFFIX", hosts[h]);
+        dh_setenv("COLL_TEST_HOST_ID_SUFFIX", hosts[h]);
         dh_opts_t o = {.name = "reuse", .nranks = 3, .deadline_s = 60, .body = reuse_body};
         dh_log("--- reused all_reduce ops on changing buffers, 3 ranks, %s",
                h ? "two hosts (a,a,b)" : "one host");
@@ -241,7 +241,7 @@ static void test_reuse(void)
         dh_wait(j);
         dh_free(j);
     }
-    dh_setenv("COLL_HOST_ID_SUFFIX", NULL);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
     check_no_segments("reuse");
 }
 

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/colli.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "transport/ib/ib.h"
 
 static int failures;
@@ -375,8 +376,7 @@ static void test_config(void)
 {
     colli_config_t cfg;
     CHECK(colli_config_load(&cfg) == COLL_SUCCESS, "defaults");
-    CHECK(cfg.ib_gid_index == -1 && cfg.ib_nqps == 2 && cfg.ib_timeout == 20 && cfg.ib_lib[0] == 0,
-          "IB defaults");
+    CHECK(cfg.ib_gid_index == -1 && cfg.ib_nqps == 2 && cfg.ib_timeout == 20, "IB defaults");
     CHECK(colli_config_pin(&cfg, "COLL_IB_GID_INDEX", "3", COLLI_SRC_ENV) == COLL_SUCCESS &&
               cfg.ib_gid_index == 3,
           "gid index");
@@ -401,17 +401,31 @@ static void test_config(void)
           "good HCA list kept");
 }
 
+/* The transport's probe, as a communicator with cfg and the verbs library lib would run it. */
+static coll_result_t apply_policy(const colli_config_t *cfg, const char *lib, bool *use)
+{
+    struct coll_comm *comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return COLL_ERR_SYSTEM;
+    comm->cfg = *cfg;
+    snprintf(comm->test.ib_verbs_lib, sizeof(comm->test.ib_verbs_lib), "%s", lib);
+    coll_result_t status = ib_policy_probe(comm, use);
+    free(comm);
+    return status;
+}
+
 static void test_policy(void)
 {
     colli_config_t cfg;
     bool use_ib = true;
+    const char *lib = "";
     if (colli_config_load(&cfg) != COLL_SUCCESS)
         return;
     cfg.transport = COLLI_TP_SOCKET;
-    CHECK(colli_apply_transport_policy(&cfg, &use_ib) == COLL_SUCCESS && !use_ib, "Socket");
+    CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && !use_ib, "Socket");
     cfg.transport = COLLI_TP_AUTO;
     use_ib = true;
-    CHECK(colli_apply_transport_policy(&cfg, &use_ib) == COLL_SUCCESS && !use_ib, "auto: sockets");
+    CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && !use_ib, "auto: sockets");
 
     colli_ib_probe_t pr;
     colli_ib_probe(NULL, "", &pr);
@@ -419,7 +433,7 @@ static void test_policy(void)
         /* this machine: libibverbs loads but lists no devices */
         cfg.transport = COLLI_TP_REQUIRE_IB;
         capture_start();
-        coll_result_t r = colli_apply_transport_policy(&cfg, &use_ib);
+        coll_result_t r = apply_policy(&cfg, lib, &use_ib);
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", colli_last_error());
         const char *out = capture_end();
@@ -432,7 +446,7 @@ static void test_policy(void)
         cfg.transport = COLLI_TP_PREFER_IB;
         use_ib = true;
         capture_start();
-        r = colli_apply_transport_policy(&cfg, &use_ib);
+        r = apply_policy(&cfg, lib, &use_ib);
         out = capture_end();
         CHECK(r == COLL_SUCCESS && !use_ib, "PreferIB falls back");
         CHECK(count_lines(out, "kcoll WARN", NULL) == 1 &&
@@ -444,22 +458,22 @@ static void test_policy(void)
 #ifdef COLLI_HAVE_VERBS
     /* a verbs library lacking a symbol: RequireIB names it */
     cfg.transport = COLLI_TP_REQUIRE_IB;
-    snprintf(cfg.ib_lib, sizeof(cfg.ib_lib), "%s", IB_STUB_PARTIAL);
+    lib = IB_STUB_PARTIAL;
     capture_start();
-    coll_result_t r = colli_apply_transport_policy(&cfg, &use_ib);
+    coll_result_t r = apply_policy(&cfg, lib, &use_ib);
     char msg[1024];
     snprintf(msg, sizeof(msg), "%s", colli_last_error());
     capture_end();
     CHECK(r == COLL_ERR_NETWORK && HAS(msg, "lacks the symbol ibv_dereg_mr"), "%s", msg);
     /* the stand-in with active ports: the policy starts InfiniBand */
-    snprintf(cfg.ib_lib, sizeof(cfg.ib_lib), "%s", IB_STUB_FULL);
+    lib = IB_STUB_FULL;
     use_ib = false;
-    CHECK(colli_apply_transport_policy(&cfg, &use_ib) == COLL_SUCCESS && use_ib,
+    CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && use_ib,
           "RequireIB with active ports");
     cfg.transport = COLLI_TP_PREFER_IB;
     snprintf(cfg.ib_hca, sizeof(cfg.ib_hca), "mlx5_9");
     capture_start();
-    r = colli_apply_transport_policy(&cfg, &use_ib);
+    r = apply_policy(&cfg, lib, &use_ib);
     const char *out = capture_end();
     CHECK(r == COLL_SUCCESS && !use_ib && count_lines(out, "kcoll WARN", "no port matches") == 1,
           "PreferIB, no matching port: one WARN:\n%s", out);

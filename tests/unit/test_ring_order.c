@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/colli.h"
+#include "base/comm.h"
+#include "base/error.h"
 
 static int failures;
 

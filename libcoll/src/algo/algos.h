@@ -3,7 +3,8 @@
 #ifndef COLLI_ALGOS_H
 #define COLLI_ALGOS_H
 
-#include "algo/op.h"
+#include "base/error.h"
+#include "plan/op.h"
 
 typedef struct colli_coll_args {
     int coll; /* enum colli_coll_kind */
@@ -40,9 +41,21 @@ static inline size_t colli_slice_lo(size_t count, int n, int r)
     return q * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
 }
 
-/* Run a collective on host buffers (core/coll.c): the whole call, as the public entry points do
+/* One send or receive of a point-to-point call or group. */
+typedef struct colli_p2p {
+    bool send;
+    int peer;
+    void *buf;
+    size_t count;
+    coll_datatype_t dt;
+} colli_p2p_t;
+
+/* Run a collective on host buffers (algo/run.c): the whole call, as the public entry points do
  * once the arguments are checked; a failure fails the communicator. */
 coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args_t *a);
+/* Run the sends and receives of one communicator (in issue order) as one op, so that they
+ * progress concurrently; sends to self are matched in order with receives from self. */
+coll_result_t colli_run_p2p(struct coll_comm *comm, const colli_p2p_t *msgs, int n);
 
 /* Add a's fingerprint (its outer call's, for a step of a device call) to op, with flag
  * (COLLI_COLL_DIRECT or 0) on its code; returns its index. */
@@ -62,6 +75,8 @@ static inline size_t colli_chunk_elems(const struct coll_comm *comm, size_t elt)
  * (*done = true), else leaves it to the ring algorithms (*done = false). */
 coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *a, uint64_t seq,
                                bool *done);
+/* Unmap the peers' buffers the single-copy path mapped (communicator teardown). */
+void colli_direct_fini(struct coll_comm *comm);
 
 coll_result_t colli_ring_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
 coll_result_t colli_rd_all_reduce(colli_op_t *op, const colli_coll_args_t *a);

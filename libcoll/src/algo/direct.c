@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "algo/algos.h"
+#include "base/memreg.h"
+#include "engine/engine.h"
 #include "transport/transport.h"
 #include "coll_kernels.h"
 
@@ -149,7 +151,6 @@ static coll_result_t direct_state(struct coll_comm *comm, struct colli_direct **
     return COLL_SUCCESS;
 }
 
-/* Bytes of the send and recv buffers of rank q in this call (0: not used by q). */
 /* Every rank decides this alike: the arguments, rank 0's threshold and the transports agree. */
 static bool direct_eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
 {
@@ -157,7 +158,7 @@ static bool direct_eligible(const struct coll_comm *comm, const colli_coll_args_
         a->coll > COLLI_COLL_ALL_TO_ALL ||
         a->count * coll_datatype_size(a->dt) < comm->cfg.shm_direct_min)
         return false;
-    return colli_all_on_host(comm);
+    return comm->all_local;
 }
 
 static void describe_self(const struct coll_comm *comm, const struct colli_direct *d,

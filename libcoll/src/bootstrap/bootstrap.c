@@ -5,8 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/util.h"
 #include "bootstrap/bootstrap.h"
-#include "bootstrap/sockutil.h"
+#include "base/sockutil.h"
 
 coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,
                                        const colli_member_t *self,

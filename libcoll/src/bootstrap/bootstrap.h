@@ -2,8 +2,12 @@
 #ifndef COLLI_BOOTSTRAP_H
 #define COLLI_BOOTSTRAP_H
 
-#include "core/colli.h"
-#include "core/wire.h"
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "base/comm.h"
+#include "base/member.h"
+#include "base/wire.h"
 
 #define COLLI_UID_MAGIC 0x3149434bu /* "KCI1" */
 
@@ -20,17 +24,6 @@ _Static_assert(sizeof(colli_uid_t) <= COLL_UNIQUE_ID_BYTES, "uid fits");
 /* Validate and decode an id; a garbage id gets COLL_ERR_INVALID_ARGUMENT naming what is wrong. */
 coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
                                uint8_t secret[16]);
-uint64_t colli_comm_tag(const uint8_t secret[16]);
-
-/* Fill nonce and mac. */
-coll_result_t colli_hello_make(colli_hello_t *h, const uint8_t secret[16], uint8_t kind, int from,
-                               int to, uint32_t stream, uint32_t nranks);
-/* Check magic, protocol, tag and mac; on failure *why says what was wrong. */
-bool colli_hello_verify(const colli_hello_t *h, const uint8_t secret[16], const char **why);
-/* As colli_hello_verify; check_proto false accepts any wire-protocol version (the bootstrap
- * root does, so that it can name the ranks of another version instead of dropping them). */
-bool colli_hello_verify_ex(const colli_hello_t *h, const uint8_t secret[16], bool check_proto,
-                           const char **why);
 
 /* Start the root server for one communicator on addr (port 0: any) in a detached thread that
  * exits after answering every rank or after timeout seconds. *bound gets the listening address. */
@@ -46,10 +39,5 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
  * once with msg instead of waiting for the bootstrap timeout. */
 void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
                                   int rank, int nranks, const char *msg);
-
-void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w);
-coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m);
-/* Fill hostname, host_id and pid of this process. */
-void colli_member_fill_host(colli_member_t *m);
 
 #endif

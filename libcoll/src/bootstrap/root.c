@@ -10,8 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/util.h"
 #include "bootstrap/bootstrap.h"
-#include "bootstrap/sockutil.h"
+#include "base/sockutil.h"
 
 #define ROOT_MSG_MAX     4096
 #define ROOT_MAX_PENDING 1024

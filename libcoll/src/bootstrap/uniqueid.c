@@ -3,14 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/util.h"
 #include "bootstrap/bootstrap.h"
-#include "bootstrap/netif.h"
-
-uint64_t colli_comm_tag(const uint8_t secret[16])
-{
-    static const char label[] = "kcoll-comm-tag";
-    return colli_siphash64(secret, label, sizeof(label) - 1);
-}
+#include "base/netif.h"
 
 coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
                                uint8_t secret[16])

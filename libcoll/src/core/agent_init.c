@@ -8,6 +8,7 @@
 
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
+#include "core/core.h"
 
 #define AGENT_REPORT_MS 1000
 

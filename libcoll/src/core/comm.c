@@ -5,132 +5,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algo/algos.h"
+#include "base/netif.h"
 #include "bootstrap/bootstrap.h"
 #include "coll_kernels.h"
-#include "transport/ib/ib_probe.h"
-#include "bootstrap/netif.h"
+#include "core/core.h"
+#include "device/cuda_driver.h"
 #include "transport/transport.h"
 
-/* Handles are (generation << 32 | slot + 1): a destroyed handle is detected, never followed.
- * This table is the only process-wide state besides logging and the transport registry. */
-static struct {
-    pthread_mutex_t lock;
-    struct coll_comm **comms;
-    uint32_t *gens;
-    uint32_t cap;
-} registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0};
-
-coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle)
+/* comm->on_fail: tell the peers (abort notices) and the pod's agent. */
+static void comm_on_fail(struct coll_comm *comm, const char *msg)
 {
-    pthread_mutex_lock(&registry.lock);
-    uint32_t slot = 0;
-    while (slot < registry.cap && registry.comms[slot] != NULL)
-        slot++;
-    if (slot == registry.cap) {
-        uint32_t cap = registry.cap ? registry.cap * 2 : 16;
-        struct coll_comm **c = realloc(registry.comms, cap * sizeof(*c));
-        if (c)
-            registry.comms = c;
-        uint32_t *g = c ? realloc(registry.gens, cap * sizeof(*g)) : NULL;
-        if (c == NULL || g == NULL) {
-            pthread_mutex_unlock(&registry.lock);
-            return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory registering a communicator");
-        }
-        registry.gens = g;
-        for (uint32_t i = registry.cap; i < cap; i++) {
-            registry.comms[i] = NULL;
-            registry.gens[i] = 1;
-        }
-        registry.cap = cap;
-    }
-    registry.comms[slot] = comm;
-    uint64_t h = ((uint64_t)registry.gens[slot] << 32) | (uint64_t)(slot + 1);
-    pthread_mutex_unlock(&registry.lock);
-    *handle = (coll_comm_t)(uintptr_t)h;
-    return COLL_SUCCESS;
-}
-
-coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
-{
-    uint64_t h = (uint64_t)(uintptr_t)handle;
-    uint32_t slot = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
-    if (handle == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
-                         "comm is NULL: pass a communicator from coll_comm_init_rank");
-    pthread_mutex_lock(&registry.lock);
-    struct coll_comm *c = NULL;
-    if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen)
-        c = registry.comms[slot - 1];
-    pthread_mutex_unlock(&registry.lock);
-    if (c == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
-                         "comm %p is not a live communicator: it was destroyed or aborted, or "
-                         "never created; create a new one with coll_comm_init_rank",
-                         (void *)handle);
-    *comm = c;
-    return COLL_SUCCESS;
-}
-
-void colli_comm_unregister(coll_comm_t handle)
-{
-    uint64_t h = (uint64_t)(uintptr_t)handle;
-    uint32_t slot = (uint32_t)(h & 0xffffffffu);
-    pthread_mutex_lock(&registry.lock);
-    if (slot >= 1 && slot <= registry.cap) {
-        registry.comms[slot - 1] = NULL;
-        registry.gens[slot - 1]++;
-        if (registry.gens[slot - 1] == 0)
-            registry.gens[slot - 1] = 1;
-    }
-    pthread_mutex_unlock(&registry.lock);
-}
-
-void colli_member_desc(const struct coll_comm *comm, int rank, char *buf, size_t len)
-{
-    if (comm->members == NULL || rank < 0 || rank >= comm->nranks) {
-        snprintf(buf, len, "rank %d", rank);
-        return;
-    }
-    const colli_member_t *m = &comm->members[rank];
-    char a[80];
-    colli_sockaddr_str(&m->addr, a, sizeof(a));
-    if (m->pod[0])
-        snprintf(buf, len, "rank %d (pod %s on node %s, pid %d, %s)", rank, m->pod,
-                 m->node[0] ? m->node : "?", m->pid, a);
-    else
-        snprintf(buf, len, "rank %d (pid %d on %s, %s)", rank, m->pid, m->hostname, a);
-}
-
-coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **out)
-{
-    if (bytes > comm->scratch_size) {
-        void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        if (p == NULL)
-            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory for %zu bytes of scratch",
-                             bytes);
-        free(comm->scratch);
-        comm->scratch = p;
-        comm->scratch_size = bytes;
-    }
-    *out = comm->scratch;
-    return COLL_SUCCESS;
-}
-
-void colli_comm_blame(struct coll_comm *comm, int rank)
-{
-    if (comm->blame_rank < 0 && rank >= 0 && rank < comm->nranks)
-        comm->blame_rank = rank;
-}
-
-void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg)
-{
-    if (comm->async_error != COLL_SUCCESS)
-        return;
-    snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg);
-    /* read by the caller's thread while the device progress thread fails the communicator */
-    __atomic_store_n(&comm->async_error, code, __ATOMIC_RELEASE);
-    /* One summary line a user can paste into an issue. */
-    coll_warn(COLL, "communicator failed on rank %d of %d: %s", comm->rank, comm->nranks, msg);
     colli_tp_notify_abort(comm, msg);
     colli_agent_notify_failure(comm, msg);
 }
@@ -151,7 +36,7 @@ static void comm_free(struct coll_comm *comm)
     free(comm->members);
     free(comm->ring_rank);
     free(comm->ring_posof);
-    colli_cuda_ptr_fini(comm);
+    colli_dev_release(comm);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);
     free(comm->stuck_reported);
@@ -159,39 +44,12 @@ static void comm_free(struct coll_comm *comm)
     free(comm);
 }
 
-coll_result_t colli_apply_transport_policy(const colli_config_t *cfg, bool *use_ib)
-{
-    *use_ib = false;
-    if (cfg->transport == COLLI_TP_SOCKET)
-        return COLL_SUCCESS;
-    if (cfg->transport == COLLI_TP_AUTO) {
-        /* The InfiniBand transport has not yet run on real hardware: only on request. */
-        coll_info(IB, "COLL_TRANSPORT=auto: sockets between hosts (PreferIB or RequireIB use "
-                      "InfiniBand)");
-        return COLL_SUCCESS;
-    }
-    colli_ib_probe_t probe;
-    colli_ib_probe(cfg->ib_lib, cfg->ib_hca, &probe);
-    if (!probe.usable) {
-        if (cfg->transport == COLLI_TP_REQUIRE_IB)
-            return COLLI_ERR(IB, COLL_ERR_NETWORK,
-                             "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable here: %s",
-                             probe.reason);
-        coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
-        return COLL_SUCCESS;
-    }
-    coll_info(IB, "COLL_TRANSPORT=%s: InfiniBand ports %s are active",
-              cfg->transport == COLLI_TP_REQUIRE_IB ? "RequireIB" : "PreferIB", probe.devices);
-    *use_ib = true;
-    return COLL_SUCCESS;
-}
-
-/* COLL_HOST_ID_SUFFIX (tests only): "a" for every rank, or "a,a,b" by rank, appended to the
+/* COLL_TEST_HOST_ID_SUFFIX: "a" for every rank, or "a,a,b" by rank, appended to the
  * host identity so that ranks of one machine count as different hosts (and use sockets). */
 static void apply_host_id_suffix(const struct coll_comm *comm, colli_member_t *self)
 {
     size_t n = 0;
-    const char *p = colli_rank_entry(comm->cfg.host_id_suffix, comm->rank, &n);
+    const char *p = colli_testhook_rank_entry(comm->test.host_id_suffix, comm->rank, &n);
     if (p == NULL)
         return; /* no list, or one shorter than the rank: no suffix */
     if (n > 32)
@@ -200,7 +58,7 @@ static void apply_host_id_suffix(const struct coll_comm *comm, colli_member_t *s
     if (base + 1 + n >= sizeof(self->host_id))
         base = sizeof(self->host_id) - 2 - n;
     snprintf(self->host_id + base, sizeof(self->host_id) - base, "+%.*s", (int)n, p);
-    coll_info(INIT, "COLL_HOST_ID_SUFFIX (tests only): host identity %s", self->host_id);
+    coll_info(INIT, "COLL_TEST_HOST_ID_SUFFIX: host identity %s", self->host_id);
 }
 
 static int count_cores(void)
@@ -244,15 +102,17 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     comm->rank = rank;
     comm->nranks = nranks;
     comm->blame_rank = -1;
+    comm->on_fail = comm_on_fail;
     memcpy(comm->secret, secret, 16);
     comm->tag = colli_comm_tag(secret);
+    colli_testhook_load(&comm->test);
     COLL_CHECK_GOTO(colli_config_load(&comm->cfg), err_free);
     for (int i = 0; i < npins; i++)
         COLL_CHECK_GOTO(colli_config_pin(&comm->cfg, pins[i].name, pins[i].value, COLLI_SRC_AGENT),
                         err_free);
     if (agent_socket != NULL)
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", agent_socket);
-    COLL_CHECK_GOTO(colli_apply_transport_policy(&comm->cfg, &comm->use_ib), err_free);
+    COLL_CHECK_GOTO(colli_tp_probe(comm), err_free);
     colli_netif_t nif;
     COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
                     err_free);
@@ -275,7 +135,7 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     self.chunk_size = comm->cfg.chunk_size;
     self.small_threshold = comm->cfg.small_threshold;
     self.direct_min = comm->cfg.shm_direct_min;
-    colli_cuda_versions(&comm->cfg, rank, &self.cuda_runtime, &self.cuda_driver);
+    colli_cuda_versions(&comm->test, rank, &self.cuda_runtime, &self.cuda_driver);
     char la[80];
     colli_sockaddr_str(&self.addr, la, sizeof(la));
     coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", rank, nranks, la, nif.name,
@@ -300,7 +160,6 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
             comm->local_ranks++;
     comm->oversubscribed = comm->local_ranks > count_cores();
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
-    colli_cuda_ptr_init(comm);
     COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
     comm->staging = calloc((size_t)nranks * m0->nstreams, sizeof(void *));
     comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));

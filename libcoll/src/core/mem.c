@@ -1,26 +1,16 @@
 /* coll_mem_alloc: host memory backed by a memfd, so that ranks of the same host can map it (they
  * open /proc/<pid>/fd/<fd> of the owner) and collectives can copy once, straight between the
- * ranks' buffers. The registry of live allocations is process-wide state the API requires (a
- * pointer must be recognised by any communicator); a mutex guards it. */
+ * ranks' buffers. Live allocations are kept in base/memreg.c, where every layer finds them. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "colli.h"
-
-typedef struct mem_alloc {
-    struct mem_alloc *next;
-    char *base;
-    colli_mem_ref_t ref; /* off unused */
-} mem_alloc_t;
-
-static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static mem_alloc_t *mem_list;
+#include "base/error.h"
+#include "base/memreg.h"
+#include "base/util.h"
 
 coll_result_t coll_mem_alloc(void **ptr, size_t size)
 {
@@ -34,21 +24,16 @@ coll_result_t coll_mem_alloc(void **ptr, size_t size)
                          "coll_mem_alloc: size %zu is %s; ask for 1 byte to 2^62 bytes", size,
                          size == 0 ? "zero" : "too large");
     size_t len = (size + page - 1) / page * page;
-    mem_alloc_t *a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "coll_mem_alloc: out of memory");
-    coll_result_t status = colli_random_bytes(&a->ref.id, sizeof(a->ref.id));
-    if (status != COLL_SUCCESS) {
-        free(a);
+    colli_mem_ref_t ref = {0};
+    coll_result_t status = colli_random_bytes(&ref.id, sizeof(ref.id));
+    if (status != COLL_SUCCESS)
         return status;
-    }
     int fd = memfd_create("kcoll-mem", MFD_CLOEXEC);
     struct stat st;
     if (fd < 0 || ftruncate(fd, (off_t)len) != 0 || fstat(fd, &st) != 0) {
         int e = errno;
         if (fd >= 0)
             close(fd);
-        free(a);
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM,
                          "coll_mem_alloc of %zu bytes: memfd_create/ftruncate failed: %s (the "
                          "memory counts against the container's memory limit; raise it or use "
@@ -60,18 +45,17 @@ coll_result_t coll_mem_alloc(void **ptr, size_t size)
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
-        free(a);
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "coll_mem_alloc of %zu bytes: mmap failed: %s",
                          size, strerror(e));
     }
-    a->base = p;
-    a->ref.fd = fd;
-    a->ref.ino = (uint64_t)st.st_ino;
-    a->ref.size = len;
-    pthread_mutex_lock(&mem_lock);
-    a->next = mem_list;
-    mem_list = a;
-    pthread_mutex_unlock(&mem_lock);
+    ref.fd = fd;
+    ref.ino = (uint64_t)st.st_ino;
+    ref.size = len;
+    if (!colli_mem_register(p, &ref)) {
+        munmap(p, len);
+        close(fd);
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "coll_mem_alloc: out of memory");
+    }
     *ptr = p;
     return COLL_SUCCESS;
 }
@@ -80,38 +64,13 @@ coll_result_t coll_mem_free(void *ptr)
 {
     if (ptr == NULL)
         return COLL_SUCCESS;
-    pthread_mutex_lock(&mem_lock);
-    mem_alloc_t **pp = &mem_list;
-    while (*pp != NULL && (*pp)->base != ptr)
-        pp = &(*pp)->next;
-    mem_alloc_t *a = *pp;
-    if (a != NULL)
-        *pp = a->next;
-    pthread_mutex_unlock(&mem_lock);
-    if (a == NULL)
+    colli_mem_ref_t ref;
+    if (!colli_mem_unregister(ptr, &ref))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "coll_mem_free: %p is not a pointer coll_mem_alloc returned (or it was "
                          "freed already)",
                          ptr);
-    munmap(a->base, a->ref.size);
-    close(a->ref.fd);
-    free(a);
+    munmap(ptr, ref.size);
+    close(ref.fd);
     return COLL_SUCCESS;
-}
-
-bool colli_mem_find(const void *p, size_t len, colli_mem_ref_t *ref)
-{
-    bool found = false;
-    uintptr_t x = (uintptr_t)p;
-    pthread_mutex_lock(&mem_lock);
-    for (const mem_alloc_t *a = mem_list; a != NULL && !found; a = a->next) {
-        uintptr_t b = (uintptr_t)a->base;
-        if (x >= b && x - b <= a->ref.size && len <= a->ref.size - (x - b)) {
-            *ref = a->ref;
-            ref->off = x - b;
-            found = true;
-        }
-    }
-    pthread_mutex_unlock(&mem_lock);
-    return found;
 }

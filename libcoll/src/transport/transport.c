@@ -1,6 +1,7 @@
-/* Transport registry (built once; fills missing operations with stubs) and the communicator's
- * transports driven as one: each peer's transport chosen from the member table, one progress
- * pass over all of them, one poll() over all their descriptors. */
+/* Transport registry (built once; fills missing operations with stubs) and the selection loop:
+ * every transport probed and started in registry order, each peer given to the first one that
+ * can reach it, one progress pass over all of them, one poll() over all their descriptors. No
+ * transport is named here but in the registry: each one answers for itself. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,44 +11,56 @@
 
 #include "transport/transport.h"
 
-static coll_result_t stub_comm_init(struct coll_comm *c, const colli_netif_t *n, colli_member_t *s)
+static coll_result_t stub_probe(struct coll_comm *c, bool *use)
+{
+    *use = true;
+    return COLL_SUCCESS;
+}
+static coll_result_t stub_comm_init(struct coll_comm *c, int tp, const colli_netif_t *n,
+                                    colli_member_t *s)
 {
     return COLLI_ERR(NET, COLL_ERR_UNSUPPORTED, "transport has no comm_init");
 }
-static coll_result_t stub_comm_ready(struct coll_comm *c)
+static coll_result_t stub_can_connect(struct coll_comm *c, int tp, const colli_member_t *p,
+                                      bool *yes)
+{
+    *yes = false;
+    return COLL_SUCCESS;
+}
+static coll_result_t stub_comm_ready(struct coll_comm *c, int tp)
 {
     return COLL_SUCCESS;
 }
-static coll_result_t stub_progress(struct coll_comm *c, colli_op_t *op, bool *p)
+static coll_result_t stub_progress(struct coll_comm *c, int tp, colli_op_t *op, bool *p)
 {
     return COLLI_ERR(NET, COLL_ERR_UNSUPPORTED, "transport cannot move data");
 }
-static bool stub_wait_arm(struct coll_comm *c, colli_op_t *op, colli_pollset_t *set)
+static bool stub_wait_arm(struct coll_comm *c, int tp, colli_op_t *op, colli_pollset_t *set)
 {
     return false;
 }
-static coll_result_t stub_wait_done(struct coll_comm *c, colli_op_t *op, colli_pollset_t *set)
+static coll_result_t stub_wait_done(struct coll_comm *c, int tp, colli_op_t *op,
+                                    colli_pollset_t *set)
 {
     return COLL_SUCCESS;
 }
-static coll_result_t stub_adopt(struct coll_comm *c, const colli_hello_t *h, int fd)
+static coll_result_t stub_adopt(struct coll_comm *c, int tp, const colli_hello_t *h, int fd)
 {
     close(fd);
     return COLL_SUCCESS;
 }
-static coll_result_t stub_poll_notices(struct coll_comm *c)
+static coll_result_t stub_poll_notices(struct coll_comm *c, int tp)
 {
     return COLL_SUCCESS;
 }
-static void stub_notify(struct coll_comm *c, const char *reason) {}
-static void stub_stuck(struct coll_comm *c, const char *w) {}
-static void stub_fini(struct coll_comm *c) {}
+static void stub_notify(struct coll_comm *c, int tp, const char *reason) {}
+static void stub_fini(struct coll_comm *c, int tp) {}
 
-/* Indexed by COLLI_TPI_*. */
-static const colli_transport_t *const builtin[] = {&colli_socket_transport, &colli_shm_transport,
-                                                   &colli_ib_transport};
+/* The registry, in order of preference: a peer goes to the first transport that can reach it. */
+static const colli_transport_t *const builtin[] = {&colli_shm_transport, &colli_ib_transport,
+                                                   &colli_socket_transport};
 #define NTRANSPORTS (sizeof(builtin) / sizeof(builtin[0]))
-_Static_assert(NTRANSPORTS == COLLI_NTPI, "one built-in transport per COLLI_TPI_* index");
+_Static_assert(NTRANSPORTS <= COLLI_MAX_TP, "a communicator has a slot for every transport");
 
 static struct {
     pthread_once_t once;
@@ -62,8 +75,14 @@ static void registry_init(void)
         size_t n = builtin[i]->struct_size < sizeof(*t) ? builtin[i]->struct_size : sizeof(*t);
         memcpy(t, builtin[i], n);
         t->struct_size = sizeof(*t);
+        if (!t->via)
+            t->via = t->name;
+        if (!t->probe)
+            t->probe = stub_probe;
         if (!t->comm_init)
             t->comm_init = stub_comm_init;
+        if (!t->can_connect)
+            t->can_connect = stub_can_connect;
         if (!t->comm_ready)
             t->comm_ready = stub_comm_ready;
         if (!t->progress)
@@ -79,18 +98,23 @@ static void registry_init(void)
         if (!t->notify_abort)
             t->notify_abort = stub_notify;
         if (!t->notify_stuck)
-            t->notify_stuck = stub_stuck;
+            t->notify_stuck = stub_notify;
         if (!t->comm_fini)
             t->comm_fini = stub_fini;
     }
 }
 
-const colli_transport_t *colli_transport_get(const char *name)
+static const colli_transport_t *registered(size_t slot)
 {
     pthread_once(&registry.once, registry_init);
+    return &registry.filled[slot];
+}
+
+const colli_transport_t *colli_transport_get(const char *name)
+{
     for (size_t i = 0; i < NTRANSPORTS; i++)
-        if (strcmp(registry.filled[i].name, name) == 0)
-            return &registry.filled[i];
+        if (strcmp(registered(i)->name, name) == 0)
+            return registered(i);
     return NULL;
 }
 
@@ -112,34 +136,60 @@ int colli_pollset_add(colli_pollset_t *set, int fd, short events)
 
 /* ---- the communicator's transports ---- */
 
-coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, colli_member_t *self)
+#define FOR_EACH_TP(comm, i)                                                                       \
+    for (int i = 0; i < (int)NTRANSPORTS; i++)                                                     \
+        if ((comm)->tp[i].ops != NULL)
+
+static void drop(struct coll_comm *comm, int tp)
 {
-    coll_result_t status;
-    comm->tps[COLLI_TPI_SOCKET] = colli_transport_get("socket");
-    COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SOCKET]->comm_init(comm, nif, self), err);
-    if (comm->cfg.shm_disable) {
-        coll_info(SHM, "COLL_SHM_DISABLE=1: ranks on this host use sockets");
-    } else {
-        comm->tps[COLLI_TPI_SHM] = colli_transport_get("shm");
-        COLL_CHECK_GOTO(comm->tps[COLLI_TPI_SHM]->comm_init(comm, nif, self), err);
-        if (!(self->caps & COLLI_CAP_SHM)) {
-            /* unusable here (said why at init): the peers reach this rank over sockets */
-            comm->tps[COLLI_TPI_SHM]->comm_fini(comm);
-            comm->tps[COLLI_TPI_SHM] = NULL;
-        }
-    }
-    if (comm->use_ib) {
-        comm->tps[COLLI_TPI_IB] = colli_transport_get("ib");
-        COLL_CHECK_GOTO(comm->tps[COLLI_TPI_IB]->comm_init(comm, nif, self), err);
-        if (!(self->caps & COLLI_CAP_IB)) {
-            /* PreferIB and no usable port after all (said why): sockets between hosts */
-            comm->tps[COLLI_TPI_IB]->comm_fini(comm);
-            comm->tps[COLLI_TPI_IB] = NULL;
-        }
+    comm->tp[tp].ops->comm_fini(comm, tp);
+    comm->tp[tp].ops = NULL;
+    comm->tp[tp].state = NULL;
+}
+
+coll_result_t colli_tp_probe(struct coll_comm *comm)
+{
+    for (int i = 0; i < (int)NTRANSPORTS; i++) {
+        const colli_transport_t *t = registered((size_t)i);
+        bool use = false;
+        coll_result_t status = t->probe(comm, &use);
+        if (status != COLL_SUCCESS)
+            return status;
+        if (use || (t->flags & COLLI_TPF_LISTENER))
+            comm->tp[i].ops = t;
     }
     return COLL_SUCCESS;
-err:
-    return status;
+}
+
+coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, colli_member_t *self)
+{
+    FOR_EACH_TP(comm, i)
+    {
+        const colli_transport_t *t = comm->tp[i].ops;
+        coll_result_t status = t->comm_init(comm, i, nif, self);
+        if (status != COLL_SUCCESS)
+            return status;
+        /* unusable here after all (it said why): peers reach this rank another way */
+        if (t->cap != 0 && !(self->caps & t->cap))
+            drop(comm, i);
+    }
+    return COLL_SUCCESS;
+}
+
+/* "rank 1: 2 peers over shared memory, 1 over sockets" */
+static void log_choice(const struct coll_comm *comm, const int *npeers)
+{
+    char line[256];
+    int used = snprintf(line, sizeof(line), "rank %d: ", comm->rank), listed = 0;
+    for (int i = 0; i < (int)NTRANSPORTS && used > 0 && (size_t)used < sizeof(line); i++) {
+        const colli_transport_t *t = registered((size_t)i);
+        if ((t->flags & COLLI_TPF_QUIET) && npeers[i] == 0)
+            continue;
+        const bool first = listed++ == 0;
+        used += snprintf(line + used, sizeof(line) - (size_t)used, "%s%d %sover %s",
+                         first ? "" : ", ", npeers[i], first ? "peers " : "", t->via);
+    }
+    coll_info(INIT, "%s", line);
 }
 
 coll_result_t colli_tp_ready(struct coll_comm *comm)
@@ -147,60 +197,50 @@ coll_result_t colli_tp_ready(struct coll_comm *comm)
     comm->peer_tp = calloc((size_t)comm->nranks, 1);
     if (comm->peer_tp == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory choosing transports");
-    const colli_member_t *me = &comm->members[comm->rank];
-    int nshm = 0, nib = 0, noib = 0;
-    char noib_list[128] = "";
+    int npeers[NTRANSPORTS] = {0}, listener = -1;
+    FOR_EACH_TP(comm, i)
+    if (comm->tp[i].ops->flags & COLLI_TPF_LISTENER)
+        listener = i;
+    if (listener < 0)
+        return COLLI_ERR(INIT, COLL_ERR_INTERNAL, "no transport owns a listener");
+    comm->all_local = true;
     for (int p = 0; p < comm->nranks; p++) {
-        const colli_member_t *m = &comm->members[p];
-        bool same_host = strcmp(m->host_id, me->host_id) == 0;
-        bool shm = p != comm->rank && comm->tps[COLLI_TPI_SHM] != NULL &&
-                   (me->caps & m->caps & COLLI_CAP_SHM) && same_host;
-        /* InfiniBand between hosts when both ranks opened a port for it */
-        bool ib = p != comm->rank && !same_host && comm->tps[COLLI_TPI_IB] != NULL &&
-                  (me->caps & m->caps & COLLI_CAP_IB);
-        if (p != comm->rank && !same_host && !ib && comm->tps[COLLI_TPI_IB] != NULL) {
-            if (comm->cfg.transport == COLLI_TP_REQUIRE_IB) {
-                char who[200];
-                colli_member_desc(comm, p, who, sizeof(who));
-                colli_comm_blame(comm, p);
-                return COLLI_ERR(IB, COLL_ERR_NETWORK,
-                                 "COLL_TRANSPORT=RequireIB on rank %d, but %s, on another host, "
-                                 "offers no InfiniBand (its COLL_TRANSPORT is not RequireIB or "
-                                 "PreferIB, or it has no usable port: see its log). Give every "
-                                 "rank the same policy and an active HCA port.",
-                                 comm->rank, who);
-            }
-            size_t u = strlen(noib_list);
-            if (u < sizeof(noib_list) - 16)
-                snprintf(noib_list + u, sizeof(noib_list) - u, "%s%d", u ? " " : "", p);
-            noib++;
-        }
-        comm->peer_tp[p] = shm ? COLLI_TPI_SHM : ib ? COLLI_TPI_IB : COLLI_TPI_SOCKET;
-        nshm += shm;
-        nib += ib;
-    }
-    if (noib > 0)
-        coll_warn(IB,
-                  "COLL_TRANSPORT=PreferIB: rank%s %s%s on other hosts %s no usable InfiniBand; "
-                  "rank %d reaches %s over sockets",
-                  noib > 1 ? "s" : "", noib_list, strlen(noib_list) > 100 ? " ..." : "",
-                  noib > 1 ? "have" : "has", comm->rank, noib > 1 ? "them" : "it");
-    for (int i = COLLI_TPI_SHM; i <= COLLI_TPI_IB; i++) {
-        if ((i == COLLI_TPI_SHM ? nshm : nib) == 0 && comm->tps[i] != NULL) {
-            comm->tps[i]->comm_fini(comm);
-            comm->tps[i] = NULL;
-        }
-    }
-    if (nib > 0)
-        coll_info(INIT, "rank %d: %d peers over shared memory, %d over InfiniBand, %d over sockets",
-                  comm->rank, nshm, nib, comm->nranks - 1 - nshm - nib);
-    else
-        coll_info(INIT, "rank %d: %d peers over shared memory, %d over sockets", comm->rank, nshm,
-                  comm->nranks - 1 - nshm);
-    for (int i = 0; i < COLLI_NTPI; i++) {
-        if (comm->tps[i] == NULL)
+        comm->peer_tp[p] = (uint8_t)listener; /* this rank itself */
+        if (p == comm->rank)
             continue;
-        coll_result_t status = comm->tps[i]->comm_ready(comm);
+        int chosen = -1;
+        FOR_EACH_TP(comm, i)
+        {
+            bool yes = false;
+            coll_result_t status = comm->tp[i].ops->can_connect(comm, i, &comm->members[p], &yes);
+            if (status != COLL_SUCCESS)
+                return status;
+            if (yes) {
+                chosen = i;
+                break;
+            }
+        }
+        if (chosen < 0) {
+            char who[200];
+            colli_member_desc(comm, p, who, sizeof(who));
+            return COLLI_ERR(INIT, COLL_ERR_NETWORK, "rank %d has no transport that reaches %s",
+                             comm->rank, who);
+        }
+        comm->peer_tp[p] = (uint8_t)chosen;
+        npeers[chosen]++;
+        comm->all_local &= (comm->tp[chosen].ops->flags & COLLI_TPF_LOCAL) != 0;
+    }
+    FOR_EACH_TP(comm, i)
+    {
+        const colli_transport_t *t = comm->tp[i].ops;
+        comm->tp_streams[i] = (t->flags & COLLI_TPF_STREAMS) ? (uint8_t)comm->cfg.nstreams : 1;
+        if (npeers[i] == 0 && !(t->flags & COLLI_TPF_LISTENER))
+            drop(comm, i);
+    }
+    log_choice(comm, npeers);
+    FOR_EACH_TP(comm, i)
+    {
+        coll_result_t status = comm->tp[i].ops->comm_ready(comm, i);
         if (status != COLL_SUCCESS)
             return status;
     }
@@ -209,30 +249,30 @@ coll_result_t colli_tp_ready(struct coll_comm *comm)
 
 coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
 {
-    for (int i = COLLI_TPI_SHM; i <= COLLI_TPI_IB; i++) {
+    /* Notices and new connections arrive at the listener: an op without lanes there reads them
+     * when it waits (every wait polls the listener). */
+    FOR_EACH_TP(comm, i)
+    {
         if (op->tp_lanes[i] == 0)
             continue;
-        coll_result_t status = comm->tps[i]->progress(comm, op, progressed);
+        coll_result_t status = comm->tp[i].ops->progress(comm, i, op, progressed);
         if (status != COLL_SUCCESS)
             return status;
     }
-    /* Notices and new connections arrive at the socket listener: an op without socket lanes
-     * reads them when it waits (every wait polls the listener). */
-    if (op->tp_lanes[COLLI_TPI_SOCKET] == 0)
-        return COLL_SUCCESS;
-    return comm->tps[COLLI_TPI_SOCKET]->progress(comm, op, progressed);
+    return COLL_SUCCESS;
 }
 
 coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms)
 {
     colli_pollset_t set = {comm->pfds, 0, comm->pfd_cap, false};
     bool ready = false;
-    bool armed[COLLI_NTPI] = {false};
-    for (int i = 0; i < COLLI_NTPI; i++) {
-        if (comm->tps[i] == NULL || (i != COLLI_TPI_SOCKET && op != NULL && op->tp_lanes[i] == 0))
+    bool armed[NTRANSPORTS] = {false};
+    FOR_EACH_TP(comm, i)
+    {
+        if (!(comm->tp[i].ops->flags & COLLI_TPF_LISTENER) && op != NULL && op->tp_lanes[i] == 0)
             continue;
         armed[i] = true;
-        ready |= comm->tps[i]->wait_arm(comm, op, &set);
+        ready |= comm->tp[i].ops->wait_arm(comm, i, op, &set);
     }
     comm->pfds = set.fds;
     comm->pfd_cap = set.cap;
@@ -243,13 +283,13 @@ coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_
         status = COLLI_ERR(NET, COLL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
     }
     /* every armed transport disarms, even after an error */
-    for (int i = 0; i < COLLI_NTPI; i++) {
+    for (int i = 0; i < (int)NTRANSPORTS; i++) {
         if (!armed[i])
             continue;
         if (status != COLL_SUCCESS)
             for (int k = 0; k < set.n; k++)
                 set.fds[k].revents = 0;
-        coll_result_t st = comm->tps[i]->wait_done(comm, op, &set);
+        coll_result_t st = comm->tp[i].ops->wait_done(comm, i, op, &set);
         if (status == COLL_SUCCESS)
             status = st;
     }
@@ -258,22 +298,24 @@ coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_
 
 coll_result_t colli_tp_adopt(struct coll_comm *comm, const colli_hello_t *hello, int fd)
 {
-    int owner = hello->kind == COLLI_HELLO_LINK ? COLLI_TPI_SHM
-                : hello->kind == COLLI_HELLO_IB ? COLLI_TPI_IB
-                                                : -1;
-    if (owner < 0 || comm->tps[owner] == NULL) {
-        coll_warn(NET, "rank %d opened a connection of kind %u that rank %d does not use; closed",
-                  hello->from_rank, hello->kind, comm->rank);
-        close(fd);
-        return COLL_SUCCESS;
-    }
-    return comm->tps[owner]->adopt(comm, hello, fd);
+    FOR_EACH_TP(comm, i)
+    if (comm->tp[i].ops->hello_kind == hello->kind)
+        return comm->tp[i].ops->adopt(comm, i, hello, fd);
+    coll_warn(NET, "rank %d opened a connection of kind %u that rank %d does not use; closed",
+              hello->from_rank, hello->kind, comm->rank);
+    close(fd);
+    return COLL_SUCCESS;
 }
 
 coll_result_t colli_tp_poll_notices(struct coll_comm *comm)
 {
-    return comm->tps[COLLI_TPI_SOCKET] ? comm->tps[COLLI_TPI_SOCKET]->poll_notices(comm)
-                                       : COLL_SUCCESS;
+    FOR_EACH_TP(comm, i)
+    {
+        coll_result_t status = comm->tp[i].ops->poll_notices(comm, i);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    return COLL_SUCCESS;
 }
 
 coll_result_t colli_tp_peer_left(struct coll_comm *comm, colli_subsys_t sub,
@@ -295,25 +337,21 @@ coll_result_t colli_tp_peer_left(struct coll_comm *comm, colli_subsys_t sub,
 
 void colli_tp_notify_abort(struct coll_comm *comm, const char *reason)
 {
-    for (int i = 0; i < COLLI_NTPI; i++)
-        if (comm->tps[i] != NULL)
-            comm->tps[i]->notify_abort(comm, reason);
+    FOR_EACH_TP(comm, i)
+    comm->tp[i].ops->notify_abort(comm, i, reason);
 }
 
 void colli_tp_notify_stuck(struct coll_comm *comm, const char *waits)
 {
-    for (int i = 0; i < COLLI_NTPI; i++)
-        if (comm->tps[i] != NULL)
-            comm->tps[i]->notify_stuck(comm, waits);
+    FOR_EACH_TP(comm, i)
+    comm->tp[i].ops->notify_stuck(comm, i, waits);
 }
 
 void colli_tp_fini(struct coll_comm *comm)
 {
-    for (int i = COLLI_NTPI - 1; i >= 0; i--) {
-        if (comm->tps[i] != NULL)
-            comm->tps[i]->comm_fini(comm);
-        comm->tps[i] = NULL;
-    }
+    for (int i = (int)NTRANSPORTS - 1; i >= 0; i--)
+        if (comm->tp[i].ops != NULL)
+            drop(comm, i);
     free(comm->peer_tp);
     comm->peer_tp = NULL;
     free(comm->pfds);
@@ -325,7 +363,6 @@ const char *colli_tp_name(const struct coll_comm *comm, int peer)
 {
     if (comm->peer_tp == NULL || peer < 0 || peer >= comm->nranks || peer == comm->rank)
         return "self";
-    return comm->peer_tp[peer] == COLLI_TPI_SHM  ? "shm"
-           : comm->peer_tp[peer] == COLLI_TPI_IB ? "ib"
-                                                 : "socket";
+    const colli_transport_t *t = comm->tp[comm->peer_tp[peer]].ops;
+    return t != NULL ? t->name : "?";
 }

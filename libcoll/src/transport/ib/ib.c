@@ -10,8 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap/bootstrap.h"
-#include "bootstrap/sockutil.h"
+#include "base/sockutil.h"
 #include "transport/ib/ib.h"
 
 #ifdef COLLI_HAVE_VERBS
@@ -148,14 +147,14 @@ static bool open_port(struct coll_comm *comm, ib_state_t *st, char *why, size_t 
     return true;
 }
 
-static coll_result_t ib_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
+static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_netif_t *nif,
                                   colli_member_t *self)
 {
     ib_state_t *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return COLLI_ERR(IB, COLL_ERR_SYSTEM, "out of memory for the InfiniBand transport");
     char why[512];
-    if (!colli_ib_verbs_open(comm->cfg.ib_lib, &st->v, why, sizeof(why))) {
+    if (!colli_ib_verbs_open(comm->test.ib_verbs_lib, &st->v, why, sizeof(why))) {
         free(st);
         return init_failed(comm, NULL, "%s", why);
     }
@@ -173,7 +172,8 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, const colli_netif_t *n
     if (!open_port(comm, st, why, sizeof(why)))
         return init_failed(comm, st, "%s", why);
     st->mrs = (ib_mr_cache_t){.max_idle = 16, .reg = mr_reg, .dereg = mr_dereg, .ctx = st};
-    comm->tp_state[COLLI_TPI_IB] = st;
+    st->tp = tp;
+    comm->tp[tp].state = st;
     self->caps |= COLLI_CAP_IB;
     char g[64] = "";
     colli_ib_gid_str(st->gid, g, sizeof(g));
@@ -186,9 +186,63 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, const colli_netif_t *n
     return COLL_SUCCESS;
 }
 
-static bool is_ib(const struct coll_comm *comm, int p)
+static bool is_ib(const struct coll_comm *comm, const ib_state_t *st, int p)
 {
-    return p != comm->rank && comm->peer_tp != NULL && comm->peer_tp[p] == COLLI_TPI_IB;
+    return p != comm->rank && comm->peer_tp != NULL && comm->peer_tp[p] == st->tp;
+}
+
+/* Ranks on other hosts that offer no InfiniBand: RequireIB fails naming the first one, PreferIB
+ * says once which ones it reaches over sockets. */
+static coll_result_t check_policy(struct coll_comm *comm)
+{
+    const colli_member_t *me = &comm->members[comm->rank];
+    int noib = 0;
+    char noib_list[128] = "";
+    for (int p = 0; p < comm->nranks; p++) {
+        const colli_member_t *m = &comm->members[p];
+        if (p == comm->rank || strcmp(m->host_id, me->host_id) == 0 ||
+            (me->caps & m->caps & COLLI_CAP_IB))
+            continue;
+        if (comm->cfg.transport == COLLI_TP_REQUIRE_IB) {
+            char who[200];
+            colli_member_desc(comm, p, who, sizeof(who));
+            colli_comm_blame(comm, p);
+            return COLLI_ERR(IB, COLL_ERR_NETWORK,
+                             "COLL_TRANSPORT=RequireIB on rank %d, but %s, on another host, "
+                             "offers no InfiniBand (its COLL_TRANSPORT is not RequireIB or "
+                             "PreferIB, or it has no usable port: see its log). Give every "
+                             "rank the same policy and an active HCA port.",
+                             comm->rank, who);
+        }
+        size_t u = strlen(noib_list);
+        if (u < sizeof(noib_list) - 16)
+            snprintf(noib_list + u, sizeof(noib_list) - u, "%s%d", u ? " " : "", p);
+        noib++;
+    }
+    if (noib > 0)
+        coll_warn(IB,
+                  "COLL_TRANSPORT=PreferIB: rank%s %s%s on other hosts %s no usable InfiniBand; "
+                  "rank %d reaches %s over sockets",
+                  noib > 1 ? "s" : "", noib_list, strlen(noib_list) > 100 ? " ..." : "",
+                  noib > 1 ? "have" : "has", comm->rank, noib > 1 ? "them" : "it");
+    return COLL_SUCCESS;
+}
+
+/* A peer on another host, when both ranks opened a port for InfiniBand. */
+static coll_result_t ib_can_connect(struct coll_comm *comm, int tp, const colli_member_t *peer,
+                                    bool *yes)
+{
+    ib_state_t *st = comm->tp[tp].state;
+    const colli_member_t *me = &comm->members[comm->rank];
+    *yes = false;
+    if (!st->policy_checked) {
+        st->policy_checked = true;
+        coll_result_t status = check_policy(comm);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    *yes = strcmp(peer->host_id, me->host_id) != 0 && (me->caps & peer->caps & COLLI_CAP_IB);
+    return COLL_SUCCESS;
 }
 
 static coll_result_t peers_alloc(struct coll_comm *comm, ib_state_t *st)
@@ -202,7 +256,7 @@ static coll_result_t peers_alloc(struct coll_comm *comm, ib_state_t *st)
     for (int p = 0; p < comm->nranks; p++) {
         st->peers[p].fd = -1;
         st->peers[p].pfd = -1;
-        st->peers[p].used = is_ib(comm, p);
+        st->peers[p].used = is_ib(comm, st, p);
     }
     return COLL_SUCCESS;
 }
@@ -475,12 +529,12 @@ static coll_result_t link_step(struct coll_comm *comm, ib_state_t *st, int p)
     return COLL_SUCCESS;
 }
 
-static coll_result_t ib_adopt(struct coll_comm *comm, const colli_hello_t *h, int fd)
+static coll_result_t ib_adopt(struct coll_comm *comm, int tp, const colli_hello_t *h, int fd)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
+    ib_state_t *st = comm->tp[tp].state;
     int p = h->from_rank;
-    if (st == NULL || !is_ib(comm, p) || p >= comm->rank || peers_alloc(comm, st) != COLL_SUCCESS ||
-        st->peers[p].link != IBL_NONE) {
+    if (st == NULL || !is_ib(comm, st, p) || p >= comm->rank ||
+        peers_alloc(comm, st) != COLL_SUCCESS || st->peers[p].link != IBL_NONE) {
         coll_warn(IB, "rank %d opened an InfiniBand link that rank %d does not expect; closed", p,
                   comm->rank);
         close(fd);
@@ -545,9 +599,9 @@ coll_result_t ib_links_step(struct coll_comm *comm, ib_state_t *st)
 /* Create the completion queue, sized for every InfiniBand peer. Queue pairs, rings and the
  * exchange over a link come at the first transfer with each peer (ib_peer_ensure), so that a
  * job whose ranks talk to few peers registers and connects only those. */
-static coll_result_t ib_comm_ready(struct coll_comm *comm)
+static coll_result_t ib_comm_ready(struct coll_comm *comm, int tp)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
+    ib_state_t *st = comm->tp[tp].state;
     coll_result_t status = peers_alloc(comm, st);
     if (status != COLL_SUCCESS)
         return status;
@@ -574,9 +628,9 @@ static coll_result_t ib_comm_ready(struct coll_comm *comm)
     return COLL_SUCCESS;
 }
 
-static void ib_comm_fini(struct coll_comm *comm)
+static void ib_comm_fini(struct coll_comm *comm, int tp)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
+    ib_state_t *st = comm->tp[tp].state;
     if (st == NULL)
         return;
     const bool clean = comm->async_error == COLL_SUCCESS;
@@ -615,13 +669,19 @@ static void ib_comm_fini(struct coll_comm *comm)
     }
     free(st->peers);
     state_free(st);
-    comm->tp_state[COLLI_TPI_IB] = NULL;
+    comm->tp[tp].state = NULL;
 }
 
 const colli_transport_t colli_ib_transport = {
     .struct_size = sizeof(colli_transport_t),
     .name = "ib",
+    .via = "InfiniBand",
+    .cap = COLLI_CAP_IB,
+    .flags = COLLI_TPF_QUIET,
+    .hello_kind = COLLI_HELLO_IB,
+    .probe = ib_policy_probe,
     .comm_init = ib_comm_init,
+    .can_connect = ib_can_connect,
     .comm_ready = ib_comm_ready,
     .progress = ib_progress,
     .wait_arm = ib_wait_arm,
@@ -632,7 +692,7 @@ const colli_transport_t colli_ib_transport = {
 
 #else /* built without <infiniband/verbs.h> */
 
-static coll_result_t ib_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
+static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_netif_t *nif,
                                   colli_member_t *self)
 {
     if (comm->cfg.transport == COLLI_TP_REQUIRE_IB)
@@ -645,6 +705,10 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, const colli_netif_t *n
 const colli_transport_t colli_ib_transport = {
     .struct_size = sizeof(colli_transport_t),
     .name = "ib",
+    .via = "InfiniBand",
+    .cap = COLLI_CAP_IB,
+    .flags = COLLI_TPF_QUIET,
+    .probe = ib_policy_probe,
     .comm_init = ib_comm_init,
 };
 #endif

@@ -151,6 +151,8 @@ typedef struct ib_peer {
 } ib_peer_t;
 
 typedef struct ib_state {
+    int tp;              /* this transport's slot in the communicator */
+    bool policy_checked; /* COLL_TRANSPORT checked against the member table */
     colli_ib_verbs_t v;
     ib_port_t port;
     int gid_index; /* -1: no GRH (InfiniBand with a LID) */
@@ -174,9 +176,9 @@ typedef struct ib_state {
 } ib_state_t;
 
 /* Data path (ib_lanes.c). */
-coll_result_t ib_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
-bool ib_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
-coll_result_t ib_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
+coll_result_t ib_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed);
+bool ib_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
+coll_result_t ib_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
 /* Poll the completion queue and the async events; returns an error naming the peer, HCA and
  * port when a work request failed or the port went down. */
 coll_result_t ib_poll(struct coll_comm *comm, ib_state_t *st, bool *progressed);
@@ -192,7 +194,8 @@ coll_result_t ib_peer_ensure(struct coll_comm *comm, ib_state_t *st, int p, bool
 /* Advance every wanted connection that is not ready yet (links the peers opened, too). */
 coll_result_t ib_links_step(struct coll_comm *comm, ib_state_t *st);
 /* The error for a lane that needs a peer whose link ended (an abort notice first). */
-coll_result_t ib_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what);
+coll_result_t ib_gone_error(struct coll_comm *comm, const ib_state_t *st, colli_op_t *op, int peer,
+                            const char *what);
 
 #endif /* COLLI_HAVE_VERBS */
 #endif

@@ -1,14 +1,13 @@
-/* InfiniBand transport: moving the units of an operation's lanes through the rings with RDMA
- * writes with immediate data, credits, completion polling and waiting (see ib.h). */
+/* InfiniBand transport: its rings (RDMA writes with immediate data, credits) as the shared lane
+ * loop (transport/slots.h) moves them, completion polling and waiting (see ib.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
-#include "coll_kernels.h"
-#include "transport/frame.h"
 #include "transport/ib/ib.h"
+#include "transport/slots.h"
 
 #ifdef COLLI_HAVE_VERBS
 
@@ -49,9 +48,9 @@ void ib_link_read(struct coll_comm *comm, ib_state_t *st, int p)
     }
 }
 
-coll_result_t ib_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what)
+coll_result_t ib_gone_error(struct coll_comm *comm, const ib_state_t *st, colli_op_t *op, int peer,
+                            const char *what)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
     char via[96];
     snprintf(via, sizeof(via), "InfiniBand (%s port %d)", st->port.dev, st->port.port);
     return colli_tp_peer_left(comm, COLLI_SUB_IB, op, peer, what, via, st->peers[peer].gone_err);
@@ -65,7 +64,8 @@ static coll_result_t wc_error(struct coll_comm *comm, ib_state_t *st, colli_op_t
     if (p >= 0 && p < comm->nranks && st->peers[p].used) {
         ib_link_read(comm, st, p);
         if (st->peers[p].gone && !st->peers[p].bye)
-            return ib_gone_error(comm, op, p, kind == WR_RECV ? "receiving from" : "sending to");
+            return ib_gone_error(comm, st, op, p,
+                                 kind == WR_RECV ? "receiving from" : "sending to");
     }
     char who[200], d[160];
     colli_member_desc(comm, p, who, sizeof(who));
@@ -226,140 +226,125 @@ static coll_result_t send_credit(struct coll_comm *comm, ib_state_t *st, int p)
     return COLL_SUCCESS;
 }
 
-static coll_result_t send_lane(struct coll_comm *comm, ib_state_t *st, colli_op_t *op,
-                               colli_lane_t *l, bool *progressed)
+/* ---- the rings, as the shared lane loop (transport/slots.h) sees them ---- */
+
+static size_t ring_cap(void *stp, int peer, bool send)
 {
-    ib_peer_t *pp = &st->peers[l->peer];
-    while (l->done < l->n) {
-        colli_unit_t *u = &l->units[l->done];
-        if (!colli_dep_done(op, u->dep))
-            return COLL_SUCCESS;
-        if (pp->gone)
-            return ib_gone_error(comm, op, l->peer, "sending to");
-        if (l->hdr_off == 0) {
-            colli_frame_fill(comm, op, u, &l->hdr);
-            l->hdr_off = 1;
-        }
-        do { /* one fragment per slot; a zero-byte unit still sends its header */
-            if (pp->tx_pos - pp->tx_tail >= IB_NSLOTS)
-                return COLL_SUCCESS; /* no credit */
-            int q = (int)(pp->tx_pos % (uint64_t)pp->nqps);
-            /* keep one send slot of QP 0 for credits */
-            if (pp->sq_used[q] >= IB_SQ_DEPTH - (q == 0))
-                return COLL_SUCCESS;
-            size_t slot = (size_t)(pp->tx_pos % IB_NSLOTS) * IB_SLOT_SIZE;
-            size_t frag = u->bytes - l->pay_off < IB_SLOT_CAP ? u->bytes - l->pay_off : IB_SLOT_CAP;
-            l->hdr.reserved = (uint32_t)(l->pay_off / IB_SLOT_CAP);
-            memcpy(pp->tx + slot, &l->hdr, sizeof(l->hdr));
-            if (frag > 0)
-                memcpy(pp->tx + slot + IB_SLOT_HDR, u->buf + l->pay_off, frag);
-            struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(pp->tx + slot),
-                                  .length = (uint32_t)(IB_SLOT_HDR + frag),
-                                  .lkey = pp->tx_mr->lkey};
-            struct ibv_send_wr wr = {.wr_id = wr_id(l->peer, q, WR_DATA),
-                                     .sg_list = &sge,
-                                     .num_sge = 1,
-                                     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-                                     .send_flags = IBV_SEND_SIGNALED,
-                                     .imm_data = htonl((uint32_t)pp->tx_pos & IMM_MASK)},
-                               *bad = NULL;
-            wr.wr.rdma.remote_addr = pp->r_addr + slot;
-            wr.wr.rdma.rkey = pp->r_rkey;
-            int rc = pp->qp[q]->context->ops.post_send(pp->qp[q], &wr, &bad);
-            if (rc != 0) {
-                char who[200];
-                colli_member_desc(comm, l->peer, who, sizeof(who));
-                colli_comm_blame(comm, l->peer);
-                return COLLI_ERR(IB, COLL_ERR_NETWORK,
-                                 "rank %d: posting an RDMA write to %s on %s port %d failed: %s",
-                                 comm->rank, who, st->port.dev, st->port.port, strerror(rc));
-            }
-            pp->sq_used[q]++;
-            pp->tx_pos++;
-            l->pay_off += frag;
-            *progressed = true;
-        } while (l->pay_off < u->bytes);
-        colli_op_unit_complete(op, l);
+    return IB_SLOT_CAP;
+}
+
+static coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer)
+{
+    ib_state_t *st = stp;
+    return st->peers[peer].gone ? ib_gone_error(comm, st, op, peer, "sending to") : COLL_SUCCESS;
+}
+
+static bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char **payload)
+{
+    ib_peer_t *pp = &((ib_state_t *)stp)->peers[peer];
+    if (pp->tx_pos - pp->tx_tail >= IB_NSLOTS)
+        return false; /* no credit */
+    int q = (int)(pp->tx_pos % (uint64_t)pp->nqps);
+    /* keep one send slot of QP 0 for credits */
+    if (pp->sq_used[q] >= IB_SQ_DEPTH - (q == 0))
+        return false;
+    char *slot = pp->tx + (size_t)(pp->tx_pos % IB_NSLOTS) * IB_SLOT_SIZE;
+    *hdr = (colli_frame_t *)slot;
+    *payload = slot + IB_SLOT_HDR;
+    return true;
+}
+
+static coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, size_t frag)
+{
+    ib_state_t *st = stp;
+    ib_peer_t *pp = &st->peers[peer];
+    int q = (int)(pp->tx_pos % (uint64_t)pp->nqps);
+    size_t slot = (size_t)(pp->tx_pos % IB_NSLOTS) * IB_SLOT_SIZE;
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(pp->tx + slot),
+                          .length = (uint32_t)(IB_SLOT_HDR + frag),
+                          .lkey = pp->tx_mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = wr_id(peer, q, WR_DATA),
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl((uint32_t)pp->tx_pos & IMM_MASK)},
+                       *bad = NULL;
+    wr.wr.rdma.remote_addr = pp->r_addr + slot;
+    wr.wr.rdma.rkey = pp->r_rkey;
+    int rc = pp->qp[q]->context->ops.post_send(pp->qp[q], &wr, &bad);
+    if (rc != 0) {
+        char who[200];
+        colli_member_desc(comm, peer, who, sizeof(who));
+        colli_comm_blame(comm, peer);
+        return COLLI_ERR(IB, COLL_ERR_NETWORK,
+                         "rank %d: posting an RDMA write to %s on %s port %d failed: %s",
+                         comm->rank, who, st->port.dev, st->port.port, strerror(rc));
     }
+    pp->sq_used[q]++;
+    pp->tx_pos++;
     return COLL_SUCCESS;
 }
 
-static coll_result_t fragment_error(struct coll_comm *comm, const colli_op_t *op,
-                                    const colli_lane_t *l, const colli_unit_t *u,
-                                    const colli_frame_t *f, uint32_t want)
+static coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                              bool *ready)
 {
-    if (!colli_frame_matches(f, &l->hdr))
-        return colli_frame_error(comm, op, l->peer, u, f);
-    char who[200];
-    colli_member_desc(comm, l->peer, who, sizeof(who));
-    return COLLI_ERR(IB, COLL_ERR_REMOTE,
-                     "corrupt InfiniBand ring from %s: fragment %u of unit %u where fragment %u "
-                     "was expected; this is a bug or memory corruption, please report it",
-                     who, f->reserved, u->msg_unit, want);
+    *ready = true;
+    return COLL_SUCCESS;
 }
 
-static coll_result_t recv_lane(struct coll_comm *comm, ib_state_t *st, colli_op_t *op,
-                               colli_lane_t *l, bool *progressed)
+static bool rx_slot(void *stp, int peer, size_t frag, colli_frame_t *hdr, const char **payload)
 {
-    ib_peer_t *pp = &st->peers[l->peer];
-    const size_t esize = coll_datatype_size(op->dt);
-    coll_result_t status = COLL_SUCCESS;
-    while (l->done < l->n) {
-        colli_unit_t *u = &l->units[l->done];
-        if (u->kind == COLLI_UNIT_RECV_COPY && !colli_dep_done(op, u->dep))
-            break;
-        if (l->hdr_off == 0) {
-            colli_frame_fill(comm, op, u, &l->hdr); /* what we expect */
-            l->hdr_off = 1;
-        }
-        for (;;) {
-            size_t idx = (size_t)(pp->rx_pos % IB_NSLOTS);
-            if (pp->rx_ready[idx] != pp->rx_pos + 1) {
-                if (pp->gone)
-                    status = ib_gone_error(comm, op, l->peer, "receiving from");
-                goto out;
-            }
-            const char *slot = pp->rx + idx * IB_SLOT_SIZE;
-            colli_frame_t f;
-            memcpy(&f, slot, sizeof(f));
-            uint32_t frag_idx = (uint32_t)(l->pay_off / IB_SLOT_CAP);
-            if (!colli_frame_matches(&f, &l->hdr) || f.reserved != frag_idx) {
-                status = fragment_error(comm, op, l, u, &f, frag_idx);
-                goto out;
-            }
-            /* a reduction waits in the ring until the send that reads the same bytes is done */
-            if (u->kind == COLLI_UNIT_RECV_REDUCE && !colli_dep_done(op, u->dep))
-                goto out;
-            size_t frag = u->bytes - l->pay_off < IB_SLOT_CAP ? u->bytes - l->pay_off : IB_SLOT_CAP;
-            const char *src = slot + IB_SLOT_HDR;
-            char *dst = u->buf + l->pay_off;
-            if (u->kind == COLLI_UNIT_RECV_COPY) {
-                if (frag > 0)
-                    memcpy(dst, src, frag);
-            } else if (u->final_div) {
-                colli_reduce_div(dst, u->src + l->pay_off, src, frag / esize, op->dt,
-                                 (uint32_t)comm->nranks);
-            } else {
-                colli_reduce(dst, u->src + l->pay_off, src, frag / esize, op->dt, op->redop);
-            }
-            pp->rx_ready[idx] = 0;
-            pp->rx_pos++;
-            l->pay_off += frag;
-            *progressed = true;
-            if (l->pay_off >= u->bytes)
-                break;
-        }
-        colli_op_unit_complete(op, l);
-    }
-out:
-    if (status == COLL_SUCCESS)
-        status = send_credit(comm, st, l->peer);
-    return status;
+    ib_peer_t *pp = &((ib_state_t *)stp)->peers[peer];
+    size_t idx = (size_t)(pp->rx_pos % IB_NSLOTS);
+    if (pp->rx_ready[idx] != pp->rx_pos + 1)
+        return false;
+    const char *slot = pp->rx + idx * IB_SLOT_SIZE;
+    memcpy(hdr, slot, sizeof(*hdr));
+    *payload = slot + IB_SLOT_HDR;
+    return true;
 }
 
-coll_result_t ib_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
+static void rx_release(void *stp, int peer)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
+    ib_peer_t *pp = &((ib_state_t *)stp)->peers[peer];
+    pp->rx_ready[pp->rx_pos % IB_NSLOTS] = 0;
+    pp->rx_pos++;
+}
+
+static coll_result_t gone(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                          const char *what)
+{
+    ib_state_t *st = stp;
+    return st->peers[peer].gone ? ib_gone_error(comm, st, op, peer, what) : COLL_SUCCESS;
+}
+
+/* A receiving lane returns the slots it consumed as credits. */
+static coll_result_t end(struct coll_comm *comm, void *stp, const colli_lane_t *l, bool moved,
+                         coll_result_t status)
+{
+    if (l->send || status != COLL_SUCCESS)
+        return status;
+    return send_credit(comm, stp, l->peer);
+}
+
+static const colli_slot_ops_t ib_slots = {
+    .sub = COLLI_SUB_IB,
+    .what = "InfiniBand",
+    .cap = ring_cap,
+    .tx_ready = tx_ready,
+    .tx_slot = tx_slot,
+    .tx_publish = tx_publish,
+    .rx_ready = rx_ready,
+    .rx_slot = rx_slot,
+    .rx_release = rx_release,
+    .gone = gone,
+    .end = end,
+};
+
+coll_result_t ib_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed)
+{
+    ib_state_t *st = comm->tp[tp].state;
     coll_result_t status;
     if (st->failed != COLL_SUCCESS)
         return st->failed;
@@ -372,7 +357,7 @@ coll_result_t ib_progress(struct coll_comm *comm, colli_op_t *op, bool *progress
         return status;
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
-        if (l->tp != COLLI_TPI_IB)
+        if (l->tp != tp)
             continue;
         bool ready = false;
         if (l->done < l->n && (status = ib_peer_ensure(comm, st, l->peer, &ready)) != COLL_SUCCESS)
@@ -385,17 +370,16 @@ coll_result_t ib_progress(struct coll_comm *comm, colli_op_t *op, bool *progress
                 return status;
             continue;
         }
-        status = l->send ? send_lane(comm, st, op, l, progressed)
-                         : recv_lane(comm, st, op, l, progressed);
+        status = colli_slots_lane(comm, st, &ib_slots, op, l, progressed);
         if (status != COLL_SUCCESS)
             return status;
     }
     return COLL_SUCCESS;
 }
 
-bool ib_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
+bool ib_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
+    ib_state_t *st = comm->tp[tp].state;
     if (st == NULL || st->peers == NULL)
         return false;
     if (op == NULL) /* communicator creation: nothing of ours to wait for (links come later) */
@@ -429,7 +413,7 @@ bool ib_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     }
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
-        if (l->done == l->n || l->tp != COLLI_TPI_IB)
+        if (l->done == l->n || l->tp != tp)
             continue;
         ib_peer_t *pp = &st->peers[l->peer];
         if (pp->gone)
@@ -440,9 +424,9 @@ bool ib_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     return ready;
 }
 
-coll_result_t ib_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
+coll_result_t ib_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
-    ib_state_t *st = comm->tp_state[COLLI_TPI_IB];
+    ib_state_t *st = comm->tp[tp].state;
     if (st == NULL || st->peers == NULL)
         return COLL_SUCCESS;
     coll_result_t status = COLL_SUCCESS;

@@ -135,3 +135,31 @@ void colli_ib_probe(const char *lib, const char *hca_spec, colli_ib_probe_t *out
 #endif
     colli_ib_verbs_close(&v);
 }
+
+coll_result_t ib_policy_probe(struct coll_comm *comm, bool *use)
+{
+    const colli_config_t *cfg = &comm->cfg;
+    *use = false;
+    if (cfg->transport == COLLI_TP_SOCKET)
+        return COLL_SUCCESS;
+    if (cfg->transport == COLLI_TP_AUTO) {
+        /* The InfiniBand transport has not yet run on real hardware: only on request. */
+        coll_info(IB, "COLL_TRANSPORT=auto: sockets between hosts (PreferIB or RequireIB use "
+                      "InfiniBand)");
+        return COLL_SUCCESS;
+    }
+    colli_ib_probe_t probe;
+    colli_ib_probe(comm->test.ib_verbs_lib, cfg->ib_hca, &probe);
+    if (!probe.usable) {
+        if (cfg->transport == COLLI_TP_REQUIRE_IB)
+            return COLLI_ERR(IB, COLL_ERR_NETWORK,
+                             "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable here: %s",
+                             probe.reason);
+        coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
+        return COLL_SUCCESS;
+    }
+    coll_info(IB, "COLL_TRANSPORT=%s: InfiniBand ports %s are active",
+              cfg->transport == COLLI_TP_REQUIRE_IB ? "RequireIB" : "PreferIB", probe.devices);
+    *use = true;
+    return COLL_SUCCESS;
+}

@@ -5,7 +5,11 @@
 #ifndef COLLI_IB_PROBE_H
 #define COLLI_IB_PROBE_H
 
-#include "core/colli.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/spec.h"
+#include "coll.h"
 
 typedef struct colli_ib_probe {
     bool usable;       /* a device with an active port matches the HCA list */
@@ -13,18 +17,17 @@ typedef struct colli_ib_probe {
     char devices[256]; /* "mlx5_0:1, mlx5_1:1" active ports found */
 } colli_ib_probe_t;
 
+struct coll_comm;
+
+/* The transport's probe: COLL_TRANSPORT decides whether this rank offers InfiniBand (auto and
+ * Socket: no; PreferIB and RequireIB: when a port is active). RequireIB fails naming the reason,
+ * PreferIB falls back to sockets with one WARN line. The verbs library is libibverbs.so.1, or
+ * COLL_TEST_IB_VERBS_LIB in tests. */
+coll_result_t ib_policy_probe(struct coll_comm *comm, bool *use);
+
 /* Probe the verbs library (lib: NULL = libibverbs.so.1), the devices and their ports.
  * hca_spec: COLL_IB_HCA syntax ("" = all). */
 void colli_ib_probe(const char *lib, const char *hca_spec, colli_ib_probe_t *out);
-
-/* Does device:port match an NCCL-style HCA list ("mlx5_0:1,mlx5_1", "^mlx5_2", "=mlx5_0")?
- * Without '=' a name is a prefix (mlx5 matches mlx5_0 and mlx5_1); a port limits the entry to
- * that port; '^' inverts the whole list. */
-bool colli_ib_hca_match(const char *spec, const char *dev, int port);
-
-/* Is spec a well-formed HCA list? false with the reason (empty entry, empty name, port not an
- * integer from 1 to 255, several ':' in one entry, a list that is only "^" or "="). */
-bool colli_ib_hca_check(const char *spec, char *why, size_t whylen);
 
 /* ---- RoCE GID selection ---- */
 

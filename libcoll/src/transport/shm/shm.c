@@ -11,8 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap/bootstrap.h"
-#include "bootstrap/sockutil.h"
+#include "base/sockutil.h"
 #include "transport/shm/shm.h"
 
 void shm_seg_name(const struct coll_comm *comm, int from, int to, char *buf, size_t len)
@@ -105,7 +104,16 @@ static void sweep_leftovers(void)
                   removed == 1 ? "" : "s");
 }
 
-static coll_result_t shm_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
+/* COLL_SHM_DISABLE=1 turns it off; everything else is found out by comm_init. */
+static coll_result_t shm_probe(struct coll_comm *comm, bool *use)
+{
+    *use = !comm->cfg.shm_disable;
+    if (!*use)
+        coll_info(SHM, "COLL_SHM_DISABLE=1: ranks on this host use sockets");
+    return COLL_SUCCESS;
+}
+
+static coll_result_t shm_comm_init(struct coll_comm *comm, int tp, const colli_netif_t *nif,
                                    colli_member_t *self)
 {
     char why[256];
@@ -124,14 +132,24 @@ static coll_result_t shm_comm_init(struct coll_comm *comm, const colli_netif_t *
     st->bind_addr = nif->addr;
     st->nslots = (uint32_t)comm->cfg.shm_nslots;
     st->cap = (uint32_t)comm->cfg.shm_slot_size;
-    comm->tp_state[COLLI_TPI_SHM] = st;
+    st->tp = tp;
+    comm->tp[tp].state = st;
     self->caps |= COLLI_CAP_SHM;
     return COLL_SUCCESS;
 }
 
-static bool is_local(const struct coll_comm *comm, int p)
+/* A peer with this rank's host identity, when both offer shared memory. */
+static coll_result_t shm_can_connect(struct coll_comm *comm, int tp, const colli_member_t *peer,
+                                     bool *yes)
 {
-    return p != comm->rank && comm->peer_tp[p] == COLLI_TPI_SHM;
+    const colli_member_t *me = &comm->members[comm->rank];
+    *yes = (me->caps & peer->caps & COLLI_CAP_SHM) && strcmp(me->host_id, peer->host_id) == 0;
+    return COLL_SUCCESS;
+}
+
+static bool is_local(const struct coll_comm *comm, const shm_state_t *st, int p)
+{
+    return p != comm->rank && comm->peer_tp[p] == st->tp;
 }
 
 static void link_close(shm_peer_t *pp)
@@ -202,11 +220,11 @@ coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
                      comm->rank, who, strerror(err));
 }
 
-static coll_result_t shm_adopt(struct coll_comm *comm, const colli_hello_t *h, int fd)
+static coll_result_t shm_adopt(struct coll_comm *comm, int tp, const colli_hello_t *h, int fd)
 {
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    shm_state_t *st = comm->tp[tp].state;
     int p = h->from_rank;
-    if (st == NULL || st->peers == NULL || p >= comm->rank || !is_local(comm, p) ||
+    if (st == NULL || st->peers == NULL || p >= comm->rank || !is_local(comm, st, p) ||
         st->peers[p].link != LINK_NONE) {
         coll_warn(SHM, "rank %d opened a shared-memory link that rank %d does not expect; closed",
                   p, comm->rank);
@@ -220,9 +238,9 @@ static coll_result_t shm_adopt(struct coll_comm *comm, const colli_hello_t *h, i
 
 /* Every pair of local ranks opens its link now (the lower rank connects), so that wake-ups and
  * the death of a peer work from the first operation on. Bounded by COLL_BOOTSTRAP_TIMEOUT. */
-static coll_result_t shm_comm_ready(struct coll_comm *comm)
+static coll_result_t shm_comm_ready(struct coll_comm *comm, int tp)
 {
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    shm_state_t *st = comm->tp[tp].state;
     st->peers = calloc((size_t)comm->nranks, sizeof(shm_peer_t));
     if (st->peers == NULL)
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM, "out of memory for %d peers", comm->nranks);
@@ -233,7 +251,7 @@ static coll_result_t shm_comm_ready(struct coll_comm *comm)
         st->peers[p].in.lock_fd = -1;
     }
     for (int p = comm->rank + 1; p < comm->nranks; p++) {
-        if (!is_local(comm, p))
+        if (!is_local(comm, st, p))
             continue;
         coll_result_t status = link_connect(comm, st, p);
         if (status != COLL_SUCCESS)
@@ -245,7 +263,7 @@ static coll_result_t shm_comm_ready(struct coll_comm *comm)
         size_t used = 0;
         int nmissing = 0;
         for (int p = 0; p < comm->nranks; p++) {
-            if (!is_local(comm, p) || st->peers[p].link == LINK_READY)
+            if (!is_local(comm, st, p) || st->peers[p].link == LINK_READY)
                 continue;
             if (st->peers[p].link == LINK_NONE && p > comm->rank &&
                 colli_now() >= st->peers[p].retry_at) {
@@ -288,7 +306,7 @@ static void unlink_name(const struct coll_comm *comm, int from, int to)
 static void unlink_dead(struct coll_comm *comm, shm_state_t *st, int dead)
 {
     for (int q = 0; q < comm->nranks; q++) {
-        if (q == dead || (q != comm->rank && !is_local(comm, q)))
+        if (q == dead || (q != comm->rank && !is_local(comm, st, q)))
             continue;
         if (q != comm->rank || st->peers[dead].in.seg == NULL)
             unlink_name(comm, dead, q);
@@ -356,7 +374,7 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
     /* the header is complete before the peer can learn of the segment (the send orders it) */
     char c = 'N';
     if (send(pp->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1 && errno != EAGAIN)
-        return shm_gone_error(comm, NULL, peer, "announcing a shared-memory segment to");
+        return shm_gone_error(comm, st, NULL, peer, "announcing a shared-memory segment to");
     return COLL_SUCCESS;
 }
 
@@ -371,7 +389,7 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
     colli_member_desc(comm, peer, who, sizeof(who));
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno == ENOENT && st->peers[peer].gone && !st->peers[peer].bye)
-        return shm_gone_error(comm, NULL, peer, "receiving from");
+        return shm_gone_error(comm, st, NULL, peer, "receiving from");
     if (fd < 0 && errno == ENOENT) {
         /* A peer that fails removes what it announced: its abort notice says why. */
         coll_result_t status = colli_tp_poll_notices(comm);
@@ -462,9 +480,9 @@ void shm_link_wake(shm_peer_t *pp)
         (void)send(pp->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what)
+coll_result_t shm_gone_error(struct coll_comm *comm, const shm_state_t *st, colli_op_t *op,
+                             int peer, const char *what)
 {
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
     return colli_tp_peer_left(comm, COLLI_SUB_SHM, op, peer, what, "shared memory",
                               st->peers[peer].gone_err);
 }
@@ -483,14 +501,14 @@ static void ring_unmap(shm_ring_t *r)
  * may still need the data, maps it (it unlinks it then, or at its own destroy); everything else
  * goes now. Peers learn of a clean destroy from a goodbye byte, of anything else from the end of
  * the link alone. */
-static void shm_comm_fini(struct coll_comm *comm)
+static void shm_comm_fini(struct coll_comm *comm, int tp)
 {
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    shm_state_t *st = comm->tp[tp].state;
     if (st == NULL)
         return;
     const bool clean = comm->async_error == COLL_SUCCESS;
     for (int p = 0; st->peers != NULL && p < comm->nranks; p++) {
-        if (!is_local(comm, p))
+        if (!is_local(comm, st, p))
             continue;
         shm_peer_t *pp = &st->peers[p];
         if (pp->fd >= 0 && !pp->gone)
@@ -509,13 +527,19 @@ static void shm_comm_fini(struct coll_comm *comm)
     }
     free(st->peers);
     free(st);
-    comm->tp_state[COLLI_TPI_SHM] = NULL;
+    comm->tp[tp].state = NULL;
 }
 
 const colli_transport_t colli_shm_transport = {
     .struct_size = sizeof(colli_transport_t),
     .name = "shm",
+    .via = "shared memory",
+    .cap = COLLI_CAP_SHM,
+    .flags = COLLI_TPF_LOCAL,
+    .hello_kind = COLLI_HELLO_LINK,
+    .probe = shm_probe,
     .comm_init = shm_comm_init,
+    .can_connect = shm_can_connect,
     .comm_ready = shm_comm_ready,
     .progress = shm_progress,
     .wait_arm = shm_wait_arm,

@@ -92,6 +92,7 @@ typedef struct shm_peer {
 } shm_peer_t;
 
 typedef struct shm_state {
+    int tp;            /* this transport's slot in the communicator */
     shm_peer_t *peers; /* [nranks]; only local peers are used */
     struct sockaddr_storage bind_addr;
     uint32_t nslots;
@@ -119,10 +120,11 @@ coll_result_t shm_link_read(struct coll_comm *comm, shm_state_t *st, int peer);
 /* Wake the peer (one byte on the link); a full or broken link is left to shm_link_read. */
 void shm_link_wake(shm_peer_t *pp);
 /* The error for a lane that waits on a peer whose link ended (an abort notice first). */
-coll_result_t shm_gone_error(struct coll_comm *comm, colli_op_t *op, int peer, const char *what);
+coll_result_t shm_gone_error(struct coll_comm *comm, const shm_state_t *st, colli_op_t *op,
+                             int peer, const char *what);
 
-coll_result_t shm_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
-bool shm_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
-coll_result_t shm_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
+coll_result_t shm_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed);
+bool shm_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
+coll_result_t shm_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
 
 #endif

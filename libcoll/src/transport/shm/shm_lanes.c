@@ -1,11 +1,10 @@
-/* Shared-memory transport: moving the units of an operation's lanes through the rings, and
+/* Shared-memory transport: its rings as the shared lane loop (transport/slots.h) moves them, and
  * waiting for them (see shm.h for the ring protocol). */
 #include <errno.h>
 #include <string.h>
 
-#include "coll_kernels.h"
-#include "transport/frame.h"
 #include "transport/shm/shm.h"
+#include "transport/slots.h"
 
 /* After publishing slots: wake the receiver if it went to sleep. The fence pairs with the one in
  * shm_wait_arm: either the receiver sees our slot, or we see its flag. */
@@ -26,145 +25,121 @@ static void wake_writer(shm_peer_t *pp, shm_seg_t *seg)
         shm_link_wake(pp);
 }
 
-static coll_result_t send_lane(struct coll_comm *comm, shm_state_t *st, colli_op_t *op,
-                               colli_lane_t *l, bool *progressed)
+/* ---- the rings, as the shared lane loop (transport/slots.h) sees them ---- */
+
+static size_t ring_cap(void *stp, int peer, bool send)
 {
-    shm_peer_t *pp = &st->peers[l->peer];
-    shm_ring_t *r = &pp->out;
-    coll_result_t status = COLL_SUCCESS;
-    bool published = false;
-    while (l->done < l->n) {
-        colli_unit_t *u = &l->units[l->done];
-        if (!colli_dep_done(op, u->dep))
-            break;
-        if (pp->gone) {
-            status = shm_gone_error(comm, op, l->peer, "sending to");
-            break;
-        }
-        if (r->seg == NULL && (status = shm_ring_create(comm, st, l->peer)) != COLL_SUCCESS)
-            break;
-        if (l->hdr_off == 0) {
-            colli_frame_fill(comm, op, u, &l->hdr);
-            l->hdr_off = 1;
-        }
-        do { /* one fragment per slot; a zero-byte unit still sends its header */
-            if (r->pos - r->tail_seen >= r->nslots) {
-                r->tail_seen = atomic_load_explicit(&r->seg->tail, memory_order_acquire);
-                if (r->pos - r->tail_seen >= r->nslots)
-                    goto out; /* full */
-            }
-            shm_slot_t *sl = shm_slot(r, r->pos);
-            size_t frag = u->bytes - l->pay_off < r->cap ? u->bytes - l->pay_off : r->cap;
-            if (frag > 0)
-                memcpy(shm_payload(sl, frag), u->buf + l->pay_off, frag);
-            l->hdr.reserved = (uint32_t)(l->pay_off / r->cap);
-            sl->frame = l->hdr;
-            atomic_store_explicit(&sl->ready, r->pos + 1, memory_order_release);
-            r->pos++;
-            l->pay_off += frag;
-            published = true;
-            *progressed = true;
-        } while (l->pay_off < u->bytes);
-        colli_op_unit_complete(op, l);
+    const shm_peer_t *pp = &((shm_state_t *)stp)->peers[peer];
+    return send ? pp->out.cap : pp->in.cap;
+}
+
+static coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer)
+{
+    shm_state_t *st = stp;
+    if (st->peers[peer].gone)
+        return shm_gone_error(comm, st, op, peer, "sending to");
+    if (st->peers[peer].out.seg == NULL)
+        return shm_ring_create(comm, st, peer);
+    return COLL_SUCCESS;
+}
+
+static bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char **payload)
+{
+    shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].out;
+    if (r->pos - r->tail_seen >= r->nslots) {
+        r->tail_seen = atomic_load_explicit(&r->seg->tail, memory_order_acquire);
+        if (r->pos - r->tail_seen >= r->nslots)
+            return false;
     }
-out:
-    if (published)
-        wake_reader(pp, r->seg);
+    shm_slot_t *sl = shm_slot(r, r->pos);
+    *hdr = &sl->frame;
+    *payload = shm_payload(sl, frag);
+    return true;
+}
+
+static coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, size_t frag)
+{
+    shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].out;
+    atomic_store_explicit(&shm_slot(r, r->pos)->ready, r->pos + 1, memory_order_release);
+    r->pos++;
+    return COLL_SUCCESS;
+}
+
+static coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                              bool *ready)
+{
+    shm_state_t *st = stp;
+    shm_peer_t *pp = &st->peers[peer];
+    *ready = pp->in.seg != NULL;
+    if (*ready)
+        return COLL_SUCCESS;
+    /* the sender announces its segment over the link */
+    coll_result_t status = shm_link_read(comm, st, peer);
+    if (status != COLL_SUCCESS)
+        return status;
+    *ready = pp->in.seg != NULL;
+    return *ready || !pp->gone ? COLL_SUCCESS
+                               : shm_gone_error(comm, st, op, peer, "receiving from");
+}
+
+static bool rx_slot(void *stp, int peer, size_t frag, colli_frame_t *hdr, const char **payload)
+{
+    shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].in;
+    shm_slot_t *sl = shm_slot(r, r->pos);
+    if (atomic_load_explicit(&sl->ready, memory_order_acquire) != r->pos + 1)
+        return false;
+    memcpy(hdr, &sl->frame, sizeof(*hdr));
+    *payload = shm_payload(sl, frag);
+    return true;
+}
+
+static void rx_release(void *stp, int peer)
+{
+    shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].in;
+    atomic_store_explicit(&r->seg->tail, r->pos + 1, memory_order_release);
+    r->pos++;
+}
+
+static coll_result_t gone(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                          const char *what)
+{
+    shm_state_t *st = stp;
+    return st->peers[peer].gone ? shm_gone_error(comm, st, op, peer, what) : COLL_SUCCESS;
+}
+
+static coll_result_t end(struct coll_comm *comm, void *stp, const colli_lane_t *l, bool moved,
+                         coll_result_t status)
+{
+    shm_peer_t *pp = &((shm_state_t *)stp)->peers[l->peer];
+    if (moved && l->send)
+        wake_reader(pp, pp->out.seg);
+    else if (moved)
+        wake_writer(pp, pp->in.seg);
     return status;
 }
 
-static coll_result_t fragment_error(struct coll_comm *comm, const colli_op_t *op,
-                                    const colli_lane_t *l, const colli_unit_t *u,
-                                    const shm_slot_t *sl, uint32_t want)
-{
-    colli_frame_t f;
-    memcpy(&f, &sl->frame, sizeof(f));
-    if (!colli_frame_matches(&f, &l->hdr))
-        return colli_frame_error(comm, op, l->peer, u, &f);
-    char who[200];
-    colli_member_desc(comm, l->peer, who, sizeof(who));
-    return COLLI_ERR(SHM, COLL_ERR_REMOTE,
-                     "corrupt shared-memory ring from %s: fragment %u of unit %u where fragment "
-                     "%u was expected; the ring is out of step; this is a bug or memory "
-                     "corruption, please report it",
-                     who, f.reserved, u->msg_unit, want);
-}
+static const colli_slot_ops_t shm_slots = {
+    .sub = COLLI_SUB_SHM,
+    .what = "shared-memory",
+    .cap = ring_cap,
+    .tx_ready = tx_ready,
+    .tx_slot = tx_slot,
+    .tx_publish = tx_publish,
+    .rx_ready = rx_ready,
+    .rx_slot = rx_slot,
+    .rx_release = rx_release,
+    .gone = gone,
+    .end = end,
+};
 
-static coll_result_t recv_lane(struct coll_comm *comm, shm_state_t *st, colli_op_t *op,
-                               colli_lane_t *l, bool *progressed)
+coll_result_t shm_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed)
 {
-    shm_peer_t *pp = &st->peers[l->peer];
-    shm_ring_t *r = &pp->in;
-    coll_result_t status = COLL_SUCCESS;
-    bool released = false;
-    if (r->seg == NULL) {
-        /* the sender announces its segment over the link */
-        if ((status = shm_link_read(comm, st, l->peer)) != COLL_SUCCESS)
-            return status;
-        if (r->seg == NULL)
-            return pp->gone ? shm_gone_error(comm, op, l->peer, "receiving from") : COLL_SUCCESS;
-    }
-    const size_t esize = coll_datatype_size(op->dt);
-    while (l->done < l->n) {
-        colli_unit_t *u = &l->units[l->done];
-        if (u->kind == COLLI_UNIT_RECV_COPY && !colli_dep_done(op, u->dep))
-            break;
-        if (l->hdr_off == 0) {
-            colli_frame_fill(comm, op, u, &l->hdr); /* what we expect */
-            l->hdr_off = 1;
-        }
-        for (;;) {
-            shm_slot_t *sl = shm_slot(r, r->pos);
-            if (atomic_load_explicit(&sl->ready, memory_order_acquire) != r->pos + 1) {
-                if (pp->gone)
-                    status = shm_gone_error(comm, op, l->peer, "receiving from");
-                goto out;
-            }
-            uint32_t frag_idx = (uint32_t)(l->pay_off / r->cap);
-            if (!colli_frame_matches(&sl->frame, &l->hdr) || sl->frame.reserved != frag_idx) {
-                status = fragment_error(comm, op, l, u, sl, frag_idx);
-                goto out;
-            }
-            /* a reduction waits in the ring until the send that reads the same bytes is done */
-            if (u->kind == COLLI_UNIT_RECV_REDUCE && !colli_dep_done(op, u->dep))
-                goto out;
-            size_t frag = u->bytes - l->pay_off < r->cap ? u->bytes - l->pay_off : r->cap;
-            const char *src = shm_payload(sl, frag);
-            char *dst = u->buf + l->pay_off;
-            if (u->kind == COLLI_UNIT_RECV_COPY) {
-                if (frag > 0)
-                    memcpy(dst, src, frag);
-            } else if (u->final_div) {
-                colli_reduce_div(dst, u->src + l->pay_off, src, frag / esize, op->dt,
-                                 (uint32_t)comm->nranks);
-            } else {
-                colli_reduce(dst, u->src + l->pay_off, src, frag / esize, op->dt, op->redop);
-            }
-            atomic_store_explicit(&r->seg->tail, r->pos + 1, memory_order_release);
-            r->pos++;
-            l->pay_off += frag;
-            released = true;
-            *progressed = true;
-            if (l->pay_off >= u->bytes)
-                break;
-        }
-        colli_op_unit_complete(op, l);
-    }
-out:
-    if (released)
-        wake_writer(pp, r->seg);
-    return status;
-}
-
-coll_result_t shm_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
-{
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    shm_state_t *st = comm->tp[tp].state;
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
-        if (l->done == l->n || l->tp != COLLI_TPI_SHM)
+        if (l->done == l->n || l->tp != tp)
             continue;
-        coll_result_t status = l->send ? send_lane(comm, st, op, l, progressed)
-                                       : recv_lane(comm, st, op, l, progressed);
+        coll_result_t status = colli_slots_lane(comm, st, &shm_slots, op, l, progressed);
         if (status != COLL_SUCCESS)
             return status;
     }
@@ -180,9 +155,9 @@ static void arm(shm_ring_t *r, _Atomic uint32_t *flag)
     atomic_thread_fence(memory_order_seq_cst);
 }
 
-bool shm_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
+bool shm_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    shm_state_t *st = comm->tp[tp].state;
     if (op == NULL) { /* communicator creation: links being connected */
         for (int p = 0; p < comm->nranks; p++)
             if (st->peers[p].link == LINK_CONNECTING)
@@ -192,7 +167,7 @@ bool shm_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     bool ready = false;
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
-        if (l->done == l->n || l->tp != COLLI_TPI_SHM)
+        if (l->done == l->n || l->tp != tp)
             continue;
         shm_peer_t *pp = &st->peers[l->peer];
         if (pp->pfd < 0 && pp->fd >= 0) /* wake-ups, announcements, the end of the peer */
@@ -229,9 +204,9 @@ bool shm_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     return ready;
 }
 
-coll_result_t shm_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
+coll_result_t shm_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
-    shm_state_t *st = comm->tp_state[COLLI_TPI_SHM];
+    shm_state_t *st = comm->tp[tp].state;
     coll_result_t status = COLL_SUCCESS;
     if (op == NULL) {
         for (int p = 0; p < comm->nranks; p++) {
@@ -247,7 +222,7 @@ coll_result_t shm_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollse
     }
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
-        if (l->tp != COLLI_TPI_SHM)
+        if (l->tp != tp)
             continue;
         shm_peer_t *pp = &st->peers[l->peer];
         shm_ring_t *r = l->send ? &pp->out : &pp->in;

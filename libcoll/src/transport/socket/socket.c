@@ -9,40 +9,49 @@
 
 #include "transport/socket/socket.h"
 
-static coll_result_t sock_comm_init(struct coll_comm *comm, const colli_netif_t *nif,
+static coll_result_t sock_comm_init(struct coll_comm *comm, int tp, const colli_netif_t *nif,
                                     colli_member_t *self)
 {
     coll_result_t status;
     sock_state_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return COLLI_ERR(NET, COLL_ERR_SYSTEM, "out of memory for the socket transport");
+    s->tp = tp;
     s->listen_fd = -1;
     s->bind_addr = nif->addr;
     COLL_CHECK_GOTO(colli_sock_listen(&nif->addr, &s->listen_fd, &self->addr), err_free);
-    comm->tp_state[COLLI_TPI_SOCKET] = s;
+    comm->tp[tp].state = s;
     return COLL_SUCCESS;
 err_free:
     free(s);
     return status;
 }
 
-/* Peers this rank reaches over sockets (the others: shared memory). */
-static int sock_peers(const struct coll_comm *comm)
+/* Sockets reach any peer: the last resort of the selection loop. */
+static coll_result_t sock_can_connect(struct coll_comm *comm, int tp, const colli_member_t *peer,
+                                      bool *yes)
+{
+    *yes = true;
+    return COLL_SUCCESS;
+}
+
+/* Peers this rank reaches over sockets (the others: shared memory or InfiniBand). */
+static int sock_peers(const struct coll_comm *comm, const sock_state_t *s)
 {
     int n = 0;
     for (int p = 0; p < comm->nranks; p++)
-        n += p != comm->rank && comm->peer_tp[p] == COLLI_TPI_SOCKET;
+        n += p != comm->rank && comm->peer_tp[p] == s->tp;
     return n;
 }
 
 /* Every peer may need a connection each way per stream (all-to-all): check the descriptor limit
  * up front, raise the soft limit if the hard one allows, and say how many are needed if not. */
-static void check_fd_limit(const struct coll_comm *comm, int nstreams)
+static void check_fd_limit(const struct coll_comm *comm, const sock_state_t *s, int nstreams)
 {
     struct rlimit rl;
     /* + one liveness link per shared-memory peer */
-    rlim_t need = (rlim_t)sock_peers(comm) * 2 * (rlim_t)nstreams +
-                  (rlim_t)(comm->nranks - 1 - sock_peers(comm)) + 64;
+    rlim_t need = (rlim_t)sock_peers(comm, s) * 2 * (rlim_t)nstreams +
+                  (rlim_t)(comm->nranks - 1 - sock_peers(comm, s)) + 64;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
         return;
     rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
@@ -57,14 +66,15 @@ static void check_fd_limit(const struct coll_comm *comm, int nstreams)
               "ranks with %d streams needs about %llu descriptors; raise it (ulimit -n %llu, "
               "or the container's nofile limit) or such collectives will fail",
               (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
-              sock_peers(comm) + 1, nstreams, (unsigned long long)need, (unsigned long long)need);
+              sock_peers(comm, s) + 1, nstreams, (unsigned long long)need,
+              (unsigned long long)need);
 }
 
-static coll_result_t sock_comm_ready(struct coll_comm *comm)
+static coll_result_t sock_comm_ready(struct coll_comm *comm, int tp)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    sock_state_t *s = comm->tp[tp].state;
     s->nstreams = (int)comm->members[0].nstreams;
-    check_fd_limit(comm, s->nstreams);
+    check_fd_limit(comm, s, s->nstreams);
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
     s->out = calloc(n, sizeof(sock_conn_t));
     s->in = calloc(n, sizeof(sock_conn_t));
@@ -83,9 +93,9 @@ static void close_conn(sock_conn_t *c)
     c->state = SOCK_CLOSED;
 }
 
-static void sock_comm_fini(struct coll_comm *comm)
+static void sock_comm_fini(struct coll_comm *comm, int tp)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    sock_state_t *s = comm->tp[tp].state;
     if (s == NULL)
         return;
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
@@ -101,7 +111,7 @@ static void sock_comm_fini(struct coll_comm *comm)
     free(s->in);
     free(s->pend);
     free(s);
-    comm->tp_state[COLLI_TPI_SOCKET] = NULL;
+    comm->tp[tp].state = NULL;
 }
 
 /* A peer that went away may have explained itself with an abort notice first (it sends its
@@ -141,12 +151,13 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
 }
 
 /* Out of descriptors: say how many this communicator needs. */
-static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int err)
+static coll_result_t fd_exhausted(struct coll_comm *comm, const sock_state_t *s, const char *what,
+                                  int err)
 {
     struct rlimit rl = {0, 0};
     (void)getrlimit(RLIMIT_NOFILE, &rl);
     unsigned long long need =
-        (unsigned long long)sock_peers(comm) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
+        (unsigned long long)sock_peers(comm, s) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
     return COLLI_ERR(NET, COLL_ERR_SYSTEM,
                      "rank %d cannot %s: %s; the open-file limit is %llu but this communicator "
                      "may need about %llu descriptors: raise it (ulimit -n %llu, or the "
@@ -163,7 +174,8 @@ static void drop_pending(sock_pending_t *p, const char *why)
     p->fd = -1;
 }
 
-static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only);
+static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
+                         int only);
 
 /* A pending connection has its complete hello (and abort text): act on it. */
 static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
@@ -178,7 +190,7 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
             if (mask != NULL && comm->cur_op != NULL)
                 colli_op_waits(comm->cur_op, mask, waits, sizeof(waits));
             free(mask);
-            send_notices(comm, COLLI_HELLO_STATUS, waits, h->from_rank);
+            send_notices(comm, s, COLLI_HELLO_STATUS, waits, h->from_rank);
         }
         if (comm->stuck_reported != NULL) {
             comm->stuck_reported[h->from_rank] = 1;
@@ -315,7 +327,7 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
             accept4(s->listen_fd, (struct sockaddr *)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE)
-                return fd_exhausted(comm, "accept a connection", errno);
+                return fd_exhausted(comm, s, "accept a connection", errno);
             break;
         }
         colli_sock_tune(fd);
@@ -370,7 +382,7 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
             int e = errno;
             c->fd = -1;
             if (e == EMFILE || e == ENFILE)
-                return fd_exhausted(comm, "connect", e);
+                return fd_exhausted(comm, s, "connect", e);
             return unreachable(comm, s, peer, e);
         }
         if (c->state == SOCK_NONE && c->since == 0)
@@ -468,23 +480,24 @@ typedef struct {
     char text[1024];
 } abort_msg_t;
 
-static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only);
+static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
+                         int only);
 
-static void sock_notify_abort(struct coll_comm *comm, const char *reason)
+static void sock_notify_abort(struct coll_comm *comm, int tp, const char *reason)
 {
-    send_notices(comm, COLLI_HELLO_ABORT, reason, -1);
+    send_notices(comm, comm->tp[tp].state, COLLI_HELLO_ABORT, reason, -1);
 }
 
-static void sock_notify_stuck(struct coll_comm *comm, const char *waits)
+static void sock_notify_stuck(struct coll_comm *comm, int tp, const char *waits)
 {
-    send_notices(comm, COLLI_HELLO_STUCK, waits, -1);
+    send_notices(comm, comm->tp[tp].state, COLLI_HELLO_STUCK, waits, -1);
 }
 
 /* Send a notice (hello of kind + u32 length + text) to every other rank, or only to `only`;
  * bounded to about a second, best effort. */
-static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reason, int only)
+static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
+                         int only)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
     if (s == NULL || comm->members == NULL)
         return;
     int n = comm->nranks;
@@ -550,16 +563,19 @@ static void send_notices(struct coll_comm *comm, uint8_t kind, const char *reaso
     free(msg);
 }
 
-static coll_result_t sock_poll_notices(struct coll_comm *comm)
+static coll_result_t sock_poll_notices(struct coll_comm *comm, int tp)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    sock_state_t *s = comm->tp[tp].state;
     return s == NULL ? COLL_SUCCESS : notice_first(comm, s);
 }
 
 const colli_transport_t colli_socket_transport = {
     .struct_size = sizeof(colli_transport_t),
     .name = "socket",
+    .via = "sockets",
+    .flags = COLLI_TPF_LISTENER | COLLI_TPF_STREAMS,
     .comm_init = sock_comm_init,
+    .can_connect = sock_can_connect,
     .comm_ready = sock_comm_ready,
     .progress = sock_progress,
     .wait_arm = sock_wait_arm,

@@ -5,8 +5,7 @@
 
 #include <poll.h>
 
-#include "bootstrap/bootstrap.h"
-#include "bootstrap/sockutil.h"
+#include "base/sockutil.h"
 #include "transport/transport.h"
 
 enum { SOCK_NONE = 0, SOCK_CONNECTING, SOCK_HELLO, SOCK_READY, SOCK_CLOSED };
@@ -31,6 +30,7 @@ typedef struct sock_pending {
 } sock_pending_t;
 
 typedef struct sock_state {
+    int tp; /* this transport's slot in the communicator */
     int listen_fd;
     struct sockaddr_storage bind_addr;
     int nstreams;
@@ -52,9 +52,9 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
 coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int peer, int stream,
                                     bool *progressed);
 
-coll_result_t sock_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
-bool sock_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
-coll_result_t sock_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set);
+coll_result_t sock_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed);
+bool sock_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
+coll_result_t sock_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
 
 /* Error for a broken connection to peer, preferring an abort notice that explains it. */
 coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_t *op, int peer,

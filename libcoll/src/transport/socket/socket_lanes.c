@@ -6,7 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/frame.h"
+#include "plan/frame.h"
 #include "transport/socket/socket.h"
 
 static sock_conn_t *conn_of(sock_state_t *s, const colli_lane_t *l)
@@ -130,13 +130,13 @@ static coll_result_t recv_lane(struct coll_comm *comm, sock_state_t *s, colli_op
     return COLL_SUCCESS;
 }
 
-coll_result_t sock_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
+coll_result_t sock_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    sock_state_t *s = comm->tp[tp].state;
     bool need_accept = false;
     for (int i = 0; i < op->nlanes; i++) {
         colli_lane_t *l = &op->lanes[i];
-        if (l->done == l->n || l->tp != COLLI_TPI_SOCKET)
+        if (l->done == l->n || l->tp != tp)
             continue;
         coll_result_t st = l->send ? send_lane(comm, s, op, l, progressed)
                                    : recv_lane(comm, s, op, l, progressed, &need_accept);
@@ -159,15 +159,15 @@ static bool lane_can_read(const colli_op_t *op, const colli_lane_t *l)
     return u->kind != COLLI_UNIT_RECV_COPY || colli_dep_done(op, u->dep);
 }
 
-bool sock_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
+bool sock_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    sock_state_t *s = comm->tp[tp].state;
     s->pfd_listen = colli_pollset_add(set, s->listen_fd, POLLIN);
     for (int i = 0; i < s->npend; i++)
         colli_pollset_add(set, s->pend[i].fd, POLLIN);
     for (int i = 0; op != NULL && i < op->nlanes; i++) {
         const colli_lane_t *l = &op->lanes[i];
-        if (l->done == l->n || l->tp != COLLI_TPI_SOCKET)
+        if (l->done == l->n || l->tp != tp)
             continue;
         const sock_conn_t *c = conn_of(s, l);
         if (c->fd < 0)
@@ -185,9 +185,9 @@ bool sock_wait_arm(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
     return false;
 }
 
-coll_result_t sock_wait_done(struct coll_comm *comm, colli_op_t *op, colli_pollset_t *set)
+coll_result_t sock_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
-    sock_state_t *s = comm->tp_state[COLLI_TPI_SOCKET];
+    sock_state_t *s = comm->tp[tp].state;
     int i = s->pfd_listen;
     s->pfd_listen = -1;
     if (s->npend > 0 || (i >= 0 && i < set->n && (set->fds[i].revents & POLLIN))) {

@@ -1,0 +1,133 @@
+/* Communicator state every layer shares: the handle registry, member descriptions, blame,
+ * failure (with the creator's hook), scratch. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/comm.h"
+#include "base/error.h"
+#include "base/util.h"
+
+/* Handles are (generation << 32 | slot + 1): a destroyed handle is detected, never followed.
+ * This table is the only process-wide state besides logging and the transport registry. */
+static struct {
+    pthread_mutex_t lock;
+    struct coll_comm **comms;
+    uint32_t *gens;
+    uint32_t cap;
+} registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0};
+
+coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle)
+{
+    pthread_mutex_lock(&registry.lock);
+    uint32_t slot = 0;
+    while (slot < registry.cap && registry.comms[slot] != NULL)
+        slot++;
+    if (slot == registry.cap) {
+        uint32_t cap = registry.cap ? registry.cap * 2 : 16;
+        struct coll_comm **c = realloc(registry.comms, cap * sizeof(*c));
+        if (c)
+            registry.comms = c;
+        uint32_t *g = c ? realloc(registry.gens, cap * sizeof(*g)) : NULL;
+        if (c == NULL || g == NULL) {
+            pthread_mutex_unlock(&registry.lock);
+            return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory registering a communicator");
+        }
+        registry.gens = g;
+        for (uint32_t i = registry.cap; i < cap; i++) {
+            registry.comms[i] = NULL;
+            registry.gens[i] = 1;
+        }
+        registry.cap = cap;
+    }
+    registry.comms[slot] = comm;
+    uint64_t h = ((uint64_t)registry.gens[slot] << 32) | (uint64_t)(slot + 1);
+    pthread_mutex_unlock(&registry.lock);
+    *handle = (coll_comm_t)(uintptr_t)h;
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
+{
+    uint64_t h = (uint64_t)(uintptr_t)handle;
+    uint32_t slot = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
+    if (handle == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "comm is NULL: pass a communicator from coll_comm_init_rank");
+    pthread_mutex_lock(&registry.lock);
+    struct coll_comm *c = NULL;
+    if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen)
+        c = registry.comms[slot - 1];
+    pthread_mutex_unlock(&registry.lock);
+    if (c == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "comm %p is not a live communicator: it was destroyed or aborted, or "
+                         "never created; create a new one with coll_comm_init_rank",
+                         (void *)handle);
+    *comm = c;
+    return COLL_SUCCESS;
+}
+
+void colli_comm_unregister(coll_comm_t handle)
+{
+    uint64_t h = (uint64_t)(uintptr_t)handle;
+    uint32_t slot = (uint32_t)(h & 0xffffffffu);
+    pthread_mutex_lock(&registry.lock);
+    if (slot >= 1 && slot <= registry.cap) {
+        registry.comms[slot - 1] = NULL;
+        registry.gens[slot - 1]++;
+        if (registry.gens[slot - 1] == 0)
+            registry.gens[slot - 1] = 1;
+    }
+    pthread_mutex_unlock(&registry.lock);
+}
+
+void colli_member_desc(const struct coll_comm *comm, int rank, char *buf, size_t len)
+{
+    if (comm->members == NULL || rank < 0 || rank >= comm->nranks) {
+        snprintf(buf, len, "rank %d", rank);
+        return;
+    }
+    const colli_member_t *m = &comm->members[rank];
+    char a[80];
+    colli_sockaddr_str(&m->addr, a, sizeof(a));
+    if (m->pod[0])
+        snprintf(buf, len, "rank %d (pod %s on node %s, pid %d, %s)", rank, m->pod,
+                 m->node[0] ? m->node : "?", m->pid, a);
+    else
+        snprintf(buf, len, "rank %d (pid %d on %s, %s)", rank, m->pid, m->hostname, a);
+}
+
+coll_result_t colli_comm_scratch(struct coll_comm *comm, size_t bytes, void **out)
+{
+    if (bytes > comm->scratch_size) {
+        void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (p == NULL)
+            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory for %zu bytes of scratch",
+                             bytes);
+        free(comm->scratch);
+        comm->scratch = p;
+        comm->scratch_size = bytes;
+    }
+    *out = comm->scratch;
+    return COLL_SUCCESS;
+}
+
+void colli_comm_blame(struct coll_comm *comm, int rank)
+{
+    if (comm->blame_rank < 0 && rank >= 0 && rank < comm->nranks)
+        comm->blame_rank = rank;
+}
+
+void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg)
+{
+    if (comm->async_error != COLL_SUCCESS)
+        return;
+    snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg);
+    /* read by the caller's thread while the device progress thread fails the communicator */
+    __atomic_store_n(&comm->async_error, code, __ATOMIC_RELEASE);
+    /* One summary line a user can paste into an issue. */
+    coll_warn(COLL, "communicator failed on rank %d of %d: %s", comm->rank, comm->nranks, msg);
+    if (comm->on_fail != NULL)
+        comm->on_fail(comm, msg);
+}

@@ -1,0 +1,66 @@
+/* Configuration: every tunable is one row of config.c's table, resolved once per communicator
+ * into a read-only snapshot (agent pin > COLL_* environment > default), each value logged once
+ * at INFO with its source. */
+#ifndef COLLI_CONFIG_H
+#define COLLI_CONFIG_H
+
+#include <stddef.h>
+
+#include "coll.h"
+
+typedef enum {
+    COLLI_SRC_DEFAULT = 0,
+    COLLI_SRC_ENV = 1,
+    COLLI_SRC_AGENT = 2,
+    COLLI_SRC_ROOT = 3, /* adopted from rank 0 so that every rank runs the same algorithms */
+} colli_source_t;
+
+typedef enum {
+    COLLI_TP_AUTO = 0,       /* every transport decides for itself (InfiniBand: only on request) */
+    COLLI_TP_SOCKET = 1,     /* sockets only between hosts */
+    COLLI_TP_PREFER_IB = 2,  /* InfiniBand, else sockets with one WARN saying why */
+    COLLI_TP_REQUIRE_IB = 3, /* InfiniBand or fail, saying why */
+} colli_transport_policy_t;
+
+typedef struct colli_config {
+    char socket_ifname[256]; /* NCCL syntax: prefix list, ^exclude, =exact; "" = automatic */
+    int socket_family;       /* AF_UNSPEC, AF_INET or AF_INET6 */
+    int nstreams;            /* sockets per peer and direction */
+    size_t chunk_size;       /* pipeline unit in bytes */
+    size_t small_threshold;  /* all-reduce at or below this many bytes uses recursive doubling */
+    double timeout;          /* seconds without progress before a collective fails */
+    double bootstrap_timeout;
+    int spin_us;            /* busy-poll before blocking */
+    int max_connecting;     /* outgoing connects in flight at once */
+    int transport;          /* colli_transport_policy_t */
+    char ib_hca[256];       /* COLL_IB_HCA: NCCL syntax */
+    int ib_gid_index;       /* COLL_IB_GID_INDEX: RoCE GID index, -1 = automatic */
+    int ib_nqps;            /* COLL_IB_NQPS: reliable-connected QPs per peer */
+    int ib_timeout;         /* COLL_IB_TIMEOUT: QP ack timeout exponent (4.096 us x 2^n) */
+    char cuda_plugin[256];  /* COLL_CUDA_PLUGIN: the GPU plugin ("" = default) */
+    size_t dev_chunk;       /* COLL_CUDA_CHUNK_SIZE: device pipeline step in bytes */
+    int dev_ipc;            /* COLL_CUDA_IPC: 1 = device buffers of one host via IPC */
+    int shm_disable;        /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
+    size_t shm_slot_size;   /* bytes of one shared-memory ring slot (header line included) */
+    int shm_nslots;         /* slots per ring */
+    size_t shm_direct_min;  /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes */
+    int shm_cma;            /* COLL_SHM_CMA: 1 = single copy on malloc buffers too */
+    colli_source_t src[32]; /* source of each parameter, indexed like the table */
+} colli_config_t;
+
+/* Resolve every parameter (environment > default) into *cfg. Fails on malformed values, naming
+ * the variable. */
+coll_result_t colli_config_load(colli_config_t *cfg);
+/* Log each effective value at INFO with its source (once per communicator). */
+void colli_config_log(const colli_config_t *cfg);
+/* Override one parameter (by its environment name) with a pinned value and record the source. */
+coll_result_t colli_config_pin(colli_config_t *cfg, const char *name, const char *value,
+                               colli_source_t src);
+
+/* Pins applied over the environment when a communicator is created (agent mode). */
+typedef struct colli_pin {
+    const char *name;
+    const char *value;
+} colli_pin_t;
+
+#endif

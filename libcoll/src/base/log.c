@@ -1,0 +1,135 @@
+/* Logging: COLL_DEBUG selects the level, COLL_DEBUG_SUBSYS the subsystems. Each line carries
+ * host, pid and rank. The level and sink are the only process-wide logging state, set up once. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+
+static struct {
+    pthread_once_t once;
+    colli_log_level_t level;
+    uint32_t subsys;
+    char host[64];
+    pthread_mutex_t lock;
+} log_state = {PTHREAD_ONCE_INIT, COLLI_LOG_WARN, ~0u, "", PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local int log_rank = -1;
+
+static const struct {
+    const char *name;
+    uint32_t bit;
+} subsys_names[] = {
+    {"INIT", COLLI_SUB_INIT}, {"BOOT", COLLI_SUB_BOOT},   {"COLL", COLLI_SUB_COLL},
+    {"NET", COLLI_SUB_NET},   {"SHM", COLLI_SUB_SHM},     {"IB", COLLI_SUB_IB},
+    {"CUDA", COLLI_SUB_CUDA}, {"AGENT", COLLI_SUB_AGENT}, {"CONFIG", COLLI_SUB_CONFIG},
+};
+
+static const char *subsys_name(colli_subsys_t sub)
+{
+    for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+        if (subsys_names[i].bit == (uint32_t)sub)
+            return subsys_names[i].name;
+    return "?";
+}
+
+static void log_init(void)
+{
+    const char *lvl = secure_getenv("COLL_DEBUG");
+    if (lvl != NULL && *lvl != '\0') {
+        if (strcasecmp(lvl, "NONE") == 0 || strcasecmp(lvl, "OFF") == 0)
+            log_state.level = COLLI_LOG_NONE;
+        else if (strcasecmp(lvl, "WARN") == 0 || strcasecmp(lvl, "VERSION") == 0)
+            log_state.level = COLLI_LOG_WARN;
+        else if (strcasecmp(lvl, "INFO") == 0)
+            log_state.level = COLLI_LOG_INFO;
+        else if (strcasecmp(lvl, "TRACE") == 0 || strcasecmp(lvl, "DEBUG") == 0)
+            log_state.level = COLLI_LOG_TRACE;
+        else
+            fprintf(stderr,
+                    "kcoll WARN COLL_DEBUG=%s not understood (use WARN, INFO or TRACE); "
+                    "keeping WARN\n",
+                    lvl);
+    }
+    const char *subs = secure_getenv("COLL_DEBUG_SUBSYS");
+    if (subs != NULL && *subs != '\0') {
+        /* "INIT,NET" selects; "^NET" deselects from ALL. */
+        bool invert = subs[0] == '^';
+        uint32_t mask = 0;
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s", subs + (invert ? 1 : 0));
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (strcasecmp(tok, "ALL") == 0) {
+                mask = ~0u;
+                continue;
+            }
+            bool found = false;
+            for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+                if (strcasecmp(tok, subsys_names[i].name) == 0) {
+                    mask |= subsys_names[i].bit;
+                    found = true;
+                }
+            if (!found)
+                fprintf(stderr,
+                        "kcoll WARN COLL_DEBUG_SUBSYS: unknown subsystem '%s' (known: "
+                        "INIT,BOOT,COLL,NET,SHM,IB,CUDA,AGENT,CONFIG,ALL)\n",
+                        tok);
+        }
+        log_state.subsys = invert ? ~mask : mask;
+    }
+    if (gethostname(log_state.host, sizeof(log_state.host) - 1) != 0)
+        snprintf(log_state.host, sizeof(log_state.host), "unknown-host");
+}
+
+bool colli_log_enabled(colli_log_level_t level, colli_subsys_t sub)
+{
+    pthread_once(&log_state.once, log_init);
+    /* WARN lines are never filtered by subsystem: an error must always be seen. */
+    if (level == COLLI_LOG_WARN)
+        return log_state.level >= COLLI_LOG_WARN;
+    return log_state.level >= level && (log_state.subsys & (uint32_t)sub) != 0;
+}
+
+void colli_log_set_rank(int rank)
+{
+    log_rank = rank;
+}
+
+int colli_log_get_rank(void)
+{
+    return log_rank;
+}
+
+void colli_log(colli_log_level_t level, colli_subsys_t sub, const char *fmt, ...)
+{
+    if (!colli_log_enabled(level, sub))
+        return;
+    static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    char line[2400];
+    int n;
+    if (log_rank >= 0)
+        n = snprintf(line, sizeof(line), "%s:%d:rank %d kcoll %s %s ", log_state.host,
+                     (int)getpid(), log_rank, names[level], subsys_name(sub));
+    else
+        n = snprintf(line, sizeof(line), "%s:%d kcoll %s %s ", log_state.host, (int)getpid(),
+                     names[level], subsys_name(sub));
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof(line)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_lock(&log_state.lock);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    pthread_mutex_unlock(&log_state.lock);
+}

@@ -1,0 +1,150 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/netif.h"
+#include "base/spec.h"
+#include "base/util.h"
+
+/* Does token "10.1.0.0/16" (or an IPv6 CIDR) contain addr? -1: token is not a CIDR. */
+static int cidr_match(const char *tok, const struct sockaddr *addr)
+{
+    const char *slash = strchr(tok, '/');
+    if (slash == NULL)
+        return -1;
+    char host[INET6_ADDRSTRLEN];
+    size_t hl = (size_t)(slash - tok);
+    if (hl >= sizeof(host))
+        return 0;
+    memcpy(host, tok, hl);
+    host[hl] = '\0';
+    long bits;
+    uint8_t net[16];
+    int fam = strchr(host, ':') ? AF_INET6 : AF_INET;
+    int maxbits = fam == AF_INET ? 32 : 128;
+    if (!colli_parse_long(slash + 1, 0, maxbits, &bits) || inet_pton(fam, host, net) != 1)
+        return 0;
+    if (addr->sa_family != fam)
+        return 0;
+    const uint8_t *a = fam == AF_INET
+                           ? (const uint8_t *)&((const struct sockaddr_in *)addr)->sin_addr
+                           : (const uint8_t *)&((const struct sockaddr_in6 *)addr)->sin6_addr;
+    for (long i = 0; i < bits; i++) {
+        int byte = (int)(i / 8), bit = 7 - (int)(i % 8);
+        if (((a[byte] >> bit) & 1) != ((net[byte] >> bit) & 1))
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *name;
+    const struct sockaddr *addr;
+} netif_t;
+
+/* One COLL_SOCKET_IFNAME entry: a CIDR network, or an interface name (prefix or exact). */
+static bool netif_entry(char *tok, bool exact, void *arg)
+{
+    const netif_t *ni = arg;
+    int c = cidr_match(tok, ni->addr);
+    if (c >= 0)
+        return c == 1;
+    char *colon = strchr(tok, ':'); /* NCCL allows "eth0:port"; the port is ignored */
+    if (colon)
+        *colon = '\0';
+    return exact ? strcmp(ni->name, tok) == 0 : strncmp(ni->name, tok, strlen(tok)) == 0;
+}
+
+bool colli_netif_match(const char *spec, const char *name, const struct sockaddr *addr)
+{
+    netif_t ni = {name, addr};
+    return colli_spec_match(spec, netif_entry, &ni);
+}
+
+static bool usable(const struct ifaddrs *ifa, int family)
+{
+    if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP))
+        return false;
+    int f = ifa->ifa_addr->sa_family;
+    if (f != AF_INET && f != AF_INET6)
+        return false;
+    if (family != AF_UNSPEC && f != family)
+        return false;
+    if (f == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
+        if (IN6_IS_ADDR_LINKLOCAL(a6))
+            return false; /* needs a scope id; pin a global address instead */
+    }
+    return true;
+}
+
+static void take(const struct ifaddrs *ifa, colli_netif_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", ifa->ifa_name);
+    size_t len = ifa->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                     : sizeof(struct sockaddr_in6);
+    memcpy(&out->addr, ifa->ifa_addr, len);
+}
+
+coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *out)
+{
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0)
+        return COLLI_ERR(NET, COLL_ERR_SYSTEM, "getifaddrs failed: %s", strerror(errno));
+    const struct ifaddrs *found = NULL, *lo = NULL;
+    for (const struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+        if (!usable(ifa, family))
+            continue;
+        if (spec != NULL && *spec != '\0') {
+            if (colli_netif_match(spec, ifa->ifa_name, ifa->ifa_addr))
+                found = ifa;
+        } else if (ifa->ifa_flags & IFF_LOOPBACK) {
+            if (!lo)
+                lo = ifa;
+        } else if (strncmp(ifa->ifa_name, "docker", 6) != 0 &&
+                   strncmp(ifa->ifa_name, "virbr", 5) != 0) {
+            found = ifa;
+        }
+    }
+    if (!found && (spec == NULL || *spec == '\0'))
+        found = lo;
+    if (found) {
+        take(found, out);
+        freeifaddrs(list);
+        return COLL_SUCCESS;
+    }
+    /* No match: list what this process has so the user can pick. */
+    char have[1024] = "";
+    size_t used = 0;
+    for (const struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
+        if (ifa->ifa_addr == NULL ||
+            (ifa->ifa_addr->sa_family != AF_INET && ifa->ifa_addr->sa_family != AF_INET6))
+            continue;
+        char a[INET6_ADDRSTRLEN] = "?";
+        const void *src =
+            ifa->ifa_addr->sa_family == AF_INET
+                ? (const void *)&((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr
+                : (const void *)&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
+        inet_ntop(ifa->ifa_addr->sa_family, src, a, sizeof(a));
+        int n = snprintf(have + used, sizeof(have) - used, "%s%s %s%s", used ? ", " : "",
+                         ifa->ifa_name, a, (ifa->ifa_flags & IFF_UP) ? "" : " (down)");
+        if (n < 0 || (size_t)n >= sizeof(have) - used)
+            break;
+        used += (size_t)n;
+    }
+    freeifaddrs(list);
+    return COLLI_ERR(NET, COLL_ERR_NETWORK,
+                     "no network interface matches COLL_SOCKET_IFNAME=\"%s\"%s; this process has: "
+                     "%s. Set COLL_SOCKET_IFNAME to one of these (prefix, =exact, ^exclude or "
+                     "CIDR such as 10.0.0.0/24).",
+                     spec ? spec : "",
+                     family == AF_INET    ? " (AF_INET)"
+                     : family == AF_INET6 ? " (AF_INET6)"
+                                          : "",
+                     have[0] ? have : "no interfaces with an address");
+}

@@ -1,0 +1,25 @@
+/* Interface selection: COLL_SOCKET_IFNAME (NCCL syntax) plus CIDR pins. */
+#ifndef COLLI_NETIF_H
+#define COLLI_NETIF_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "coll.h"
+
+typedef struct colli_netif {
+    char name[32];
+    struct sockaddr_storage addr; /* port 0 */
+} colli_netif_t;
+
+/* Choose the interface (and its address) matching spec, a comma list where each entry is a name
+ * prefix or a CIDR (10.1.0.0/16); a leading '^' excludes the listed ones, a leading '=' makes
+ * names exact. Empty spec: the first interface that is up and not loopback (loopback when there is
+ * nothing else). family: AF_UNSPEC, AF_INET or AF_INET6. No match is an error that lists every
+ * interface with its addresses. */
+coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *out);
+
+/* True when spec matches (name, addr): exposed for unit tests. */
+bool colli_netif_match(const char *spec, const char *name, const struct sockaddr *addr);
+
+#endif

@@ -1,0 +1,533 @@
+/* The device-buffer path: collectives and point-to-point calls on GPU memory, ordered on the
+ * caller's stream without blocking the caller (NCCL semantics).
+ *
+ * libcoll does not link CUDA: a GPU plugin (device/gpu_plugin.h; libcoll_cuda.so.0 for
+ * CUDA) is loaded with dlopen when the process uses CUDA, or from COLL_CUDA_PLUGIN. A call on
+ * device buffers
+ *   1. (caller's thread) makes the communicator's streams and buffers the first time, enqueues
+ *      a gate on the caller's stream (a host function that blocks the stream until the call is
+ *      over) and queues a job for the communicator's progress thread; it returns at once;
+ *   2. (progress thread, one job at a time, in call order) waits until the stream reached the
+ *      gate, runs the call and opens the gate: the caller's stream goes on with the results in
+ *      place. A collective runs through CUDA IPC between the ranks of one host (ipc.c)
+ *      or the chunk pipeline (pipe.c); sends and receives are staged whole here: copied
+ *      to pinned staging, sent and received by the host-buffer calls, copied back.
+ * A failure (a copy, the network, a peer) fails the communicator as any call does (its async
+ * error, the peers told); the gate opens anyway, so no stream waits forever, and the next call
+ * reports the error. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/util.h"
+#include "device/cuda_driver.h"
+#include "device/device_int.h"
+
+static void cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+/* Wait on cv for at most s seconds (mu held). */
+static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = ts.tv_nsec + (long)((s - (double)(long)s) * 1e9);
+    ts.tv_sec += (time_t)s + ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    (void)pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ---- loading the plugin ---- */
+
+static bool plugin_path(const struct coll_comm *comm, char *path, size_t len)
+{
+    if (comm->cfg.cuda_plugin[0] != '\0') {
+        snprintf(path, len, "%s", comm->cfg.cuda_plugin);
+        return true;
+    }
+    /* beside libcoll.so (or the executable that linked libcoll.a) */
+    Dl_info info;
+    const char *slash = NULL;
+    if (dladdr((void *)colli_dev_init, &info) != 0 && info.dli_fname != NULL)
+        slash = strrchr(info.dli_fname, '/');
+    if (slash == NULL)
+        snprintf(path, len, "libcoll_cuda.so.0");
+    else
+        snprintf(path, len, "%.*s/libcoll_cuda.so.0", (int)(slash - info.dli_fname),
+                 info.dli_fname);
+    return false;
+}
+
+/* The CUDA driver, when the process already loaded it: device buffers are told apart from host
+ * buffers even without a plugin (refused with a clear error then). */
+static coll_result_t open_driver(struct coll_comm *comm)
+{
+    colli_cuda_driver_t drv;
+    if (!colli_cuda_driver_open(&drv, true))
+        return COLL_SUCCESS;
+    if (drv.pointer_get_attribute == NULL) {
+        colli_cuda_driver_close(&drv);
+        return COLL_SUCCESS;
+    }
+    comm->cuda = malloc(sizeof(*comm->cuda));
+    if (comm->cuda == NULL) {
+        colli_cuda_driver_close(&drv);
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the CUDA driver's entry points");
+    }
+    *comm->cuda = drv;
+    coll_info(INIT, "the CUDA driver is loaded in this process: device buffers are detected");
+    return COLL_SUCCESS;
+}
+
+void colli_dev_release(struct coll_comm *comm)
+{
+    if (comm->cuda != NULL)
+        colli_cuda_driver_close(comm->cuda);
+    free(comm->cuda);
+    comm->cuda = NULL;
+}
+
+coll_result_t colli_dev_init(struct coll_comm *comm)
+{
+    char path[256];
+    coll_result_t status = open_driver(comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    const bool named = plugin_path(comm, path, sizeof(path));
+    if (!named && comm->cuda == NULL)
+        return COLL_SUCCESS; /* the process does not use CUDA */
+    const char *load_err = NULL;
+    const colli_gpu_ops_t *ops = colli_gpu_plugin_open(path, &load_err);
+    if (ops == NULL && !named) {
+        coll_info(INIT,
+                  "the process uses CUDA, but the GPU plugin %s cannot be loaded (%s): device "
+                  "buffers are refused (this kcoll was built without nvcc?)",
+                  path, load_err);
+        return COLL_SUCCESS;
+    }
+    if (ops == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_UNSUPPORTED,
+                         "COLL_CUDA_PLUGIN=%s cannot be loaded: %s; point it at "
+                         "libcoll_cuda.so.0 of this kcoll build, or unset it",
+                         path, load_err);
+    char why[256] = "";
+    int err = ops->init(why, sizeof(why));
+    if (err != 0 && why[0] == '\0')
+        snprintf(why, sizeof(why), "%s", ops->error_string(err));
+    if (err != 0) {
+        if (!named) {
+            coll_info(INIT, "GPU plugin %s: %s; device buffers are refused", path, why);
+            return COLL_SUCCESS;
+        }
+        return COLLI_ERR(INIT, COLL_ERR_CUDA, "COLL_CUDA_PLUGIN=%s: %s", path, why);
+    }
+    struct colli_dev *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the device-buffer path");
+    d->ops = ops;
+    d->device = -1;
+    snprintf(d->path, sizeof(d->path), "%s", path);
+    pthread_mutex_init(&d->mu, NULL);
+    cond_init_monotonic(&d->cv);
+    comm->dev = d;
+    coll_info(INIT, "device buffers: GPU plugin \"%s\" (%s)", ops->name, path);
+    return COLL_SUCCESS;
+}
+
+/* ---- jobs ---- */
+
+static void job_unref(dev_job_t *j)
+{
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0)
+        return;
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->ctx);
+    free(j);
+}
+
+/* The gate on the caller's stream (a runtime thread runs it): the stream waits here until the
+ * call is over. The progress thread finishes every job it was given, fini included, so this
+ * wait ends. */
+static void gate(void *arg)
+{
+    dev_job_t *j = arg;
+    pthread_mutex_lock(&j->mu);
+    j->started = 1;
+    pthread_cond_broadcast(&j->cv);
+    while (!j->finished)
+        pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+}
+
+/* Until the caller's stream reached the gate: false when the communicator is aborted first.
+ * The stream may legitimately be busy for long (a long kernel before the call), so there is no
+ * deadline, but a warning every COLL_TIMEOUT says which call waits. */
+static bool wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    double since = colli_now(), warned = since;
+    pthread_mutex_lock(&j->mu);
+    while (!j->started && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE)) {
+        cond_wait_s(&j->cv, &j->mu, 0.1);
+        double now = colli_now();
+        if (!j->started && now - warned >= comm->cfg.timeout) {
+            warned = now;
+            coll_warn(COLL,
+                      "rank %d: %s #%llu on device buffers still waits for its stream to reach "
+                      "it (%.0f s): the stream is busy with earlier work or waits on something "
+                      "that never comes",
+                      comm->rank, j->what, (unsigned long long)j->seq, now - since);
+        }
+    }
+    bool started = j->started != 0;
+    pthread_mutex_unlock(&j->mu);
+    return started;
+}
+
+coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
+                             const char *step, const char *why)
+{
+    char msg[700];
+    snprintf(msg, sizeof(msg),
+             "rank %d: %s #%llu on device buffers (GPU %d, %s): %s failed: %s. Check the GPU "
+             "(nvidia-smi, dmesg for Xid errors) and that the buffers are live device memory "
+             "of the sizes given",
+             comm->rank, j->what, (unsigned long long)j->seq, d->device,
+             d->ops->device_name(d->device), step, why);
+    colli_set_last_error(msg);
+    colli_comm_fail(comm, COLL_ERR_CUDA, msg);
+    return COLL_ERR_CUDA;
+}
+
+bool colli_dev_inject(struct coll_comm *comm, struct colli_dev *d)
+{
+    return comm->test.dev_fail_copy > 0 && ++d->copies == comm->test.dev_fail_copy;
+}
+
+/* Copy the regions with (in: device to staging) or without (out: back) in set, then wait. */
+static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, bool in)
+{
+    const colli_gpu_ops_t *o = d->ops;
+    const char *step = in ? "copying the inputs to host staging" : "copying the results back";
+    int err = 0;
+    bool injected = false;
+    for (int i = 0; i < j->nregions && err == 0 && !injected; i++) {
+        const colli_dev_region_t *r = &j->regions[i];
+        if ((in ? !r->in : !r->out) || r->bytes == 0)
+            continue;
+        injected = colli_dev_inject(comm, d);
+        char *host = j->staging + r->off;
+        if (!injected)
+            err = in ? o->memcpy_async(host, r->dev, r->bytes, d->slots[0].stream)
+                     : o->memcpy_async((void *)r->dev, host, r->bytes, d->slots[0].stream);
+    }
+    /* even after a failure: no copy enqueued so far may outlive this call (its staging is
+     * reused or freed next) */
+    int sync_err = o->stream_sync(d->slots[0].stream);
+    if (err == 0)
+        err = sync_err;
+    if (injected)
+        return colli_dev_fail(comm, d, j, step, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
+    return err == 0 ? COLL_SUCCESS : colli_dev_fail(comm, d, j, step, o->error_string(err));
+}
+
+static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    const colli_gpu_ops_t *o = d->ops;
+    if (!wait_started(comm, d, j))
+        return; /* aborted: fini failed the communicator */
+    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
+        return; /* an earlier call failed: this one does nothing (the next call reports it) */
+    int err = o->set_device(d->device); /* every call's GPU (prepare) */
+    if (err != 0) {
+        colli_dev_fail(comm, d, j, "making its GPU current", o->error_string(err));
+        return;
+    }
+    if (j->run == NULL) {
+        colli_dev_pipe_run(comm, d, j);
+        return;
+    }
+    if (stage(comm, d, j, true) != COLL_SUCCESS)
+        return;
+    if (j->run(comm, j->ctx) != COLL_SUCCESS)
+        return; /* the call failed the communicator, as on host buffers */
+    (void)stage(comm, d, j, false);
+}
+
+static void *progress_main(void *arg)
+{
+    struct coll_comm *comm = arg;
+    struct colli_dev *d = comm->dev;
+    colli_log_set_rank(comm->rank);
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        while (d->head == NULL && !d->stop)
+            pthread_cond_wait(&d->cv, &d->mu);
+        dev_job_t *j = d->head;
+        if (j != NULL) {
+            d->head = j->next;
+            if (d->head == NULL)
+                d->tail = NULL;
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (j == NULL)
+            break;
+        run_job(comm, d, j);
+        pthread_mutex_lock(&j->mu);
+        j->finished = 1;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        job_unref(j);
+        pthread_mutex_lock(&d->mu);
+        d->done++;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+    }
+    return NULL;
+}
+
+/* ---- the caller's side ---- */
+
+static void free_retired(struct colli_dev *d, bool all)
+{
+    pthread_mutex_lock(&d->mu);
+    uint64_t done = d->done;
+    pthread_mutex_unlock(&d->mu);
+    for (retired_t **pp = &d->retired; *pp != NULL;) {
+        retired_t *r = *pp;
+        if (!all && r->last_seq > done) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        (void)d->ops->host_free(r->p);
+        free(r);
+    }
+}
+
+coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base)
+{
+    struct colli_dev *d = comm->dev;
+    free_retired(d, false);
+    if (bytes <= d->staging_cap) {
+        *base = d->staging;
+        return COLL_SUCCESS;
+    }
+    size_t want = d->staging_cap * 2 > bytes ? d->staging_cap * 2 : bytes;
+    want = (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    void *p = NULL;
+    int err = d->ops->host_alloc(&p, want);
+    if (err != 0)
+        return COLLI_ERR(COLL, COLL_ERR_CUDA,
+                         "rank %d: cannot allocate %zu bytes of pinned host memory to stage "
+                         "device buffers: %s (raise the memlock limit, or make the calls "
+                         "smaller)",
+                         comm->rank, want, d->ops->error_string(err));
+    if (d->staging != NULL) {
+        retired_t *r = malloc(sizeof(*r));
+        if (r == NULL) {
+            (void)d->ops->host_free(p);
+            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
+        }
+        pthread_mutex_lock(&d->mu);
+        r->last_seq = d->submitted;
+        pthread_mutex_unlock(&d->mu);
+        r->p = d->staging;
+        r->next = d->retired;
+        d->retired = r;
+    }
+    d->staging = p;
+    d->staging_cap = want;
+    *base = p;
+    return COLL_SUCCESS;
+}
+
+/* The slots' streams, and their buffers when bytes > 0, on device; on the caller's thread, its
+ * current device restored. Never reallocated: every later need fits (colli_dev_slot_bytes). */
+static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int device, size_t bytes)
+{
+    if (d->device >= 0 && d->device != device)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: this call's buffers are on GPU %d, but the communicator's "
+                         "device calls are on GPU %d: use one communicator per GPU",
+                         comm->rank, device, d->device);
+    if (d->device >= 0 && (bytes == 0 || d->slot_bytes > 0))
+        return COLL_SUCCESS;
+    const colli_gpu_ops_t *o = d->ops;
+    int prev = -1, err = o->get_device(&prev);
+    if (err == 0)
+        err = o->set_device(device);
+    for (int i = 0; i < DEV_SLOTS && err == 0; i++)
+        if (d->slots[i].stream == NULL)
+            err = o->stream_create(&d->slots[i].stream);
+    for (int i = 0; i < DEV_SLOTS && err == 0 && bytes > 0; i++) {
+        struct dev_slot *s = &d->slots[i]; /* after a failure, the next call makes the rest */
+        if (s->hs == NULL)
+            err = o->host_alloc((void **)&s->hs, bytes);
+        if (err == 0 && s->hr == NULL)
+            err = o->host_alloc((void **)&s->hr, bytes);
+        if (err == 0 && s->ds == NULL)
+            err = o->dev_alloc((void **)&s->ds, bytes);
+    }
+    if (prev >= 0 && prev != device)
+        (void)o->set_device(prev);
+    if (err != 0)
+        return COLLI_ERR(COLL, COLL_ERR_CUDA,
+                         "rank %d: cannot set up the device-buffer path on GPU %d (%d streams, "
+                         "%zu bytes of pinned host memory twice and of device memory for each): "
+                         "%s; a smaller COLL_CUDA_CHUNK_SIZE needs less",
+                         comm->rank, device, DEV_SLOTS, bytes, o->error_string(err));
+    d->device = device;
+    if (bytes > 0)
+        d->slot_bytes = bytes;
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
+                               const colli_dev_region_t *regions, int nregions,
+                               colli_dev_run_fn run, const void *ctx, size_t ctx_size)
+{
+    struct colli_dev *d = comm->dev;
+    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
+        return COLLI_ERR(COLL, comm->async_error,
+                         "the communicator failed earlier and cannot be used (destroy or abort "
+                         "it and create a new one): %s",
+                         comm->async_msg);
+    coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
+    if (status != COLL_SUCCESS)
+        return status;
+    int closed = colli_dev_ipc_close_dead(d);
+    if (closed != 0)
+        coll_warn(COLL,
+                  "rank %d: cannot close a peer's device buffer mapped for CUDA IPC (%s); the "
+                  "mapping stays until the process ends",
+                  comm->rank, d->ops->error_string(closed));
+    dev_job_t *j = calloc(1, sizeof(*j) + (size_t)nregions * sizeof(j->regions[0]));
+    void *c = malloc(ctx_size ? ctx_size : 1);
+    if (j == NULL || c == NULL) {
+        free(j);
+        free(c);
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing %s", what);
+    }
+    memcpy(c, ctx, ctx_size);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 2;
+    snprintf(j->what, sizeof(j->what), "%s", what);
+    j->staging = d->staging;
+    j->run = run;
+    j->ctx = c;
+    j->nregions = nregions;
+    if (nregions > 0)
+        memcpy(j->regions, regions, (size_t)nregions * sizeof(regions[0]));
+    if (!d->thread_on) {
+        int rc = pthread_create(&d->thread, NULL, progress_main, comm);
+        if (rc != 0) {
+            j->refs = 1;
+            job_unref(j);
+            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "cannot start the device progress thread: %s",
+                             strerror(rc));
+        }
+        d->thread_on = true;
+    }
+    int err = d->ops->host_func(stream, gate, j);
+    if (err != 0) {
+        j->refs = 1;
+        job_unref(j);
+        return COLLI_ERR(COLL, COLL_ERR_CUDA, "%s: cannot enqueue the call on stream %p: %s", what,
+                         stream, d->ops->error_string(err));
+    }
+    pthread_mutex_lock(&d->mu);
+    j->seq = ++d->submitted;
+    if (d->tail != NULL)
+        d->tail->next = j;
+    else
+        d->head = j;
+    d->tail = j;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_dev_drain(struct coll_comm *comm, const char *fn)
+{
+    struct colli_dev *d = comm->dev;
+    if (d == NULL)
+        return COLL_SUCCESS;
+    const double end = colli_now() + comm->cfg.timeout;
+    pthread_mutex_lock(&d->mu);
+    while (d->done < d->submitted && colli_now() < end)
+        cond_wait_s(&d->cv, &d->mu, 0.1);
+    uint64_t left = d->submitted - d->done;
+    pthread_mutex_unlock(&d->mu);
+    if (left == 0)
+        return COLL_SUCCESS;
+    return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                     "%s on host buffers: %llu earlier call(s) on device buffers of this "
+                     "communicator have not finished after %.0f s (their streams have not "
+                     "reached them); synchronize those streams before a host-buffer call",
+                     fn, (unsigned long long)left, comm->cfg.timeout);
+}
+
+void colli_dev_fini(struct coll_comm *comm, bool abort)
+{
+    struct colli_dev *d = comm->dev;
+    if (d == NULL)
+        return;
+    if (d->thread_on) {
+        /* destroy: the queued calls run to their end, each stream given COLL_TIMEOUT to reach
+         * its call; abort (or a stream that never comes): they fail without running */
+        pthread_mutex_lock(&d->mu);
+        d->stop = 1;
+        pthread_cond_broadcast(&d->cv);
+        double end = colli_now() + comm->cfg.timeout;
+        while (!abort && d->done < d->submitted && colli_now() < end)
+            cond_wait_s(&d->cv, &d->mu, 0.1);
+        bool late = d->done < d->submitted;
+        pthread_mutex_unlock(&d->mu);
+        if (abort || late) {
+            __atomic_store_n(&d->abort, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
+        }
+        pthread_join(d->thread, NULL);
+        if (late)
+            coll_warn(COLL,
+                      "rank %d: the communicator was destroyed while calls on device buffers "
+                      "still waited for their streams; they were dropped",
+                      comm->rank);
+    }
+    colli_dev_ipc_free(d);
+    for (int i = 0; i < DEV_SLOTS; i++) {
+        const struct dev_slot *sl = &d->slots[i];
+        if (sl->stream != NULL)
+            (void)d->ops->stream_destroy(sl->stream);
+        if (sl->hs != NULL)
+            (void)d->ops->host_free(sl->hs);
+        if (sl->hr != NULL)
+            (void)d->ops->host_free(sl->hr);
+        if (sl->ds != NULL)
+            (void)d->ops->dev_free(sl->ds);
+    }
+    free_retired(d, true);
+    if (d->staging != NULL)
+        (void)d->ops->host_free(d->staging);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d);
+    comm->dev = NULL;
+}

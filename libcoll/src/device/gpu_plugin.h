@@ -1,0 +1,114 @@
+/*
+ * The GPU plugin interface: what libcoll's device-buffer path (libcoll/src/device/) needs
+ * from a GPU runtime, as a table of plain C functions. libcoll never links CUDA: it loads a plugin
+ * with dlopen and calls colli_gpu_plugin_v1() for the table.
+ *
+ *   libcoll_cuda.so.0   the CUDA plugin (plugins/cuda/plugin.cu), built when CMake finds nvcc,
+ *                       linked with the static CUDA runtime and the CUDA kernels
+ *   tests/device/fake_gpu.c  a stand-in that runs without a GPU ("device" memory is host
+ *                       memory it hands out, a stream is a thread): the path's own logic
+ *                       (staging, the pipeline, CUDA IPC, stream ordering, the progress thread,
+ *                       errors) is tested on every machine
+ *
+ * Every function returns 0 on success or the runtime's error code (a cudaError_t for CUDA), which
+ * error_string names. A stream is the runtime's stream handle as void * (NULL: the default
+ * stream). Internal to kcoll, not installed.
+ */
+#ifndef COLLI_GPU_PLUGIN_H
+#define COLLI_GPU_PLUGIN_H
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COLLI_GPU_PLUGIN_VERSION 2
+#define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
+#define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
+#define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
+
+typedef struct colli_gpu_ops {
+    uint32_t struct_size; /* sizeof(colli_gpu_ops_t) of the plugin's build */
+    uint32_t version;     /* COLLI_GPU_PLUGIN_VERSION */
+    const char *name;     /* "cuda", "fake" */
+    /* Ready to use? 0, or an error with the reason in why (no device, driver too old). */
+    int (*init)(char *why, size_t len);
+    /* 1 when p is device memory (*device: its ordinal), 0 for host, pinned or managed memory
+     * (anything the CPU can read directly). */
+    int (*ptr_device)(const void *p, int *device);
+    /* Make device the calling thread's current device; the calling thread's current device. */
+    int (*set_device)(int device);
+    int (*get_device)(int *device);
+    /* Device memory, and pinned host memory for staging. */
+    int (*dev_alloc)(void **p, size_t bytes);
+    int (*dev_free)(void *p);
+    int (*host_alloc)(void **p, size_t bytes);
+    int (*host_free)(void *p);
+    /* A stream of the current device that does not synchronise with the default stream. */
+    int (*stream_create)(void **stream);
+    int (*stream_destroy)(void *stream);
+    /* Copy bytes in any direction (unified addressing), ordered on stream. */
+    int (*memcpy_async)(void *dst, const void *src, size_t bytes, void *stream);
+    /* Wait until everything enqueued on stream so far has run; its first error. */
+    int (*stream_sync)(void *stream);
+    /* Run fn(arg) on a runtime thread once the stream reaches this point; the stream goes on
+     * when fn returns. fn must not call the runtime. */
+    int (*host_func)(void *stream, void (*fn)(void *), void *arg);
+    /* Keep the stream busy for about us microseconds (a kernel): for tests and benchmarks. */
+    int (*delay)(void *stream, unsigned us);
+    /* "cudaErrorInvalidValue: invalid argument" */
+    const char *(*error_string)(int err);
+    /* Device name of ordinal device ("NVIDIA H100 80GB HBM3"), for logs; "" when unknown. */
+    const char *(*device_name)(int device);
+    /* dst[i] = srcs[0][i] OP ... OP srcs[nsrcs-1][i] for i < count on the current device's
+     * memory, ordered on stream: the kernels of reduce_cuda.h (colli_cuda_reduce), with their
+     * semantics (dt a coll_datatype_t, op a coll_op_t; COLL_AVG sums and, with divisor > 0,
+     * divides at the last step). 1 <= nsrcs <= COLLI_GPU_MAX_SRCS; dst may equal srcs[0]. */
+    int (*reduce)(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
+                  uint32_t divisor, void *stream);
+    /* Device memory shared between processes of one host (CUDA IPC). ipc_export: a handle
+     * (COLLI_GPU_IPC_HANDLE bytes) for the allocation that contains p, p's offset in it, the
+     * allocation's size and an id that no other allocation of this process has had (a handle
+     * may repeat once its allocation is freed). ipc_open: map a handle another process exported
+     * (never this one's) on the current device; *base is the allocation's start here.
+     * ipc_close: unmap it. */
+    int (*ipc_export)(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id);
+    int (*ipc_open)(const void *handle, void **base);
+    int (*ipc_close)(void *base);
+} colli_gpu_ops_t;
+
+typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);
+
+/* The one symbol a plugin exports. */
+const colli_gpu_ops_t *colli_gpu_plugin_v1(void);
+
+/* Load the plugin at path (a path or a name) and return its table, or NULL with *why saying
+ * what went wrong. The library stays loaded: a GPU runtime is not made to be unloaded. Not yet
+ * initialised (init). */
+static inline const colli_gpu_ops_t *colli_gpu_plugin_open(const char *path, const char **why)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        *why = dlerror();
+        return NULL;
+    }
+    colli_gpu_plugin_fn fn;
+    *(void **)&fn = dlsym(h, COLLI_GPU_PLUGIN_SYMBOL);
+    const colli_gpu_ops_t *o = fn != NULL ? fn() : NULL;
+    if (o == NULL || o->version != COLLI_GPU_PLUGIN_VERSION ||
+        o->struct_size < sizeof(colli_gpu_ops_t)) {
+        *why = "not a kcoll GPU plugin of this build's version (no " COLLI_GPU_PLUGIN_SYMBOL
+               ", or another version)";
+        return NULL;
+    }
+    return o;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

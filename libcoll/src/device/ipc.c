@@ -1,0 +1,362 @@
+/* CUDA IPC between the ranks of one host: a collective on device buffers reads and writes the
+ * peers' device buffers directly (device to device, no host staging), as the single-copy path of
+ * host buffers does with their memory (algo/direct.c). Taken when every rank of the
+ * communicator is reached over shared memory, the call moves at least COLL_SHM_DIRECT_MIN bytes
+ * per rank, there are at most COLLI_GPU_MAX_SRCS ranks (one GPU reduction reads every input),
+ * and every rank can export its buffers and open its peers' (else the chunk pipeline runs it):
+ *   1. every rank sends every peer a descriptor of its buffers (IPC handle of the allocation,
+ *      offset, size, allocation id); all reach the same verdict from the same descriptors;
+ *   2. each opens its peers' allocations (cached per peer and allocation id) and says whether it
+ *      could; one rank that could not sends every rank back to the pipeline (told once at INFO);
+ *   3. each does its share on its slot stream: all_reduce / reduce reduce its slice of every
+ *      input with one GPU reduction and write it to every output (the root's); reduce_scatter
+ *      reduces its block; all_gather, broadcast and all_to_all copy its part to every output;
+ *   4. a barrier: no rank returns (opens its gate) while a peer may still read its inputs or
+ *      write its outputs. A rank whose copies or kernels fail fails the communicator before the
+ *      barrier, so the others fail in it naming that rank instead of returning short results.
+ * Every message of the four steps carries the call's fingerprint ("device buffers"). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device/device_int.h"
+
+#define IPC_MAGIC 0x4b434950u /* "KCIP" */
+
+typedef struct ipc_buf {
+    uint8_t handle[COLLI_GPU_IPC_HANDLE];
+    uint64_t off, size, id, addr;
+    uint32_t used, pad;
+} ipc_buf_t;
+
+typedef struct ipc_desc {
+    uint32_t magic, ok;
+    int32_t pid;
+    uint32_t pad;
+    ipc_buf_t buf[2]; /* send, receive */
+} ipc_desc_t;
+
+_Static_assert(sizeof(ipc_desc_t) % 8 == 0, "a whole number of elements of any datatype");
+
+typedef struct ipc_call {
+    struct coll_comm *comm;
+    struct colli_dev *d;
+    dev_job_t *j;
+    const colli_coll_args_t *a;
+    void *stream;
+    int n, r;
+    size_t e;
+    char *sp[COLLI_GPU_MAX_SRCS], *rp[COLLI_GPU_MAX_SRCS]; /* every rank's buffers, here */
+    int err;
+    const char *what;
+} ipc_call_t;
+
+static bool eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
+{
+    if (comm->nranks < 2 || comm->nranks > COLLI_GPU_MAX_SRCS || comm->cfg.shm_direct_min == 0 ||
+        a->count * coll_datatype_size(a->dt) < comm->cfg.shm_direct_min)
+        return false;
+    return comm->all_local;
+}
+
+static void describe(ipc_call_t *c, ipc_desc_t *me)
+{
+    const colli_gpu_ops_t *o = c->d->ops;
+    const colli_coll_args_t *a = c->a;
+    size_t len[2];
+    colli_buffer_sizes(a, c->n, c->r, len);
+    memset(me, 0, sizeof(*me));
+    me->magic = IPC_MAGIC;
+    me->pid = (int32_t)getpid();
+    me->ok = c->comm->cfg.dev_ipc && o->ipc_export != NULL &&
+             !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
+    const void *ptr[2] = {a->sendbuf, a->recvbuf};
+    for (int i = 0; i < 2 && me->ok; i++) {
+        ipc_buf_t *b = &me->buf[i];
+        if (len[i] == 0)
+            continue;
+        size_t off = 0, size = 0;
+        int err = o->ipc_export(ptr[i], b->handle, &off, &size, &b->id);
+        if (err != 0 && !c->d->ipc_told) {
+            coll_info(COLL,
+                      "rank %d: cannot export device buffer %p for CUDA IPC (%s): device "
+                      "buffers between the ranks of this host go through host staging",
+                      c->r, ptr[i], o->error_string(err));
+            c->d->ipc_told = true;
+        }
+        me->ok = err == 0;
+        b->used = 1;
+        b->off = off;
+        b->size = size;
+        b->addr = (uint64_t)(uintptr_t)ptr[i];
+    }
+}
+
+/* Rank q's allocation mapped here: cached per process and allocation id. 0, or why not in *why.
+ * The least recently used mapping makes room; it is closed later on the caller's thread
+ * (colli_dev_ipc_close_dead). None of this call's mappings is evicted: a call maps at most
+ * 2 (COLLI_GPU_MAX_SRCS - 1) < DEV_IPC_MAPS, each used last. */
+static int open_peer(struct colli_dev *d, const ipc_desc_t *q, const ipc_buf_t *b, char **base,
+                     const char **why)
+{
+    struct dev_ipc_map *lru = &d->ipc_maps[0];
+    for (int i = 0; i < DEV_IPC_MAPS; i++) {
+        struct dev_ipc_map *m = &d->ipc_maps[i];
+        if (m->base != NULL && m->pid == q->pid && m->id == b->id) {
+            m->used = ++d->ipc_clock;
+            *base = m->base;
+            return 0;
+        }
+        if (m->base == NULL || (lru->base != NULL && m->used < lru->used))
+            lru = m;
+    }
+    if (lru->base != NULL) {
+        bool room = false;
+        pthread_mutex_lock(&d->mu);
+        if (d->ipc_ndead < DEV_IPC_MAPS) {
+            d->ipc_dead[d->ipc_ndead++] = lru->base;
+            room = true;
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (!room) {
+            *why = "every cached mapping of a peer's buffer is in use or waits to be closed by "
+                   "the calling thread at its next call";
+            return 1;
+        }
+        lru->base = NULL;
+    }
+    void *p = NULL;
+    int err = d->ops->ipc_open(b->handle, &p);
+    if (err != 0) {
+        *why = d->ops->error_string(err);
+        return err;
+    }
+    *lru = (struct dev_ipc_map){.pid = q->pid, .id = b->id, .base = p, .used = ++d->ipc_clock};
+    *base = p;
+    return 0;
+}
+
+/* Every rank's buffers in this process; 0, the plugin's error, or -1 - q when rank q's
+ * descriptor cannot describe its buffer (a bug or hostile bytes). */
+static int map_all(ipc_call_t *c, const ipc_desc_t *descs)
+{
+    const int self = (int)getpid();
+    for (int q = 0; q < c->n; q++) {
+        size_t len[2];
+        colli_buffer_sizes(c->a, c->n, q, len);
+        char **slot[2] = {&c->sp[q], &c->rp[q]};
+        for (int i = 0; i < 2; i++) {
+            const ipc_buf_t *b = &descs[q].buf[i];
+            *slot[i] = NULL;
+            if (len[i] == 0)
+                continue;
+            if (!b->used || b->off > b->size || len[i] > b->size - b->off)
+                return -1 - q; /* a descriptor that cannot describe this call's buffer */
+            if (q == c->r || descs[q].pid == self) {
+                *slot[i] = (char *)(uintptr_t)b->addr; /* one address space */
+                continue;
+            }
+            char *base = NULL;
+            const char *why = "";
+            int err = open_peer(c->d, &descs[q], b, &base, &why);
+            if (err != 0) {
+                if (!c->d->ipc_told)
+                    coll_info(COLL,
+                              "rank %d: cannot open rank %d's device buffer for CUDA IPC "
+                              "(%s): device buffers between the ranks of this host go through "
+                              "host staging",
+                              c->r, q, why);
+                c->d->ipc_told = true;
+                return err;
+            }
+            *slot[i] = base + b->off;
+        }
+    }
+    return 0;
+}
+
+static void ipc_copy(ipc_call_t *c, void *dst, const void *src, size_t bytes)
+{
+    if (c->err != 0 || bytes == 0 || dst == src)
+        return;
+    if (colli_dev_inject(c->comm, c->d)) {
+        c->err = -1;
+        c->what = "copying between the ranks' device buffers (CUDA IPC)";
+        return;
+    }
+    int err = c->d->ops->memcpy_async(dst, src, bytes, c->stream);
+    if (err != 0) {
+        c->err = err;
+        c->what = "copying between the ranks' device buffers (CUDA IPC)";
+    }
+}
+
+/* dst = every rank's input at byte off, in rank order (count elements). */
+static void ipc_reduce(ipc_call_t *c, void *dst, size_t off, size_t count)
+{
+    if (c->err != 0 || count == 0)
+        return;
+    const void *srcs[COLLI_GPU_MAX_SRCS];
+    for (int q = 0; q < c->n; q++)
+        srcs[q] = c->sp[q] + off;
+    const uint32_t div = c->a->op == COLL_AVG ? (uint32_t)c->n : 0;
+    int err = c->d->ops->reduce(dst, srcs, c->n, count, c->a->dt, c->a->op, div, c->stream);
+    if (err != 0) {
+        c->err = err;
+        c->what = "reducing the ranks' device buffers on the GPU (CUDA IPC)";
+    }
+}
+
+/* Step 3: this rank's share. */
+static void work(ipc_call_t *c)
+{
+    const colli_coll_args_t *a = c->a;
+    const int n = c->n, r = c->r;
+    const size_t e = c->e, b = a->count * e;
+    const size_t lo = colli_slice_lo(a->count, n, r) * e,
+                 hi = colli_slice_lo(a->count, n, r + 1) * e;
+    switch (a->coll) {
+    case COLLI_COLL_ALL_REDUCE:
+        ipc_reduce(c, c->rp[r] + lo, lo, (hi - lo) / e);
+        for (int q = 0; q < n; q++)
+            if (q != r)
+                ipc_copy(c, c->rp[q] + lo, c->rp[r] + lo, hi - lo);
+        break;
+    case COLLI_COLL_REDUCE:
+        ipc_reduce(c, c->rp[a->root] + lo, lo, (hi - lo) / e);
+        break;
+    case COLLI_COLL_REDUCE_SCATTER:
+        ipc_reduce(c, c->rp[r], (size_t)r * b, a->count);
+        break;
+    case COLLI_COLL_ALL_GATHER:
+        for (int q = 0; q < n; q++)
+            ipc_copy(c, c->rp[q] + (size_t)r * b, c->sp[r], b);
+        break;
+    case COLLI_COLL_BROADCAST:
+        for (int q = 0; q < n; q++)
+            ipc_copy(c, c->rp[q] + lo, c->sp[a->root] + lo, hi - lo);
+        break;
+    default: /* all_to_all, not in place */
+        for (int i = 0; i < n; i++) {
+            const int q = (r + i) % n; /* spread the writers over the peers */
+            ipc_copy(c, c->rp[q] + (size_t)r * b, c->sp[r] + (size_t)q * b, b);
+        }
+        break;
+    }
+    if (c->err == 0) {
+        int err = c->d->ops->stream_sync(c->stream);
+        if (err != 0) {
+            c->err = err;
+            c->what = "waiting for the GPU's copies and kernels (CUDA IPC)";
+        }
+    }
+}
+
+/* An all_gather of one word per rank: true when every rank's word is 1. */
+static bool agree(ipc_call_t *c, uint64_t mine, coll_result_t *status)
+{
+    uint64_t words[COLLI_GPU_MAX_SRCS];
+    words[c->r] = mine;
+    *status = colli_dev_net(c->comm, c->a, COLLI_COLL_ALL_GATHER, &words[c->r], words,
+                            sizeof(uint64_t) / c->e);
+    bool all = *status == COLL_SUCCESS;
+    for (int q = 0; q < c->n && all; q++)
+        all = words[q] == 1;
+    return all;
+}
+
+bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                       coll_result_t *status)
+{
+    const colli_coll_args_t *a = j->ctx;
+    *status = COLL_SUCCESS;
+    if (!eligible(comm, a))
+        return false;
+    ipc_call_t c = {.comm = comm,
+                    .d = d,
+                    .j = j,
+                    .a = a,
+                    .stream = stream,
+                    .n = comm->nranks,
+                    .r = comm->rank,
+                    .e = coll_datatype_size(a->dt)};
+    ipc_desc_t descs[COLLI_GPU_MAX_SRCS];
+    describe(&c, &descs[c.r]);
+    *status =
+        colli_dev_net(comm, a, COLLI_COLL_ALL_GATHER, &descs[c.r], descs, sizeof(ipc_desc_t) / c.e);
+    if (*status != COLL_SUCCESS)
+        return true;
+    int bad = -1;
+    for (int q = 0; q < c.n && bad < 0; q++)
+        if (descs[q].magic != IPC_MAGIC)
+            bad = q;
+    for (int q = 0; q < c.n && bad < 0; q++)
+        if (!descs[q].ok)
+            return false; /* the same verdict on every rank */
+    const int mapped = bad < 0 ? map_all(&c, descs) : -1 - bad;
+    if (mapped < 0) {
+        char who[200], msg[400];
+        colli_member_desc(comm, -1 - mapped, who, sizeof(who));
+        snprintf(msg, sizeof(msg),
+                 "%s sent a corrupt CUDA IPC descriptor for %s #%llu: the peer runs another "
+                 "kcoll build or its memory is corrupt (COLL_CUDA_IPC=0 avoids this path)",
+                 who, j->what, (unsigned long long)j->seq);
+        colli_set_last_error(msg);
+        colli_comm_fail(comm, COLL_ERR_REMOTE, msg);
+        *status = COLL_ERR_REMOTE;
+        return true;
+    }
+    if (!agree(&c, mapped == 0 ? 1 : 0, status))
+        return *status != COLL_SUCCESS; /* a rank could not map: the pipeline, on every rank */
+    if (!d->ipc_announced)
+        coll_info(COLL,
+                  "device buffers of the %d ranks on this host: collectives from %zu bytes "
+                  "read and write the peers' device memory through CUDA IPC (said once)",
+                  c.n, comm->cfg.shm_direct_min);
+    d->ipc_announced = true;
+    work(&c);
+    if (c.err != 0) {
+        colli_dev_fail(comm, d, j, c.what,
+                       c.err < 0 ? "injected failure (COLL_TEST_DEV_FAIL_COPY)"
+                                 : d->ops->error_string(c.err));
+        *status = COLL_ERR_CUDA;
+        return true;
+    }
+    (void)agree(&c, 1, status); /* step 4: the barrier */
+    return true;
+}
+
+int colli_dev_ipc_close_dead(struct colli_dev *d)
+{
+    void *dead[DEV_IPC_MAPS];
+    pthread_mutex_lock(&d->mu);
+    const int n = d->ipc_ndead;
+    memcpy(dead, d->ipc_dead, (size_t)n * sizeof(dead[0]));
+    d->ipc_ndead = 0;
+    pthread_mutex_unlock(&d->mu);
+    if (n == 0)
+        return 0;
+    const colli_gpu_ops_t *o = d->ops;
+    int prev = -1, first = o->get_device(&prev);
+    if (first == 0 && prev != d->device)
+        first = o->set_device(d->device);
+    for (int i = 0; i < n; i++) {
+        int err = o->ipc_close(dead[i]);
+        first = first != 0 ? first : err;
+    }
+    if (prev >= 0 && prev != d->device)
+        (void)o->set_device(prev);
+    return first;
+}
+
+void colli_dev_ipc_free(struct colli_dev *d)
+{
+    (void)colli_dev_ipc_close_dead(d);
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < DEV_IPC_MAPS; i++)
+        if (d->ipc_maps[i].base != NULL)
+            d->ipc_dead[d->ipc_ndead++] = d->ipc_maps[i].base; /* room: none was left dead */
+    pthread_mutex_unlock(&d->mu);
+    memset(d->ipc_maps, 0, sizeof(d->ipc_maps));
+    (void)colli_dev_ipc_close_dead(d);
+}

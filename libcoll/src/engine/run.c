@@ -1,0 +1,100 @@
+/* The run loop: drives an op's lanes over the communicator's transports until every lane is
+ * done, a peer fails, or nothing moved for COLL_TIMEOUT; deferred local copies fill idle time. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/util.h"
+#include "engine/engine.h"
+#include "transport/transport.h"
+
+/* One piece of the deferred local copy; true when there was something to do. */
+static bool local_copy_step(colli_op_t *op, size_t piece)
+{
+    if (op->lc_done >= op->lc_bytes)
+        return false;
+    size_t n = op->lc_bytes - op->lc_done < piece ? op->lc_bytes - op->lc_done : piece;
+    memcpy(op->lc_dst + op->lc_done, op->lc_src + op->lc_done, n);
+    op->lc_done += n;
+    return true;
+}
+
+static coll_result_t run_loop(colli_op_t *op);
+
+coll_result_t colli_op_run(colli_op_t *op)
+{
+    struct coll_comm *comm = op->comm;
+    if (op->oom)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", op->what);
+    comm->cur_op = op;
+    coll_result_t status = run_loop(op);
+    comm->cur_op = NULL;
+    if (status == COLL_SUCCESS)
+        while (local_copy_step(op, SIZE_MAX))
+            ;
+    return status;
+}
+
+static coll_result_t run_loop(colli_op_t *op)
+{
+    struct coll_comm *comm = op->comm;
+    const double spin = comm->cfg.spin_us * 1e-6;
+    const double timeout = comm->cfg.timeout;
+    double last = 0, grace_end = 0;
+    unsigned idle_passes = 0;
+    bool stamp = true; /* progress (or the start) since the clock was last read */
+    while (op->lanes_left > 0) {
+        bool progressed = false;
+        coll_result_t status = colli_tp_progress(comm, op, &progressed);
+        if (status != COLL_SUCCESS)
+            return status;
+        if (op->lanes_left == 0)
+            break;
+        if (progressed || local_copy_step(op, (size_t)comm->members[0].chunk_size)) {
+            stamp = true;
+            idle_passes = 0;
+            continue;
+        }
+        /* Read the clock only every few idle passes: a pass over shared memory is much
+         * shorter than a clock read. Yield now and then even with a core per rank: the peer
+         * we wait for may have been placed on this core. */
+        ++idle_passes;
+        if (__atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE))
+            return COLLI_ERR(COLL, COLL_ERR_ABORTED,
+                             "%s: coll_comm_abort was called while it was in progress", op->what);
+        if (comm->oversubscribed || (idle_passes & 255) == 0)
+            sched_yield();
+        else if ((idle_passes & 7) != 0)
+            continue;
+        double now = colli_now();
+        if (stamp) {
+            last = now;
+            stamp = false;
+        }
+        double idle = now - last;
+        if (idle < spin)
+            continue;
+        if (idle >= timeout) {
+            if (grace_end == 0) {
+                /* Tell everyone whom we wait on, then keep going briefly to hear the others. */
+                uint8_t *mask = calloc((size_t)comm->nranks, 1);
+                char waits[512] = "";
+                if (mask != NULL)
+                    colli_op_waits(op, mask, waits, sizeof(waits));
+                free(mask);
+                colli_tp_notify_stuck(comm, waits);
+                double grace = timeout / 4 < 0.5 ? 0.5 : timeout / 4 > 1.0 ? 1.0 : timeout / 4;
+                grace_end = colli_now() + grace;
+            } else if (now >= grace_end) {
+                return colli_engine_stall_error(op, idle);
+            }
+        }
+        double left = grace_end > 0 ? grace_end - now : timeout - idle;
+        int ms = left > 1.0 ? 1000 : left <= 0 ? 1 : (int)(left * 1000.0) + 1;
+        status = colli_tp_wait(comm, op, ms);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    return COLL_SUCCESS;
+}
