@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "algo/op.h"
-#include "transport/frame.h"
+#include "plan/op.h"
+#include "plan/frame.h"
 
 /* The baseline header: framing without a fingerprint (filled out of line, as the library fills
  * its headers, so that only the extra fields make the difference). */
