@@ -1,9 +1,10 @@
 /*
  * coll-run's internals, shared by its files: coll-run.c (setting up and running the job, main),
  * coll-run-opts.c (options, usage), coll-run-spawn.c (finding the program, the ranks'
- * environments, fork and exec), coll-run-supervise.c (signals, the event loop, stopping and
- * reaping ranks), coll-run-output.c (messages, the "[rank R] " prefixed forwarding) and
- * coll-run-agent.c (--agent: the standalone topology and the coll-agent processes).
+ * environments, fork and exec), coll-run-supervise.c (signals, the event loop),
+ * coll-run-reap.c (stopping and reaping ranks), coll-run-output.c (messages, the "[rank R] "
+ * prefixed forwarding) and coll-run-agent.c (--agent: the standalone topology and the coll-agent
+ * processes).
  */
 #ifndef COLL_RUN_H
 #define COLL_RUN_H
@@ -131,8 +132,12 @@ int run_start_rank(struct run *run, struct rank *r, const sigset_t *orig_mask);
 
 /* coll-run-supervise.c */
 void run_install_handlers(sigset_t *orig_mask);
-void run_stop_all(struct run *run, int sig, int exit_code);
 void run_event_loop(struct run *run, const sigset_t *orig_mask, enum phase phase);
+
+/* coll-run-reap.c */
+void run_stop_all(struct run *run, int sig, int exit_code);
+void run_stop_agents(struct run *run, int sig);
+void run_reap(struct run *run);
 
 /* coll-run-agent.c */
 char *run_find_agent(const char *given, char *tried, size_t tried_len);
