@@ -120,11 +120,90 @@ static void usage(FILE *f, const char *prog)
         prog);
 }
 
-void perf_parse_args(int argc, char **argv, struct opts *o)
+static void usage_exit(const char *prog) __attribute__((noreturn));
+static void usage_exit(const char *prog)
+{
+    usage(stderr, prog);
+    exit(2);
+}
+
+/* -c takes only 0 or 1; a collective's name there is most likely meant for -C, so say so. */
+static void parse_check(const char *arg, const char *prog, int *check)
+{
+    if (strcmp(arg, "0") != 0 && strcmp(arg, "1") != 0) {
+        int is_coll = 0;
+        for (int i = 0; i < K_NUM; i++)
+            is_coll |= strcmp(arg, perf_kinds[i].name) == 0;
+        fprintf(stderr, "coll-perf: invalid value '%s' for -c/--check (0 or 1)%s%s\n", arg,
+                is_coll ? "; the collective is -C/--collective " : "", is_coll ? arg : "");
+        usage_exit(prog);
+    }
+    *check = strcmp(arg, "1") == 0;
+}
+
+static int parse_placement(const char *arg, struct opts *o)
+{
+    o->do_out = strcmp(arg, "out") == 0 || strcmp(arg, "oop") == 0 || strcmp(arg, "both") == 0;
+    o->do_in = strcmp(arg, "in") == 0 || strcmp(arg, "ip") == 0 || strcmp(arg, "both") == 0;
+    return !o->do_out && !o->do_in;
+}
+
+/* One option into o: nonzero when its value is bad. -c, -h and unknown options exit here. */
+static int parse_option(int c, const char *arg, const char *prog, struct opts *o)
 {
     static const char *const dt_alias[] = {"half",   "fp16", "bf16", "float", "fp32",
                                            "double", "fp64", "char", "int",   NULL};
     static const int dt_alias_val[] = {6, 6, 7, 8, 8, 9, 9, 0, 2};
+    const char *kind_names[K_NUM];
+    for (int i = 0; i < K_NUM; i++)
+        kind_names[i] = perf_kinds[i].name;
+    switch (c) {
+    case 'C':
+        return parse_mask(arg, kind_names, K_NUM, NULL, NULL, &o->kind_mask);
+    case 'b':
+        return parse_size(arg, &o->minbytes);
+    case 'e':
+        return parse_size(arg, &o->maxbytes);
+    case 'f':
+        o->stepfactor = strtod(arg, NULL);
+        return !(o->stepfactor > 1.0);
+    case 'i':
+        return parse_size(arg, &o->stepbytes) || o->stepbytes == 0;
+    case 'd':
+        return parse_mask(arg, perf_dt_names, COLL_NUM_DATATYPES, dt_alias, dt_alias_val,
+                          &o->dt_mask);
+    case 'o':
+        return parse_mask(arg, perf_op_names, COLL_NUM_OPS, NULL, NULL, &o->op_mask);
+    case 'r':
+        return perf_parse_int(arg, 0, &o->root);
+    case 'w':
+        return perf_parse_int(arg, 0, &o->warmup);
+    case 'n':
+        return perf_parse_int(arg, 1, &o->iters);
+    case 'z':
+        return parse_placement(arg, o);
+    case 'c':
+        parse_check(arg, prog, &o->check);
+        return 0;
+    case 'R':
+        o->registered = strcmp(arg, "1") == 0;
+        return strcmp(arg, "0") != 0 && strcmp(arg, "1") != 0;
+    case 'D':
+        o->device = strcmp(arg, "cuda") == 0;
+        return strcmp(arg, "host") != 0 && strcmp(arg, "cuda") != 0;
+    case 'J':
+        o->json = arg;
+        return 0;
+    case 'h':
+        usage(stdout, prog);
+        exit(0);
+    default:
+        usage_exit(prog);
+    }
+}
+
+void perf_parse_args(int argc, char **argv, struct opts *o)
+{
     static const struct option longopts[] = {{"collective", required_argument, NULL, 'C'},
                                              {"minbytes", required_argument, NULL, 'b'},
                                              {"maxbytes", required_argument, NULL, 'e'},
@@ -142,9 +221,6 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                                              {"json", required_argument, NULL, 'J'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    const char *kind_names[K_NUM];
-    for (int i = 0; i < K_NUM; i++)
-        kind_names[i] = perf_kinds[i].name;
     *o = (struct opts){.kind_mask = 1 << K_ALL_REDUCE,
                        .dt_mask = 1 << COLL_FLOAT32,
                        .op_mask = 1 << COLL_SUM,
@@ -156,83 +232,11 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                        .do_out = 1,
                        .do_in = 1,
                        .check = 1};
-    int c, bad = 0;
+    int c;
     while ((c = getopt_long(argc, argv, "C:c:b:e:f:i:d:o:r:w:n:z:R:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'C':
-            bad = parse_mask(optarg, kind_names, K_NUM, NULL, NULL, &o->kind_mask);
-            break;
-        case 'b':
-            bad = parse_size(optarg, &o->minbytes);
-            break;
-        case 'e':
-            bad = parse_size(optarg, &o->maxbytes);
-            break;
-        case 'f':
-            o->stepfactor = strtod(optarg, NULL);
-            bad = !(o->stepfactor > 1.0);
-            break;
-        case 'i':
-            bad = parse_size(optarg, &o->stepbytes) || o->stepbytes == 0;
-            break;
-        case 'd':
-            bad = parse_mask(optarg, perf_dt_names, COLL_NUM_DATATYPES, dt_alias, dt_alias_val,
-                             &o->dt_mask);
-            break;
-        case 'o':
-            bad = parse_mask(optarg, perf_op_names, COLL_NUM_OPS, NULL, NULL, &o->op_mask);
-            break;
-        case 'r':
-            bad = perf_parse_int(optarg, 0, &o->root);
-            break;
-        case 'w':
-            bad = perf_parse_int(optarg, 0, &o->warmup);
-            break;
-        case 'n':
-            bad = perf_parse_int(optarg, 1, &o->iters);
-            break;
-        case 'z':
-            o->do_out = strcmp(optarg, "out") == 0 || strcmp(optarg, "oop") == 0 ||
-                        strcmp(optarg, "both") == 0;
-            o->do_in = strcmp(optarg, "in") == 0 || strcmp(optarg, "ip") == 0 ||
-                       strcmp(optarg, "both") == 0;
-            bad = !o->do_out && !o->do_in;
-            break;
-        case 'c':
-            if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0) {
-                int is_coll = 0;
-                for (int i = 0; i < K_NUM; i++)
-                    is_coll |= strcmp(optarg, kind_names[i]) == 0;
-                fprintf(stderr, "coll-perf: invalid value '%s' for -c/--check (0 or 1)%s%s\n",
-                        optarg, is_coll ? "; the collective is -C/--collective " : "",
-                        is_coll ? optarg : "");
-                usage(stderr, argv[0]);
-                exit(2);
-            }
-            o->check = strcmp(optarg, "1") == 0;
-            break;
-        case 'R':
-            bad = strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0;
-            o->registered = strcmp(optarg, "1") == 0;
-            break;
-        case 'D':
-            bad = strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0;
-            o->device = strcmp(optarg, "cuda") == 0;
-            break;
-        case 'J':
-            o->json = optarg;
-            break;
-        case 'h':
-            usage(stdout, argv[0]);
-            exit(0);
-        default:
-            usage(stderr, argv[0]);
-            exit(2);
-        }
-        if (bad) {
+        if (parse_option(c, optarg, argv[0], o)) {
             fprintf(stderr, "coll-perf: invalid value '%s' for -%c\n", optarg, c);
-            usage(stderr, argv[0]);
-            exit(2);
+            usage_exit(argv[0]);
         }
     }
     if (optind < argc) {

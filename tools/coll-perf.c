@@ -58,6 +58,12 @@ static const char *need_env(const char *name)
     return v;
 }
 
+/* --json -: the JSON rows take stdout, and the table and the header are left out. */
+static int json_to_stdout(const struct opts *o)
+{
+    return o->json != NULL && strcmp(o->json, "-") == 0;
+}
+
 struct rank_info {
     char host[56];
     int32_t pid;
@@ -74,7 +80,7 @@ static void print_header(struct ctx *c, int argc, char **argv)
     CHECK(c, coll_all_gather(&mine, all, sizeof(mine), COLL_UINT8, c->comm, NULL));
     int version = 0;
     CHECK(c, coll_get_version(&version));
-    if (c->rank == 0 && !(c->o->json && strcmp(c->o->json, "-") == 0)) {
+    if (c->rank == 0 && !json_to_stdout(c->o)) {
         printf("# coll-perf:");
         for (int i = 1; i < argc; i++)
             printf(" %s", argv[i]);
@@ -111,164 +117,243 @@ static void print_header(struct ctx *c, int argc, char **argv)
     free(all);
 }
 
+/* As in a pod: rank, world size, root endpoint and pins come from the agent. */
+static void open_comm_agent(struct ctx *c, const char *agent_sock)
+{
+    c->agent_socket = agent_sock;
+    CHECK(c, coll_comm_init_agent(&c->comm));
+    c->fatal_comm = c->comm;
+    CHECK(c, coll_comm_count(c->comm, &c->nranks));
+    CHECK(c, coll_comm_user_rank(c->comm, &c->rank));
+    c->fatal_rank = c->rank;
+}
+
+/* From the variables coll-run sets; a wrong one exits 2 (bad usage) before any communicator. */
+static void open_comm_env(struct ctx *c)
+{
+    const char *id_str = need_env(COLL_ENV_UNIQUE_ID);
+    if (perf_parse_int(need_env(COLL_ENV_RANK), 0, &c->rank) ||
+        perf_parse_int(need_env(COLL_ENV_NRANKS), 1, &c->nranks) || c->rank >= c->nranks) {
+        fprintf(stderr, "coll-perf: COLL_RANK=%s / COLL_NRANKS=%s are not a valid rank and size\n",
+                getenv(COLL_ENV_RANK), getenv(COLL_ENV_NRANKS));
+        exit(2);
+    }
+    c->fatal_rank = c->rank;
+    if (c->o->root >= c->nranks) {
+        fprintf(stderr, "coll-perf: root %d is not a rank of %d\n", c->o->root, c->nranks);
+        exit(2);
+    }
+    coll_unique_id_t id;
+    CHECK(c, coll_unique_id_from_string(&id, id_str));
+    CHECK(c, coll_comm_init_rank(&c->comm, c->nranks, id, c->rank));
+    c->fatal_comm = c->comm;
+    int n = 0, r = -1;
+    CHECK(c, coll_comm_count(c->comm, &n));
+    CHECK(c, coll_comm_user_rank(c->comm, &r));
+    if (n != c->nranks || r != c->rank)
+        perf_fatal(c, "communicator reports rank %d of %d, the environment says %d of %d", r, n,
+                   c->rank, c->nranks);
+}
+
+static void open_comm(struct ctx *c)
+{
+    const char *id_str = getenv(COLL_ENV_UNIQUE_ID);
+    const char *agent_sock = getenv("COLL_AGENT_SOCKET");
+    if ((id_str == NULL || *id_str == '\0') && agent_sock != NULL && *agent_sock != '\0')
+        open_comm_agent(c, agent_sock);
+    else
+        open_comm_env(c);
+    if (c->o->root >= c->nranks) /* the agent's world size is known only now; every rank agrees */
+        perf_fatal(c, "root %d is not a rank of %d", c->o->root, c->nranks);
+}
+
+/* Sized once for the largest size, so that the sweep never allocates. */
+static void alloc_buffers(struct ctx *c)
+{
+    size_t alloc = c->o->maxbytes + 64;
+    c->alloc = alloc;
+    if (c->o->device)
+        perf_device_open(c, alloc);
+    if (c->o->registered) {
+        void *sb = NULL, *rb = NULL;
+        CHECK(c, coll_mem_alloc(&sb, alloc));
+        CHECK(c, coll_mem_alloc(&rb, alloc));
+        c->sbuf = sb;
+        c->rbuf = rb;
+    } else {
+        c->sbuf = malloc(alloc);
+        c->rbuf = malloc(alloc);
+        if (c->sbuf == NULL || c->rbuf == NULL)
+            perf_fatal(c, "cannot allocate 2 x %zu bytes", alloc);
+    }
+}
+
+static void free_buffers(struct ctx *c)
+{
+    if (c->o->registered) {
+        CHECK(c, coll_mem_free(c->sbuf));
+        CHECK(c, coll_mem_free(c->rbuf));
+    } else {
+        free(c->sbuf);
+        free(c->rbuf);
+    }
+}
+
+/* Where the rows go, and the totals of the summary; only rank 0 prints. */
+struct report {
+    int table;  /* rank 0 prints the table */
+    FILE *json; /* rank 0 with --json: the file or stdout */
+    int json_first;
+    int64_t total_wrong;
+    double bw_sum;
+    int bw_rows;
+};
+
+/* One size of one collective, type and op, out of place and in place. */
+struct row {
+    enum kind k;
+    int dt, op;
+    struct shape s;
+    struct result out, in;
+};
+
+/* Rank 0 with --json: the file and the fields before the rows. */
+static void open_json(const struct ctx *c, struct report *rep)
+{
+    if (c->rank != 0 || c->o->json == NULL)
+        return;
+    rep->json = json_to_stdout(c->o) ? stdout : fopen(c->o->json, "w");
+    if (rep->json == NULL)
+        perf_fatal(c, "cannot open %s: %s", c->o->json, strerror(errno));
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    fprintf(rep->json, "{\"tool\": \"coll-perf\", \"version\": ");
+    perf_json_string(rep->json, coll_get_version_string());
+    fprintf(rep->json, ", \"nranks\": %d, \"host\": ", c->nranks);
+    perf_json_string(rep->json, host);
+    fprintf(rep->json,
+            ", \"warmup\": %d, \"iters\": %d, \"check\": %d, \"registered\": %d, "
+            "\"rows\": [",
+            c->o->warmup, c->o->iters, c->o->check, c->o->registered);
+}
+
+static void close_json(struct report *rep)
+{
+    if (rep->json == NULL)
+        return;
+    fprintf(rep->json, "\n]}\n");
+    if (rep->json != stdout)
+        fclose(rep->json);
+}
+
+static void measure_row(struct ctx *c, struct row *w)
+{
+    if (c->o->do_out)
+        perf_measure(c, w->k, &w->s, w->dt, w->op, 0, &w->out);
+    if (c->o->do_in && perf_kinds[w->k].inplace_ok)
+        perf_measure(c, w->k, &w->s, w->dt, w->op, 1, &w->in);
+}
+
+static void report_row(const struct ctx *c, struct report *rep, const struct row *w)
+{
+    const char *opname = perf_kinds[w->k].has_op ? perf_op_names[w->op] : "none";
+    int root = perf_kinds[w->k].has_root ? c->o->root : -1;
+    if (rep->table) {
+        printf("  %10zu %12zu %8s %6s %6d", w->s.bytes, w->s.count, perf_dt_names[w->dt], opname,
+               root);
+        perf_print_result(&w->out);
+        perf_print_result(&w->in);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (rep->json != NULL) {
+        perf_json_row(rep->json, &rep->json_first, perf_kinds[w->k].name, c->nranks, &w->s,
+                      perf_dt_names[w->dt], opname, root, "out", &w->out);
+        perf_json_row(rep->json, &rep->json_first, perf_kinds[w->k].name, c->nranks, &w->s,
+                      perf_dt_names[w->dt], opname, root, "in", &w->in);
+    }
+    const struct result *rs[2] = {&w->out, &w->in};
+    for (int j = 0; j < 2; j++) {
+        if (!rs[j]->done)
+            continue;
+        rep->total_wrong += rs[j]->wrong > 0 ? rs[j]->wrong : 0;
+        rep->bw_sum += rs[j]->busbw;
+        rep->bw_rows++;
+    }
+}
+
+static size_t next_size(const struct opts *o, size_t bytes)
+{
+    size_t next = o->stepbytes ? bytes + o->stepbytes : (size_t)((double)bytes * o->stepfactor);
+    /* A factor that rounds a small size back to itself must still move on. */
+    return next > bytes ? next : bytes + 1;
+}
+
+/* Every size from -b up to -e (and -e itself when the steps land on it). */
+static void sweep_sizes(struct ctx *c, struct report *rep, enum kind k, int dt, int op)
+{
+    size_t bytes = c->o->minbytes;
+    for (;;) {
+        struct row w = {.k = k, .dt = dt, .op = op};
+        w.s = perf_shape_of(k, bytes, perf_dt_sizes[dt], c->nranks);
+        measure_row(c, &w);
+        report_row(c, rep, &w);
+        if (bytes >= c->o->maxbytes)
+            break;
+        bytes = next_size(c->o, bytes);
+        if (bytes > c->o->maxbytes)
+            break;
+    }
+}
+
+static void sweep(struct ctx *c, struct report *rep)
+{
+    const struct opts *o = c->o;
+    for (int k = 0; k < K_NUM; k++) {
+        if (!(o->kind_mask & (1 << k)))
+            continue;
+        if (rep->table)
+            perf_print_table_header(perf_kinds[k].name);
+        for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
+            if (!(o->dt_mask & (1 << dt)))
+                continue;
+            for (int op = 0; op < COLL_NUM_OPS; op++) {
+                /* Collectives without an op run once, not once per op. */
+                if (perf_kinds[k].has_op ? !(o->op_mask & (1 << op)) : op != 0)
+                    continue;
+                sweep_sizes(c, rep, k, dt, op);
+            }
+        }
+    }
+}
+
+static void print_summary(const struct ctx *c, const struct report *rep)
+{
+    if (!rep->table)
+        return;
+    printf("# Out of bounds values : %" PRId64 " %s\n", rep->total_wrong,
+           rep->total_wrong ? "FAILED" : (c->o->check ? "OK" : "(not checked)"));
+    printf("# Avg bus bandwidth    : %g\n#\n", rep->bw_rows ? rep->bw_sum / rep->bw_rows : 0.0);
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
     perf_parse_args(argc, argv, &o);
 
     struct ctx c = {.o = &o, .fatal_rank = -1};
-    const char *id_str = getenv(COLL_ENV_UNIQUE_ID);
-    const char *agent_sock = getenv("COLL_AGENT_SOCKET");
-    if ((id_str == NULL || *id_str == '\0') && agent_sock != NULL && *agent_sock != '\0') {
-        /* As in a pod: rank, world size, root endpoint and pins come from the agent. */
-        c.agent_socket = agent_sock;
-        CHECK(&c, coll_comm_init_agent(&c.comm));
-        c.fatal_comm = c.comm;
-        CHECK(&c, coll_comm_count(c.comm, &c.nranks));
-        CHECK(&c, coll_comm_user_rank(c.comm, &c.rank));
-        c.fatal_rank = c.rank;
-    } else {
-        id_str = need_env(COLL_ENV_UNIQUE_ID);
-        if (perf_parse_int(need_env(COLL_ENV_RANK), 0, &c.rank) ||
-            perf_parse_int(need_env(COLL_ENV_NRANKS), 1, &c.nranks) || c.rank >= c.nranks) {
-            fprintf(stderr,
-                    "coll-perf: COLL_RANK=%s / COLL_NRANKS=%s are not a valid rank and size\n",
-                    getenv(COLL_ENV_RANK), getenv(COLL_ENV_NRANKS));
-            return 2;
-        }
-        c.fatal_rank = c.rank;
-        if (o.root >= c.nranks) {
-            fprintf(stderr, "coll-perf: root %d is not a rank of %d\n", o.root, c.nranks);
-            return 2;
-        }
-        coll_unique_id_t id;
-        CHECK(&c, coll_unique_id_from_string(&id, id_str));
-        CHECK(&c, coll_comm_init_rank(&c.comm, c.nranks, id, c.rank));
-        c.fatal_comm = c.comm;
-        int n = 0, r = -1;
-        CHECK(&c, coll_comm_count(c.comm, &n));
-        CHECK(&c, coll_comm_user_rank(c.comm, &r));
-        if (n != c.nranks || r != c.rank)
-            perf_fatal(&c, "communicator reports rank %d of %d, the environment says %d of %d", r,
-                       n, c.rank, c.nranks);
-    }
-    if (o.root >= c.nranks) /* the agent's world size is known only now; every rank agrees */
-        perf_fatal(&c, "root %d is not a rank of %d", o.root, c.nranks);
-
-    size_t alloc = o.maxbytes + 64;
-    c.alloc = alloc;
-    if (o.device)
-        perf_device_open(&c, alloc);
-    if (o.registered) {
-        void *sb = NULL, *rb = NULL;
-        CHECK(&c, coll_mem_alloc(&sb, alloc));
-        CHECK(&c, coll_mem_alloc(&rb, alloc));
-        c.sbuf = sb;
-        c.rbuf = rb;
-    } else {
-        c.sbuf = malloc(alloc);
-        c.rbuf = malloc(alloc);
-        if (c.sbuf == NULL || c.rbuf == NULL)
-            perf_fatal(&c, "cannot allocate 2 x %zu bytes", alloc);
-    }
-
-    FILE *json = NULL;
-    int json_first = 1;
-    int table = !(o.json && strcmp(o.json, "-") == 0);
-    if (c.rank == 0 && o.json != NULL) {
-        json = table ? fopen(o.json, "w") : stdout;
-        if (json == NULL)
-            perf_fatal(&c, "cannot open %s: %s", o.json, strerror(errno));
-        char host[64] = "";
-        gethostname(host, sizeof(host) - 1);
-        fprintf(json, "{\"tool\": \"coll-perf\", \"version\": ");
-        perf_json_string(json, coll_get_version_string());
-        fprintf(json, ", \"nranks\": %d, \"host\": ", c.nranks);
-        perf_json_string(json, host);
-        fprintf(json,
-                ", \"warmup\": %d, \"iters\": %d, \"check\": %d, \"registered\": %d, "
-                "\"rows\": [",
-                o.warmup, o.iters, o.check, o.registered);
-    }
+    open_comm(&c);
+    alloc_buffers(&c);
+    struct report rep = {.table = c.rank == 0 && !json_to_stdout(&o), .json_first = 1};
+    open_json(&c, &rep);
     print_header(&c, argc, argv);
+    sweep(&c, &rep);
+    close_json(&rep);
+    print_summary(&c, &rep);
 
-    int64_t total_wrong = 0;
-    double bw_sum = 0;
-    int bw_rows = 0;
-    for (int k = 0; k < K_NUM; k++) {
-        if (!(o.kind_mask & (1 << k)))
-            continue;
-        if (c.rank == 0 && table)
-            perf_print_table_header(perf_kinds[k].name);
-        for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
-            if (!(o.dt_mask & (1 << dt)))
-                continue;
-            for (int op = 0; op < COLL_NUM_OPS; op++) {
-                if (perf_kinds[k].has_op ? !(o.op_mask & (1 << op)) : op != 0)
-                    continue;
-                size_t bytes = o.minbytes;
-                for (;;) {
-                    struct shape s = perf_shape_of(k, bytes, perf_dt_sizes[dt], c.nranks);
-                    struct result out = {0}, in = {0};
-                    if (o.do_out)
-                        perf_measure(&c, k, &s, dt, op, 0, &out);
-                    if (o.do_in && perf_kinds[k].inplace_ok)
-                        perf_measure(&c, k, &s, dt, op, 1, &in);
-                    const char *opname = perf_kinds[k].has_op ? perf_op_names[op] : "none";
-                    int root = perf_kinds[k].has_root ? o.root : -1;
-                    if (c.rank == 0 && table) {
-                        printf("  %10zu %12zu %8s %6s %6d", s.bytes, s.count, perf_dt_names[dt],
-                               opname, root);
-                        perf_print_result(&out);
-                        perf_print_result(&in);
-                        printf("\n");
-                        fflush(stdout);
-                    }
-                    if (json != NULL) {
-                        perf_json_row(json, &json_first, perf_kinds[k].name, c.nranks, &s,
-                                      perf_dt_names[dt], opname, root, "out", &out);
-                        perf_json_row(json, &json_first, perf_kinds[k].name, c.nranks, &s,
-                                      perf_dt_names[dt], opname, root, "in", &in);
-                    }
-                    const struct result *rs[2] = {&out, &in};
-                    for (int j = 0; j < 2; j++) {
-                        if (!rs[j]->done)
-                            continue;
-                        total_wrong += rs[j]->wrong > 0 ? rs[j]->wrong : 0;
-                        bw_sum += rs[j]->busbw;
-                        bw_rows++;
-                    }
-                    if (bytes >= o.maxbytes)
-                        break;
-                    size_t next =
-                        o.stepbytes ? bytes + o.stepbytes : (size_t)((double)bytes * o.stepfactor);
-                    bytes = next > bytes ? next : bytes + 1;
-                    if (bytes > o.maxbytes)
-                        break;
-                }
-            }
-        }
-    }
-
-    if (json != NULL) {
-        fprintf(json, "\n]}\n");
-        if (json != stdout)
-            fclose(json);
-    }
-    if (c.rank == 0 && table) {
-        printf("# Out of bounds values : %" PRId64 " %s\n", total_wrong,
-               total_wrong ? "FAILED" : (o.check ? "OK" : "(not checked)"));
-        printf("# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
-    }
-    if (o.registered) {
-        CHECK(&c, coll_mem_free(c.sbuf));
-        CHECK(&c, coll_mem_free(c.rbuf));
-    } else {
-        free(c.sbuf);
-        free(c.rbuf);
-    }
+    free_buffers(&c);
     c.fatal_comm = NULL;
     CHECK(&c, coll_comm_destroy(c.comm));
     perf_device_close(&c);
-    return total_wrong > 0 ? 1 : 0;
+    return rep.total_wrong > 0 ? 1 : 0;
 }

@@ -22,100 +22,14 @@
 #include <coll.h>
 
 #include <errno.h>
-#include <getopt.h>
-#include <limits.h>
-#include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include "coll_run.h"
-
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "usage: coll-run -n N [--ifname SPEC] [--timeout SEC] [--agent[=PATH] [--pin-version V]]\n"
-        "                [--] program [args...]\n"
-        "\n"
-        "Start N ranks of program on this host. Each rank gets the parent's environment plus\n"
-        "COLL_UNIQUE_ID, COLL_RANK, COLL_NRANKS, COLL_LOCAL_RANK and COLL_SOCKET_IFNAME; its\n"
-        "stdout and stderr lines are forwarded with a \"[rank R] \" prefix. When a rank fails\n"
-        "the others are stopped (SIGTERM, SIGKILL after %.0f s).\n"
-        "\n"
-        "  -n, --nranks N     number of ranks (1..%d)\n"
-        "  --ifname SPEC      interface spec for the bootstrap and the ranks, COLL_SOCKET_IFNAME\n"
-        "                     syntax (default: $COLL_SOCKET_IFNAME if set, else \"%s\")\n"
-        "  --timeout SEC      stop every rank after SEC seconds and fail (exit %d)\n"
-        "  --agent[=PATH]     serve every rank from its own coll-agent in standalone mode, as a\n"
-        "                     pod's kcoll sidecar would: the ranks get COLL_AGENT_SOCKET (and\n"
-        "                     COLL_LOCAL_RANK) instead of COLL_UNIQUE_ID/COLL_RANK/COLL_NRANKS "
-        "and\n"
-        "                     create their communicator with coll_comm_init_agent. PATH defaults\n"
-        "                     to coll-agent next to coll-run, then ../k8s-agent/coll-agent (the\n"
-        "                     build tree), then PATH. The agents' output is prefixed \"[agent R] "
-        "\"\n"
-        "  --pin-version V    with --agent: the libraryVersion the topology pins (default: this\n"
-        "                     coll-run's library, %s; \"\" pins none)\n"
-        "  -h, --help         this text\n"
-        "\n"
-        "Exit status: 0 when every rank exited 0; the first failing rank's exit status (128+N\n"
-        "for signal N); %d on timeout; 128+N when coll-run got signal N; %d for bad usage;\n"
-        "1 when the agents cannot be started.\n",
-        KILL_GRACE_S, MAX_RANKS, DEFAULT_IFNAME, EXIT_TIMEOUT, coll_get_version_string(),
-        EXIT_TIMEOUT, EXIT_USAGE);
-}
-
-static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("coll-run: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\n\n", stderr);
-    usage(stderr);
-    exit(EXIT_USAGE);
-}
-
-/* ---- argument parsing ---- */
-
-static int parse_nranks(const char *s)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        usage_error("-n: '%s' is not a number", s);
-    if (v <= 0)
-        usage_error("-n: the number of ranks must be at least 1, got %ld", v);
-    if (v > MAX_RANKS)
-        usage_error("-n: at most %d ranks, got %ld", MAX_RANKS, v);
-    return (int)v;
-}
-
-static double parse_timeout(const char *s)
-{
-    char *end;
-    double v;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v <= 0)
-        usage_error("--timeout: '%s' is not a positive number of seconds", s);
-    return v;
-}
-
-/* ---- main ---- */
 
 static void check_fd_limit(int nprocs)
 {
@@ -142,167 +56,111 @@ static void check_fd_limit(int nprocs)
     }
 }
 
-int main(int argc, char **argv)
+/* Without --agent: the job's unique id, so the bootstrap root thread lives in coll-run. */
+static bool make_unique_id(const char *ifname, char *id_str, size_t len)
 {
-    static const struct option longopts[] = {
-        {"nranks", required_argument, NULL, 'n'},
-        {"ifname", required_argument, NULL, 'i'},
-        {"timeout", required_argument, NULL, 't'},
-        {"agent", optional_argument, NULL, 'a'},
-        {"pin-version", required_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct run run;
-    const char *ifname = NULL, *agent_arg = NULL, *pin_version = NULL;
-    bool override_ifname;
     coll_unique_id_t id;
-    char id_str[COLL_UNIQUE_ID_STRLEN];
     coll_result_t res;
-    sigset_t orig_mask;
-    int opt;
 
-    memset(&run, 0, sizeof(run));
-    opterr = 0;
-    /* "+": stop at the first non-option, so the program's own options stay its own; ":" makes
-     * a missing value report ':'. */
-    while ((opt = getopt_long(argc, argv, "+:n:h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'n':
-            run.nranks = parse_nranks(optarg);
-            break;
-        case 'i':
-            if (*optarg == '\0')
-                usage_error("--ifname: empty interface spec");
-            ifname = optarg;
-            break;
-        case 't':
-            run.timeout_s = parse_timeout(optarg);
-            break;
-        case 'a':
-            run.agent_mode = true;
-            if (optarg != NULL && *optarg == '\0')
-                usage_error("--agent=: empty path (use --agent alone for the default)");
-            agent_arg = optarg;
-            break;
-        case 'p':
-            pin_version = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-        case ':':
-            usage_error("option %s needs a value", argv[optind - 1]);
-        default:
-            if (optopt != 0)
-                usage_error("unknown option -%c", optopt);
-            usage_error("unknown option %s", argv[optind - 1]);
-        }
+    res = coll_get_unique_id_ifname(&id, ifname);
+    if (res != COLL_SUCCESS) {
+        run_msg("cannot create a unique id on interface spec '%s': %s: %s", ifname,
+                coll_get_error_string(res), coll_get_last_error());
+        return false;
     }
-    if (run.nranks == 0)
-        usage_error("missing -n N (the number of ranks)");
-    if (pin_version != NULL && !run.agent_mode)
-        usage_error("--pin-version needs --agent (it is the version the agents pin)");
-    if (optind >= argc)
-        usage_error("missing the program to run");
-    run.argv = &argv[optind];
-    run.prog_path = run_resolve_program(run.argv[0]);
-    if (run.prog_path == NULL)
-        usage_error("program '%s' %s: %s", run.argv[0],
-                    strchr(run.argv[0], '/') != NULL ? "cannot be run" : "not found in PATH",
-                    strerror(errno));
-    if (run.agent_mode) {
-        char tried[PATH_MAX * 2 + 64] = "";
-
-        run.agent_path = run_find_agent(agent_arg, tried, sizeof(tried));
-        if (run.agent_path == NULL && agent_arg != NULL)
-            usage_error("--agent: '%s' %s: %s", agent_arg,
-                        strchr(agent_arg, '/') != NULL ? "cannot be run" : "not found in PATH",
-                        strerror(errno));
-        if (run.agent_path == NULL)
-            usage_error("--agent: %s not found (looked at %s); build it (k8s-agent/) or give "
-                        "its path with --agent=PATH",
-                        AGENT_NAME, tried);
+    res = coll_unique_id_to_string(&id, id_str, len);
+    if (res != COLL_SUCCESS) {
+        run_msg("cannot format the unique id: %s: %s", coll_get_error_string(res),
+                coll_get_last_error());
+        return false;
     }
+    return true;
+}
 
-    /* An explicit --ifname wins over the environment; otherwise the user's setting is kept. */
-    override_ifname = ifname != NULL || getenv(ENV_SOCKET_IFNAME) == NULL;
-    if (ifname == NULL)
-        ifname = override_ifname ? DEFAULT_IFNAME : getenv(ENV_SOCKET_IFNAME);
+/* The job takes over the resolved paths; nothing is allocated or started yet. */
+static void init_run(struct run *run, const struct run_opts *o)
+{
+    memset(run, 0, sizeof(*run));
+    run->nranks = o->nranks;
+    run->nprocs = o->agent_mode ? 2 * o->nranks : o->nranks;
+    run->timeout_s = o->timeout_s;
+    run->argv = o->argv;
+    run->prog_path = o->prog_path;
+    run->agent_mode = o->agent_mode;
+    run->agent_path = o->agent_path;
+}
 
-    run.nprocs = run.agent_mode ? 2 * run.nranks : run.nranks;
-    check_fd_limit(run.nprocs);
-    /* Before the library starts its bootstrap thread, so that the thread inherits the mask. */
-    run_install_handlers(&orig_mask);
+/* Before any fork: a forked child of a multi-threaded process may not allocate. */
+static void prepare_ranks(struct run *run, const struct run_opts *o, const char *id_str)
+{
+    for (int i = 0; i < run->nranks; i++) {
+        struct rank *r = &run->ranks[i];
 
-    run.ranks = run_xcalloc((size_t)run.nprocs, sizeof(*run.ranks));
-    if (run.agent_mode) {
+        r->rank = i;
+        r->out.fd = -1;
+        r->err.fd = -1;
+        r->envp = run->agent_mode
+                      ? run_build_agent_rank_env(i, run->ranks[run->nranks + i].sock_path)
+                      : run_build_env(i, run->nranks, id_str, o->ifname, o->override_ifname);
+    }
+}
+
+/* What the ranks are given before they start; false (message printed) when that fails. */
+static bool prepare_job(struct run *run, const struct run_opts *o)
+{
+    char id_str[COLL_UNIQUE_ID_STRLEN] = "";
+
+    run->ranks = run_xcalloc((size_t)run->nprocs, sizeof(*run->ranks));
+    if (run->agent_mode) {
         /* No unique id here: rank 0 hosts the bootstrap root at the endpoint its agent serves. */
-        run_write_topology(&run, ifname,
-                           pin_version != NULL ? pin_version : coll_get_version_string());
-        run_prepare_agents(&run);
-    } else {
-        res = coll_get_unique_id_ifname(&id, ifname);
-        if (res != COLL_SUCCESS) {
-            run_msg("cannot create a unique id on interface spec '%s': %s: %s", ifname,
-                    coll_get_error_string(res), coll_get_last_error());
-            return EXIT_FAILURE;
-        }
-        res = coll_unique_id_to_string(&id, id_str, sizeof(id_str));
-        if (res != COLL_SUCCESS) {
-            run_msg("cannot format the unique id: %s: %s", coll_get_error_string(res),
-                    coll_get_last_error());
-            return EXIT_FAILURE;
-        }
+        run_write_topology(run, o->ifname,
+                           o->pin_version != NULL ? o->pin_version : coll_get_version_string());
+        run_prepare_agents(run);
+    } else if (!make_unique_id(o->ifname, id_str, sizeof(id_str))) {
+        return false;
     }
-    for (int i = 0; i < run.nranks; i++) {
-        run.ranks[i].rank = i;
-        run.ranks[i].out.fd = -1;
-        run.ranks[i].err.fd = -1;
-        run.ranks[i].envp = run.agent_mode
-                                ? run_build_agent_rank_env(i, run.ranks[run.nranks + i].sock_path)
-                                : run_build_env(i, run.nranks, id_str, ifname, override_ifname);
-    }
-    if (run.timeout_s > 0)
-        run.deadline = run_now_s() + run.timeout_s;
+    prepare_ranks(run, o, id_str);
+    return true;
+}
 
-    if (run.agent_mode) {
-        for (int i = run.nranks; i < run.nprocs && !run.stopping; i++) {
-            int err = run_start_rank(&run, &run.ranks[i], &orig_mask);
+/* --agent: no rank starts before every agent serves its socket, as in a pod. */
+static void start_agents(struct run *run, const sigset_t *orig_mask)
+{
+    for (int i = run->nranks; i < run->nprocs && !run->stopping; i++) {
+        int err = run_start_rank(run, &run->ranks[i], orig_mask);
 
-            if (err != 0) {
-                if (err > 0)
-                    run_msg("cannot execute '%s' for agent %d: %s", run.agent_path, i - run.nranks,
-                            strerror(err));
-                run.stopping = true;
-                run.exit_code = EXIT_FAILURE;
-            }
-        }
-        if (!run.stopping)
-            run_event_loop(&run, &orig_mask, PHASE_AGENTS);
-    }
-    for (int i = 0; i < run.nranks && !run.stopping; i++) {
-        int err = run_start_rank(&run, &run.ranks[i], &orig_mask);
-
-        run.ranks_launched = true;
         if (err != 0) {
             if (err > 0)
-                run_msg("cannot execute '%s' for rank %d: %s", run.prog_path, i, strerror(err));
+                run_msg("cannot execute '%s' for agent %d: %s", run->agent_path, i - run->nranks,
+                        strerror(err));
+            run->stopping = true;
+            run->exit_code = EXIT_FAILURE;
+        }
+    }
+    if (!run->stopping)
+        run_event_loop(run, orig_mask, PHASE_AGENTS);
+}
+
+static void start_ranks(struct run *run, const sigset_t *orig_mask)
+{
+    for (int i = 0; i < run->nranks && !run->stopping; i++) {
+        int err = run_start_rank(run, &run->ranks[i], orig_mask);
+
+        run->ranks_launched = true;
+        if (err != 0) {
+            if (err > 0)
+                run_msg("cannot execute '%s' for rank %d: %s", run->prog_path, i, strerror(err));
             /* Ranks already started would wait for the missing one until their timeout. */
-            run_stop_all(&run, SIGTERM, err > 0 ? EXIT_USAGE : EXIT_FAILURE);
+            run_stop_all(run, SIGTERM, err > 0 ? EXIT_USAGE : EXIT_FAILURE);
             break;
         }
     }
+}
 
-    run_event_loop(&run, &orig_mask, PHASE_RUN);
-
-    if (!run.stopping) {
-        /* Normal end: every rank exited on its own; a non-zero status would have stopped us. */
-        run.exit_code = EXIT_SUCCESS;
-    }
-    run_remove_tmp_dir(&run);
-    for (int i = 0; i < run.nprocs; i++) {
-        struct rank *r = &run.ranks[i];
+static void free_run(struct run *run)
+{
+    for (int i = 0; i < run->nprocs; i++) {
+        struct rank *r = &run->ranks[i];
 
         run_free_env(r->envp);
         if (r->argv != NULL)
@@ -310,10 +168,38 @@ int main(int argc, char **argv)
         free(r->argv);
         free(r->sock_path);
     }
-    free(run.ranks);
-    free(run.prog_path);
-    free(run.agent_path);
-    free(run.topo_path);
+    free(run->ranks);
+    free(run->prog_path);
+    free(run->agent_path);
+    free(run->topo_path);
+}
+
+int main(int argc, char **argv)
+{
+    struct run_opts o;
+    struct run run;
+    sigset_t orig_mask;
+
+    run_parse_args(argc, argv, &o);
+    init_run(&run, &o);
+    check_fd_limit(run.nprocs);
+    /* Before the library starts its bootstrap thread, so that the thread inherits the mask. */
+    run_install_handlers(&orig_mask);
+    if (!prepare_job(&run, &o))
+        return EXIT_FAILURE;
+    if (run.timeout_s > 0)
+        run.deadline = run_now_s() + run.timeout_s;
+    if (run.agent_mode)
+        start_agents(&run, &orig_mask);
+    start_ranks(&run, &orig_mask);
+    run_event_loop(&run, &orig_mask, PHASE_RUN);
+
+    if (!run.stopping) {
+        /* Normal end: every rank exited on its own; a non-zero status would have stopped us. */
+        run.exit_code = EXIT_SUCCESS;
+    }
+    run_remove_tmp_dir(&run);
+    free_run(&run);
     if (fflush(stdout) != 0 && !run.stdout_broken)
         run_msg("cannot flush stdout: %s", strerror(errno));
     return run.exit_code;

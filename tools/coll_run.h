@@ -1,9 +1,10 @@
 /*
- * coll-run's internals, shared by its files: coll-run.c (options, usage, main),
- * coll-run-spawn.c (finding the program, the ranks' environments, fork and exec),
- * coll-run-supervise.c (signals, the event loop, stopping and reaping ranks),
- * coll-run-output.c (messages, the "[rank R] " prefixed forwarding) and coll-run-agent.c
- * (--agent: the standalone topology and the coll-agent processes).
+ * coll-run's internals, shared by its files: coll-run.c (setting up and running the job, main),
+ * coll-run-opts.c (options, usage), coll-run-spawn.c (finding the program, the ranks'
+ * environments, fork and exec), coll-run-supervise.c (signals, the event loop),
+ * coll-run-reap.c (stopping and reaping ranks), coll-run-output.c (messages, the "[rank R] "
+ * prefixed forwarding) and coll-run-agent.c (--agent: the standalone topology and the coll-agent
+ * processes).
  */
 #ifndef COLL_RUN_H
 #define COLL_RUN_H
@@ -31,6 +32,20 @@
 #define AGENT_POLL_MS     20   /* how often to look for the sockets meanwhile */
 #define DEFAULT_BOOT_S    120  /* the library's defaults, pinned unless the environment says */
 #define DEFAULT_TIMEOUT_S 300
+
+/* What the command line asks for, checked; the paths are malloc'd and the job takes them over. */
+struct run_opts {
+    int nranks;
+    double timeout_s;     /* 0: none */
+    const char *ifname;   /* the interface spec the ranks and the bootstrap use */
+    bool override_ifname; /* the ranks get ifname instead of the user's COLL_SOCKET_IFNAME */
+    bool agent_mode;
+    const char *agent_arg;   /* --agent=PATH, NULL for the default places */
+    const char *pin_version; /* --pin-version, NULL when not given */
+    char **argv;             /* the program and its arguments */
+    char *prog_path;         /* resolved path of the program */
+    char *agent_path;        /* resolved coll-agent, with --agent */
+};
 
 /* One output stream (stdout or stderr) of one rank. */
 struct stream {
@@ -91,6 +106,9 @@ enum phase {
     PHASE_RUN,    /* the ranks run (and then the agents are stopped) */
 };
 
+/* coll-run-opts.c: exits with the usage text on a bad command line, and after -h */
+void run_parse_args(int argc, char **argv, struct run_opts *o);
+
 /* coll-run-output.c: messages and helpers that exit on failure */
 void run_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void run_close_fd(int fd);
@@ -114,8 +132,12 @@ int run_start_rank(struct run *run, struct rank *r, const sigset_t *orig_mask);
 
 /* coll-run-supervise.c */
 void run_install_handlers(sigset_t *orig_mask);
-void run_stop_all(struct run *run, int sig, int exit_code);
 void run_event_loop(struct run *run, const sigset_t *orig_mask, enum phase phase);
+
+/* coll-run-reap.c */
+void run_stop_all(struct run *run, int sig, int exit_code);
+void run_stop_agents(struct run *run, int sig);
+void run_reap(struct run *run);
 
 /* coll-run-agent.c */
 char *run_find_agent(const char *given, char *tried, size_t tried_len);
