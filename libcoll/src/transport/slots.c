@@ -8,7 +8,6 @@
 static coll_result_t send_lane(struct coll_comm *comm, void *st, const colli_slot_ops_t *ops,
                                colli_op_t *op, colli_lane_t *l, bool *progressed)
 {
-    const size_t cap = ops->cap(st, l->peer, true);
     coll_result_t status = COLL_SUCCESS;
     bool moved = false;
     while (l->done < l->n) {
@@ -17,6 +16,7 @@ static coll_result_t send_lane(struct coll_comm *comm, void *st, const colli_slo
             break;
         if ((status = ops->tx_ready(comm, st, op, l->peer)) != COLL_SUCCESS)
             break;
+        const size_t cap = ops->cap(st, l->peer, true); /* the ring exists now */
         if (l->hdr_off == 0) {
             colli_frame_fill(comm, op, u, &l->hdr);
             l->hdr_off = 1;

@@ -12,7 +12,8 @@
 typedef struct colli_slot_ops {
     colli_subsys_t sub; /* the transport's log subsystem */
     const char *what;   /* "shared-memory", "InfiniBand": the ring in error messages */
-    /* Payload bytes of one slot of the ring to (send) or from peer. */
+    /* Payload bytes of one slot of the ring to (send) or from peer, once tx_ready or rx_ready
+     * said the ring is there. */
     size_t (*cap)(void *st, int peer, bool send);
     /* Sender, before a unit's first fragment: COLL_SUCCESS when the peer can take data (the
      * ring may be created here), else the error (the peer left). */

@@ -238,13 +238,14 @@ coll_result_t colli_tp_ready(struct coll_comm *comm)
             drop(comm, i);
     }
     log_choice(comm, npeers);
+    /* the listener's transport first: the others may wait for connections it accepts */
+    coll_result_t status = comm->tp[listener].ops->comm_ready(comm, listener);
     FOR_EACH_TP(comm, i)
     {
-        coll_result_t status = comm->tp[i].ops->comm_ready(comm, i);
-        if (status != COLL_SUCCESS)
-            return status;
+        if (i != listener && status == COLL_SUCCESS)
+            status = comm->tp[i].ops->comm_ready(comm, i);
     }
-    return COLL_SUCCESS;
+    return status;
 }
 
 coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed)
