@@ -159,6 +159,19 @@ COLL_API coll_result_t coll_comm_init_rank(coll_comm_t *comm, int nranks, coll_u
  */
 COLL_API coll_result_t coll_comm_init_agent(coll_comm_t *comm);
 
+/** The color of a rank that joins no communicator in coll_comm_split. */
+#define COLL_SPLIT_NOCOLOR (-1)
+
+/**
+ * Split comm into disjoint communicators, like ncclCommSplit and MPI_Comm_split. Collective over
+ * comm: every rank calls it (outside a group). Ranks that pass the same color form one new
+ * communicator, ranked by key (ties: by rank in comm); a rank passing COLL_SPLIT_NOCOLOR joins
+ * none and gets NULL. The new communicators need no unique id: they bootstrap through comm, and
+ * take comm's configuration (the pinned network and transport policy, tuning, timeouts) and
+ * agent. Blocks until the new communicator is ready or COLL_BOOTSTRAP_TIMEOUT expires.
+ */
+COLL_API coll_result_t coll_comm_split(coll_comm_t comm, int color, int key, coll_comm_t *newcomm);
+
 /** Free the communicator after its operations completed. The handle is invalid afterwards. */
 COLL_API coll_result_t coll_comm_destroy(coll_comm_t comm);
 
@@ -220,7 +233,12 @@ COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t da
 /**
  * Group calls: operations issued between coll_group_start and coll_group_end (per thread,
  * nestable) are deferred and run concurrently at the outermost coll_group_end, so any pattern of
- * sends and receives (an all-to-all-v, a ring exchange) completes without deadlock.
+ * sends and receives (an all-to-all-v, a ring exchange) completes without deadlock. Calls on
+ * several communicators run concurrently, one thread per communicator, so one thread may drive
+ * several ranks of one job (one per GPU, as with ncclCommInitAll). coll_comm_init_rank inside a
+ * group returns at once: every communicator it queued is created at coll_group_end, all at the
+ * same time, and written to its coll_comm_t then (which must stay valid until then); if one
+ * fails, none is created and coll_group_end returns that error.
  */
 COLL_API coll_result_t coll_group_start(void);
 COLL_API coll_result_t coll_group_end(void);

@@ -98,17 +98,21 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
         snprintf(tmo, sizeof(tmo), "%d", f.timeout_s);
         pins[np++] = (colli_pin_t){"COLL_TIMEOUT", tmo};
     }
-    struct sockaddr_storage root;
-    COLL_CHECK_GOTO(resolve(f.root_host, f.root_port, &root), report);
+    colli_create_t c = {.nranks = f.nranks,
+                        .rank = f.rank,
+                        .pins = pins,
+                        .npins = np,
+                        .agent_socket = path,
+                        .ident = {f.pod, f.node, f.group}};
+    memcpy(c.secret, f.secret, sizeof(c.secret));
+    COLL_CHECK_GOTO(resolve(f.root_host, f.root_port, &c.root), report);
     if (f.is_root) {
         struct sockaddr_storage bound;
         double bt = f.bootstrap_timeout_s > 0 ? f.bootstrap_timeout_s : env.bootstrap_timeout;
-        COLL_CHECK_GOTO(colli_root_start(&root, f.secret, bt, &bound), report);
+        COLL_CHECK_GOTO(colli_root_start(&c.root, f.secret, bt, &bound), report);
     }
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_BOOTSTRAPPING, NULL);
-    const colli_ident_t ident = {f.pod, f.node, f.group};
-    COLL_CHECK_GOTO(
-        colli_comm_create(out, f.nranks, f.rank, &root, f.secret, pins, np, path, &ident), report);
+    COLL_CHECK_GOTO(colli_comm_create(&c, out), report);
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_READY, NULL);
     goto out;
 report : {

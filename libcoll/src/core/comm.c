@@ -1,4 +1,5 @@
-/* Communicator lifecycle: handle registry, init from a unique id, destroy, abort, queries. */
+/* Communicator lifecycle: create a member (from a unique id, the agent or a parent), destroy,
+ * abort, queries. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,6 @@ static int count_cores(void)
 
 coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t id, int rank)
 {
-    coll_result_t status;
     if (out == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "coll_comm_init_rank: comm is NULL (pass a coll_comm_t to fill)");
@@ -79,73 +79,66 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     if (rank < 0 || rank >= nranks)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "coll_comm_init_rank: rank=%d is out of range [0, %d)", rank, nranks);
-    struct sockaddr_storage root;
-    uint8_t secret[16];
-    status = colli_uid_decode(&id, &root, secret);
+    colli_create_t c = {.nranks = nranks, .rank = rank};
+    coll_result_t status = colli_uid_decode(&id, &c.root, c.secret);
     if (status != COLL_SUCCESS)
         return status;
-    return colli_comm_create(out, nranks, rank, &root, secret, NULL, 0, NULL, NULL);
+    /* in a group: created at coll_group_end, together with the group's other communicators */
+    if (colli_group_active())
+        return colli_group_enqueue_init(&c, out);
+    return colli_comm_create(&c, out);
 }
 
-coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
-                                const struct sockaddr_storage *root, const uint8_t secret[16],
-                                const colli_pin_t *pins, int npins, const char *agent_socket,
-                                const colli_ident_t *ident)
+/* The configuration snapshot: the parent's (split), else environment > default with the
+ * agent's pins on top. */
+static coll_result_t load_config(struct coll_comm *comm, const colli_create_t *c)
 {
-    coll_result_t status;
-    bool bootstrapped = false;
-    struct coll_comm *comm = calloc(1, sizeof(*comm));
-    if (comm == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating a communicator");
-    int saved_rank = colli_log_get_rank();
-    colli_log_set_rank(rank);
-    comm->rank = rank;
-    comm->nranks = nranks;
-    comm->blame_rank = -1;
-    comm->on_fail = comm_on_fail;
-    memcpy(comm->secret, secret, 16);
-    comm->tag = colli_comm_tag(secret);
-    colli_testhook_load(&comm->test);
-    COLL_CHECK_GOTO(colli_config_load(&comm->cfg), err_free);
-    for (int i = 0; i < npins; i++)
-        COLL_CHECK_GOTO(colli_config_pin(&comm->cfg, pins[i].name, pins[i].value, COLLI_SRC_AGENT),
-                        err_free);
-    if (agent_socket != NULL)
-        snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", agent_socket);
-    COLL_CHECK_GOTO(colli_tp_probe(comm), err_free);
-    colli_netif_t nif;
-    COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
-                    err_free);
-    colli_member_t self;
-    memset(&self, 0, sizeof(self));
-    COLL_CHECK_GOTO(colli_tp_init(comm, &nif, &self), err_free);
-    self.rank = rank;
-    self.nranks = nranks;
-    self.proto = COLLI_PROTO_VERSION;
-    snprintf(self.version, sizeof(self.version), "%s", COLL_VERSION_STRING_BUILD);
-    snprintf(self.ifname, sizeof(self.ifname), "%s", nif.name);
-    colli_member_fill_host(&self);
-    apply_host_id_suffix(comm, &self);
-    if (ident != NULL) {
-        snprintf(self.pod, sizeof(self.pod), "%s", ident->pod ? ident->pod : "");
-        snprintf(self.node, sizeof(self.node), "%s", ident->node ? ident->node : "");
-        snprintf(self.group, sizeof(self.group), "%s", ident->group ? ident->group : "");
+    if (c->parent != NULL) {
+        comm->cfg = c->parent->cfg;
+        comm->test = c->parent->test;
+        snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->parent->agent_socket);
+        return COLL_SUCCESS;
     }
-    self.nstreams = (uint32_t)comm->cfg.nstreams;
-    self.chunk_size = comm->cfg.chunk_size;
-    self.small_threshold = comm->cfg.small_threshold;
-    self.direct_min = comm->cfg.shm_direct_min;
-    colli_cuda_versions(&comm->test, rank, &self.cuda_runtime, &self.cuda_driver);
-    char la[80];
-    colli_sockaddr_str(&self.addr, la, sizeof(la));
-    coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", rank, nranks, la, nif.name,
-              COLL_VERSION_STRING_BUILD, colli_kernels_isa());
-    bootstrapped = true; /* from here on the root itself reports what went wrong */
-    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, root, &self, &nif.addr), err_free);
-    /* Every rank runs rank 0's tuning, so that all choose the same algorithms. */
+    colli_testhook_load(&comm->test);
+    coll_result_t status = colli_config_load(&comm->cfg);
+    for (int i = 0; i < c->npins && status == COLL_SUCCESS; i++)
+        status = colli_config_pin(&comm->cfg, c->pins[i].name, c->pins[i].value, COLLI_SRC_AGENT);
+    if (c->agent_socket != NULL)
+        snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->agent_socket);
+    return status;
+}
+
+/* This rank's member record, beyond what the transports filled (listener, capabilities). */
+static void describe_self(const struct coll_comm *comm, const colli_create_t *c,
+                          const colli_netif_t *nif, colli_member_t *self)
+{
+    self->rank = comm->rank;
+    self->nranks = comm->nranks;
+    self->proto = COLLI_PROTO_VERSION;
+    snprintf(self->version, sizeof(self->version), "%s", COLL_VERSION_STRING_BUILD);
+    snprintf(self->ifname, sizeof(self->ifname), "%s", nif->name);
+    colli_member_fill_host(self);
+    apply_host_id_suffix(comm, self);
+    /* the names the agent gave this rank; a split child keeps its parent's */
+    const colli_member_t *pm = c->parent != NULL ? &c->parent->members[c->parent->rank] : NULL;
+    const char *pod = pm ? pm->pod : c->ident.pod, *node = pm ? pm->node : c->ident.node;
+    const char *group = pm ? pm->group : c->ident.group;
+    snprintf(self->pod, sizeof(self->pod), "%s", pod ? pod : "");
+    snprintf(self->node, sizeof(self->node), "%s", node ? node : "");
+    snprintf(self->group, sizeof(self->group), "%s", group ? group : "");
+    self->nstreams = (uint32_t)comm->cfg.nstreams;
+    self->chunk_size = comm->cfg.chunk_size;
+    self->small_threshold = comm->cfg.small_threshold;
+    self->direct_min = comm->cfg.shm_direct_min;
+    colli_cuda_versions(&comm->test, comm->rank, &self->cuda_runtime, &self->cuda_driver);
+}
+
+/* Every rank runs rank 0's tuning, so that all choose the same algorithms. */
+static void adopt_tuning(struct coll_comm *comm, const colli_member_t *self)
+{
     const colli_member_t *m0 = &comm->members[0];
-    if (m0->nstreams != self.nstreams || m0->chunk_size != self.chunk_size ||
-        m0->small_threshold != self.small_threshold || m0->direct_min != self.direct_min)
+    if (m0->nstreams != self->nstreams || m0->chunk_size != self->chunk_size ||
+        m0->small_threshold != self->small_threshold || m0->direct_min != self->direct_min)
         coll_info(CONFIG,
                   "adopting rank 0's tuning: streams %u, chunk %llu, small threshold %llu, "
                   "single-copy minimum %llu",
@@ -155,36 +148,75 @@ coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
     comm->cfg.chunk_size = m0->chunk_size;
     comm->cfg.small_threshold = m0->small_threshold;
     comm->cfg.shm_direct_min = m0->direct_min;
-    for (int i = 0; i < nranks; i++)
-        if (strcmp(comm->members[i].host_id, self.host_id) == 0)
+    for (int i = 0; i < comm->nranks; i++)
+        if (strcmp(comm->members[i].host_id, self->host_id) == 0)
             comm->local_ranks++;
     comm->oversubscribed = comm->local_ranks > count_cores();
+}
+
+/* The per-peer arrays every operation uses. */
+static coll_result_t alloc_peer_state(struct coll_comm *comm)
+{
+    const size_t n = (size_t)comm->nranks;
+    comm->staging = calloc(n * comm->members[0].nstreams, sizeof(void *));
+    comm->p2p_send_seq = calloc(n, sizeof(uint64_t));
+    comm->p2p_recv_seq = calloc(n, sizeof(uint64_t));
+    comm->stuck_reported = calloc(n, 1);
+    comm->stuck_waits = calloc(n, 1);
+    if (comm->staging == NULL || comm->p2p_send_seq == NULL || comm->p2p_recv_seq == NULL ||
+        comm->stuck_reported == NULL || comm->stuck_waits == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for a %d-rank communicator",
+                         comm->nranks);
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
+{
+    coll_result_t status;
+    bool bootstrapped = false;
+    struct coll_comm *comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating a communicator");
+    int saved_rank = colli_log_get_rank();
+    colli_log_set_rank(c->rank);
+    comm->rank = c->rank;
+    comm->nranks = c->nranks;
+    comm->blame_rank = -1;
+    comm->on_fail = comm_on_fail;
+    memcpy(comm->secret, c->secret, 16);
+    comm->tag = colli_comm_tag(c->secret);
+    COLL_CHECK_GOTO(load_config(comm, c), err_free);
+    COLL_CHECK_GOTO(colli_tp_probe(comm), err_free);
+    colli_netif_t nif;
+    COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
+                    err_free);
+    colli_member_t self;
+    memset(&self, 0, sizeof(self));
+    COLL_CHECK_GOTO(colli_tp_init(comm, &nif, &self), err_free);
+    describe_self(comm, c, &nif, &self);
+    char la[80];
+    colli_sockaddr_str(&self.addr, la, sizeof(la));
+    coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", c->rank, c->nranks, la,
+              nif.name, COLL_VERSION_STRING_BUILD, colli_kernels_isa());
+    bootstrapped = true; /* from here on the root itself reports what went wrong */
+    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &c->root, &self, &nif.addr), err_free);
+    adopt_tuning(comm, &self);
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
     COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
-    comm->staging = calloc((size_t)nranks * m0->nstreams, sizeof(void *));
-    comm->p2p_send_seq = calloc((size_t)nranks, sizeof(uint64_t));
-    comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(uint64_t));
-    comm->stuck_reported = calloc((size_t)nranks, 1);
-    comm->stuck_waits = calloc((size_t)nranks, 1);
-    if (comm->staging == NULL || comm->p2p_send_seq == NULL || comm->p2p_recv_seq == NULL ||
-        comm->stuck_reported == NULL || comm->stuck_waits == NULL) {
-        status =
-            COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for a %d-rank communicator", nranks);
-        goto err_free;
-    }
+    COLL_CHECK_GOTO(alloc_peer_state(comm), err_free);
     COLL_CHECK_GOTO(colli_tp_ready(comm), err_free);
     colli_config_log(&comm->cfg);
     COLL_CHECK_GOTO(colli_comm_register(comm, out), err_free);
-    coll_info(INIT, "communicator ready: rank %d of %d, %d on this host", rank, nranks,
+    coll_info(INIT, "communicator ready: rank %d of %d, %d on this host", c->rank, c->nranks,
               comm->local_ranks);
     colli_log_set_rank(saved_rank);
     return COLL_SUCCESS;
 err_free:
-    if (!bootstrapped && status != COLL_SUCCESS) {
+    if (!bootstrapped) {
         /* A local problem (configuration, pins, interface): fail every rank now, by name. */
         char msg[1100];
         snprintf(msg, sizeof(msg), "%s", colli_last_error());
-        colli_bootstrap_report_error(root, secret, rank, nranks, msg);
+        colli_bootstrap_report_error(&c->root, c->secret, c->rank, c->nranks, msg);
         colli_set_last_error(msg);
     }
     comm_free(comm);

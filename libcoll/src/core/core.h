@@ -20,10 +20,29 @@ typedef struct colli_item {
     void *stream; /* device buffers: the caller's stream */
 } colli_item_t;
 
+/* What creating a communicator member takes (every init path ends in colli_comm_create). */
+typedef struct colli_create {
+    int nranks;
+    int rank;
+    struct sockaddr_storage root; /* the bootstrap root */
+    uint8_t secret[16];
+    /* From a parent (coll_comm_split): its configuration snapshot, test seams, agent socket and
+     * the names its agent gave this rank; everything below is then ignored. */
+    const struct coll_comm *parent;
+    const colli_pin_t *pins; /* agent mode: pins applied over the environment */
+    int npins;
+    const char *agent_socket; /* report failures to this coll-agent (NULL: none) */
+    colli_ident_t ident;      /* what the agent says about where this rank runs */
+} colli_create_t;
+
 /* group.c: is the calling thread inside coll_group_start/coll_group_end? */
 bool colli_group_active(void);
 /* Queue a checked call until the group ends. */
 coll_result_t colli_group_enqueue(const colli_item_t *it);
+/* Queue a communicator creation: at coll_group_end every queued creation runs at once (one
+ * thread each), so that one thread can create several ranks of one communicator; *out is
+ * written then. */
+coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out);
 
 /* dispatch.c: run a collective now (device buffers: queued for the communicator's progress
  * thread; host buffers: after the device calls queued before it). */
@@ -31,12 +50,8 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
 /* Run the sends and receives of handle among items[0..n) as one operation. */
 coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, int n);
 
-/* comm.c: create a communicator member from a root address and secret (every init path ends
- * here); pins (agent mode) apply over the environment. */
-coll_result_t colli_comm_create(coll_comm_t *out, int nranks, int rank,
-                                const struct sockaddr_storage *root, const uint8_t secret[16],
-                                const colli_pin_t *pins, int npins, const char *agent_socket,
-                                const colli_ident_t *ident);
+/* comm.c: create this process's member; *out is written only on success. */
+coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);
 
 /* agent_init.c: tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);

@@ -1,14 +1,30 @@
 /* Groups: calls between coll_group_start and coll_group_end are checked at once and queued per
- * thread (as the API defines it); at the outermost end the collectives run in issue order, then
- * each communicator's sends and receives as one concurrent operation. */
+ * thread (as the API defines it). At the outermost end, queued communicator creations run first,
+ * all at once (one thread each: one thread may create several ranks of one communicator, as
+ * ncclCommInitAll does); then each communicator's collectives in issue order and its sends and
+ * receives as one concurrent operation. A group that spans several communicators runs each one
+ * on a thread of its own, so that ranks of one job driven by one thread all make progress. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
+
+typedef struct {
+    colli_create_t create;
+    coll_comm_t *out;
+    coll_comm_t made;
+    coll_result_t status;
+    char msg[1100]; /* the creating thread's last error */
+} init_item_t;
 
 static _Thread_local struct {
     int depth;
     colli_item_t *items;
     int n, cap;
+    init_item_t *inits;
+    int ninit, init_cap;
 } group;
 
 bool colli_group_active(void)
@@ -16,17 +32,35 @@ bool colli_group_active(void)
     return group.depth > 0;
 }
 
+/* Room for one more element in a grow-only array of elt-byte elements. */
+static bool grow(void **arr, int n, int *cap, size_t elt)
+{
+    if (n < *cap)
+        return true;
+    int ncap = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, (size_t)ncap * elt);
+    if (p == NULL)
+        return false;
+    *arr = p;
+    *cap = ncap;
+    return true;
+}
+
 coll_result_t colli_group_enqueue(const colli_item_t *it)
 {
-    if (group.n == group.cap) {
-        int cap = group.cap ? group.cap * 2 : 16;
-        colli_item_t *n = realloc(group.items, (size_t)cap * sizeof(*n));
-        if (n == NULL)
-            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing a group operation");
-        group.items = n;
-        group.cap = cap;
-    }
+    if (!grow((void **)&group.items, group.n, &group.cap, sizeof(*group.items)))
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing a group operation");
     group.items[group.n++] = *it;
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out)
+{
+    if (c->pins != NULL || c->parent != NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INTERNAL, "only unique-id creations are queued");
+    if (!grow((void **)&group.inits, group.ninit, &group.init_cap, sizeof(*group.inits)))
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a communicator creation");
+    group.inits[group.ninit++] = (init_item_t){.create = *c, .out = out};
     return COLL_SUCCESS;
 }
 
@@ -35,6 +69,59 @@ coll_result_t coll_group_start(void)
     group.depth++;
     return COLL_SUCCESS;
 }
+
+/* ---- creations ---- */
+
+static void *init_thread(void *arg)
+{
+    init_item_t *it = arg;
+    it->status = colli_comm_create(&it->create, &it->made);
+    if (it->status != COLL_SUCCESS)
+        snprintf(it->msg, sizeof(it->msg), "%s", colli_last_error());
+    return NULL;
+}
+
+/* Run every queued creation at once. All or nothing: when one fails, the others are destroyed
+ * and every output stays NULL; the first failure is returned, with its message. */
+static coll_result_t run_inits(init_item_t *inits, int n)
+{
+    pthread_t *tids = calloc((size_t)n, sizeof(*tids));
+    bool *started = calloc((size_t)n, sizeof(*started));
+    if (tids == NULL || started == NULL) {
+        free(tids);
+        free(started);
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating %d communicators", n);
+    }
+    for (int i = 0; i < n; i++) {
+        *inits[i].out = NULL;
+        /* the last one on this thread: one thread fewer to start */
+        if (i == n - 1 || pthread_create(&tids[i], NULL, init_thread, &inits[i]) != 0)
+            init_thread(&inits[i]);
+        else
+            started[i] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (started[i])
+            pthread_join(tids[i], NULL);
+    free(tids);
+    free(started);
+    int failed = -1;
+    for (int i = 0; i < n && failed < 0; i++)
+        if (inits[i].status != COLL_SUCCESS)
+            failed = i;
+    for (int i = 0; i < n; i++) {
+        if (failed < 0)
+            *inits[i].out = inits[i].made;
+        else if (inits[i].status == COLL_SUCCESS)
+            (void)coll_comm_destroy(inits[i].made);
+    }
+    if (failed < 0)
+        return COLL_SUCCESS;
+    colli_set_last_error(inits[failed].msg);
+    return inits[failed].status;
+}
+
+/* ---- calls ---- */
 
 /* A queued collective: its communicator may have been destroyed since it was queued. */
 static coll_result_t run_queued_collective(const colli_item_t *it)
@@ -46,11 +133,88 @@ static coll_result_t run_queued_collective(const colli_item_t *it)
     return colli_dispatch_collective(comm, it);
 }
 
-/* Is items[i] the first send or receive of its communicator? */
-static bool first_p2p_of_comm(const colli_item_t *items, int i)
+/* The queued calls of one communicator (all of them when handle is NULL): collectives in issue
+ * order, then every communicator's sends and receives as one operation each. */
+static coll_result_t run_calls(const colli_item_t *items, int n, coll_comm_t handle)
 {
-    for (int k = 0; k < i; k++)
-        if (items[k].kind != COLLI_ITEM_COLL && items[k].handle == items[i].handle)
+    coll_result_t status = COLL_SUCCESS;
+    for (int i = 0; i < n && status == COLL_SUCCESS; i++)
+        if (items[i].kind == COLLI_ITEM_COLL && (handle == NULL || items[i].handle == handle))
+            status = run_queued_collective(&items[i]);
+    for (int i = 0; i < n && status == COLL_SUCCESS; i++) {
+        if (items[i].kind == COLLI_ITEM_COLL || (handle != NULL && items[i].handle != handle))
+            continue;
+        bool first = true; /* of its communicator's sends and receives */
+        for (int k = 0; k < i && first; k++)
+            first = items[k].kind == COLLI_ITEM_COLL || items[k].handle != items[i].handle;
+        if (first)
+            status = colli_dispatch_p2p(items[i].handle, items, n);
+    }
+    return status;
+}
+
+typedef struct {
+    const colli_item_t *items;
+    int n;
+    coll_comm_t handle;
+    coll_result_t status;
+    char msg[1100];
+} comm_calls_t;
+
+static void *calls_thread(void *arg)
+{
+    comm_calls_t *c = arg;
+    c->status = run_calls(c->items, c->n, c->handle);
+    if (c->status != COLL_SUCCESS)
+        snprintf(c->msg, sizeof(c->msg), "%s", colli_last_error());
+    return NULL;
+}
+
+/* Several communicators: one thread each (this one runs the last); the first failure in issue
+ * order of the communicators is returned. */
+static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
+{
+    comm_calls_t *per = calloc((size_t)n, sizeof(*per));
+    pthread_t *tids = calloc((size_t)n, sizeof(*tids));
+    bool *started = calloc((size_t)n, sizeof(*started));
+    int ncomm = 0;
+    coll_result_t status = COLL_SUCCESS;
+    if (per == NULL || tids == NULL || started == NULL) {
+        status = COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running a group");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int k = 0; k < ncomm && !seen; k++)
+            seen = per[k].handle == items[i].handle;
+        if (!seen)
+            per[ncomm++] = (comm_calls_t){.items = items, .n = n, .handle = items[i].handle};
+    }
+    for (int k = 0; k < ncomm; k++) {
+        if (k == ncomm - 1 || pthread_create(&tids[k], NULL, calls_thread, &per[k]) != 0)
+            calls_thread(&per[k]);
+        else
+            started[k] = true;
+    }
+    for (int k = 0; k < ncomm; k++)
+        if (started[k])
+            pthread_join(tids[k], NULL);
+    for (int k = 0; k < ncomm && status == COLL_SUCCESS; k++)
+        if (per[k].status != COLL_SUCCESS) {
+            status = per[k].status;
+            colli_set_last_error(per[k].msg);
+        }
+out:
+    free(per);
+    free(tids);
+    free(started);
+    return status;
+}
+
+static bool one_communicator(const colli_item_t *items, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (items[i].handle != items[0].handle)
             return false;
     return true;
 }
@@ -63,14 +227,14 @@ coll_result_t coll_group_end(void)
     if (--group.depth > 0)
         return COLL_SUCCESS;
     coll_result_t status = COLL_SUCCESS;
-    for (int i = 0; i < group.n && status == COLL_SUCCESS; i++)
-        if (group.items[i].kind == COLLI_ITEM_COLL)
-            status = run_queued_collective(&group.items[i]);
-    for (int i = 0; i < group.n && status == COLL_SUCCESS; i++)
-        if (group.items[i].kind != COLLI_ITEM_COLL && first_p2p_of_comm(group.items, i))
-            status = colli_dispatch_p2p(group.items[i].handle, group.items, group.n);
+    if (group.ninit > 0)
+        status = run_inits(group.inits, group.ninit);
+    if (status == COLL_SUCCESS && group.n > 0)
+        status = one_communicator(group.items, group.n)
+                     ? run_calls(group.items, group.n, NULL)
+                     : run_calls_concurrently(group.items, group.n);
     free(group.items);
-    group.items = NULL;
-    group.n = group.cap = 0;
+    free(group.inits);
+    memset(&group, 0, sizeof(group));
     return status;
 }

@@ -1,0 +1,180 @@
+/* coll_comm_split: communicators made from a parent, with no unique id and no agent round trip.
+ * Every rank of the parent says its color and key (an all_gather on the parent); the first rank
+ * of each color in (key, parent rank) order starts a bootstrap root on its data listener's
+ * address with a fresh secret, and a second all_gather hands that endpoint to the color's
+ * members. Each child is created from its parent: the same configuration snapshot (the pinned
+ * network, transport policy, tuning and timeouts), test seams, agent and pod names. */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "bootstrap/bootstrap.h"
+#include "core/core.h"
+
+/* What each rank contributes to the first exchange. */
+typedef struct {
+    int32_t color;
+    int32_t key;
+} split_req_t;
+
+/* What each rank contributes to the second one: a color's bootstrap root (leaders only). */
+typedef struct {
+    uint32_t valid;
+    uint16_t family;
+    uint16_t port;
+    uint8_t addr[16];
+    uint8_t secret[16];
+} split_root_t;
+
+/* A host-buffer all_gather on the parent, after its queued device calls. */
+static coll_result_t gather(struct coll_comm *comm, const void *mine, void *all, size_t bytes)
+{
+    colli_coll_args_t a = {.coll = COLLI_COLL_ALL_GATHER,
+                           .sendbuf = mine,
+                           .recvbuf = all,
+                           .count = bytes,
+                           .dt = COLL_UINT8,
+                           .op = COLL_SUM};
+    coll_result_t status = colli_dev_drain(comm, "coll_comm_split");
+    if (status != COLL_SUCCESS)
+        return status;
+    return colli_run_collective(comm, &a);
+}
+
+/* Does parent rank a come before b in the child ((key, parent rank) order)? */
+static bool before(const split_req_t *req, int a, int b)
+{
+    return req[a].key != req[b].key ? req[a].key < req[b].key : a < b;
+}
+
+/* This rank's place among the ranks of its color: *newrank, *newsize, *leader (parent rank). */
+static void place(const struct coll_comm *comm, const split_req_t *req, int *newrank,
+                  int *newsize, int *leader)
+{
+    const int me = comm->rank, color = req[me].color;
+    *newrank = 0;
+    *newsize = 0;
+    *leader = me;
+    for (int q = 0; q < comm->nranks; q++) {
+        if (req[q].color != color)
+            continue;
+        (*newsize)++;
+        if (before(req, q, me))
+            (*newrank)++;
+        if (before(req, q, *leader))
+            *leader = q;
+    }
+}
+
+/* The leader of a color: a root for the child on this rank's data listener address. */
+static coll_result_t start_root(struct coll_comm *comm, split_root_t *out)
+{
+    uint8_t secret[16];
+    coll_result_t status = colli_random_bytes(secret, sizeof(secret));
+    if (status != COLL_SUCCESS)
+        return status;
+    struct sockaddr_storage addr = comm->members[comm->rank].addr, bound;
+    if (addr.ss_family == AF_INET)
+        ((struct sockaddr_in *)&addr)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
+    status = colli_root_start(&addr, secret, comm->cfg.bootstrap_timeout, &bound);
+    if (status != COLL_SUCCESS)
+        return status;
+    memset(out, 0, sizeof(*out));
+    out->valid = 1;
+    out->family = bound.ss_family;
+    if (bound.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&bound;
+        out->port = ntohs(in->sin_port);
+        memcpy(out->addr, &in->sin_addr, 4);
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&bound;
+        out->port = ntohs(in6->sin6_port);
+        memcpy(out->addr, &in6->sin6_addr, 16);
+    }
+    memcpy(out->secret, secret, sizeof(secret));
+    return COLL_SUCCESS;
+}
+
+static void root_addr(const split_root_t *r, struct sockaddr_storage *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (r->family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)out;
+        in->sin_family = AF_INET;
+        in->sin_port = htons(r->port);
+        memcpy(&in->sin_addr, r->addr, 4);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)out;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(r->port);
+        memcpy(&in6->sin6_addr, r->addr, 16);
+    }
+}
+
+static coll_result_t check_split_args(coll_comm_t handle, int color, coll_comm_t *out,
+                                      struct coll_comm **comm)
+{
+    if (out == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_comm_split: newcomm is NULL (pass a coll_comm_t to fill)");
+    *out = NULL;
+    coll_result_t status = colli_comm_lookup(handle, comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (color < COLL_SPLIT_NOCOLOR)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_comm_split: color %d is negative; use a color >= 0, or "
+                         "COLL_SPLIT_NOCOLOR (-1) for a rank that joins no new communicator",
+                         color);
+    if (colli_group_active())
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "coll_comm_split inside coll_group_start/coll_group_end is not "
+                         "supported; call it outside a group");
+    return COLL_SUCCESS;
+}
+
+coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_t *newcomm)
+{
+    struct coll_comm *comm;
+    coll_result_t status = check_split_args(handle, color, newcomm, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    const int n = comm->nranks;
+    split_req_t mine = {color, key}, *req = calloc((size_t)n, sizeof(*req));
+    split_root_t root = {0}, *roots = calloc((size_t)n, sizeof(*roots));
+    if (req == NULL || roots == NULL) {
+        /* the others are told (the parent fails), instead of waiting in the gather for us */
+        status = COLLI_ERR(INIT, COLL_ERR_SYSTEM, "coll_comm_split: out of memory");
+        colli_comm_fail(comm, status, colli_last_error());
+        goto out;
+    }
+    COLL_CHECK_GOTO(gather(comm, &mine, req, sizeof(mine)), out);
+    int newrank = 0, newsize = 0, leader = comm->rank;
+    place(comm, req, &newrank, &newsize, &leader);
+    coll_result_t root_status = COLL_SUCCESS;
+    if (color != COLL_SPLIT_NOCOLOR && leader == comm->rank)
+        root_status = start_root(comm, &root); /* a failure still takes part in the gather */
+    COLL_CHECK_GOTO(gather(comm, &root, roots, sizeof(root)), out);
+    if ((status = root_status) != COLL_SUCCESS || color == COLL_SPLIT_NOCOLOR)
+        goto out;
+    if (!roots[leader].valid) {
+        status = COLLI_ERR(INIT, COLL_ERR_REMOTE,
+                           "coll_comm_split: rank %d, the first rank of color %d, could not "
+                           "start the new communicator's bootstrap (see its log)",
+                           leader, color);
+        goto out;
+    }
+    colli_create_t c = {.nranks = newsize, .rank = newrank, .parent = comm};
+    root_addr(&roots[leader], &c.root);
+    memcpy(c.secret, roots[leader].secret, sizeof(c.secret));
+    coll_info(INIT, "coll_comm_split: rank %d of %d is rank %d of %d in color %d", comm->rank, n,
+              newrank, newsize, color);
+    status = colli_comm_create(&c, newcomm);
+out:
+    free(req);
+    free(roots);
+    return status;
+}
