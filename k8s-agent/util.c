@@ -1,4 +1,4 @@
-/* Logging with stable IDs, time, hex/base64, files, JSON and interface helpers. */
+/* Logging with stable IDs, time, base64, files, JSON and interface helpers. */
 #define _GNU_SOURCE
 #include "agent.h"
 
@@ -97,40 +97,6 @@ int agent_random_bytes(unsigned char *buf, size_t len)
             return -1;
         }
         got += (size_t)n;
-    }
-    return 0;
-}
-
-void agent_hex(const unsigned char *in, size_t len, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * len] = '\0';
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int agent_unhex(const char *hex, unsigned char *out, size_t len)
-{
-    if (!hex || strlen(hex) != 2 * len)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (unsigned char)(hi << 4 | lo);
     }
     return 0;
 }
