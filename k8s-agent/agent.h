@@ -14,33 +14,16 @@
 #include <jansson.h>
 
 #include "agent_ipc.h" /* proto/: the socket protocol and the facts it serves */
+#include "agent_log.h" /* logging with stable IDs */
 
 #define AGENT_VERSION       "0.1.0"
 #define AGENT_MAX_UNHEALTHY 16 /* members listed in Communicator status; the rest are counted */
-
-/* ---- logging: one line per event, with a stable ID ---- */
-
-typedef enum {
-    AGENT_LOG_DEBUG = 0,
-    AGENT_LOG_INFO,
-    AGENT_LOG_WARN,
-    AGENT_LOG_ERROR
-} agent_log_level_t;
-
-void agent_log_init(const char *level_name, const char *pod);
-void agent_log(agent_log_level_t level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-#define agent_debug(id, ...) agent_log(AGENT_LOG_DEBUG, id, __VA_ARGS__)
-#define agent_info(id, ...)  agent_log(AGENT_LOG_INFO, id, __VA_ARGS__)
-#define agent_warn(id, ...)  agent_log(AGENT_LOG_WARN, id, __VA_ARGS__)
-#define agent_error(id, ...) agent_log(AGENT_LOG_ERROR, id, __VA_ARGS__)
 
 /* ---- time and small helpers (util.c) ---- */
 
 int64_t agent_now_ms(void); /* CLOCK_MONOTONIC */
 int64_t agent_remaining_ms(int64_t deadline_ms);
 void agent_sleep_ms(int64_t ms);
-void agent_rfc3339_now(char *buf, size_t len);
 int agent_random_bytes(unsigned char *buf, size_t len);
 /* Base64 decode (standard alphabet, padding optional); returns the decoded length or -1. */
 long agent_base64_decode(const char *in, unsigned char **out);

@@ -20,8 +20,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/time.h>
-#include <time.h>
 
 #define DEFAULT_LISTEN ":8443"
 #define CONN_TIMEOUT_S 30
@@ -43,40 +41,12 @@ struct request {
     size_t len, cap;
 };
 
-static int debug_enabled(void)
+/* COLL_DEBUG=DEBUG (or TRACE) turns on the debug lines (one per skipped review). */
+static const char *log_level_from_env(void)
 {
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = secure_getenv("COLL_DEBUG");
-        cached = v != NULL && (strcasecmp(v, "DEBUG") == 0 || strcasecmp(v, "TRACE") == 0);
-    }
-    return cached;
-}
-
-void agent_webhook_log(char level, const char *id, const char *fmt, ...)
-{
-    char line[2048], when[40];
-    struct timespec ts;
-    struct tm tm;
-    va_list ap;
-    int n;
-
-    if (level == 'D' && !debug_enabled())
-        return;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    n = snprintf(line, sizeof(line), "%s.%03ldZ %c %s ", when, ts.tv_nsec / 1000000, level, id);
-    if (n < 0 || (size_t)n >= sizeof(line))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    va_end(ap);
-    /* one line per event: no embedded newlines from library messages */
-    for (char *p = line; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
-    fprintf(stderr, "%s\n", line);
+    const char *v = secure_getenv("COLL_DEBUG");
+    return v != NULL && (strcasecmp(v, "DEBUG") == 0 || strcasecmp(v, "TRACE") == 0) ? "debug"
+                                                                                     : "info";
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -87,7 +57,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t len = strlen(msg);
     while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
         msg[--len] = '\0';
-    agent_webhook_log('D', "AGENT-WEBHOOK-HTTPD", "%s", msg);
+    agent_debug("AGENT-WEBHOOK-HTTPD", "%s", msg);
 }
 
 static enum MHD_Result send_reply(struct MHD_Connection *conn, struct agent_webhook_reply *reply)
@@ -166,7 +136,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if (errno != 0 || end == cl || n > srv->cfg.max_body) {
                 snprintf(msg, sizeof(msg), "request body of %s bytes is over the limit of %zu", cl,
                          srv->cfg.max_body);
-                agent_webhook_log('W', "AGENT-WEBHOOK-BODY-TOO-LARGE", "%s", msg);
+                agent_warn("AGENT-WEBHOOK-BODY-TOO-LARGE", "%s", msg);
                 return send_error(conn, 413, msg);
             }
         }
@@ -208,7 +178,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (rq->too_big) {
         snprintf(msg, sizeof(msg), "request body is over the limit of %zu bytes",
                  srv->cfg.max_body);
-        agent_webhook_log('W', "AGENT-WEBHOOK-BODY-TOO-LARGE", "%s", msg);
+        agent_warn("AGENT-WEBHOOK-BODY-TOO-LARGE", "%s", msg);
         return send_error(conn, 413, msg);
     }
     struct agent_webhook_reply reply;
@@ -398,6 +368,7 @@ int agent_webhook_main(int argc, char **argv)
     int c;
     char *end;
 
+    agent_log_init(log_level_from_env(), NULL);
     optind = 0; /* may run after the caller's own getopt */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -521,9 +492,9 @@ int agent_webhook_main(int argc, char **argv)
     }
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
         MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
-        agent_webhook_log('E', "AGENT-WEBHOOK-NO-TLS",
-                          "libmicrohttpd was built without TLS or certificate callbacks; install "
-                          "a libmicrohttpd built with GnuTLS");
+        agent_error("AGENT-WEBHOOK-NO-TLS",
+                    "libmicrohttpd was built without TLS or certificate callbacks; install "
+                    "a libmicrohttpd built with GnuTLS");
         return 1;
     }
 
@@ -554,22 +525,21 @@ int agent_webhook_main(int argc, char **argv)
         srv.daemon = start_daemon(&srv, flags, port, (const struct sockaddr *)&ss, threads);
     }
     if (srv.daemon == NULL) {
-        agent_webhook_log('E', "AGENT-WEBHOOK-LISTEN-FAIL",
-                          "cannot serve HTTPS on %s (address in use or not local?)", listen_spec);
+        agent_error("AGENT-WEBHOOK-LISTEN-FAIL",
+                    "cannot serve HTTPS on %s (address in use or not local?)", listen_spec);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         agent_webhook_api_close(&srv.cfg);
         agent_tls_close(srv.tls);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv.daemon, MHD_DAEMON_INFO_BIND_PORT);
-    agent_webhook_log('I', "AGENT-WEBHOOK-LISTEN", "listen=%s port=%u image=%s lib=%s", listen_spec,
-                      info ? (unsigned int)info->port : port, srv.cfg.agent_image,
-                      srv.cfg.lib_version);
+    agent_info("AGENT-WEBHOOK-LISTEN", "listen=%s port=%u image=%s lib=%s", listen_spec,
+               info ? (unsigned int)info->port : port, srv.cfg.agent_image, srv.cfg.lib_version);
 
     int sig = 0;
     while (sigwait(&stop, &sig) != 0)
         ;
-    agent_webhook_log('I', "AGENT-WEBHOOK-STOP", "signal %d: shutting down", sig);
+    agent_info("AGENT-WEBHOOK-STOP", "signal %d: shutting down", sig);
     MHD_stop_daemon(srv.daemon);
     agent_webhook_api_close(&srv.cfg);
     agent_tls_close(srv.tls);

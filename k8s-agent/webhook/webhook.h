@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent_log.h" /* k8s-agent/: agent_info("AGENT-WEBHOOK-...", ...) */
+
 /* Entry point of `coll-agent webhook ...`. Flags: --listen ADDR:PORT, --cert FILE, --key FILE,
  * --agent-image IMAGE, --lib-version V (and optional tuning flags, see --help). Runs until
  * SIGTERM or SIGINT; returns the process exit status (0 on a clean shutdown, 2 on bad usage,
@@ -120,10 +122,5 @@ void agent_tls_activate(struct agent_tls *tls);
 void agent_tls_close(struct agent_tls *tls);
 /* The certificate callback handed to libmicrohttpd (MHD_OPTION_HTTPS_CERT_CALLBACK). */
 gnutls_certificate_retrieve_function2 *agent_tls_callback(void);
-
-/* One log line with a stable ID, e.g. agent_webhook_log('W', "AGENT-WEBHOOK-CERT-RELOAD-FAIL",
- * "..."). Levels: 'E', 'W', 'I', 'D' (debug lines only when COLL_DEBUG asks for them). */
-void agent_webhook_log(char level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif
