@@ -3,11 +3,11 @@
  * protocol"), written once for both sides. A frame is a 4-byte big-endian length and one JSON
  * object with an integer "v" and a string "type"; fields a side does not know are ignored.
  *
- * The constants, the facts struct and the enums need nothing but libc. The functions that take
- * or return a json_t (jansson's) are in coll_proto only when jansson was found; this header never
- * includes <jansson.h>, so a libcoll built without jansson still sees the types. JSON objects
- * returned are new references the caller releases with json_decref; strings read out of a message
- * are borrowed and live as long as the message.
+ * The constants, the facts struct and the enums need nothing but libc; the functions
+ * (agent_ipc.c) are in coll_proto only when jansson was found. This header never includes
+ * <jansson.h>, so a libcoll built without jansson still sees the types. JSON objects returned are
+ * new references the caller releases with json_decref; strings read out of a message are
+ * borrowed and live as long as the message.
  */
 #ifndef COLLI_PROTO_AGENT_IPC_H
 #define COLLI_PROTO_AGENT_IPC_H
