@@ -13,36 +13,18 @@
 
 #include <jansson.h>
 
+#include "agent_ipc.h" /* proto/: the socket protocol and the facts it serves */
+#include "agent_log.h" /* logging with stable IDs */
+
 #define AGENT_VERSION       "0.1.0"
-#define AGENT_PROTOCOL_V    1
 #define AGENT_MAX_UNHEALTHY 16 /* members listed in Communicator status; the rest are counted */
-
-/* ---- logging: one line per event, with a stable ID ---- */
-
-typedef enum {
-    AGENT_LOG_DEBUG = 0,
-    AGENT_LOG_INFO,
-    AGENT_LOG_WARN,
-    AGENT_LOG_ERROR
-} agent_log_level_t;
-
-void agent_log_init(const char *level_name, const char *pod);
-void agent_log(agent_log_level_t level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-#define agent_debug(id, ...) agent_log(AGENT_LOG_DEBUG, id, __VA_ARGS__)
-#define agent_info(id, ...)  agent_log(AGENT_LOG_INFO, id, __VA_ARGS__)
-#define agent_warn(id, ...)  agent_log(AGENT_LOG_WARN, id, __VA_ARGS__)
-#define agent_error(id, ...) agent_log(AGENT_LOG_ERROR, id, __VA_ARGS__)
 
 /* ---- time and small helpers (util.c) ---- */
 
 int64_t agent_now_ms(void); /* CLOCK_MONOTONIC */
 int64_t agent_remaining_ms(int64_t deadline_ms);
 void agent_sleep_ms(int64_t ms);
-void agent_rfc3339_now(char *buf, size_t len);
 int agent_random_bytes(unsigned char *buf, size_t len);
-void agent_hex(const unsigned char *in, size_t len, char *out); /* out: 2*len+1 */
-int agent_unhex(const char *hex, unsigned char *out, size_t len);
 /* Base64 decode (standard alphabet, padding optional); returns the decoded length or -1. */
 long agent_base64_decode(const char *in, unsigned char **out);
 int agent_read_file(const char *path, char **data, size_t *len, size_t max);
@@ -70,31 +52,9 @@ typedef struct {
     int fatal;          /* fatal conditions stop the agent from serving facts */
 } agent_condition_t;
 
-/* ---- the facts served to the library ---- */
+/* ---- the facts served to the library: exactly what a hello reply carries ---- */
 
-typedef struct {
-    int rank;
-    int nranks;
-    char root_host[64];
-    int root_port;
-    unsigned char secret[16];
-    int is_root;
-    char ifname[64];
-    char address[64];
-    char ib_device[64];
-    char transport[16];       /* RequireIB | PreferIB | Socket */
-    char library_version[64]; /* pinned; "" = not pinned */
-    int bootstrap_timeout_s;
-    int timeout_s;
-    char pod[254];
-    char pod_uid[64];
-    char node[254];
-    char ns[64];
-    char job[254];          /* the job the communicator belongs to */
-    char topology[254];     /* the CollectiveTopology that selected the pod ("" standalone) */
-    char topology_key[320]; /* its spec.topologyKey node label ("" = none) */
-    char group[64];         /* this node's value of that label: ring order ("" = none) */
-} agent_facts_t;
+typedef colli_proto_facts_t agent_facts_t;
 
 /* ---- options (main.c) ---- */
 
@@ -139,6 +99,7 @@ typedef struct agent_ctx {
     pthread_cond_t cv;
     agent_state_t state;       /* under mu */
     agent_facts_t facts;       /* written once before state becomes READY */
+    char pod_uid[64];          /* this pod's uid (kube mode): Events name it */
     agent_condition_t failure; /* valid when state == FAILED */
     agent_condition_t warnings[8];
     int nwarnings;

@@ -14,11 +14,8 @@
 
 #define MAX_EVENTS_QUEUED  16
 #define MAX_MSG            512
-#define NCOND              4
+#define NCOND              COLLI_PROTO_NCOND
 #define MAX_PATCH_ATTEMPTS 32
-
-static const char *cond_types[NCOND] = {"VersionsConsistent", "NetworkConsistent", "Reachable",
-                                        "Healthy"};
 
 typedef struct {
     char type[16];
@@ -56,20 +53,9 @@ struct agent_health {
     char since[40]; /* RFC 3339 start of this agent: later failures belong to its bootstrap */
 };
 
-static void take_string(char *dst, size_t len, const json_t *v)
+static void take_string(char *dst, size_t len, const char *v)
 {
-    dst[0] = '\0';
-    if (json_is_string(v))
-        snprintf(dst, len, "%s", json_string_value(v));
-}
-
-static const char *canonical_phase(const char *p)
-{
-    static const char *phases[] = {"Pending", "Bootstrapping", "Ready", "Degraded", "Failed"};
-    for (size_t i = 0; p && i < sizeof(phases) / sizeof(phases[0]); i++)
-        if (strcasecmp(p, phases[i]) == 0)
-            return phases[i];
-    return NULL;
+    snprintf(dst, len, "%s", v ? v : "");
 }
 
 /* Build the merged status from the server's current one and the pending update. */
@@ -108,7 +94,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
         json_array_foreach(cur_conds, i, it)
         {
             const char *t = json_string_value(json_object_get(it, "type"));
-            if (t && strcmp(t, cond_types[c]) == 0)
+            if (t && strcmp(t, colli_proto_cond_name((colli_proto_cond_t)c)) == 0)
                 old = it;
         }
         if (conds[c].status[0]) {
@@ -116,9 +102,10 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
             const char *olt = json_string_value(json_object_get(old, "lastTransitionTime"));
             json_array_append_new(
                 conditions,
-                json_pack("{ss ss ss ss ss}", "type", cond_types[c], "status", conds[c].status,
-                          "reason", conds[c].reason[0] ? conds[c].reason : conds[c].status,
-                          "message", conds[c].message, "lastTransitionTime",
+                json_pack("{ss ss ss ss ss}", "type", colli_proto_cond_name((colli_proto_cond_t)c),
+                          "status", conds[c].status, "reason",
+                          conds[c].reason[0] ? conds[c].reason : conds[c].status, "message",
+                          conds[c].message, "lastTransitionTime",
                           (ots && olt && strcmp(ots, conds[c].status) == 0) ? olt : now));
         } else if (old) {
             json_array_append(conditions, old);
@@ -262,7 +249,7 @@ static void post_event(agent_ctx_t *ctx, const event_t *e, const char *kind, con
     agent_rfc3339_now(now, sizeof(now));
     if (agent_random_bytes(rnd, sizeof(rnd)) != 0)
         memset(rnd, 0, sizeof(rnd));
-    agent_hex(rnd, sizeof(rnd), nonce);
+    colli_proto_hex_encode(rnd, sizeof(rnd), nonce);
     snprintf(ename, sizeof(ename), "%.240s.%s", name, nonce);
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ctx->facts.ns);
     ev = json_pack(
@@ -307,7 +294,7 @@ static void *writer(void *arg)
             char pod[254], uid[64];
             pthread_mutex_lock(&ctx->mu);
             snprintf(pod, sizeof(pod), "%s", ctx->facts.pod);
-            snprintf(uid, sizeof(uid), "%s", ctx->facts.pod_uid);
+            snprintf(uid, sizeof(uid), "%s", ctx->pod_uid);
             pthread_mutex_unlock(&ctx->mu);
             if (pod[0] && ctx->facts.ns[0])
                 post_event(ctx, &ev[i], "Pod", "v1", pod, uid);
@@ -397,32 +384,29 @@ void agent_health_set_phase(agent_health_t *h, const char *phase)
     pthread_mutex_unlock(&h->mu);
 }
 
-void agent_health_report(agent_health_t *h, const json_t *rep)
+void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
 {
     agent_ctx_t *ctx = h->ctx;
-    const char *phase = canonical_phase(json_string_value(json_object_get(rep, "phase")));
-    json_t *err = json_object_get(rep, "error"), *conds = json_object_get(rep, "conditions"), *c;
-    json_t *rr = json_object_get(rep, "ready_ranks");
-    const char *progress = json_string_value(json_object_get(rep, "progress"));
+    const char *phase = colli_proto_phase_name(rep->phase);
     int is_root = ctx->facts.is_root, update = 0;
-    size_t i;
     char msg[MAX_MSG] = "";
 
     ctx->metrics.reports++;
     agent_info("AGENT-REPORT", "library report: phase=%s%s%s%s", phase ? phase : "-",
-               progress ? " progress=" : "", progress ? progress : "",
-               json_is_object(err) ? " (error)" : "");
+               rep->progress ? " progress=" : "", rep->progress ? rep->progress : "",
+               rep->has_error ? " (error)" : "");
     pthread_mutex_lock(&h->mu);
-    if (phase && strcmp(phase, "Ready") == 0)
+    if (rep->phase == COLLI_PROTO_PHASE_READY)
         h->lib_ready = 1;
     /* A failure before this library was ever Ready happened during bootstrap (a version pin, a
      * missing interface, a rank that never arrived), whatever phase the report carries. */
     int boot = !h->lib_ready;
-    if (phase && (is_root || strcmp(phase, "Failed") == 0 || strcmp(phase, "Degraded") == 0)) {
+    if (phase && (is_root || rep->phase == COLLI_PROTO_PHASE_FAILED ||
+                  rep->phase == COLLI_PROTO_PHASE_DEGRADED)) {
         snprintf(h->phase, sizeof(h->phase), "%s", phase);
         update = 1;
-        if (is_root && strcmp(phase, "Ready") == 0) {
-            h->ready_ranks = json_is_integer(rr) ? (int)json_integer_value(rr) : ctx->facts.nranks;
+        if (is_root && rep->phase == COLLI_PROTO_PHASE_READY) {
+            h->ready_ranks = rep->has_ready_ranks ? rep->ready_ranks : ctx->facts.nranks;
             for (int k = 0; k < NCOND; k++) {
                 snprintf(h->conds[k].status, sizeof(h->conds[k].status), "True");
                 snprintf(h->conds[k].reason, sizeof(h->conds[k].reason), "BootstrapComplete");
@@ -431,35 +415,27 @@ void agent_health_report(agent_health_t *h, const json_t *rep)
             }
         }
     }
-    if (is_root && json_is_integer(rr)) {
-        h->ready_ranks = (int)json_integer_value(rr);
+    if (is_root && rep->has_ready_ranks) {
+        h->ready_ranks = rep->ready_ranks;
         update = 1;
     }
-    json_array_foreach(conds, i, c)
-    {
-        const char *t = json_string_value(json_object_get(c, "type"));
-        const char *s = json_string_value(json_object_get(c, "status"));
-        for (int k = 0; t && s && k < NCOND; k++) {
-            if (strcmp(t, cond_types[k]) != 0)
-                continue;
-            snprintf(h->conds[k].status, sizeof(h->conds[k].status), "%s",
-                     strcmp(s, "True") == 0 ? "True"
-                                            : (strcmp(s, "False") == 0 ? "False" : "Unknown"));
-            take_string(h->conds[k].reason, sizeof(h->conds[k].reason),
-                        json_object_get(c, "reason"));
-            take_string(h->conds[k].message, sizeof(h->conds[k].message),
-                        json_object_get(c, "message"));
-            update = 1;
-        }
+    for (int k = 0; k < NCOND; k++) {
+        const colli_proto_condition_t *c = &rep->conds[k];
+        if (!c->type)
+            continue;
+        snprintf(h->conds[k].status, sizeof(h->conds[k].status), "%s", c->status);
+        take_string(h->conds[k].reason, sizeof(h->conds[k].reason), c->reason);
+        take_string(h->conds[k].message, sizeof(h->conds[k].message), c->message);
+        update = 1;
     }
-    if (json_is_object(err)) {
-        json_t *r = json_object_get(err, "rank");
+    if (rep->has_error) {
+        cond_t *healthy = &h->conds[COLLI_PROTO_COND_HEALTHY];
         h->has_error = 1;
         h->unhealthy = 1;
-        h->err_rank = json_is_integer(r) ? (int)json_integer_value(r) : ctx->facts.rank;
-        take_string(h->err_pod, sizeof(h->err_pod), json_object_get(err, "pod"));
-        take_string(h->err_node, sizeof(h->err_node), json_object_get(err, "node"));
-        take_string(h->err_message, sizeof(h->err_message), json_object_get(err, "message"));
+        h->err_rank = rep->has_err_rank ? rep->err_rank : ctx->facts.rank;
+        take_string(h->err_pod, sizeof(h->err_pod), rep->err_pod);
+        take_string(h->err_node, sizeof(h->err_node), rep->err_node);
+        take_string(h->err_message, sizeof(h->err_message), rep->err_message);
         if (!h->err_message[0]) /* the CRD requires a non-empty message */
             snprintf(h->err_message, sizeof(h->err_message), "(the library gave no message)");
         if (!h->err_pod[0] && h->err_rank == ctx->facts.rank)
@@ -468,10 +444,10 @@ void agent_health_report(agent_health_t *h, const json_t *rep)
             snprintf(h->err_node, sizeof(h->err_node), "%s", ctx->facts.node);
         snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s): %s", h->err_rank, h->err_pod,
                  h->err_node, h->err_message);
-        if (!h->conds[3].status[0]) { /* Healthy: False, unless the report said otherwise */
-            snprintf(h->conds[3].status, sizeof(h->conds[3].status), "False");
-            snprintf(h->conds[3].reason, sizeof(h->conds[3].reason), "MemberUnhealthy");
-            snprintf(h->conds[3].message, sizeof(h->conds[3].message), "%s", msg);
+        if (!healthy->status[0]) { /* Healthy: False, unless the report said otherwise */
+            snprintf(healthy->status, sizeof(healthy->status), "False");
+            snprintf(healthy->reason, sizeof(healthy->reason), "MemberUnhealthy");
+            snprintf(healthy->message, sizeof(healthy->message), "%s", msg);
         }
         update = 1;
     }

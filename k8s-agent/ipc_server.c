@@ -1,4 +1,5 @@
-/* The library's unix socket: 4-byte big-endian length + a JSON object with "v" and "type".
+/* The library's unix socket (the protocol is proto/agent_ipc.h): 4-byte big-endian length + a
+ * JSON object with "v" and "type".
  * Unknown fields are ignored; malformed messages get an error reply, never a crash; every read
  * has a deadline; at most MAX_CONN connections are served at once. */
 #define _GNU_SOURCE
@@ -17,10 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_MSG_BYTES  (1u << 20)
-#define MAX_CONN       128
-#define IDLE_MS        60000
-#define MAX_HELLO_WAIT (10 * 60 * 1000)
+#define MAX_CONN 128
+#define IDLE_MS  60000
 
 struct agent_ipc {
     agent_ctx_t *ctx;
@@ -89,22 +88,14 @@ static int write_full(int fd, const void *buf, size_t n, int64_t deadline)
 
 static int send_msg(int fd, json_t *msg)
 {
-    char *s = json_dumps(msg, JSON_COMPACT);
-    unsigned char hdr[4];
     size_t n;
+    unsigned char *frame = colli_proto_frame_encode(msg, &n);
     int rc;
     json_decref(msg);
-    if (!s)
+    if (!frame)
         return -1;
-    n = strlen(s);
-    hdr[0] = (unsigned char)(n >> 24);
-    hdr[1] = (unsigned char)(n >> 16);
-    hdr[2] = (unsigned char)(n >> 8);
-    hdr[3] = (unsigned char)n;
-    rc = write_full(fd, hdr, 4, agent_now_ms() + 10000);
-    if (rc == 0)
-        rc = write_full(fd, s, n, agent_now_ms() + 10000);
-    free(s);
+    rc = write_full(fd, frame, n, agent_now_ms() + 10000);
+    free(frame);
     return rc;
 }
 
@@ -117,23 +108,15 @@ static json_t *error_reply(const char *code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return json_pack("{si ss sb ss ss}", "v", AGENT_PROTOCOL_V, "type", "error", "ok", 0, "code",
-                     code, "error", msg);
+    return colli_proto_error_reply(code, msg);
 }
 
 static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
 {
-    json_t *t = json_object_get(req, "timeout_ms");
-    int64_t wait = json_is_integer(t) ? json_integer_value(t) : 30000;
-    int64_t deadline;
+    int64_t wait = colli_proto_hello_wait_ms(req), deadline;
     agent_facts_t f;
     agent_condition_t fail;
     agent_state_t st;
-    char secret[33], root[140];
-    if (wait < 0)
-        wait = 0;
-    if (wait > MAX_HELLO_WAIT)
-        wait = MAX_HELLO_WAIT;
     deadline = agent_now_ms() + wait;
     pthread_mutex_lock(&ctx->mu);
     while (ctx->state == AGENT_STATE_STARTING && agent_remaining_ms(deadline) > 0 && !ctx->stop) {
@@ -154,67 +137,54 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
     if (st == AGENT_STATE_FAILED)
         return error_reply(fail.type, "%s", fail.message);
     if (st != AGENT_STATE_READY)
-        return error_reply("NotReady",
+        return error_reply(COLLI_PROTO_CODE_NOT_READY,
                            "the agent is still resolving this pod's rank and root endpoint after "
                            "%lld ms; retry, or read the agent's log (AGENT-* lines)",
                            (long long)wait);
-    agent_hex(f.secret, sizeof(f.secret), secret);
-    if (strchr(f.root_host, ':'))
-        snprintf(root, sizeof(root), "[%s]:%d", f.root_host, f.root_port);
-    else
-        snprintf(root, sizeof(root), "%s:%d", f.root_host, f.root_port);
-    return json_pack("{si ss sb si si ss ss si ss sb ss ss ss ss ss si si ss ss ss ss ss ss ss}",
-                     "v", AGENT_PROTOCOL_V, "type", "hello", "ok", 1, "rank", f.rank, "nranks",
-                     f.nranks, "root", root, "root_host", f.root_host, "root_port", f.root_port,
-                     "secret", secret, "is_root", f.is_root, "interface", f.ifname, "address",
-                     f.address, "ib_device", f.ib_device, "transport", f.transport,
-                     "library_version", f.library_version, "bootstrap_timeout_s",
-                     f.bootstrap_timeout_s, "timeout_s", f.timeout_s, "pod", f.pod, "node", f.node,
-                     "namespace", f.ns, "job", f.job, "topology", f.topology, "group", f.group,
-                     "agent_version", AGENT_VERSION);
+    return colli_proto_hello_reply(&f, AGENT_VERSION);
 }
 
 static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)
 {
     json_error_t jerr;
-    json_t *req = json_loadb(buf, len, 0, &jerr), *v, *reply;
+    json_t *req = json_loadb(buf, len, 0, &jerr), *reply;
     const char *type;
+    long long v;
     if (!req)
-        return error_reply("Malformed", "message is not JSON: %s (byte %d)", jerr.text,
-                           jerr.position);
+        return error_reply(COLLI_PROTO_CODE_MALFORMED, "message is not JSON: %s (byte %d)",
+                           jerr.text, jerr.position);
     if (!json_is_object(req)) {
         json_decref(req);
-        return error_reply("Malformed", "message must be a JSON object");
+        return error_reply(COLLI_PROTO_CODE_MALFORMED, "message must be a JSON object");
     }
-    v = json_object_get(req, "v");
-    type = json_string_value(json_object_get(req, "type"));
-    if (!json_is_integer(v) || !type) {
+    if (colli_proto_header(req, &v, &type) != 0) {
         json_decref(req);
-        return error_reply("Malformed", "message needs an integer \"v\" and a string \"type\"");
+        return error_reply(COLLI_PROTO_CODE_MALFORMED,
+                           "message needs an integer \"" COLLI_PROTO_KEY_V
+                           "\" and a string \"" COLLI_PROTO_KEY_TYPE "\"");
     }
-    if (json_integer_value(v) != AGENT_PROTOCOL_V) {
-        long long got = (long long)json_integer_value(v);
+    if (v != COLLI_PROTO_IPC_VERSION) {
         json_decref(req);
-        return error_reply("UnsupportedVersion",
-                           "protocol version %lld is not supported; this agent speaks v%d", got,
-                           AGENT_PROTOCOL_V);
+        return error_reply(COLLI_PROTO_CODE_UNSUPPORTED_VERSION,
+                           "protocol version %lld is not supported; this agent speaks v%d", v,
+                           COLLI_PROTO_IPC_VERSION);
     }
-    if (strcmp(type, "hello") == 0) {
+    if (strcmp(type, COLLI_PROTO_TYPE_HELLO) == 0) {
         reply = hello_reply(ctx, req);
-    } else if (strcmp(type, "report") == 0) {
-        json_t *err = json_object_get(req, "error");
-        json_t *phase = json_object_get(req, "phase");
-        if ((err && !json_is_object(err) && !json_is_null(err)) ||
-            (phase && !json_is_string(phase))) {
-            reply = error_reply("Malformed", "report: \"phase\" must be a string and \"error\" an "
-                                             "object {rank, pod, node, message}");
+    } else if (strcmp(type, COLLI_PROTO_TYPE_REPORT) == 0) {
+        colli_proto_report_t rep;
+        char err[256];
+        if (colli_proto_report_parse(req, &rep, err, sizeof(err)) != 0) {
+            reply = error_reply(COLLI_PROTO_CODE_MALFORMED, "%s", err);
         } else {
             if (ctx->health)
-                agent_health_report(ctx->health, req);
-            reply = json_pack("{si ss sb}", "v", AGENT_PROTOCOL_V, "type", "ack", "ok", 1);
+                agent_health_report(ctx->health, &rep);
+            reply = colli_proto_ack();
         }
     } else {
-        reply = error_reply("UnknownType", "unknown message type \"%.64s\" (known: hello, report)",
+        reply = error_reply(COLLI_PROTO_CODE_UNKNOWN_TYPE,
+                            "unknown message type \"%.64s\" (known: " COLLI_PROTO_TYPE_HELLO
+                            ", " COLLI_PROTO_TYPE_REPORT ")",
                             type);
     }
     json_decref(req);
@@ -226,21 +196,22 @@ static void *serve_conn(void *arg)
     conn_t *c = arg;
     agent_ctx_t *ctx = c->ipc->ctx;
     for (;;) {
-        unsigned char hdr[4];
+        unsigned char hdr[COLLI_PROTO_FRAME_HEADER];
         uint32_t n;
         char *buf;
         json_t *reply;
-        int rc = read_full(c->fd, hdr, 4, agent_now_ms() + IDLE_MS);
+        int rc = read_full(c->fd, hdr, sizeof(hdr), agent_now_ms() + IDLE_MS);
         if (rc != 0)
             break;
-        n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+        n = colli_proto_frame_length(hdr);
         ctx->metrics.ipc_requests++;
-        if (n == 0 || n > MAX_MSG_BYTES) {
+        if (n == 0 || n > COLLI_PROTO_FRAME_MAX) {
             ctx->metrics.ipc_errors++;
             agent_warn("AGENT-IPC-MALFORMED", "frame length %u out of range (1..%u); closing", n,
-                       MAX_MSG_BYTES);
-            send_msg(c->fd, error_reply("Malformed", "frame length %u out of range (1..%u)", n,
-                                        MAX_MSG_BYTES));
+                       COLLI_PROTO_FRAME_MAX);
+            send_msg(c->fd,
+                     error_reply(COLLI_PROTO_CODE_MALFORMED, "frame length %u out of range (1..%u)",
+                                 n, COLLI_PROTO_FRAME_MAX));
             break;
         }
         buf = malloc(n);
@@ -255,13 +226,14 @@ static void *serve_conn(void *arg)
         reply = handle(ctx, buf, n);
         free(buf);
         if (!reply)
-            reply = error_reply("Internal", "cannot build the reply");
+            reply = error_reply(COLLI_PROTO_CODE_INTERNAL, "cannot build the reply");
         if (!reply)
             break;
-        if (strcmp(json_string_value(json_object_get(reply, "type")), "error") == 0) {
+        if (strcmp(colli_proto_type(reply), COLLI_PROTO_TYPE_ERROR) == 0) {
+            const char *code, *text;
+            colli_proto_error_fields(reply, &code, &text);
             ctx->metrics.ipc_errors++;
-            agent_debug("AGENT-IPC-ERROR-REPLY", "%s",
-                        json_string_value(json_object_get(reply, "error")));
+            agent_debug("AGENT-IPC-ERROR-REPLY", "%s", text);
         }
         if (send_msg(c->fd, reply) != 0)
             break;
@@ -292,7 +264,7 @@ static void *accept_loop(void *arg)
             continue;
         if (ipc->nconn >= MAX_CONN) {
             agent_warn("AGENT-IPC-BUSY", "%d connections open; refusing one", MAX_CONN);
-            send_msg(fd, error_reply("Busy", "too many connections; retry"));
+            send_msg(fd, error_reply(COLLI_PROTO_CODE_BUSY, "too many connections; retry"));
             close(fd);
             continue;
         }
@@ -364,7 +336,7 @@ int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out)
         return -1;
     }
     agent_info("AGENT-IPC-LISTEN", "serving the library on %s (protocol v%d)", path,
-               AGENT_PROTOCOL_V);
+               COLLI_PROTO_IPC_VERSION);
     *out = ipc;
     return 0;
 }

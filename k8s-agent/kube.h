@@ -112,7 +112,8 @@ int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_select
 /* ---- pod pipeline (pod_facts.c, topology.c, rendezvous.c, health.c) ---- */
 
 typedef struct {
-    json_t *pod;       /* own Pod object */
+    json_t *pod; /* own Pod object */
+    char pod_uid[64];
     char job_kind[64]; /* Job | JobSet | PyTorchJob | "" */
     char job_api_version[64];
     char job_name[254];
@@ -123,6 +124,7 @@ typedef struct {
     int completion_index;    /* Indexed Job index or -1 */
     int jobset_global_index; /* or -1 */
     json_t *network_status;  /* parsed Multus annotation (array) or NULL */
+    char topology_key[320];  /* the selecting topology's spec.topologyKey node label ("" = none) */
 } agent_pod_info_t;
 
 /* Read the pod, its owner and rank hints (1 GET). */
@@ -144,9 +146,10 @@ int agent_selector_matches(const json_t *selector, const json_t *labels, char *e
 int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
                      agent_condition_t *cond);
 
-/* The topology group of the pod's node (f->topology_key label on its Node; one GET) into
+/* The topology group of the pod's node (its topology_key label; one GET of the Node) into
  * f->group; never fatal: problems become warning conditions (node_group.c). */
-void agent_node_group(agent_ctx_t *ctx, int64_t deadline, agent_facts_t *f);
+void agent_node_group(agent_ctx_t *ctx, int64_t deadline, const char *topology_key,
+                      agent_facts_t *f);
 
 /* Map an API failure to a named condition (Unauthorized, Forbidden, APIUnavailable, ...). */
 void agent_condition_from_resp(agent_condition_t *cond, const char *what,
@@ -160,8 +163,8 @@ int agent_kube_run(agent_ctx_t *ctx);
 typedef struct agent_health agent_health_t;
 int agent_health_start(agent_ctx_t *ctx, agent_health_t **out);
 void agent_health_stop(agent_health_t *h);
-/* A report from the library (the JSON object of a "report" message). */
-void agent_health_report(agent_health_t *h, const json_t *report);
+/* A report from the library (a parsed "report" message; its strings live during the call). */
+void agent_health_report(agent_health_t *h, const colli_proto_report_t *report);
 /* Emit a pod Event (Warning or Normal) with reason and message; best effort, bounded. */
 void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason,
                         const char *message);

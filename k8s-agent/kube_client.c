@@ -430,7 +430,7 @@ void agent_condition_from_resp(agent_condition_t *cond, const char *what,
 {
     cond->fatal = 1;
     if (r->code == 0) {
-        snprintf(cond->type, sizeof(cond->type), "APIUnavailable");
+        snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_API_UNAVAILABLE);
         snprintf(cond->message, sizeof(cond->message),
                  "%s: no answer from the Kubernetes API server (%s); check that it is reachable "
                  "from the pod and that its certificate chains to the configured CA",

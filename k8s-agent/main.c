@@ -204,7 +204,7 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
             o->log_level = optarg;
             break;
         case OPT_VERSION:
-            printf("coll-agent %s (protocol v%d)\n", AGENT_VERSION, AGENT_PROTOCOL_V);
+            printf("coll-agent %s (protocol v%d)\n", AGENT_VERSION, COLLI_PROTO_IPC_VERSION);
             exit(0);
         case OPT_HELP:
         case 'h':

@@ -223,7 +223,7 @@ int agent_pod_read(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, age
     }
     pi->pod = r.body;
     r.body = NULL;
-    agent_json_str(agent_json_path(pi->pod, "metadata"), "uid", f->pod_uid, sizeof(f->pod_uid));
+    agent_json_str(agent_json_path(pi->pod, "metadata"), "uid", pi->pod_uid, sizeof(pi->pod_uid));
     agent_json_str(agent_json_path(pi->pod, "spec"), "nodeName", f->node, sizeof(f->node));
     read_owner(pi);
     labels = agent_json_path(pi->pod, "metadata.labels");

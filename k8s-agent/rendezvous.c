@@ -84,7 +84,7 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
         return 1; /* not published yet */
     nranks = (int)json_integer_value(n);
     if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 ||
-        agent_unhex(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
+        colli_proto_hex_decode(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "CommunicatorInvalid");
         snprintf(cond->message, sizeof(cond->message),
@@ -275,7 +275,7 @@ static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
         snprintf(cond->message, sizeof(cond->message), "getrandom failed: no secret");
         return -1;
     }
-    agent_hex(f->secret, sizeof(f->secret), secret_hex);
+    colli_proto_hex_encode(f->secret, sizeof(f->secret), secret_hex);
     snprintf(f->root_host, sizeof(f->root_host), "%s", f->address);
     f->root_port = port;
     if (strchr(f->address, ':'))
@@ -414,7 +414,7 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
             agent_condition_from_resp(cond, "watching the Communicator", &r);
         } else {
             cond->fatal = 1;
-            snprintf(cond->type, sizeof(cond->type), "RendezvousTimeout");
+            snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_RENDEZVOUS_TIMEOUT);
             snprintf(cond->message, sizeof(cond->message),
                      "rank 0 of job %s did not publish Communicator %s/%s within the bootstrap "
                      "timeout: is rank 0's pod running and its agent healthy? (%s)",
@@ -454,7 +454,7 @@ int agent_kube_run(agent_ctx_t *ctx)
     /* the pod's identity addresses Events from here on (warnings come before READY) */
     pthread_mutex_lock(&ctx->mu);
     snprintf(ctx->facts.pod, sizeof(ctx->facts.pod), "%s", f.pod);
-    snprintf(ctx->facts.pod_uid, sizeof(ctx->facts.pod_uid), "%s", f.pod_uid);
+    snprintf(ctx->pod_uid, sizeof(ctx->pod_uid), "%s", pi.pod_uid);
     snprintf(ctx->facts.node, sizeof(ctx->facts.node), "%s", f.node);
     snprintf(ctx->facts.ns, sizeof(ctx->facts.ns), "%s", f.ns);
     pthread_mutex_unlock(&ctx->mu);
@@ -477,6 +477,7 @@ out:
         /* the facts known so far (pod, node, uid) address the Event */
         pthread_mutex_lock(&ctx->mu);
         ctx->facts = f;
+        snprintf(ctx->pod_uid, sizeof(ctx->pod_uid), "%s", pi.pod_uid);
         pthread_mutex_unlock(&ctx->mu);
         agent_set_failed(ctx, &cond);
     }

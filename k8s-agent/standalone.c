@@ -119,9 +119,8 @@ int agent_standalone_run(agent_ctx_t *ctx)
     snprintf(f.ns, sizeof(f.ns), "standalone");
     agent_json_str(root, "transport", f.transport, sizeof(f.transport));
     if (!f.transport[0])
-        snprintf(f.transport, sizeof(f.transport), "Socket");
-    if (strcmp(f.transport, "RequireIB") && strcmp(f.transport, "PreferIB") &&
-        strcmp(f.transport, "Socket")) {
+        snprintf(f.transport, sizeof(f.transport), "%s", COLLI_PROTO_TRANSPORT_SOCKET);
+    if (!colli_proto_transport_valid(f.transport)) {
         fail(ctx, "TopologyFileInvalid", "%s: transport must be RequireIB, PreferIB or Socket",
              path);
         goto out;
@@ -143,7 +142,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
     }
     s = json_string_value(json_object_get(root, "secret"));
     if (s) {
-        if (agent_unhex(s, f.secret, sizeof(f.secret)) != 0) {
+        if (colli_proto_hex_decode(s, f.secret, sizeof(f.secret)) != 0) {
             fail(ctx, "TopologyFileInvalid", "%s: \"secret\" must be 32 hex digits", path);
             goto out;
         }
@@ -160,7 +159,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
         f.ifname[0] = '\0';
     if (!f.ifname[0]) {
         agent_list_interfaces(have, sizeof(have));
-        fail(ctx, "InterfaceMissing",
+        fail(ctx, COLLI_PROTO_CODE_INTERFACE_MISSING,
              "rank %d: no interface given and address \"%s\" is on no interface here (this "
              "machine has: %s)",
              rank, f.address, have);
@@ -170,7 +169,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
                                 sizeof(f.address));
     if (chk != 0) {
         agent_list_interfaces(have, sizeof(have));
-        fail(ctx, chk == 1 ? "InterfaceMissing" : "AddressMissing",
+        fail(ctx, chk == 1 ? COLLI_PROTO_CODE_INTERFACE_MISSING : COLLI_PROTO_CODE_ADDRESS_MISSING,
              "rank %d pins interface %s%s%s, which %s on this machine (it has: %s)", rank, f.ifname,
              f.address[0] ? " address " : "", f.address,
              chk == 1 ? "does not exist" : "does not carry that address", have);

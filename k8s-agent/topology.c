@@ -203,7 +203,7 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
         json_t *e, *ips;
         if (!pi->network_status) {
             cond->fatal = 1;
-            snprintf(cond->type, sizeof(cond->type), "NetworkStatusMissing");
+            snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_NETWORK_STATUS_MISSING);
             snprintf(cond->message, sizeof(cond->message),
                      "topology %s pins attachment %s but the pod has no "
                      "k8s.v1.cni.cncf.io/network-status annotation: is Multus installed, and does "
@@ -214,7 +214,7 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
         e = find_attachment(pi, f->ns, att, seen, sizeof(seen));
         if (!e) {
             cond->fatal = 1;
-            snprintf(cond->type, sizeof(cond->type), "NetworkNotAttached");
+            snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_NETWORK_NOT_ATTACHED);
             snprintf(cond->message, sizeof(cond->message),
                      "topology %s pins network attachment %s, which is not attached to the pod "
                      "(attached: %s); add it to the pod's k8s.v1.cni.cncf.io/networks annotation",
@@ -230,7 +230,8 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
                        sizeof(f->ib_device));
         if (!f->ifname[0] || !f->address[0]) {
             cond->fatal = 1;
-            snprintf(cond->type, sizeof(cond->type), "NetworkStatusIncomplete");
+            snprintf(cond->type, sizeof(cond->type), "%s",
+                     COLLI_PROTO_CODE_NETWORK_STATUS_INCOMPLETE);
             snprintf(cond->message, sizeof(cond->message),
                      "attachment %s in the pod's network-status has no interface or no IP: check "
                      "the NetworkAttachmentDefinition's IPAM",
@@ -259,7 +260,7 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
                 agent_interface_for_address(f->address, f->ifname, sizeof(f->ifname)) != 0) {
                 agent_list_interfaces(have, sizeof(have));
                 cond->fatal = 1;
-                snprintf(cond->type, sizeof(cond->type), "InterfaceMissing");
+                snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_INTERFACE_MISSING);
                 snprintf(cond->message, sizeof(cond->message),
                          "topology %s pins no network and the pod IP \"%s\" is on no interface "
                          "of this pod (it has: %s); pin spec.network",
@@ -274,13 +275,13 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
         agent_list_interfaces(have, sizeof(have));
         cond->fatal = 1;
         if (rc == 1) {
-            snprintf(cond->type, sizeof(cond->type), "InterfaceMissing");
+            snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_INTERFACE_MISSING);
             snprintf(cond->message, sizeof(cond->message),
                      "the pinned network's interface %s does not exist in this pod (it has: %s); "
                      "fix spec.network of CollectiveTopology %s or attach the network",
                      f->ifname, have, f->topology);
         } else {
-            snprintf(cond->type, sizeof(cond->type), "AddressMissing");
+            snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_ADDRESS_MISSING);
             snprintf(cond->message, sizeof(cond->message),
                      "interface %s of this pod does not carry address %s%s (it has: %s)", f->ifname,
                      f->address[0] ? f->address : "(any IP)",
@@ -291,7 +292,7 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
     return 0;
 }
 
-static int apply_pins(const char *name, const json_t *spec, agent_facts_t *f,
+static int apply_pins(const char *name, const json_t *spec, agent_pod_info_t *pi, agent_facts_t *f,
                       agent_condition_t *cond)
 {
     const char *t = json_string_value(json_object_get(spec, "transport"));
@@ -301,12 +302,12 @@ static int apply_pins(const char *name, const json_t *spec, agent_facts_t *f,
 
     snprintf(f->topology, sizeof(f->topology), "%s", name);
     if (!t)
-        t = "PreferIB";
-    if (strcmp(t, "RequireIB") != 0 && strcmp(t, "PreferIB") != 0 && strcmp(t, "Socket") != 0)
+        t = COLLI_PROTO_TRANSPORT_PREFER_IB;
+    if (!colli_proto_transport_valid(t))
         return invalid(cond, name, "spec.transport must be RequireIB, PreferIB or Socket");
     snprintf(f->transport, sizeof(f->transport), "%s", t);
     agent_json_str(spec, "libraryVersion", f->library_version, sizeof(f->library_version));
-    agent_json_str(spec, "topologyKey", f->topology_key, sizeof(f->topology_key));
+    agent_json_str(spec, "topologyKey", pi->topology_key, sizeof(pi->topology_key));
     f->bootstrap_timeout_s = json_is_integer(bt) ? (int)json_integer_value(bt) : 300;
     f->timeout_s = json_is_integer(ct) ? (int)json_integer_value(ct) : 1800;
     if (f->bootstrap_timeout_s <= 0 || f->timeout_s <= 0)
@@ -399,7 +400,7 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
                  f->ns, f->pod, nmatch, names);
         goto done;
     }
-    if (apply_pins(names, json_object_get(match, "spec"), f, cond) != 0)
+    if (apply_pins(names, json_object_get(match, "spec"), pi, f, cond) != 0)
         goto done;
     if (resolve_network(json_object_get(match, "spec"), pi, f, cond) != 0)
         goto done;
@@ -408,7 +409,7 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
         if (json_is_string(hca))
             snprintf(f->ib_device, sizeof(f->ib_device), "%s", json_string_value(hca));
     }
-    agent_node_group(ctx, deadline, f);
+    agent_node_group(ctx, deadline, pi->topology_key, f);
     agent_info("AGENT-TOPOLOGY-RESOLVED",
                "topology %s: transport=%s version=%s interface=%s address=%s ib=%s", f->topology,
                f->transport, f->library_version[0] ? f->library_version : "(unpinned)", f->ifname,

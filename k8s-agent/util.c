@@ -1,4 +1,4 @@
-/* Logging with stable IDs, time, hex/base64, files, JSON and interface helpers. */
+/* Time, base64, files, JSON and interface helpers. */
 #define _GNU_SOURCE
 #include "agent.h"
 
@@ -14,44 +14,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static agent_log_level_t log_level = AGENT_LOG_INFO;
-static char log_pod[128];
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void agent_log_init(const char *level_name, const char *pod)
-{
-    if (level_name) {
-        if (strcasecmp(level_name, "debug") == 0)
-            log_level = AGENT_LOG_DEBUG;
-        else if (strcasecmp(level_name, "warn") == 0)
-            log_level = AGENT_LOG_WARN;
-        else if (strcasecmp(level_name, "error") == 0)
-            log_level = AGENT_LOG_ERROR;
-        else
-            log_level = AGENT_LOG_INFO;
-    }
-    if (pod)
-        snprintf(log_pod, sizeof(log_pod), "%s", pod);
-}
-
-void agent_log(agent_log_level_t level, const char *id, const char *fmt, ...)
-{
-    static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
-    char ts[40], msg[2048];
-    va_list ap;
-    if (level < log_level)
-        return;
-    agent_rfc3339_now(ts, sizeof(ts));
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&log_mu);
-    fprintf(stderr, "%s coll-agent[%d] %s %s%s%s %s\n", ts, (int)getpid(), names[level], id,
-            log_pod[0] ? " pod=" : "", log_pod, msg);
-    fflush(stderr);
-    pthread_mutex_unlock(&log_mu);
-}
 
 int64_t agent_now_ms(void)
 {
@@ -77,15 +39,6 @@ void agent_sleep_ms(int64_t ms)
     }
 }
 
-void agent_rfc3339_now(char *buf, size_t len)
-{
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 int agent_random_bytes(unsigned char *buf, size_t len)
 {
     size_t got = 0;
@@ -97,40 +50,6 @@ int agent_random_bytes(unsigned char *buf, size_t len)
             return -1;
         }
         got += (size_t)n;
-    }
-    return 0;
-}
-
-void agent_hex(const unsigned char *in, size_t len, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * len] = '\0';
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int agent_unhex(const char *hex, unsigned char *out, size_t len)
-{
-    if (!hex || strlen(hex) != 2 * len)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (unsigned char)(hi << 4 | lo);
     }
     return 0;
 }

@@ -1,7 +1,8 @@
 /* coll-agent webhook mode: a mutating admission webhook that injects the kcoll agent sidecar.
  *
- * The HTTPS server (webhook.c), the certificate loader with reload-on-change (webhook_tls.c)
- * and the AdmissionReview -> JSONPatch logic (webhook_mutate.c) share this header. Only
+ * The HTTPS server (webhook.c), its command line (webhook_opts.c), the certificate loader with
+ * reload-on-change (webhook_tls.c) and the AdmissionReview -> JSONPatch logic (webhook_mutate.c)
+ * share this header. Only
  * agent_webhook_main() is meant for callers outside this folder; the rest is exposed so that the
  * mutation logic can be tested without a TLS server. */
 #ifndef AGENT_WEBHOOK_H
@@ -11,6 +12,9 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+
+#include "agent_log.h" /* k8s-agent/: agent_info("AGENT-WEBHOOK-...", ...) */
 
 /* Entry point of `coll-agent webhook ...`. Flags: --listen ADDR:PORT, --cert FILE, --key FILE,
  * --agent-image IMAGE, --lib-version V (and optional tuning flags, see --help). Runs until
@@ -53,6 +57,24 @@ struct agent_webhook_config {
     void *api_arg;
     int api_timeout_ms;
 };
+
+/* The command line of `coll-agent webhook` (webhook_opts.c). */
+struct agent_webhook_opts {
+    struct agent_webhook_config cfg;     /* the sidecar; api_get is filled when serving */
+    const char *listen_spec;             /* --listen as given (for messages) */
+    struct sockaddr_storage listen_addr; /* its address, unless listen_any */
+    int listen_any;                      /* ADDR empty: every address */
+    unsigned int port;                   /* 0 = pick one */
+    const char *cert, *key;
+    const char *kubeconfig, *sa_dir; /* NULL = the defaults of agent_webhook_api_open */
+    unsigned int threads;
+};
+
+/* agent_webhook_opts_parse: go on and serve; any other value is the exit status. */
+#define AGENT_WEBHOOK_SERVE (-1)
+/* Fills o from the command line (defaults for what it leaves out) and checks it: returns
+ * AGENT_WEBHOOK_SERVE, or 0 after --help, or 2 after printing what is wrong. */
+int agent_webhook_opts_parse(int argc, char **argv, struct agent_webhook_opts *o);
 
 /* Which webhook entry of the MutatingWebhookConfiguration sent the review. */
 enum agent_webhook_scope {
@@ -120,10 +142,5 @@ void agent_tls_activate(struct agent_tls *tls);
 void agent_tls_close(struct agent_tls *tls);
 /* The certificate callback handed to libmicrohttpd (MHD_OPTION_HTTPS_CERT_CALLBACK). */
 gnutls_certificate_retrieve_function2 *agent_tls_callback(void);
-
-/* One log line with a stable ID, e.g. agent_webhook_log('W', "AGENT-WEBHOOK-CERT-RELOAD-FAIL",
- * "..."). Levels: 'E', 'W', 'I', 'D' (debug lines only when COLL_DEBUG asks for them). */
-void agent_webhook_log(char level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -59,10 +59,10 @@ int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
     cfg->api_get = NULL;
     cfg->api_arg = NULL;
     if ((kubeconfig == NULL || kubeconfig[0] == '\0') && (host == NULL || host[0] == '\0')) {
-        agent_webhook_log('W', "AGENT-WEBHOOK-NO-API",
-                          "no KUBERNETES_SERVICE_HOST and no --kubeconfig: injected pods get "
-                          "*-error annotations instead of their Job's world size and their "
-                          "Namespace's labels");
+        agent_warn("AGENT-WEBHOOK-NO-API",
+                   "no KUBERNETES_SERVICE_HOST and no --kubeconfig: injected pods get "
+                   "*-error annotations instead of their Job's world size and their "
+                   "Namespace's labels");
         return 1;
     }
     a = calloc(1, sizeof(*a));
@@ -73,23 +73,22 @@ int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
     else
         rc = agent_creds_in_cluster(sa_dir ? sa_dir : DEFAULT_SA_DIR, &a->creds, err, sizeof(err));
     if (rc != 0) {
-        agent_webhook_log('E', "AGENT-WEBHOOK-API-FAIL",
-                          "cannot load Kubernetes API credentials: %s; injected pods get *-error "
-                          "annotations (is automountServiceAccountToken off?)",
-                          err);
+        agent_error("AGENT-WEBHOOK-API-FAIL",
+                    "cannot load Kubernetes API credentials: %s; injected pods get *-error "
+                    "annotations (is automountServiceAccountToken off?)",
+                    err);
         agent_creds_free(&a->creds);
         free(a);
         return -1;
     }
     if (agent_kube_open(&a->creds, &kc, &a->kube) != 0) {
-        agent_webhook_log('E', "AGENT-WEBHOOK-API-FAIL", "cannot start the API client");
+        agent_error("AGENT-WEBHOOK-API-FAIL", "cannot start the API client");
         agent_creds_free(&a->creds);
         free(a);
         return -1;
     }
-    agent_webhook_log('I', "AGENT-WEBHOOK-API", "server=%s credentials=%s read budget=%d ms",
-                      a->creds.server, a->creds.in_cluster ? "in-cluster" : kubeconfig,
-                      kc.request_timeout_ms);
+    agent_info("AGENT-WEBHOOK-API", "server=%s credentials=%s read budget=%d ms", a->creds.server,
+               a->creds.in_cluster ? "in-cluster" : kubeconfig, kc.request_timeout_ms);
     cfg->api_get = api_get;
     cfg->api_arg = a;
     return 0;

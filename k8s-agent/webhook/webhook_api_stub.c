@@ -9,9 +9,9 @@ int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
     (void)sa_dir;
     cfg->api_get = NULL;
     cfg->api_arg = NULL;
-    agent_webhook_log('W', "AGENT-WEBHOOK-NO-API",
-                      "built without the Kubernetes API client: injected pods get *-error "
-                      "annotations instead of their Job's world size and Namespace's labels");
+    agent_warn("AGENT-WEBHOOK-NO-API",
+               "built without the Kubernetes API client: injected pods get *-error "
+               "annotations instead of their Job's world size and Namespace's labels");
     return 1;
 }
 

@@ -93,7 +93,7 @@ static int set_error(json_t *annots, json_t *warnings, const char *key, const ch
     va_end(ap);
     snprintf(full, sizeof(full), "%s: %s", type, msg);
     snprintf(warn, sizeof(warn), "kcoll: %s (annotation %s)", full, key);
-    agent_webhook_log('W', "AGENT-WEBHOOK-FACTS-FAIL", "%s", full);
+    agent_warn("AGENT-WEBHOOK-FACTS-FAIL", "%s", full);
     if (set_str(annots, key, full) != 0)
         return -1;
     return json_array_append_new(warnings, json_string(warn));

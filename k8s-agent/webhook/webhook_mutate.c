@@ -574,7 +574,7 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
                      "request body is not a JSON object; send an "
                      "AdmissionReview " REVIEW_API_VERSION);
         json_decref(root);
-        agent_webhook_log('W', "AGENT-WEBHOOK-BAD-REVIEW", "%s", msg);
+        agent_warn("AGENT-WEBHOOK-BAD-REVIEW", "%s", msg);
         return agent_webhook_error_reply(400, msg, reply);
     }
     const json_t *req = json_object_get(root, "request");
@@ -611,10 +611,10 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
     if (!streq(str_at(rkind, "kind"), "Pod") || !streq(str_at(rkind, "version"), "v1") ||
         !streq(str_at(rkind, "group"), "") || !streq(op, "CREATE") ||
         (sub != NULL && sub[0] != '\0')) {
-        agent_webhook_log('D', "AGENT-WEBHOOK-SKIP",
-                          "uid=%s kind=%s operation=%s: not a pod "
-                          "creation",
-                          uid, str_at(rkind, "kind") ? str_at(rkind, "kind") : "?", op);
+        agent_debug("AGENT-WEBHOOK-SKIP",
+                    "uid=%s kind=%s operation=%s: not a pod "
+                    "creation",
+                    uid, str_at(rkind, "kind") ? str_at(rkind, "kind") : "?", op);
         rc = review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
         json_decref(root);
         return rc;
@@ -631,15 +631,15 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
     const json_t *meta = json_object_get(pod, "metadata");
     const char *label = str_at(json_object_get(meta, "labels"), AGENT_WEBHOOK_INJECT_LABEL);
     if (json_object_get(json_object_get(meta, "annotations"), AGENT_WEBHOOK_INJECTED_ANNOT)) {
-        agent_webhook_log('I', "AGENT-WEBHOOK-ALREADY-INJECTED", "uid=%s pod=%s", uid, who);
+        agent_info("AGENT-WEBHOOK-ALREADY-INJECTED", "uid=%s pod=%s", uid, who);
         rc = review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
         json_decref(root);
         return rc;
     }
     int opted_in = scope == AGENT_WEBHOOK_SCOPE_POD ? streq(label, "true") : !streq(label, "false");
     if (!opted_in) {
-        agent_webhook_log('D', "AGENT-WEBHOOK-NOT-OPTED-IN", "uid=%s pod=%s label=%s", uid, who,
-                          label ? label : "(none)");
+        agent_debug("AGENT-WEBHOOK-NOT-OPTED-IN", "uid=%s pod=%s label=%s", uid, who,
+                    label ? label : "(none)");
         rc = review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
         json_decref(root);
         return rc;
@@ -653,23 +653,23 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
         json_decref(m.ops);
         json_decref(m.warnings);
         json_decref(root);
-        agent_webhook_log('E', "AGENT-WEBHOOK-OOM", "uid=%s pod=%s: out of memory", uid, who);
+        agent_error("AGENT-WEBHOOK-OOM", "uid=%s pod=%s: out of memory", uid, who);
         return -1;
     }
     if (m.deny[0] != '\0') {
-        agent_webhook_log('W', "AGENT-WEBHOOK-DENY", "uid=%s pod=%s: %s", uid, who, m.deny);
+        agent_warn("AGENT-WEBHOOK-DENY", "uid=%s pod=%s: %s", uid, who, m.deny);
         json_decref(m.ops);
         rc = review_reply(uid, 0, 403, m.deny, NULL, m.warnings, reply);
     } else {
-        agent_webhook_log('I', "AGENT-WEBHOOK-INJECT", "uid=%s pod=%s image=%s lib=%s ops=%zu", uid,
-                          who, cfg->agent_image, cfg->lib_version, json_array_size(m.ops));
+        agent_info("AGENT-WEBHOOK-INJECT", "uid=%s pod=%s image=%s lib=%s ops=%zu", uid, who,
+                   cfg->agent_image, cfg->lib_version, json_array_size(m.ops));
         rc = review_reply(uid, 1, 0, NULL, m.ops, m.warnings, reply);
     }
     json_decref(root);
     return rc;
 
 malformed:
-    agent_webhook_log('W', "AGENT-WEBHOOK-BAD-REVIEW", "uid=%s: %s", uid ? uid : "(none)", msg);
+    agent_warn("AGENT-WEBHOOK-BAD-REVIEW", "uid=%s: %s", uid ? uid : "(none)", msg);
     if (uid != NULL && uid[0] != '\0') {
         char *uidcopy = strdup(uid); /* uid points into root */
         json_decref(root);

@@ -195,15 +195,14 @@ struct agent_tls *agent_tls_open(const char *cert_path, const char *key_path)
     stamp_of(key_path, &tls->key_seen);
     tls->current = identity_load(cert_path, key_path, err, sizeof(err));
     if (tls->current == NULL) {
-        agent_webhook_log('E', "AGENT-WEBHOOK-CERT-LOAD-FAIL",
-                          "%s; mount the serving certificate and key (PEM) and pass --cert/--key",
-                          err);
+        agent_error("AGENT-WEBHOOK-CERT-LOAD-FAIL",
+                    "%s; mount the serving certificate and key (PEM) and pass --cert/--key", err);
         agent_tls_close(tls);
         return NULL;
     }
     describe_cert(&tls->current->chain[0], desc, sizeof(desc));
-    agent_webhook_log('I', "AGENT-WEBHOOK-CERT-LOADED", "cert=%s %s chain=%u", cert_path, desc,
-                      tls->current->chain_len);
+    agent_info("AGENT-WEBHOOK-CERT-LOADED", "cert=%s %s chain=%u", cert_path, desc,
+               tls->current->chain_len);
     return tls;
 }
 
@@ -223,8 +222,8 @@ static void maybe_reload(struct agent_tls *tls)
 
     struct identity *fresh = identity_load(tls->cert_path, tls->key_path, err, sizeof(err));
     if (fresh == NULL) {
-        agent_webhook_log('W', "AGENT-WEBHOOK-CERT-RELOAD-FAIL",
-                          "%s; still serving the previous certificate", err);
+        agent_warn("AGENT-WEBHOOK-CERT-RELOAD-FAIL", "%s; still serving the previous certificate",
+                   err);
         return;
     }
     tls->current->retired_at = now;
@@ -232,7 +231,7 @@ static void maybe_reload(struct agent_tls *tls)
     tls->retired = tls->current;
     tls->current = fresh;
     describe_cert(&fresh->chain[0], desc, sizeof(desc));
-    agent_webhook_log('I', "AGENT-WEBHOOK-CERT-RELOADED", "cert=%s %s", tls->cert_path, desc);
+    agent_info("AGENT-WEBHOOK-CERT-RELOADED", "cert=%s %s", tls->cert_path, desc);
 
     /* Free pairs retired long enough ago that no handshake can still use them. */
     for (struct identity **pp = &tls->retired; *pp != NULL;) {

@@ -44,22 +44,11 @@ static const char *result_name(coll_result_t r)
     }
 }
 
-static int phase_of(const char *s, colli_agent_phase_t *p)
-{
-    static const char *names[] = {"Pending", "Bootstrapping", "Ready", "Degraded", "Failed"};
-    for (int i = 0; i < 5; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *p = (colli_agent_phase_t)i;
-            return 0;
-        }
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
     int timeout_ms = 60000, check = -1, i, failures = 0, ready_ranks = -1, err_rank = -1;
     const char *report = NULL, *error = NULL, *cond = NULL;
-    colli_agent_facts_t *facts;
+    colli_proto_facts_t *facts;
     int nsock, first = -1;
 
     for (i = 1; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
@@ -88,11 +77,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (report) {
-        colli_agent_phase_t p;
+        colli_proto_phase_t p = colli_proto_phase_parse(report);
         char type[64] = "";
         int ok = 1;
         coll_result_t r;
-        if (phase_of(report, &p) != 0) {
+        if (p == COLLI_PROTO_PHASE_NONE) {
             fprintf(stderr, "unknown phase %s\n", report);
             return 2;
         }
@@ -116,7 +105,7 @@ int main(int argc, char **argv)
         return 2;
     for (int s = 0; s < nsock; s++) {
         coll_result_t r = colli_agent_hello(argv[i + s], timeout_ms, &facts[s]);
-        colli_agent_facts_t *f = &facts[s];
+        colli_proto_facts_t *f = &facts[s];
         if (r != COLL_SUCCESS) {
             printf("ERR socket=%s result=%s message=%s\n", argv[i + s], result_name(r),
                    colli_agent_last_error());
@@ -126,15 +115,14 @@ int main(int argc, char **argv)
         }
         {
             char hex[33];
-            for (int b = 0; b < 16; b++)
-                snprintf(hex + 2 * b, 3, "%02x", f->secret[b]);
+            colli_proto_hex_encode(f->secret, sizeof(f->secret), hex);
             printf("OK rank=%d nranks=%d root=%s:%d secret=%s is_root=%d if=%s addr=%s ib=%s "
                    "transport=%s version=%s boot_timeout=%d timeout=%d pod=%s node=%s ns=%s "
                    "job=%s topology=%s\n",
                    f->rank, f->nranks, f->root_host, f->root_port, hex, f->is_root, f->ifname,
                    f->address, f->ib_device[0] ? f->ib_device : "-", f->transport,
-                   f->pinned_version[0] ? f->pinned_version : "-", f->bootstrap_timeout_s,
-                   f->timeout_s, f->pod, f->node, f->namespace_, f->job, f->topology);
+                   f->library_version[0] ? f->library_version : "-", f->bootstrap_timeout_s,
+                   f->timeout_s, f->pod, f->node, f->ns, f->job, f->topology);
         }
         if (first < 0)
             first = s;
@@ -151,7 +139,7 @@ int main(int argc, char **argv)
         if (!seen)
             return 2;
         for (int s = 0; s < nsock; s++) {
-            colli_agent_facts_t *f = &facts[s], *f0 = &facts[first];
+            colli_proto_facts_t *f = &facts[s], *f0 = &facts[first];
             if (f->nranks != check || f->rank < 0 || f->rank >= check || seen[f->rank]) {
                 printf("CHECK FAIL: socket %s rank %d nranks %d (duplicate or out of range)\n",
                        argv[i + s], f->rank, f->nranks);

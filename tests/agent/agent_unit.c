@@ -142,12 +142,14 @@ static void test_helpers(void)
     char hex[33];
     for (int i = 0; i < 16; i++)
         b[i] = (unsigned char)(i * 17);
-    agent_hex(b, 16, hex);
+    colli_proto_hex_encode(b, 16, hex);
     EXPECT(strcmp(hex, "00112233445566778899aabbccddeeff") == 0);
     memset(b, 0, sizeof(b));
-    EXPECT(agent_unhex(hex, b, 16) == 0 && b[15] == 0xff);
-    EXPECT(agent_unhex("zz112233445566778899aabbccddeeff", b, 16) != 0);
-    EXPECT(agent_unhex("0011", b, 16) != 0);
+    EXPECT(colli_proto_hex_decode(hex, b, 16) == 0 && b[15] == 0xff);
+    EXPECT(colli_proto_hex_decode("00112233445566778899AABBCCDDEEFF", b, 16) == 0 && b[10] == 0xaa);
+    EXPECT(colli_proto_hex_decode("zz112233445566778899aabbccddeeff", b, 16) != 0);
+    EXPECT(colli_proto_hex_decode("0011", b, 16) != 0);
+    EXPECT(colli_proto_hex_decode(NULL, b, 16) != 0);
     EXPECT(agent_base64_decode("a2NvbGw=", &dec) == 5 && memcmp(dec, "kcoll", 5) == 0);
     free(dec);
     EXPECT(agent_base64_decode("a2N*", &dec) == -1);
@@ -163,6 +165,78 @@ static void test_helpers(void)
     }
 }
 
+/* proto/agent_ipc.h: what one side encodes the other decodes. */
+static void test_proto(void)
+{
+    colli_proto_facts_t f, g;
+    colli_proto_report_t rep = {.phase = COLLI_PROTO_PHASE_FAILED,
+                                .has_error = 1,
+                                .has_err_rank = 1,
+                                .err_rank = 3,
+                                .err_pod = "p-3",
+                                .err_node = "",
+                                .err_message = "peer gone",
+                                .conds = {{"Healthy", "False", "MemberUnhealthy", "rank 3"}}},
+                         back;
+    unsigned char *frame;
+    size_t n;
+    char err[256];
+    json_t *m;
+
+    memset(&f, 0, sizeof(f));
+    f.rank = 1;
+    f.nranks = 4;
+    snprintf(f.root_host, sizeof(f.root_host), "fd00::1");
+    f.root_port = 29555;
+    for (int i = 0; i < COLLI_PROTO_SECRET_BYTES; i++)
+        f.secret[i] = (unsigned char)(0xf0 + i);
+    snprintf(f.ifname, sizeof(f.ifname), "net1");
+    snprintf(f.address, sizeof(f.address), "fd00::2");
+    snprintf(f.transport, sizeof(f.transport), "%s", COLLI_PROTO_TRANSPORT_SOCKET);
+    snprintf(f.ns, sizeof(f.ns), "team-a");
+    snprintf(f.group, sizeof(f.group), "rack-1");
+    f.bootstrap_timeout_s = 300;
+    f.timeout_s = 1800;
+    m = colli_proto_hello_reply(&f, AGENT_VERSION);
+    EXPECT(m && strcmp(json_string_value(json_object_get(m, "root")), "[fd00::1]:29555") == 0);
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) == 0 &&
+           memcmp(&f, &g, sizeof(f)) == 0);
+    frame = colli_proto_frame_encode(m, &n);
+    EXPECT(frame && n > COLLI_PROTO_FRAME_HEADER &&
+           colli_proto_frame_length(frame) == n - COLLI_PROTO_FRAME_HEADER && frame[4] == '{');
+    free(frame);
+    json_object_set_new(m, "is_root", json_true()); /* rank 1 cannot be the root */
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) != 0 &&
+           strcmp(err, "inconsistent facts (rank 1 of 4, root port 29555)") == 0);
+    json_object_del(m, "nranks");
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) != 0 &&
+           strcmp(err, "hello reply lacks integer \"nranks\"") == 0);
+    json_decref(m);
+
+    m = colli_proto_report_build(&rep);
+    EXPECT(m && colli_proto_report_parse(m, &back, err, sizeof(err)) == 0);
+    EXPECT(back.phase == COLLI_PROTO_PHASE_FAILED && back.has_error && back.has_err_rank &&
+           back.err_rank == 3 && strcmp(back.err_pod, "p-3") == 0 && back.err_node == NULL &&
+           strcmp(back.err_message, "peer gone") == 0 && !back.has_ready_ranks);
+    EXPECT(back.conds[COLLI_PROTO_COND_HEALTHY].type &&
+           strcmp(back.conds[COLLI_PROTO_COND_HEALTHY].status, "False") == 0 &&
+           strcmp(back.conds[COLLI_PROTO_COND_HEALTHY].reason, "MemberUnhealthy") == 0 &&
+           !back.conds[COLLI_PROTO_COND_VERSIONS].type);
+    json_object_set_new(m, "error", json_string("x"));
+    EXPECT(colli_proto_report_parse(m, &back, err, sizeof(err)) != 0);
+    json_decref(m);
+    rep.phase = COLLI_PROTO_PHASE_NONE;
+    EXPECT(colli_proto_report_build(&rep) == NULL);
+
+    EXPECT(colli_proto_phase_parse("ready") == COLLI_PROTO_PHASE_READY);
+    EXPECT(colli_proto_phase_parse("Sleeping") == COLLI_PROTO_PHASE_NONE);
+    EXPECT(colli_proto_code_class("InterfaceMissing") == COLLI_PROTO_CLASS_NETWORK);
+    EXPECT(colli_proto_code_class("NotReady") == COLLI_PROTO_CLASS_TIMEOUT);
+    EXPECT(colli_proto_code_class("APIUnavailable") == COLLI_PROTO_CLASS_SYSTEM);
+    EXPECT(colli_proto_code_class("TopologyAmbiguous") == COLLI_PROTO_CLASS_USAGE);
+    EXPECT(colli_proto_code_class(NULL) == COLLI_PROTO_CLASS_USAGE);
+}
+
 int main(void)
 {
     agent_log_init("error", NULL);
@@ -170,6 +244,7 @@ int main(void)
     test_yaml();
     test_kubeconfig();
     test_helpers();
+    test_proto();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;

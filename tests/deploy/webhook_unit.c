@@ -1,7 +1,7 @@
 /* Unit checks of the webhook helpers that the HTTPS test cannot reach one by one: JSON-pointer
  * escaping, base64, resource quantities, agent_webhook_review() on hand-made bodies, and the
  * facts read at pod creation (owner Job, JobSet, Namespace) against an in-process fake API with
- * its errors (403, 404, no answer). */
+ * its errors (403, 404, no answer); the command line's checks and exit statuses. */
 #include "webhook.h"
 
 #include <stdio.h>
@@ -294,6 +294,33 @@ static void check_forged(void)
     free(r.body);
 }
 
+/* The command line: defaults, checks, exit statuses (messages go to stderr). */
+#define ARGC(argv) ((int)(sizeof(argv) / sizeof((argv)[0])) - 1)
+static void check_opts(void)
+{
+    struct agent_webhook_opts o;
+    /* clang-format off */
+    char *good[] = {"webhook", "--cert", "c.pem", "--key", "k.pem", "--agent-image", "img:1",
+                    "--lib-version", "0.1.0", "--listen", "[::1]:0", "--threads", "4", NULL};
+    char *bad_threads[] = {"webhook", "--threads", "0", NULL};
+    char *missing[] = {"webhook", "--cert", "c.pem", NULL};
+    char *bad_pull[] = {"webhook", "--cert", "c", "--key", "k", "--agent-image", "i:1",
+                        "--lib-version", "1", "--image-pull-policy", "Sometimes", NULL};
+    /* clang-format on */
+
+    CHECK(agent_webhook_opts_parse(ARGC(good), good, &o) == AGENT_WEBHOOK_SERVE,
+          "good command line");
+    CHECK(o.threads == 4 && o.port == 0 && !o.listen_any && o.listen_addr.ss_family == AF_INET6,
+          "good command line: threads and listen address");
+    CHECK(strcmp(o.cfg.image_pull_policy, "IfNotPresent") == 0 && o.cfg.api_timeout_ms == 3000 &&
+              o.cfg.max_body == AGENT_WEBHOOK_DEFAULT_MAX_BODY,
+          "defaults");
+    CHECK(agent_webhook_opts_parse(ARGC(bad_threads), bad_threads, &o) == 2,
+          "--threads 0 is bad usage");
+    CHECK(agent_webhook_opts_parse(ARGC(missing), missing, &o) == 2, "required flags");
+    CHECK(agent_webhook_opts_parse(ARGC(bad_pull), bad_pull, &o) == 2, "bad pull policy");
+}
+
 int main(void)
 {
     check_escape("kcoll.io/injected", "kcoll.io~1injected");
@@ -344,6 +371,7 @@ int main(void)
     }
     check_facts();
     check_forged();
+    check_opts();
     printf("webhook_unit: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }

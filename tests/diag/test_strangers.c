@@ -84,7 +84,7 @@ static int connect_to(int port, int *local_port)
     return fd;
 }
 
-/* The library's wire protocol (COLLI_PROTO_VERSION in libcoll/src/core/colli.h). */
+/* The library's wire protocol (COLLI_PROTO_VERSION in libcoll/src/base/wire.h). */
 #define WIRE_PROTO 2
 
 /* A 64-byte hello as the wire defines it (magic, proto, kind, ...) with a made-up MAC. */

@@ -158,8 +158,7 @@ static void group_test(int n)
         in[r] = 100 + r;
         out[r] = -1;
         ok(NULL, coll_send(&in[r], 1, COLL_INT64, (r + 1) % n, comms[r], NULL), "queue send");
-        ok(NULL, coll_recv(&out[r], 1, COLL_INT64, (r + n - 1) % n, comms[r], NULL),
-           "queue recv");
+        ok(NULL, coll_recv(&out[r], 1, COLL_INT64, (r + n - 1) % n, comms[r], NULL), "queue recv");
     }
     if (ok(NULL, coll_group_end(), "group of sends and receives"))
         for (int r = 0; r < n; r++)

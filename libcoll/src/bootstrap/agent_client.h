@@ -2,7 +2,7 @@
  * Library side of the coll-agent socket protocol (docs/agent.md): ask the pod's agent for this
  * rank's facts (hello) and report state and errors back (report).
  *
- * Frames are a 4-byte big-endian length followed by a JSON object with "v": 1 and "type". Every
+ * The protocol itself (frames, messages, the facts) is proto/agent_ipc.h. Every
  * call has a deadline (timeout_ms covers connect, the agent's wait for rendezvous, and the reply).
  * On failure the functions return a code and leave a message naming the socket, the agent's
  * condition and what to do in colli_agent_last_error() (thread-local); outputs are written only
@@ -11,44 +11,11 @@
 #ifndef COLLI_AGENT_CLIENT_H
 #define COLLI_AGENT_CLIENT_H
 
+#include "agent_ipc.h" /* proto/: facts, phases, the protocol */
 #include "coll.h"
-
-#define COLLI_AGENT_PROTOCOL_V   1
-#define COLLI_AGENT_SECRET_BYTES 16
 
 /** Environment variable naming the agent's socket (set by the webhook). */
 #define COLL_ENV_AGENT_SOCKET "COLL_AGENT_SOCKET"
-
-typedef struct {
-    int rank;
-    int nranks;
-    char root_host[64]; /* IPv4/IPv6 literal or host name, without brackets */
-    int root_port;
-    unsigned char secret[COLLI_AGENT_SECRET_BYTES];
-    int is_root;
-    char ifname[64];         /* the pinned network's interface in this pod */
-    char address[64];        /* this pod's address on it */
-    char ib_device[64];      /* RDMA device of the attachment or the first pinned HCA; may be "" */
-    char transport[16];      /* "RequireIB" | "PreferIB" | "Socket" */
-    char pinned_version[64]; /* library version the operator pins; "" = not pinned */
-    int bootstrap_timeout_s;
-    int timeout_s;
-    char pod[254];
-    char node[254];
-    char namespace_[64];
-    char job[254];
-    char topology[254];
-    char group[64]; /* topology group of this pod's node (its topologyKey label value), or "" */
-} colli_agent_facts_t;
-
-/** Phases a rank reports (the Communicator status phases). */
-typedef enum {
-    COLLI_AGENT_PENDING = 0,
-    COLLI_AGENT_BOOTSTRAPPING,
-    COLLI_AGENT_READY,
-    COLLI_AGENT_DEGRADED,
-    COLLI_AGENT_FAILED
-} colli_agent_phase_t;
 
 /**
  * Connect to the agent at socket_path and ask for this pod's facts; the agent answers once it
@@ -57,14 +24,14 @@ typedef enum {
  * a network condition such as InterfaceMissing), COLL_ERR_INVALID_USAGE (other agent conditions,
  * malformed replies) or COLL_ERR_UNSUPPORTED (built without jansson).
  */
-coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_agent_facts_t *out);
+coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_proto_facts_t *out);
 
 /**
  * Report this rank's phase and, when error_message is non-NULL, an error of this rank (the agent
  * adds pod and node, updates the Communicator status and emits a pod Event). The agent
  * acknowledges at once; the API writes happen in the background.
  */
-coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_agent_phase_t phase,
+coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_proto_phase_t phase,
                                  const char *error_message);
 
 /**
@@ -74,7 +41,7 @@ coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_
  * "VersionsConsistent", "NetworkConsistent", "Reachable" or "Healthy"; cond_ok true/false).
  */
 coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
-                                    colli_agent_phase_t phase, int ready_ranks, int err_rank,
+                                    colli_proto_phase_t phase, int ready_ranks, int err_rank,
                                     const char *err_pod, const char *err_node,
                                     const char *error_message, const char *cond_type, int cond_ok,
                                     const char *cond_reason, const char *cond_message);

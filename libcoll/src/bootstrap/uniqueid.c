@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "bootstrap/bootstrap.h"
 #include "base/netif.h"
+#include "hex.h" /* proto/ */
 
 coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
                                uint8_t secret[16])
@@ -98,8 +99,7 @@ coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, si
     if (status != COLL_SUCCESS)
         return status;
     char hex[33];
-    for (int i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+    colli_proto_hex_encode(secret, sizeof(secret), hex);
     char a[80];
     colli_sockaddr_str(&root, a, sizeof(a));
     int n = snprintf(buf, len, "kcoll1:%s:%s", a, hex);
@@ -109,17 +109,6 @@ coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, si
                          "COLL_UNIQUE_ID_STRLEN)",
                          len);
     return COLL_SUCCESS;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str)
@@ -136,12 +125,8 @@ coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str)
     if (last == NULL || strlen(last + 1) != 32)
         goto malformed;
     uint8_t secret[16];
-    for (int i = 0; i < 16; i++) {
-        int hi = hexval(last[1 + 2 * i]), lo = hexval(last[2 + 2 * i]);
-        if (hi < 0 || lo < 0)
-            goto malformed;
-        secret[i] = (uint8_t)(hi << 4 | lo);
-    }
+    if (colli_proto_hex_decode(last + 1, secret, sizeof(secret)) != 0)
+        goto malformed;
     /* p .. last is "<addr>:<port>" or "[<v6>]:<port>" */
     char hostport[80];
     size_t hl = (size_t)(last - p);

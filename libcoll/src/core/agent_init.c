@@ -21,7 +21,7 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
     int blame = comm->blame_rank;
     const colli_member_t *m =
         blame >= 0 && blame < comm->nranks && comm->members ? &comm->members[blame] : NULL;
-    if (colli_agent_report_ex(comm->agent_socket, AGENT_REPORT_MS, COLLI_AGENT_FAILED, -1,
+    if (colli_agent_report_ex(comm->agent_socket, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, -1,
                               m ? blame : -1, m ? m->pod : NULL, m ? m->node : NULL, msg, NULL, 0,
                               NULL, NULL) != COLL_SUCCESS)
         coll_debug(AGENT, "could not report the failure to the agent: %s",
@@ -60,20 +60,20 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
                          COLL_ENV_AGENT_SOCKET, COLL_ENV_AGENT_SOCKET);
     colli_config_t env;
     COLL_CHECK_GOTO(colli_config_load(&env), out);
-    colli_agent_facts_t f;
+    colli_proto_facts_t f;
     status = colli_agent_hello(path, (int)(env.bootstrap_timeout * 1000.0), &f);
     if (status != COLL_SUCCESS)
         return COLLI_ERR(AGENT, status, "%s", colli_agent_last_error());
     colli_log_set_rank(f.rank);
-    if (f.pinned_version[0] != '\0' && strcmp(f.pinned_version, COLL_VERSION_STRING_BUILD) != 0) {
+    if (f.library_version[0] != '\0' && strcmp(f.library_version, COLL_VERSION_STRING_BUILD) != 0) {
         char msg[1600];
         snprintf(msg, sizeof(msg),
                  "version mismatch: rank %d (pod %s on node %s) runs kcoll %s, but the job pins "
                  "%s (CollectiveTopology %s). Load the library the kcoll sidecar delivers "
                  "(LD_LIBRARY_PATH=/var/run/kcoll/lib) or change the pin.",
-                 f.rank, f.pod, f.node, COLL_VERSION_STRING_BUILD, f.pinned_version,
+                 f.rank, f.pod, f.node, COLL_VERSION_STRING_BUILD, f.library_version,
                  f.topology[0] ? f.topology : "?");
-        (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_FAILED, msg);
+        (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, msg);
         status = COLLI_ERR(AGENT, COLL_ERR_VERSION, "%s", msg);
         goto out;
     }
@@ -86,7 +86,7 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
     }
     if (f.transport[0])
         pins[np++] = (colli_pin_t){"COLL_TRANSPORT", f.transport};
-    if (f.ib_device[0] && strcmp(f.transport, "Socket") != 0) {
+    if (f.ib_device[0] && strcmp(f.transport, COLLI_PROTO_TRANSPORT_SOCKET) != 0) {
         snprintf(hca, sizeof(hca), "=%s", f.ib_device);
         pins[np++] = (colli_pin_t){"COLL_IB_HCA", hca};
     }
@@ -111,14 +111,14 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
         double bt = f.bootstrap_timeout_s > 0 ? f.bootstrap_timeout_s : env.bootstrap_timeout;
         COLL_CHECK_GOTO(colli_root_start(&c.root, f.secret, bt, &bound), report);
     }
-    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_BOOTSTRAPPING, NULL);
+    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_BOOTSTRAPPING, NULL);
     COLL_CHECK_GOTO(colli_comm_create(&c, out), report);
-    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_READY, NULL);
+    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_READY, NULL);
     goto out;
 report : {
     char msg[2048];
     snprintf(msg, sizeof(msg), "%s", colli_last_error());
-    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_AGENT_FAILED, msg);
+    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, msg);
     colli_set_last_error(msg);
 }
 out:

@@ -49,8 +49,8 @@ static bool before(const split_req_t *req, int a, int b)
 }
 
 /* This rank's place among the ranks of its color: *newrank, *newsize, *leader (parent rank). */
-static void place(const struct coll_comm *comm, const split_req_t *req, int *newrank,
-                  int *newsize, int *leader)
+static void place(const struct coll_comm *comm, const split_req_t *req, int *newrank, int *newsize,
+                  int *leader)
 {
     const int me = comm->rank, color = req[me].color;
     *newrank = 0;
