@@ -57,10 +57,4 @@ void colli_config_log(const colli_config_t *cfg);
 coll_result_t colli_config_pin(colli_config_t *cfg, const char *name, const char *value,
                                colli_source_t src);
 
-/* Pins applied over the environment when a communicator is created (agent mode). */
-typedef struct colli_pin {
-    const char *name;
-    const char *value;
-} colli_pin_t;
-
 #endif

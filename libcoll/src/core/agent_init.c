@@ -28,6 +28,33 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
                    colli_agent_last_error());
 }
 
+coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_facts_t *f)
+{
+    char exact[sizeof(f->ifname) + 1];
+    coll_result_t status = COLL_SUCCESS;
+    if (f->ifname[0] != '\0') {
+        snprintf(exact, sizeof(exact), "=%s", f->ifname);
+        status = colli_config_pin(cfg, "COLL_SOCKET_IFNAME", exact, COLLI_SRC_AGENT);
+    }
+    if (status == COLL_SUCCESS && f->transport[0] != '\0')
+        status = colli_config_pin(cfg, "COLL_TRANSPORT", f->transport, COLLI_SRC_AGENT);
+    if (status == COLL_SUCCESS && f->ib_device[0] != '\0' &&
+        strcmp(f->transport, COLLI_PROTO_TRANSPORT_SOCKET) != 0) {
+        snprintf(exact, sizeof(exact), "=%s", f->ib_device);
+        status = colli_config_pin(cfg, "COLL_IB_HCA", exact, COLLI_SRC_AGENT);
+    }
+    char secs[16];
+    if (status == COLL_SUCCESS && f->bootstrap_timeout_s > 0) {
+        snprintf(secs, sizeof(secs), "%d", f->bootstrap_timeout_s);
+        status = colli_config_pin(cfg, "COLL_BOOTSTRAP_TIMEOUT", secs, COLLI_SRC_AGENT);
+    }
+    if (status == COLL_SUCCESS && f->timeout_s > 0) {
+        snprintf(secs, sizeof(secs), "%d", f->timeout_s);
+        status = colli_config_pin(cfg, "COLL_TIMEOUT", secs, COLLI_SRC_AGENT);
+    }
+    return status;
+}
+
 static coll_result_t resolve(const char *host, int port, struct sockaddr_storage *out)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -77,33 +104,7 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
         status = COLLI_ERR(AGENT, COLL_ERR_VERSION, "%s", msg);
         goto out;
     }
-    char ifpin[80] = "", boot[32] = "", tmo[32] = "", hca[80] = "";
-    colli_pin_t pins[5];
-    int np = 0;
-    if (f.ifname[0]) {
-        snprintf(ifpin, sizeof(ifpin), "=%s", f.ifname);
-        pins[np++] = (colli_pin_t){"COLL_SOCKET_IFNAME", ifpin};
-    }
-    if (f.transport[0])
-        pins[np++] = (colli_pin_t){"COLL_TRANSPORT", f.transport};
-    if (f.ib_device[0] && strcmp(f.transport, COLLI_PROTO_TRANSPORT_SOCKET) != 0) {
-        snprintf(hca, sizeof(hca), "=%s", f.ib_device);
-        pins[np++] = (colli_pin_t){"COLL_IB_HCA", hca};
-    }
-    if (f.bootstrap_timeout_s > 0) {
-        snprintf(boot, sizeof(boot), "%d", f.bootstrap_timeout_s);
-        pins[np++] = (colli_pin_t){"COLL_BOOTSTRAP_TIMEOUT", boot};
-    }
-    if (f.timeout_s > 0) {
-        snprintf(tmo, sizeof(tmo), "%d", f.timeout_s);
-        pins[np++] = (colli_pin_t){"COLL_TIMEOUT", tmo};
-    }
-    colli_create_t c = {.nranks = f.nranks,
-                        .rank = f.rank,
-                        .pins = pins,
-                        .npins = np,
-                        .agent_socket = path,
-                        .ident = {f.pod, f.node, f.group}};
+    colli_create_t c = {.nranks = f.nranks, .rank = f.rank, .agent = &f, .agent_socket = path};
     memcpy(c.secret, f.secret, sizeof(c.secret));
     COLL_CHECK_GOTO(resolve(f.root_host, f.root_port, &c.root), report);
     if (f.is_root) {

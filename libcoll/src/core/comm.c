@@ -101,11 +101,20 @@ static coll_result_t load_config(struct coll_comm *comm, const colli_create_t *c
     }
     colli_testhook_load(&comm->test);
     coll_result_t status = colli_config_load(&comm->cfg);
-    for (int i = 0; i < c->npins && status == COLL_SUCCESS; i++)
-        status = colli_config_pin(&comm->cfg, c->pins[i].name, c->pins[i].value, COLLI_SRC_AGENT);
+    if (status == COLL_SUCCESS && c->agent != NULL)
+        status = colli_agent_apply_pins(&comm->cfg, c->agent);
     if (c->agent_socket != NULL)
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->agent_socket);
     return status;
+}
+
+/* A name cut to the record's field (pod and node names of up to 253 characters travel in
+ * 128-byte fields: the cut is deliberate, the full name is in the agent's log). */
+static void copy_name(char *dst, size_t len, const char *src)
+{
+    size_t n = strnlen(src, len - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
 }
 
 /* This rank's member record, beyond what the transports filled (listener, capabilities). */
@@ -121,11 +130,10 @@ static void describe_self(const struct coll_comm *comm, const colli_create_t *c,
     apply_host_id_suffix(comm, self);
     /* the names the agent gave this rank; a split child keeps its parent's */
     const colli_member_t *pm = c->parent != NULL ? &c->parent->members[c->parent->rank] : NULL;
-    const char *pod = pm ? pm->pod : c->ident.pod, *node = pm ? pm->node : c->ident.node;
-    const char *group = pm ? pm->group : c->ident.group;
-    snprintf(self->pod, sizeof(self->pod), "%s", pod ? pod : "");
-    snprintf(self->node, sizeof(self->node), "%s", node ? node : "");
-    snprintf(self->group, sizeof(self->group), "%s", group ? group : "");
+    const colli_proto_facts_t *f = c->agent;
+    copy_name(self->pod, sizeof(self->pod), pm ? pm->pod : f ? f->pod : "");
+    copy_name(self->node, sizeof(self->node), pm ? pm->node : f ? f->node : "");
+    copy_name(self->group, sizeof(self->group), pm ? pm->group : f ? f->group : "");
     self->nstreams = (uint32_t)comm->cfg.nstreams;
     self->chunk_size = comm->cfg.chunk_size;
     self->small_threshold = comm->cfg.small_threshold;

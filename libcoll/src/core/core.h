@@ -5,6 +5,7 @@
 
 #include <sys/socket.h>
 
+#include "agent_ipc.h" /* proto/ */
 #include "algo/algos.h"
 #include "device/device.h"
 
@@ -29,10 +30,10 @@ typedef struct colli_create {
     /* From a parent (coll_comm_split): its configuration snapshot, test seams, agent socket and
      * the names its agent gave this rank; everything below is then ignored. */
     const struct coll_comm *parent;
-    const colli_pin_t *pins; /* agent mode: pins applied over the environment */
-    int npins;
-    const char *agent_socket; /* report failures to this coll-agent (NULL: none) */
-    colli_ident_t ident;      /* what the agent says about where this rank runs */
+    /* Agent mode: the facts of the pod's coll-agent, whose pins apply over the environment,
+     * and its socket, where failures are reported (NULL: no agent). */
+    const colli_proto_facts_t *agent;
+    const char *agent_socket;
 } colli_create_t;
 
 /* group.c: is the calling thread inside coll_group_start/coll_group_end? */
@@ -55,5 +56,9 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);
 
 /* agent_init.c: tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
+/* agent_init.c: the operator's pins from the agent's facts over cfg (source "agent pin"): the
+ * network's interface (exact name), transport policy, RDMA device, timeouts. Each value goes
+ * through the same parser as the environment's, so a bad pin is named like a bad variable. */
+coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_facts_t *f);
 
 #endif

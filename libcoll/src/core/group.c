@@ -56,7 +56,7 @@ coll_result_t colli_group_enqueue(const colli_item_t *it)
 
 coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out)
 {
-    if (c->pins != NULL || c->parent != NULL)
+    if (c->agent != NULL || c->parent != NULL)
         return COLLI_ERR(INIT, COLL_ERR_INTERNAL, "only unique-id creations are queued");
     if (!grow((void **)&group.inits, group.ninit, &group.init_cap, sizeof(*group.inits)))
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a communicator creation");
