@@ -35,6 +35,7 @@ RUN cmake -S . -B /build -G Ninja \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
       -DCOLL_VERSION_STRING="${KCOLL_VERSION}" \
       -DCOLL_BUILD_TESTS=OFF \
+      -DCOLL_TEST_HOOKS=OFF \
       -DCOLL_BUILD_TOOLS=ON \
  && cmake --build /build --parallel \
  && cmake --install /build \

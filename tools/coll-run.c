@@ -185,8 +185,10 @@ int main(int argc, char **argv)
     check_fd_limit(run.nprocs);
     /* Before the library starts its bootstrap thread, so that the thread inherits the mask. */
     run_install_handlers(&orig_mask);
-    if (!prepare_job(&run, &o))
+    if (!prepare_job(&run, &o)) {
+        free_run(&run);
         return EXIT_FAILURE;
+    }
     if (run.timeout_s > 0)
         run.deadline = run_now_s() + run.timeout_s;
     if (run.agent_mode)
