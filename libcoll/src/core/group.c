@@ -81,22 +81,21 @@ static void *init_thread(void *arg)
     return NULL;
 }
 
-/* Run every queued creation at once. All or nothing: when one fails, the others are destroyed
- * and every output stays NULL; the first failure is returned, with its message. */
-static coll_result_t run_inits(init_item_t *inits, int n)
+/* fn(items + i * size) for i < n, each on a thread of its own but the last, which runs on this
+ * one (so does any whose thread cannot be started); returns once every one has. */
+static coll_result_t run_at_once(void *(*fn)(void *), void *items, size_t size, int n)
 {
     pthread_t *tids = calloc((size_t)n, sizeof(*tids));
     bool *started = calloc((size_t)n, sizeof(*started));
     if (tids == NULL || started == NULL) {
         free(tids);
         free(started);
-        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating %d communicators", n);
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory starting %d threads", n);
     }
     for (int i = 0; i < n; i++) {
-        *inits[i].out = NULL;
-        /* the last one on this thread: one thread fewer to start */
-        if (i == n - 1 || pthread_create(&tids[i], NULL, init_thread, &inits[i]) != 0)
-            init_thread(&inits[i]);
+        void *it = (char *)items + (size_t)i * size;
+        if (i == n - 1 || pthread_create(&tids[i], NULL, fn, it) != 0)
+            fn(it);
         else
             started[i] = true;
     }
@@ -105,6 +104,18 @@ static coll_result_t run_inits(init_item_t *inits, int n)
             pthread_join(tids[i], NULL);
     free(tids);
     free(started);
+    return COLL_SUCCESS;
+}
+
+/* Run every queued creation at once. All or nothing: when one fails, the others are destroyed
+ * and every output stays NULL; the first failure is returned, with its message. */
+static coll_result_t run_inits(init_item_t *inits, int n)
+{
+    for (int i = 0; i < n; i++)
+        *inits[i].out = NULL;
+    coll_result_t status = run_at_once(init_thread, inits, sizeof(*inits), n);
+    if (status != COLL_SUCCESS)
+        return status;
     int failed = -1;
     for (int i = 0; i < n && failed < 0; i++)
         if (inits[i].status != COLL_SUCCESS)
@@ -170,19 +181,14 @@ static void *calls_thread(void *arg)
     return NULL;
 }
 
-/* Several communicators: one thread each (this one runs the last); the first failure in issue
- * order of the communicators is returned. */
+/* Several communicators: one thread each; the first failure in issue order of the
+ * communicators is returned. */
 static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
 {
     comm_calls_t *per = calloc((size_t)n, sizeof(*per));
-    pthread_t *tids = calloc((size_t)n, sizeof(*tids));
-    bool *started = calloc((size_t)n, sizeof(*started));
+    if (per == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running a group");
     int ncomm = 0;
-    coll_result_t status = COLL_SUCCESS;
-    if (per == NULL || tids == NULL || started == NULL) {
-        status = COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running a group");
-        goto out;
-    }
     for (int i = 0; i < n; i++) {
         bool seen = false;
         for (int k = 0; k < ncomm && !seen; k++)
@@ -190,24 +196,13 @@ static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
         if (!seen)
             per[ncomm++] = (comm_calls_t){.items = items, .n = n, .handle = items[i].handle};
     }
-    for (int k = 0; k < ncomm; k++) {
-        if (k == ncomm - 1 || pthread_create(&tids[k], NULL, calls_thread, &per[k]) != 0)
-            calls_thread(&per[k]);
-        else
-            started[k] = true;
-    }
-    for (int k = 0; k < ncomm; k++)
-        if (started[k])
-            pthread_join(tids[k], NULL);
+    coll_result_t status = run_at_once(calls_thread, per, sizeof(*per), ncomm);
     for (int k = 0; k < ncomm && status == COLL_SUCCESS; k++)
         if (per[k].status != COLL_SUCCESS) {
             status = per[k].status;
             colli_set_last_error(per[k].msg);
         }
-out:
     free(per);
-    free(tids);
-    free(started);
     return status;
 }
 
