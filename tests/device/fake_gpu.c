@@ -1,4 +1,5 @@
-/* A fake GPU plugin (libcoll/src/device/gpu_plugin.h) for testing the device-buffer path without a GPU:
+/* A fake GPU plugin (libcoll/src/device/gpu_plugin.h) for testing the device-buffer path without
+ * a GPU:
  * loaded through COLL_CUDA_PLUGIN, it offers one device, "fake GPU 0" (FAKE_GPU_DEVICES=N: N;
  * all share one memory, an allocation belongs to its thread's current device), whose memory is host
  * memory that only this plugin hands out (so ptr_device tells it from other memory), and streams

@@ -12,7 +12,6 @@ uint64_t colli_comm_tag(const uint8_t secret[16])
     return colli_siphash64(secret, label, sizeof(label) - 1);
 }
 
-
 coll_result_t colli_hello_make(colli_hello_t *h, const uint8_t secret[16], uint8_t kind, int from,
                                int to, uint32_t stream, uint32_t nranks)
 {
