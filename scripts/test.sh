@@ -17,14 +17,15 @@ CTEST_JOBS=${CTEST_JOBS:-1}
 failed=()
 passed=()
 stage() {
-    local name=$1
+    local name=$1 start=$SECONDS
     shift
     echo
     echo "==== test: $name"
     if "$@"; then
         passed+=("$name")
+        echo "==== test: $name passed in $((SECONDS - start)) s"
     else
-        echo "==== test: $name FAILED" >&2
+        echo "==== test: $name FAILED after $((SECONDS - start)) s" >&2
         failed+=("$name")
     fi
 }
@@ -65,7 +66,7 @@ stage "ASan+UBSan build + ctest" build_and_ctest "$ROOT/build-asan" --asan
 stage "clang-format check" format_check
 
 echo
-echo "test: stages passed: ${#passed[@]}, failed: ${#failed[@]}"
+echo "test: stages passed: ${#passed[@]}, failed: ${#failed[@]}, in $SECONDS s"
 if [ ${#failed[@]} -ne 0 ]; then
     printf 'test: FAILED: %s\n' "${failed[@]}" >&2
     exit 1
