@@ -8,7 +8,7 @@
 #                      Release build of the old commit and one of the new
 #   --ranks "2 4"      rank counts (default "2 4")
 #   --colls "..."      collectives (default: all_reduce all_gather reduce_scatter broadcast reduce
-#                      all_to_all sendrecv)
+#                      all_to_all sendrecv); "none": only the 8-byte all_reduce latency
 #   --transport T      socket (COLL_SHM_DISABLE=1, default), shm, or both
 #   --rounds N         alternations per measurement (default 3)
 #   --iters N          timed iterations per size (default 20); sizes 1M, 16M, 64M
@@ -66,15 +66,17 @@ run() {
         tail -n 5 "$TMP/log" >&2
         return 1
     fi
-    # coll-perf rows: size count type redop root time algbw busbw ... (out-of-place first)
-    awk '/^\[rank 0\] +[0-9]/ { sub(/^\[rank 0\] +/, ""); print $1 "\t" $6 "\t" $8 }' "$TMP/log"
+    # coll-perf rows: size count type redop root, then time algbw busbw #wrong out of place,
+    # then in place (N/A for the placement not measured)
+    awk '/^\[rank 0\] +[0-9]/ { sub(/^\[rank 0\] +/, "");
+        if ($6 == "N/A") print $1 "\t" $10 "\t" $12; else print $1 "\t" $6 "\t" $8 }' "$TMP/log"
 }
 
 placement() { [ "$1" = broadcast ] && echo in || echo out; }
 
 for tp in $TPS; do
     for n in $RANKS; do
-        for coll in $COLLS $([ -n "$COLLS" ] && echo lat); do
+        for coll in ${COLLS/none/} lat; do
             for r in $(seq 1 "$ROUNDS"); do
                 for side in A B; do
                     dir=$A

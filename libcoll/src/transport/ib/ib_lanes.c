@@ -228,18 +228,18 @@ static coll_result_t send_credit(struct coll_comm *comm, ib_state_t *st, int p)
 
 /* ---- the rings, as the shared lane loop (transport/slots.h) sees them ---- */
 
-static size_t ring_cap(void *stp, int peer, bool send)
+COLLI_SLOT_OP size_t ring_cap(void *stp, int peer, bool send)
 {
     return IB_SLOT_CAP;
 }
 
-static coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer)
+COLLI_SLOT_OP coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer)
 {
     ib_state_t *st = stp;
     return st->peers[peer].gone ? ib_gone_error(comm, st, op, peer, "sending to") : COLL_SUCCESS;
 }
 
-static bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char **payload)
+COLLI_SLOT_OP bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char **payload)
 {
     ib_peer_t *pp = &((ib_state_t *)stp)->peers[peer];
     if (pp->tx_pos - pp->tx_tail >= IB_NSLOTS)
@@ -254,7 +254,7 @@ static bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char 
     return true;
 }
 
-static coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, size_t frag)
+COLLI_SLOT_OP coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, size_t frag)
 {
     ib_state_t *st = stp;
     ib_peer_t *pp = &st->peers[peer];
@@ -286,42 +286,43 @@ static coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, siz
     return COLL_SUCCESS;
 }
 
-static coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
-                              bool *ready)
+COLLI_SLOT_OP coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                                     bool *ready)
 {
     *ready = true;
     return COLL_SUCCESS;
 }
 
-static bool rx_slot(void *stp, int peer, size_t frag, colli_frame_t *hdr, const char **payload)
+COLLI_SLOT_OP bool rx_slot(void *stp, int peer, size_t frag, const colli_frame_t **hdr,
+                           const char **payload)
 {
     ib_peer_t *pp = &((ib_state_t *)stp)->peers[peer];
     size_t idx = (size_t)(pp->rx_pos % IB_NSLOTS);
     if (pp->rx_ready[idx] != pp->rx_pos + 1)
         return false;
     const char *slot = pp->rx + idx * IB_SLOT_SIZE;
-    memcpy(hdr, slot, sizeof(*hdr));
+    *hdr = (const colli_frame_t *)slot;
     *payload = slot + IB_SLOT_HDR;
     return true;
 }
 
-static void rx_release(void *stp, int peer)
+COLLI_SLOT_OP void rx_release(void *stp, int peer)
 {
     ib_peer_t *pp = &((ib_state_t *)stp)->peers[peer];
     pp->rx_ready[pp->rx_pos % IB_NSLOTS] = 0;
     pp->rx_pos++;
 }
 
-static coll_result_t gone(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
-                          const char *what)
+COLLI_SLOT_OP coll_result_t gone(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                                 const char *what)
 {
     ib_state_t *st = stp;
     return st->peers[peer].gone ? ib_gone_error(comm, st, op, peer, what) : COLL_SUCCESS;
 }
 
 /* A receiving lane returns the slots it consumed as credits. */
-static coll_result_t end(struct coll_comm *comm, void *stp, const colli_lane_t *l, bool moved,
-                         coll_result_t status)
+COLLI_SLOT_OP coll_result_t end(struct coll_comm *comm, void *stp, const colli_lane_t *l,
+                                bool moved, coll_result_t status)
 {
     if (l->send || status != COLL_SUCCESS)
         return status;

@@ -27,13 +27,13 @@ static void wake_writer(shm_peer_t *pp, shm_seg_t *seg)
 
 /* ---- the rings, as the shared lane loop (transport/slots.h) sees them ---- */
 
-static size_t ring_cap(void *stp, int peer, bool send)
+COLLI_SLOT_OP size_t ring_cap(void *stp, int peer, bool send)
 {
     const shm_peer_t *pp = &((shm_state_t *)stp)->peers[peer];
     return send ? pp->out.cap : pp->in.cap;
 }
 
-static coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer)
+COLLI_SLOT_OP coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer)
 {
     shm_state_t *st = stp;
     if (st->peers[peer].gone)
@@ -43,7 +43,7 @@ static coll_result_t tx_ready(struct coll_comm *comm, void *stp, colli_op_t *op,
     return COLL_SUCCESS;
 }
 
-static bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char **payload)
+COLLI_SLOT_OP bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char **payload)
 {
     shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].out;
     if (r->pos - r->tail_seen >= r->nslots) {
@@ -57,7 +57,7 @@ static bool tx_slot(void *stp, int peer, size_t frag, colli_frame_t **hdr, char 
     return true;
 }
 
-static coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, size_t frag)
+COLLI_SLOT_OP coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, size_t frag)
 {
     shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].out;
     atomic_store_explicit(&shm_slot(r, r->pos)->ready, r->pos + 1, memory_order_release);
@@ -65,8 +65,8 @@ static coll_result_t tx_publish(struct coll_comm *comm, void *stp, int peer, siz
     return COLL_SUCCESS;
 }
 
-static coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
-                              bool *ready)
+COLLI_SLOT_OP coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                                     bool *ready)
 {
     shm_state_t *st = stp;
     shm_peer_t *pp = &st->peers[peer];
@@ -82,33 +82,34 @@ static coll_result_t rx_ready(struct coll_comm *comm, void *stp, colli_op_t *op,
                                : shm_gone_error(comm, st, op, peer, "receiving from");
 }
 
-static bool rx_slot(void *stp, int peer, size_t frag, colli_frame_t *hdr, const char **payload)
+COLLI_SLOT_OP bool rx_slot(void *stp, int peer, size_t frag, const colli_frame_t **hdr,
+                           const char **payload)
 {
     shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].in;
     shm_slot_t *sl = shm_slot(r, r->pos);
     if (atomic_load_explicit(&sl->ready, memory_order_acquire) != r->pos + 1)
         return false;
-    memcpy(hdr, &sl->frame, sizeof(*hdr));
+    *hdr = &sl->frame;
     *payload = shm_payload(sl, frag);
     return true;
 }
 
-static void rx_release(void *stp, int peer)
+COLLI_SLOT_OP void rx_release(void *stp, int peer)
 {
     shm_ring_t *r = &((shm_state_t *)stp)->peers[peer].in;
     atomic_store_explicit(&r->seg->tail, r->pos + 1, memory_order_release);
     r->pos++;
 }
 
-static coll_result_t gone(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
-                          const char *what)
+COLLI_SLOT_OP coll_result_t gone(struct coll_comm *comm, void *stp, colli_op_t *op, int peer,
+                                 const char *what)
 {
     shm_state_t *st = stp;
     return st->peers[peer].gone ? shm_gone_error(comm, st, op, peer, what) : COLL_SUCCESS;
 }
 
-static coll_result_t end(struct coll_comm *comm, void *stp, const colli_lane_t *l, bool moved,
-                         coll_result_t status)
+COLLI_SLOT_OP coll_result_t end(struct coll_comm *comm, void *stp, const colli_lane_t *l,
+                                bool moved, coll_result_t status)
 {
     shm_peer_t *pp = &((shm_state_t *)stp)->peers[l->peer];
     if (moved && l->send)
