@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "algo/algos.h"
@@ -249,24 +250,49 @@ coll_result_t coll_comm_destroy(coll_comm_t handle)
     return COLL_SUCCESS;
 }
 
+/* Wait (bounded) until no operation runs on comm in another thread; false when one still does. */
+static bool wait_idle(const struct coll_comm *comm, double seconds)
+{
+    const double end = colli_now() + seconds;
+    while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE)) {
+        if (colli_now() >= end)
+            return false;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
 coll_result_t coll_comm_abort(coll_comm_t handle)
 {
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)
         return status;
+    /* no new call gets the communicator; one in progress on another thread stops at its next
+     * idle pass (within about a second) and fails with COLL_ERR_ABORTED */
+    colli_comm_unregister(handle);
+    __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
     int saved = colli_log_get_rank();
     colli_log_set_rank(comm->rank);
     char why[128];
     snprintf(why, sizeof(why), "rank %d called coll_comm_abort", comm->rank);
     /* the device progress thread stops first: its call in progress ends, queued ones fail */
     colli_dev_fini(comm, true);
+    if (!wait_idle(comm, 10.0)) {
+        /* it never left: freeing would pull the memory from under it; keep it (a leak) */
+        coll_warn(INIT,
+                  "rank %d: coll_comm_abort: an operation in another thread did not stop within "
+                  "10 s; the communicator's memory is kept",
+                  comm->rank);
+        colli_log_set_rank(saved);
+        return COLL_SUCCESS;
+    }
     if (comm->async_error == COLL_SUCCESS) {
         comm->async_error = COLL_ERR_ABORTED;
         snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);
         colli_tp_notify_abort(comm, why);
     }
-    colli_comm_unregister(handle);
     comm_free(comm);
     colli_log_set_rank(saved);
     return COLL_SUCCESS;

@@ -28,8 +28,9 @@ void shm_seg_name(const struct coll_comm *comm, int from, int to, char *buf, siz
 static bool shm_works(const struct coll_comm *comm, char *why, size_t len)
 {
     char name[96];
-    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d", (unsigned long long)comm->tag,
-             (int)getpid());
+    /* by rank too: one process may create several ranks of a communicator at once (a group) */
+    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d-%d", (unsigned long long)comm->tag,
+             (int)getpid(), comm->rank);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(why, len, "shm_open(%s): %s", name, strerror(errno));

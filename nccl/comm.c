@@ -1,0 +1,398 @@
+/* NCCL communicators on kcoll's: unique ids, creation (blocking, non-blocking, several at once,
+ * split), destroy and abort, queries, and buffer registration (accepted, not needed by kcoll). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nccl_compat.h"
+
+#define CONFIG_MAGIC 0xcafebeefu
+
+ncclResult_t nccl_comm(ncclComm_t comm, const char *fn, coll_comm_t *out)
+{
+    if (comm == NULL)
+        return nccl_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE)) {
+        /* a call on a communicator still being created waits for it (as a blocking one would) */
+        pthread_join(*(pthread_t *)comm->init_thread, NULL);
+        free(comm->init_thread);
+        comm->init_thread = NULL;
+        __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
+    }
+    if (comm->coll == NULL)
+        return nccl_error(ncclInvalidUsage,
+                          "%s: the communicator was never created (its creation failed: %s); "
+                          "destroy it and create a new one",
+                          fn, comm->init_msg[0] ? comm->init_msg : "see the earlier error");
+    *out = comm->coll;
+    return ncclSuccess;
+}
+
+KCOLL_NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    _Static_assert(sizeof(ncclUniqueId) == sizeof(coll_unique_id_t), "unique ids of one size");
+    nccl_banner();
+    if (uniqueId == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    coll_unique_id_t id;
+    coll_result_t r = coll_get_unique_id(&id);
+    if (r == COLL_SUCCESS)
+        memcpy(uniqueId, &id, sizeof(id));
+    return nccl_result(r);
+}
+KCOLL_NCCL_ALIAS(ncclGetUniqueId);
+
+/* ---- creation ---- */
+
+/* What a caller's config asks for (NULL: the defaults). Callers built against any 2.x header
+ * pass a config of their own size: only the fields within it are read. */
+static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, int *blocking)
+{
+    *blocking = 1;
+    const char *env = getenv("NCCL_COMM_BLOCKING");
+    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        *blocking = env[0] == '1';
+    if (config == NULL)
+        return ncclSuccess;
+    if (config->magic != CONFIG_MAGIC || config->size < offsetof(ncclConfig_t, blocking))
+        return nccl_error(ncclInvalidArgument,
+                          "%s: config is not initialized (magic 0x%x, size %zu); set it to "
+                          "NCCL_CONFIG_INITIALIZER before changing fields",
+                          fn, config->magic, config->size);
+    if (config->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) &&
+        config->blocking != NCCL_CONFIG_UNDEF_INT) {
+        if (config->blocking != 0 && config->blocking != 1)
+            return nccl_error(ncclInvalidArgument, "%s: config->blocking is %d; use 0 or 1", fn,
+                              config->blocking);
+        *blocking = config->blocking;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **comm)
+{
+    nccl_banner();
+    if (out == NULL)
+        return nccl_error(ncclInvalidArgument, "%s: comm is NULL (pass an ncclComm_t to fill)", fn);
+    *out = NULL;
+    *comm = calloc(1, sizeof(**comm));
+    if (*comm == NULL)
+        return nccl_error(ncclSystemError, "%s: out of memory", fn);
+    (*comm)->cuda_device = nccl_current_device();
+    return ncclSuccess;
+}
+
+typedef struct {
+    struct ncclComm *comm;
+    int nranks, rank;
+    coll_unique_id_t id;
+} init_job_t;
+
+static void *init_thread(void *arg)
+{
+    init_job_t *job = arg;
+    coll_result_t r = coll_comm_init_rank(&job->comm->coll, job->nranks, job->id, job->rank);
+    if (r != COLL_SUCCESS)
+        snprintf(job->comm->init_msg, sizeof(job->comm->init_msg), "%s", coll_get_last_error());
+    job->comm->init_rc = nccl_result(r);
+    __atomic_store_n(&job->comm->init_pending, 2, __ATOMIC_RELEASE); /* 2: done, not joined */
+    free(job);
+    return NULL;
+}
+
+/* Non-blocking creation: on a thread of its own; ncclCommGetAsyncError says ncclInProgress
+ * until it is done, then its result. */
+static ncclResult_t init_async(struct ncclComm *comm, int nranks, const coll_unique_id_t *id,
+                               int rank)
+{
+    init_job_t *job = malloc(sizeof(*job));
+    pthread_t *tid = malloc(sizeof(*tid));
+    if (job == NULL || tid == NULL) {
+        free(job);
+        free(tid);
+        return nccl_error(ncclSystemError, "ncclCommInitRankConfig: out of memory");
+    }
+    *job = (init_job_t){comm, nranks, rank, *id};
+    comm->init_pending = 1;
+    comm->init_rc = ncclInProgress;
+    if (pthread_create(tid, NULL, init_thread, job) != 0) {
+        free(job);
+        free(tid);
+        comm->init_pending = 0;
+        return nccl_error(ncclSystemError, "ncclCommInitRankConfig: cannot start a thread");
+    }
+    comm->init_thread = tid;
+    return ncclInProgress;
+}
+
+static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *commId, int rank,
+                              const ncclConfig_t *config, const char *fn)
+{
+    int blocking = 1;
+    struct ncclComm *comm = NULL;
+    ncclResult_t rc = read_config(config, fn, &blocking);
+    if (rc == ncclSuccess)
+        rc = new_comm(out, fn, &comm);
+    if (rc != ncclSuccess)
+        return rc;
+    coll_unique_id_t id;
+    memcpy(&id, commId, sizeof(id));
+    *out = comm;
+    if (!blocking) {
+        rc = init_async(comm, nranks, &id, rank);
+        if (rc != ncclInProgress) {
+            free(comm);
+            *out = NULL;
+        }
+        return rc;
+    }
+    /* in a group: created at ncclGroupEnd (comm->coll is written then) */
+    rc = nccl_result(coll_comm_init_rank(&comm->coll, nranks, id, rank));
+    if (rc != ncclSuccess) {
+        free(comm);
+        *out = NULL;
+    }
+    return rc;
+}
+
+KCOLL_NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                             int rank)
+{
+    return init_rank(comm, nranks, &commId, rank, NULL, "ncclCommInitRank");
+}
+KCOLL_NCCL_ALIAS(ncclCommInitRank);
+
+KCOLL_NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
+                                                   ncclUniqueId commId, int rank,
+                                                   ncclConfig_t *config)
+{
+    return init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig");
+}
+KCOLL_NCCL_ALIAS(ncclCommInitRankConfig);
+
+/* Several ids spread the bootstrap of a very large job in NCCL; kcoll's root serves any size,
+ * so the first id is the communicator's. */
+KCOLL_NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank,
+                                                     int nId, ncclUniqueId *commIds,
+                                                     ncclConfig_t *config)
+{
+    if (nId < 1 || commIds == NULL)
+        return nccl_error(ncclInvalidArgument,
+                          "ncclCommInitRankScalable: nId is %d and commIds %p; pass at least one "
+                          "unique id",
+                          nId, (void *)commIds);
+    return init_rank(newcomm, nranks, &commIds[0], myrank, config, "ncclCommInitRankScalable");
+}
+KCOLL_NCCL_ALIAS(ncclCommInitRankScalable);
+
+/* Every rank of a new communicator in this process, one per device (devlist NULL: 0..ndev-1),
+ * created at once through a group. */
+KCOLL_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    if (comms == NULL || ndev < 1)
+        return nccl_error(ncclInvalidArgument, "ncclCommInitAll: comms is %p and ndev %d",
+                          (void *)comms, ndev);
+    ncclUniqueId id;
+    ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess)
+        return rc;
+    for (int i = 0; i < ndev; i++)
+        comms[i] = NULL;
+    coll_group_start();
+    for (int i = 0; i < ndev && rc == ncclSuccess; i++) {
+        rc = init_rank(&comms[i], ndev, &id, i, NULL, "ncclCommInitAll");
+        if (rc == ncclSuccess)
+            comms[i]->cuda_device = devlist != NULL ? devlist[i] : i;
+    }
+    ncclResult_t end = nccl_result(coll_group_end());
+    if (rc == ncclSuccess)
+        rc = end;
+    for (int i = 0; i < ndev && rc != ncclSuccess; i++) {
+        if (comms[i] != NULL && comms[i]->coll != NULL)
+            (void)coll_comm_destroy(comms[i]->coll);
+        free(comms[i]);
+        comms[i] = NULL;
+    }
+    return rc;
+}
+KCOLL_NCCL_ALIAS(ncclCommInitAll);
+
+KCOLL_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                          ncclConfig_t *config)
+{
+    int blocking = 1;
+    coll_comm_t parent;
+    struct ncclComm *child = NULL;
+    ncclResult_t rc = read_config(config, "ncclCommSplit", &blocking);
+    if (rc == ncclSuccess)
+        rc = nccl_comm(comm, "ncclCommSplit", &parent);
+    if (rc == ncclSuccess)
+        rc = new_comm(newcomm, "ncclCommSplit", &child);
+    if (rc != ncclSuccess)
+        return rc;
+    child->cuda_device = comm->cuda_device;
+    rc = nccl_result(coll_comm_split(parent, color, key, &child->coll));
+    if (rc == ncclSuccess && child->coll != NULL)
+        *newcomm = child;
+    else
+        free(child); /* an error, or NCCL_SPLIT_NOCOLOR: *newcomm stays NULL */
+    return rc;
+}
+KCOLL_NCCL_ALIAS(ncclCommSplit);
+
+KCOLL_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
+                                           int excludeRanksCount, ncclComm_t *newcomm,
+                                           ncclConfig_t *config, int shrinkFlags)
+{
+    (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config;
+    (void)shrinkFlags;
+    return nccl_error(ncclInvalidUsage,
+                      "ncclCommShrink is not offered by kcoll yet: destroy the communicator and "
+                      "create a new one from a new unique id (or ncclCommSplit while every rank "
+                      "is alive)");
+}
+KCOLL_NCCL_ALIAS(ncclCommShrink);
+
+KCOLL_NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
+{
+    (void)comm, (void)revokeFlags;
+    return nccl_error(ncclInvalidUsage,
+                      "ncclCommRevoke is not offered by kcoll yet: use ncclCommAbort to stop a "
+                      "communicator");
+}
+KCOLL_NCCL_ALIAS(ncclCommRevoke);
+
+/* ---- the end of a communicator ---- */
+
+/* kcoll's calls on host buffers are complete when they return and its destroy finishes queued
+ * device calls: nothing is left to flush here. */
+KCOLL_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    coll_comm_t c;
+    return nccl_comm(comm, "ncclCommFinalize", &c);
+}
+KCOLL_NCCL_ALIAS(ncclCommFinalize);
+
+static ncclResult_t end_comm(ncclComm_t comm, const char *fn, coll_result_t (*end)(coll_comm_t))
+{
+    if (comm == NULL)
+        return nccl_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+    coll_comm_t c = NULL;
+    (void)nccl_comm(comm, fn, &c); /* waits for a creation still running */
+    ncclResult_t rc = c != NULL ? nccl_result(end(c)) : ncclSuccess;
+    if (rc == ncclSuccess)
+        free(comm);
+    return rc;
+}
+
+KCOLL_NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    return end_comm(comm, "ncclCommDestroy", coll_comm_destroy);
+}
+KCOLL_NCCL_ALIAS(ncclCommDestroy);
+
+/* Safe from another thread while a call on comm is blocked: that call returns an error. */
+KCOLL_NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    return end_comm(comm, "ncclCommAbort", coll_comm_abort);
+}
+KCOLL_NCCL_ALIAS(ncclCommAbort);
+
+/* ---- queries ---- */
+
+KCOLL_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    if (comm == NULL || asyncError == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclCommGetAsyncError: comm %p, asyncError %p",
+                          (void *)comm, (void *)asyncError);
+    if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE) == 1) {
+        *asyncError = ncclInProgress;
+        return ncclSuccess;
+    }
+    coll_comm_t c;
+    if (nccl_comm(comm, "ncclCommGetAsyncError", &c) != ncclSuccess) {
+        *asyncError = comm->init_rc != ncclSuccess ? comm->init_rc : ncclInternalError;
+        return ncclSuccess;
+    }
+    coll_result_t async = COLL_SUCCESS;
+    ncclResult_t rc = nccl_result(coll_comm_get_async_error(c, &async));
+    if (rc == ncclSuccess)
+        *asyncError = nccl_result(async);
+    return rc;
+}
+KCOLL_NCCL_ALIAS(ncclCommGetAsyncError);
+
+KCOLL_NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    coll_comm_t c;
+    ncclResult_t rc = nccl_comm(comm, "ncclCommCount", &c);
+    return rc != ncclSuccess ? rc : nccl_result(coll_comm_count(c, count));
+}
+KCOLL_NCCL_ALIAS(ncclCommCount);
+
+KCOLL_NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    coll_comm_t c;
+    ncclResult_t rc = nccl_comm(comm, "ncclCommUserRank", &c);
+    return rc != ncclSuccess ? rc : nccl_result(coll_comm_user_rank(c, rank));
+}
+KCOLL_NCCL_ALIAS(ncclCommUserRank);
+
+KCOLL_NCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    if (comm == NULL || device == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclCommCuDevice: comm %p, device %p", (void *)comm,
+                          (void *)device);
+    *device = comm->cuda_device;
+    return ncclSuccess;
+}
+KCOLL_NCCL_ALIAS(ncclCommCuDevice);
+
+/* ---- registration: kcoll needs none; handles are returned so that callers work unchanged ---- */
+
+KCOLL_NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
+                                             void **handle)
+{
+    coll_comm_t c;
+    ncclResult_t rc = nccl_comm(comm, "ncclCommRegister", &c);
+    if (rc != ncclSuccess)
+        return rc;
+    if (handle == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+    (void)size;
+    *handle = buff != NULL ? buff : (void *)comm;
+    return ncclSuccess;
+}
+KCOLL_NCCL_ALIAS(ncclCommRegister);
+
+KCOLL_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    coll_comm_t c;
+    (void)handle;
+    return nccl_comm(comm, "ncclCommDeregister", &c);
+}
+KCOLL_NCCL_ALIAS(ncclCommDeregister);
+
+KCOLL_NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
+                                                   ncclWindow_t *win, int winFlags)
+{
+    coll_comm_t c;
+    ncclResult_t rc = nccl_comm(comm, "ncclCommWindowRegister", &c);
+    if (rc != ncclSuccess)
+        return rc;
+    if (win == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
+    (void)size, (void)winFlags;
+    *win = (ncclWindow_t)(buff != NULL ? buff : (void *)comm);
+    return ncclSuccess;
+}
+KCOLL_NCCL_ALIAS(ncclCommWindowRegister);
+
+KCOLL_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
+{
+    coll_comm_t c;
+    (void)win;
+    return nccl_comm(comm, "ncclCommWindowDeregister", &c);
+}
+KCOLL_NCCL_ALIAS(ncclCommWindowDeregister);

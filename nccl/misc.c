@@ -1,0 +1,234 @@
+/* The parts of the NCCL face that need no communicator: versions, results and their strings,
+ * the last error, datatypes, memory, and the names of NCCL's device API, which kcoll does not
+ * offer (they fail with ncclInvalidUsage and a message that says so). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "nccl_compat.h"
+
+/* This layer's own last error (per thread, like kcoll's), and whether it is newer than kcoll's:
+ * every kcoll result passes through nccl_result, which hands the word back to kcoll. */
+static _Thread_local char layer_error[1024];
+static _Thread_local bool layer_newest;
+
+ncclResult_t nccl_result(coll_result_t r)
+{
+    layer_newest = false;
+    switch (r) {
+    case COLL_SUCCESS:
+        return ncclSuccess;
+    case COLL_ERR_INVALID_ARGUMENT:
+        return ncclInvalidArgument;
+    case COLL_ERR_INVALID_USAGE:
+    case COLL_ERR_MISMATCH: /* ranks called different collectives: a usage error */
+    case COLL_ERR_VERSION:  /* ranks run different builds: fix the deployment */
+    case COLL_ERR_UNSUPPORTED:
+        return ncclInvalidUsage;
+    case COLL_ERR_SYSTEM:
+    case COLL_ERR_NETWORK:
+        return ncclSystemError;
+    case COLL_ERR_REMOTE:
+    case COLL_ERR_TIMEOUT: /* NCCL 2.28 has no ncclTimeout: a peer that does not answer */
+    case COLL_ERR_ABORTED:
+        return ncclRemoteError;
+    case COLL_ERR_CUDA:
+        return ncclUnhandledCudaError;
+    case COLL_IN_PROGRESS:
+        return ncclInProgress;
+    default:
+        return ncclInternalError;
+    }
+}
+
+ncclResult_t nccl_error(ncclResult_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(layer_error, sizeof(layer_error), fmt, ap);
+    va_end(ap);
+    layer_newest = true;
+    fprintf(stderr, "kcoll NCCL WARN %s: %s\n", ncclGetErrorString(code), layer_error);
+    return code;
+}
+
+KCOLL_NCCL_API const char *ncclGetLastError(ncclComm_t comm)
+{
+    (void)comm;
+    return layer_newest ? layer_error : coll_get_last_error();
+}
+KCOLL_NCCL_ALIAS(ncclGetLastError);
+
+KCOLL_NCCL_API const char *ncclGetErrorString(ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the kcoll developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
+    }
+}
+KCOLL_NCCL_ALIAS(ncclGetErrorString);
+
+KCOLL_NCCL_API ncclResult_t ncclGetVersion(int *version)
+{
+    if (version == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    *version = KCOLL_NCCL_API_CODE;
+    return ncclSuccess;
+}
+KCOLL_NCCL_ALIAS(ncclGetVersion);
+
+/* NCCL_DEBUG=VERSION (or INFO, TRACE) prints one first line, once per process, saying that this
+ * NCCL is kcoll, its version and the API level it implements. */
+static pthread_once_t banner_once = PTHREAD_ONCE_INIT;
+
+static void print_banner(void)
+{
+    const char *level = getenv("NCCL_DEBUG");
+    if (level == NULL || (strcasecmp(level, "VERSION") != 0 && strcasecmp(level, "INFO") != 0 &&
+                          strcasecmp(level, "TRACE") != 0))
+        return;
+    fprintf(stderr, "NCCL version %d.%d.%d+kcoll%s (kcoll %s implements the NCCL %d.%d.%d API)\n",
+            NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, coll_get_version_string(),
+            coll_get_version_string(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
+void nccl_banner(void)
+{
+    pthread_once(&banner_once, print_banner);
+}
+
+/* kcoll's own version behind the NCCL API level: "kcoll 0.1.0". */
+KCOLL_NCCL_API const char *kcollGetVersion(void);
+const char *kcollGetVersion(void)
+{
+    return coll_get_version_string();
+}
+
+size_t nccl_datatype_size(ncclDataType_t dt)
+{
+    switch (dt) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+ncclResult_t nccl_datatype(ncclDataType_t dt, const char *fn, coll_datatype_t *out)
+{
+    static const int map[ncclNumTypes] = {
+        [ncclInt8] = COLL_INT8,         [ncclUint8] = COLL_UINT8,     [ncclInt32] = COLL_INT32,
+        [ncclUint32] = COLL_UINT32,     [ncclInt64] = COLL_INT64,     [ncclUint64] = COLL_UINT64,
+        [ncclFloat16] = COLL_FLOAT16,   [ncclFloat32] = COLL_FLOAT32, [ncclFloat64] = COLL_FLOAT64,
+        [ncclBfloat16] = COLL_BFLOAT16, [ncclFloat8e4m3] = -1,        [ncclFloat8e5m2] = -1,
+    };
+    if ((int)dt < 0 || dt >= ncclNumTypes)
+        return nccl_error(ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t (0..%d)",
+                          fn, (int)dt, ncclNumTypes - 1);
+    if (map[dt] < 0)
+        return nccl_error(ncclInvalidArgument,
+                          "%s: %s is not supported by kcoll yet; use ncclFloat16, ncclBfloat16 "
+                          "or ncclFloat32",
+                          fn, dt == ncclFloat8e4m3 ? "ncclFloat8e4m3" : "ncclFloat8e5m2");
+    *out = (coll_datatype_t)map[dt];
+    return ncclSuccess;
+}
+
+/* ---- memory ---- */
+
+/* The CUDA runtime's entry point sym when the process has the runtime loaded (a framework that
+ * uses CUDA does); this layer never loads it. */
+static void *cudart(const char *sym)
+{
+    return dlsym(RTLD_DEFAULT, sym);
+}
+
+/* NCCL's allocator gives device memory: cudaMalloc where the process uses CUDA, else host memory
+ * that the ranks of a host can map (coll_mem_alloc), so that a CPU program runs too. */
+KCOLL_NCCL_API ncclResult_t ncclMemAlloc(void **ptr, size_t size)
+{
+    __typeof__(cudaMalloc) *alloc = (__typeof__(cudaMalloc) *)cudart("cudaMalloc");
+    if (alloc == NULL)
+        return nccl_result(coll_mem_alloc(ptr, size));
+    if (ptr == NULL)
+        return nccl_error(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+    cudaError_t err = alloc(ptr, size);
+    if (err != cudaSuccess)
+        return nccl_error(ncclUnhandledCudaError,
+                          "ncclMemAlloc of %zu bytes: cudaMalloc failed (%d)", size, (int)err);
+    return ncclSuccess;
+}
+KCOLL_NCCL_ALIAS(ncclMemAlloc);
+
+KCOLL_NCCL_API ncclResult_t ncclMemFree(void *ptr)
+{
+    __typeof__(cudaPointerGetAttributes) *attrs =
+        (__typeof__(cudaPointerGetAttributes) *)cudart("cudaPointerGetAttributes");
+    __typeof__(cudaFree) *release = (__typeof__(cudaFree) *)cudart("cudaFree");
+    struct cudaPointerAttributes a;
+    if (ptr != NULL && attrs != NULL && release != NULL && attrs(&a, ptr) == cudaSuccess &&
+        a.type == cudaMemoryTypeDevice) {
+        cudaError_t err = release(ptr);
+        return err == cudaSuccess
+                   ? ncclSuccess
+                   : nccl_error(ncclUnhandledCudaError, "ncclMemFree(%p): cudaFree failed (%d)",
+                                ptr, (int)err);
+    }
+    return nccl_result(coll_mem_free(ptr));
+}
+KCOLL_NCCL_ALIAS(ncclMemFree);
+
+int nccl_current_device(void)
+{
+    __typeof__(cudaGetDevice) *get = (__typeof__(cudaGetDevice) *)cudart("cudaGetDevice");
+    int device = 0;
+    if (get == NULL || get(&device) != cudaSuccess)
+        device = 0;
+    return device;
+}
+
+/* ---- debug ---- */
+
+/* Deprecated in nccl.h; kept because NCCL still exports it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+KCOLL_NCCL_API void ncclResetDebugInit(void) {}
+KCOLL_NCCL_ALIAS(ncclResetDebugInit);
+#pragma GCC diagnostic pop
+KCOLL_NCCL_API void ncclResetDebugInitInternal(void);
+void ncclResetDebugInitInternal(void) {}

@@ -1,0 +1,56 @@
+/* kcoll's NCCL face (libnccl.so.2): NVIDIA's nccl.h implemented on coll.h only. Every public
+ * name of NCCL 2.28.9 is exported (with its pnccl alias); types and values are nccl.h's own, as
+ * this layer is compiled against the real header. Internal to nccl/. */
+#ifndef KCOLL_NCCL_COMPAT_H
+#define KCOLL_NCCL_COMPAT_H
+
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "coll.h"
+
+/* nccl.h declares these without a prototype; these are the same functions, with one. */
+ncclResult_t ncclGroupStart(void);
+ncclResult_t pncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t pncclGroupEnd(void);
+void ncclResetDebugInit(void);
+void pncclResetDebugInit(void);
+
+/* The NCCL API level this library implements (it is compiled against that nccl.h). */
+#define KCOLL_NCCL_API_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
+
+/* Export name and its profiling alias pname (NCCL's PMPI-style interface). */
+#define KCOLL_NCCL_ALIAS(name)                                                                     \
+    extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
+#define KCOLL_NCCL_API __attribute__((visibility("default")))
+
+/* What an ncclComm_t points to. */
+struct ncclComm {
+    coll_comm_t coll;     /* NULL until a non-blocking creation finished */
+    int cuda_device;      /* the CUDA device current at creation (0 without CUDA) */
+    int init_pending;     /* non-blocking creation still running (atomic) */
+    ncclResult_t init_rc; /* its result once it finished */
+    void *init_thread;    /* pthread_t *, joined at destroy */
+    char init_msg[1024];  /* the non-blocking creation's error message */
+};
+
+/* kcoll's result as the NCCL result a framework expects. */
+ncclResult_t nccl_result(coll_result_t r);
+/* Record an error of this layer as kcoll's last error (so ncclGetLastError says it) and return
+ * code. */
+ncclResult_t nccl_error(ncclResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The kcoll communicator behind comm, or an error (NULL comm, creation still running or failed). */
+ncclResult_t nccl_comm(ncclComm_t comm, const char *fn, coll_comm_t *out);
+/* NCCL's datatype as kcoll's; an error naming fn for float8 and out-of-range values. */
+ncclResult_t nccl_datatype(ncclDataType_t dt, const char *fn, coll_datatype_t *out);
+/* Bytes of one element of an NCCL datatype (0 for an invalid one). */
+size_t nccl_datatype_size(ncclDataType_t dt);
+/* The first line NCCL_DEBUG=VERSION asks for (once per process). */
+void nccl_banner(void);
+/* The calling thread's CUDA device when the process uses CUDA, else 0. */
+int nccl_current_device(void);
+
+#endif
