@@ -31,6 +31,17 @@
 #include "coll_kernels.h"
 #include "gpu_plugin.h"
 
+/* Bytes of one element (the plugin is loaded into programs that do not export coll_*, such as
+ * kcoll's libnccl.so.2). */
+static size_t elt_size(coll_datatype_t dt)
+{
+    static const size_t sz[COLL_NUM_DATATYPES] = {
+        [COLL_INT8] = 1,    [COLL_UINT8] = 1,  [COLL_INT32] = 4,   [COLL_UINT32] = 4,
+        [COLL_INT64] = 8,   [COLL_UINT64] = 8, [COLL_FLOAT16] = 2, [COLL_BFLOAT16] = 2,
+        [COLL_FLOAT32] = 4, [COLL_FLOAT64] = 8};
+    return (int)dt >= 0 && dt < COLL_NUM_DATATYPES ? sz[dt] : 0;
+}
+
 #define EXPORT     __attribute__((visibility("default")))
 #define MAXALLOC   4096
 #define MAXSTREAMS 256
@@ -90,7 +101,7 @@ static void run_reduce(const task_t *t)
     uint64_t tmp[BLOCK]; /* BLOCK elements of at most 8 bytes */
     const coll_datatype_t dt = (coll_datatype_t)t->dt;
     const coll_op_t op = (coll_op_t)t->op;
-    const size_t e = coll_datatype_size(dt);
+    const size_t e = elt_size(dt);
     const bool div = op == COLL_AVG && t->divisor > 0;
     for (size_t b = 0; b < t->count; b += BLOCK) {
         const size_t m = t->count - b < BLOCK ? t->count - b : BLOCK;
@@ -534,7 +545,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
         return 1;
     if (count == 0)
         return 0;
-    const size_t bytes = count * coll_datatype_size((coll_datatype_t)dt);
+    const size_t bytes = count * elt_size((coll_datatype_t)dt);
     size_t left;
     if (find(dst, &left) < 0 || left < bytes)
         return 1;

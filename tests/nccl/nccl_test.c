@@ -13,6 +13,9 @@
  *                API, shrink, PreMulSum, simulate), with messages; ncclRemoteError when a peer dies
  *   abort        rank 1 stops; rank 0's all_reduce is aborted from a second thread (no hang)
  *   initall      one process: ncclCommInitAll of N ranks, a grouped all_reduce over all of them
+ * NCCL_TEST_MEM=fakegpu: the conformance buffers are device memory of the fake GPU plugin that
+ * COLL_CUDA_PLUGIN names (tests/device/fake_gpu.c), so every call takes kcoll's device path on the
+ * default stream, which the test synchronises before it reads a result.
  */
 #define _GNU_SOURCE
 #include <nccl.h>
@@ -27,6 +30,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "gpu_plugin.h"
 
 #define MAX_RANKS 8
 
@@ -57,13 +62,57 @@ static void check(int ok, int line, const char *fmt, ...)
     va_end(ap);
 }
 #define CHECK(cond, ...) check(!!(cond), __LINE__, __VA_ARGS__)
+static void sync_dev(void);
+
 /* the call is made once; its result checked */
 static void check_ok(ncclResult_t rc, int line, const char *what)
 {
+    sync_dev();
     check(rc == ncclSuccess, line, "%s: %s (%d): %s", what, ncclGetErrorString(rc), (int)rc,
           ncclGetLastError(NULL));
 }
 #define CHECK_OK(call, what) check_ok((call), __LINE__, what)
+
+/* ---- buffers: host memory, or the fake GPU's device memory ---- */
+
+static const colli_gpu_ops_t *gpu;
+
+static void gpu_open(void)
+{
+    const char *mem = getenv("NCCL_TEST_MEM"), *lib = getenv("COLL_CUDA_PLUGIN"), *why = "";
+    if (mem == NULL || strcmp(mem, "fakegpu") != 0)
+        return;
+    gpu = lib != NULL ? colli_gpu_plugin_open(lib, &why) : NULL;
+    char err[128] = "";
+    if (gpu == NULL || gpu->init(err, sizeof(err)) != 0) {
+        fprintf(stderr, "NCCL_TEST_MEM=fakegpu needs COLL_CUDA_PLUGIN naming the fake GPU (%s%s)\n",
+                why, err);
+        exit(2);
+    }
+}
+
+static void *buf_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (gpu == NULL)
+        return malloc(bytes);
+    return gpu->dev_alloc(&p, bytes) == 0 ? p : NULL;
+}
+
+static void buf_free(void *p)
+{
+    if (gpu == NULL)
+        free(p);
+    else if (p != NULL)
+        (void)gpu->dev_free(p);
+}
+
+/* Device calls are ordered on the default stream: wait for them before reading results. */
+static void sync_dev(void)
+{
+    if (gpu != NULL && gpu->stream_sync(NULL) != 0)
+        printf("[rank %d] FAIL: stream_sync of the default stream\n", rank_);
+}
 
 /* Counts into shared memory (a rank that exits on purpose publishes first). */
 static void publish(void)
@@ -224,7 +273,7 @@ static void check_reduced(const char *what, ncclDataType_t dt, ncclRedOp_t op, c
 static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_t count)
 {
     const size_t e = dt_size(dt), n = (size_t)nranks_;
-    char *in = malloc(count * n * e + 1), *out = malloc(count * n * e + 1);
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     for (size_t i = 0; i < count * n; i++)
         put(dt, in, i, input(rank_, i));
     /* all_reduce, out of place and in place */
@@ -240,15 +289,15 @@ static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_
     /* reduce_scatter: this rank gets block `rank` of the reduced count * n elements */
     CHECK_OK(ncclReduceScatter(in, out, count, dt, op, comm, NULL), "ncclReduceScatter");
     check_reduced("ncclReduceScatter", dt, op, out, count, (size_t)rank_ * count);
-    free(in);
-    free(out);
+    buf_free(in);
+    buf_free(out);
 }
 
 /* The movements: broadcast, bcast, all_gather, all_to_all, gather, scatter, a send/recv ring. */
 static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
 {
     const size_t e = dt_size(dt), n = (size_t)nranks_;
-    char *in = malloc(count * n * e + 1), *out = malloc(count * n * e + 1);
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     size_t bad = 0;
     for (size_t i = 0; i < count * n; i++)
         put(dt, in, i, input(rank_, i));
@@ -292,8 +341,8 @@ static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
     for (size_t i = 0; i < count; i++)
         bad += get(dt, out, i) != input((rank_ + nranks_ - 1) % nranks_, i);
     CHECK(bad == 0, "ncclSend/ncclRecv ring %s count %zu: %zu wrong", dt_name(dt), count, bad);
-    free(in);
-    free(out);
+    buf_free(in);
+    buf_free(out);
 }
 
 static ncclComm_t init_comm(void)
@@ -563,6 +612,7 @@ int main(int argc, char **argv)
         pids[r] = fork();
         if (pids[r] == 0) {
             rank_ = r;
+            gpu_open();
             double end = now() + 30;
             while (!sh->id_ready && now() < end)
                 usleep(1000);
