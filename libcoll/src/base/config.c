@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "base/config.h"
+#include "base/envmap.h"
 #include "base/error.h"
 #include "base/spec.h"
 #include "base/util.h"
@@ -281,8 +282,27 @@ static const param_t params[] = {
 _Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),
                "config source array too small");
 
+/* The environment's value of parameter i: its COLL_* name, else its NCCL twin (in kcoll's
+ * syntax); *src and *from say which. */
+static const char *env_value(size_t i, colli_source_t *src, const char **from)
+{
+    const char *env = secure_getenv(params[i].name), *raw = NULL;
+    *src = COLLI_SRC_ENV;
+    *from = params[i].name;
+    if (env != NULL)
+        return env;
+    const colli_env_alias_t *alias = colli_env_alias(params[i].name);
+    const char *nccl = alias != NULL ? colli_env_nccl_value(alias, &raw) : NULL;
+    if (nccl == NULL)
+        return NULL;
+    *src = COLLI_SRC_NCCL;
+    *from = alias->nccl;
+    return nccl;
+}
+
 coll_result_t colli_config_load(colli_config_t *cfg)
 {
+    colli_env_audit();
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < NPARAMS; i++) {
         char why[160] = "";
@@ -291,16 +311,32 @@ coll_result_t colli_config_load(colli_config_t *cfg)
             return COLLI_ERR(CONFIG, COLL_ERR_INTERNAL, "bad built-in default for %s: %s",
                              params[i].name, why);
         cfg->src[i] = COLLI_SRC_DEFAULT;
-        const char *env = secure_getenv(params[i].name);
+        colli_source_t src;
+        const char *from;
+        const char *env = env_value(i, &src, &from);
         if (env == NULL)
             continue;
         if (!params[i].parse(env, field, why, sizeof(why)))
             return COLLI_ERR(CONFIG, COLL_ERR_INVALID_ARGUMENT,
-                             "%s=\"%s\" is not valid: %s. Fix or unset the variable (%s).",
-                             params[i].name, env, why, params[i].doc);
-        cfg->src[i] = COLLI_SRC_ENV;
+                             "%s=\"%s\" is not valid%s%s: %s. Fix or unset the variable (%s).",
+                             from, env, src == COLLI_SRC_NCCL ? " as " : "",
+                             src == COLLI_SRC_NCCL ? params[i].name : "", why, params[i].doc);
+        cfg->src[i] = src;
     }
     return COLL_SUCCESS;
+}
+
+colli_source_t colli_config_source(const colli_config_t *cfg, const char *name)
+{
+    for (size_t i = 0; i < NPARAMS; i++)
+        if (strcmp(params[i].name, name) == 0)
+            return cfg->src[i];
+    return COLLI_SRC_DEFAULT;
+}
+
+const char *colli_config_param_name(size_t i)
+{
+    return i < NPARAMS ? params[i].name : NULL;
 }
 
 static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len)
@@ -325,11 +361,13 @@ static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len
 
 void colli_config_log(const colli_config_t *cfg)
 {
-    static const char *srcs[] = {"default", "environment", "agent pin", "rank 0"};
+    static const char *srcs[] = {"default", "environment", "agent pin", "rank 0", NULL};
     for (size_t i = 0; i < NPARAMS; i++) {
         char v[300];
         value_str(i, cfg, v, sizeof(v));
-        coll_info(CONFIG, "%s = %s (%s)", params[i].name, v, srcs[cfg->src[i]]);
+        const colli_env_alias_t *alias = colli_env_alias(params[i].name);
+        coll_info(CONFIG, "%s = %s (%s)", params[i].name, v,
+                  cfg->src[i] == COLLI_SRC_NCCL && alias ? alias->nccl : srcs[cfg->src[i]]);
     }
 }
 

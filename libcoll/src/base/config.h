@@ -13,6 +13,7 @@ typedef enum {
     COLLI_SRC_ENV = 1,
     COLLI_SRC_AGENT = 2,
     COLLI_SRC_ROOT = 3, /* adopted from rank 0 so that every rank runs the same algorithms */
+    COLLI_SRC_NCCL = 4, /* the NCCL twin of an unset COLL_* name (base/envmap.h) */
 } colli_source_t;
 
 typedef enum {
@@ -48,9 +49,13 @@ typedef struct colli_config {
     colli_source_t src[32]; /* source of each parameter, indexed like the table */
 } colli_config_t;
 
-/* Resolve every parameter (environment > default) into *cfg. Fails on malformed values, naming
- * the variable. */
+/* Resolve every parameter (COLL_* environment > its NCCL twin > default) into *cfg. Fails on
+ * malformed values, naming the variable. The first call audits the environment (envmap.h). */
 coll_result_t colli_config_load(colli_config_t *cfg);
+/* Where the value of the parameter called name came from. */
+colli_source_t colli_config_source(const colli_config_t *cfg, const char *name);
+/* The environment name of parameter i, NULL past the last one. */
+const char *colli_config_param_name(size_t i);
 /* Log each effective value at INFO with its source (once per communicator). */
 void colli_config_log(const colli_config_t *cfg);
 /* Override one parameter (by its environment name) with a pinned value and record the source. */

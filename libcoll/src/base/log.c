@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "base/envmap.h"
 #include "base/log.h"
 
 static struct {
@@ -39,9 +40,33 @@ static const char *subsys_name(colli_subsys_t sub)
     return "?";
 }
 
+/* A COLL_* logging variable, else its NCCL twin (NCCL_DEBUG, NCCL_DEBUG_SUBSYS); *nccl says
+ * which. */
+static const char *log_env(const char *coll, bool *nccl)
+{
+    const char *v = secure_getenv(coll), *raw = NULL;
+    *nccl = false;
+    if (v != NULL && *v != '\0')
+        return v;
+    const colli_env_alias_t *alias = colli_env_alias(coll);
+    v = alias != NULL ? colli_env_nccl_value(alias, &raw) : NULL;
+    *nccl = v != NULL;
+    return v;
+}
+
+/* NCCL's subsystem names that differ from kcoll's; NCCL's others (GRAPH, TUNING, ...) mean
+ * nothing here and are skipped. */
+static const char *nccl_subsys(const char *tok)
+{
+    return strcasecmp(tok, "BOOTSTRAP") == 0 ? "BOOT"
+           : strcasecmp(tok, "ENV") == 0     ? "CONFIG"
+                                             : tok;
+}
+
 static void log_init(void)
 {
-    const char *lvl = secure_getenv("COLL_DEBUG");
+    bool nccl = false;
+    const char *lvl = log_env("COLL_DEBUG", &nccl);
     if (lvl != NULL && *lvl != '\0') {
         if (strcasecmp(lvl, "NONE") == 0 || strcasecmp(lvl, "OFF") == 0)
             log_state.level = COLLI_LOG_NONE;
@@ -53,11 +78,10 @@ static void log_init(void)
             log_state.level = COLLI_LOG_TRACE;
         else
             fprintf(stderr,
-                    "kcoll WARN COLL_DEBUG=%s not understood (use WARN, INFO or TRACE); "
-                    "keeping WARN\n",
-                    lvl);
+                    "kcoll WARN %s=%s not understood (use WARN, INFO or TRACE); keeping WARN\n",
+                    nccl ? "NCCL_DEBUG" : "COLL_DEBUG", lvl);
     }
-    const char *subs = secure_getenv("COLL_DEBUG_SUBSYS");
+    const char *subs = log_env("COLL_DEBUG_SUBSYS", &nccl);
     if (subs != NULL && *subs != '\0') {
         /* "INIT,NET" selects; "^NET" deselects from ALL. */
         bool invert = subs[0] == '^';
@@ -71,12 +95,14 @@ static void log_init(void)
                 continue;
             }
             bool found = false;
+            if (nccl)
+                tok = (char *)nccl_subsys(tok);
             for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
                 if (strcasecmp(tok, subsys_names[i].name) == 0) {
                     mask |= subsys_names[i].bit;
                     found = true;
                 }
-            if (!found)
+            if (!found && !nccl)
                 fprintf(stderr,
                         "kcoll WARN COLL_DEBUG_SUBSYS: unknown subsystem '%s' (known: "
                         "INIT,BOOT,COLL,NET,SHM,IB,CUDA,AGENT,CONFIG,ALL)\n",

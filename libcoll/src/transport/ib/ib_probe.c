@@ -152,8 +152,10 @@ coll_result_t ib_policy_probe(struct coll_comm *comm, bool *use)
     colli_ib_probe(comm->test.ib_verbs_lib, cfg->ib_hca, &probe);
     if (!probe.usable) {
         if (cfg->transport == COLLI_TP_REQUIRE_IB)
-            return COLLI_ERR(IB, COLL_ERR_NETWORK,
-                             "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable here: %s",
+            return COLLI_ERR(IB, COLL_ERR_NETWORK, "%s, but InfiniBand is not usable here: %s",
+                             colli_config_source(cfg, "COLL_TRANSPORT") == COLLI_SRC_NCCL
+                                 ? "NCCL_NET=IB (kcoll's COLL_TRANSPORT=RequireIB)"
+                                 : "COLL_TRANSPORT=RequireIB",
                              probe.reason);
         coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
         return COLL_SUCCESS;
