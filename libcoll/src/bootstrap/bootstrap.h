@@ -2,6 +2,7 @@
 #ifndef COLLI_BOOTSTRAP_H
 #define COLLI_BOOTSTRAP_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -25,10 +26,18 @@ _Static_assert(sizeof(colli_uid_t) <= COLL_UNIQUE_ID_BYTES, "uid fits");
 coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
                                uint8_t secret[16]);
 
-/* Start the root server for one communicator on addr (port 0: any) in a detached thread that
- * exits after answering every rank or after timeout seconds. *bound gets the listening address. */
+/* Start the root server for one communicator on addr (port 0: any) in a thread that exits after
+ * answering every rank or after timeout seconds. *bound gets the listening address. joinable
+ * NULL: the thread is detached (the process that made the unique id outlives the bootstrap);
+ * else *joinable gets it, and the caller joins it before it may exit: a rank that hosts the root
+ * gets its own answer first, and leaving then would cut the others' answers off. */
 coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
-                               double timeout, struct sockaddr_storage *bound);
+                               double timeout, struct sockaddr_storage *bound, pthread_t *joinable);
+
+/* The rank that hosts the root, after its own creation ended with status: on success the root
+ * has answered every rank (or does so now) and is joined; on failure it is left to finish on its
+ * own, so that the error returns at once. */
+void colli_root_finish(pthread_t root, coll_result_t status);
 
 /* Rank side: send self to the root at `root`, receive the table into comm->members. */
 coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,

@@ -369,7 +369,7 @@ static void *root_main(void *arg)
 }
 
 coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
-                               double timeout, struct sockaddr_storage *bound)
+                               double timeout, struct sockaddr_storage *bound, pthread_t *joinable)
 {
     coll_result_t status;
     root_t *r = calloc(1, sizeof(*r));
@@ -384,7 +384,8 @@ coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_
         status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "pthread_attr_init failed");
         goto err_close;
     }
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setdetachstate(&attr,
+                                joinable ? PTHREAD_CREATE_JOINABLE : PTHREAD_CREATE_DETACHED);
     int rc = pthread_create(&tid, &attr, root_main, r);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
@@ -392,10 +393,20 @@ coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_
                            strerror(rc));
         goto err_close;
     }
+    if (joinable != NULL)
+        *joinable = tid;
     return COLL_SUCCESS;
 err_close:
     close(r->listen_fd);
 err_free:
     free(r);
     return status;
+}
+
+void colli_root_finish(pthread_t root, coll_result_t status)
+{
+    if (status == COLL_SUCCESS)
+        pthread_join(root, NULL);
+    else
+        pthread_detach(root);
 }

@@ -74,7 +74,7 @@ coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname
     uint8_t secret[16];
     COLL_CHECK_GOTO(colli_random_bytes(secret, sizeof(secret)), out);
     struct sockaddr_storage bound;
-    COLL_CHECK_GOTO(colli_root_start(&nif.addr, secret, cfg.bootstrap_timeout, &bound), out);
+    COLL_CHECK_GOTO(colli_root_start(&nif.addr, secret, cfg.bootstrap_timeout, &bound, NULL), out);
     uid_encode(id, &bound, secret);
     char a[80];
     colli_sockaddr_str(&bound, a, sizeof(a));

@@ -2,6 +2,7 @@
  * policy, timeouts and pinned version come from the pod's coll-agent (operator pin > COLL_*
  * environment > default). Rank 0 hosts the bootstrap root at the endpoint its agent published. */
 #include <netdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,13 +108,18 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
     colli_create_t c = {.nranks = f.nranks, .rank = f.rank, .agent = &f, .agent_socket = path};
     memcpy(c.secret, f.secret, sizeof(c.secret));
     COLL_CHECK_GOTO(resolve(f.root_host, f.root_port, &c.root), report);
+    pthread_t root;
     if (f.is_root) {
         struct sockaddr_storage bound;
         double bt = f.bootstrap_timeout_s > 0 ? f.bootstrap_timeout_s : env.bootstrap_timeout;
-        COLL_CHECK_GOTO(colli_root_start(&c.root, f.secret, bt, &bound), report);
+        COLL_CHECK_GOTO(colli_root_start(&c.root, f.secret, bt, &bound, &root), report);
     }
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_BOOTSTRAPPING, NULL);
-    COLL_CHECK_GOTO(colli_comm_create(&c, out), report);
+    status = colli_comm_create(&c, out);
+    if (f.is_root)
+        colli_root_finish(root, status);
+    if (status != COLL_SUCCESS)
+        goto report;
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_READY, NULL);
     goto out;
 report : {

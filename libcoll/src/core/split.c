@@ -5,6 +5,7 @@
  * members. Each child is created from its parent: the same configuration snapshot (the pinned
  * network, transport policy, tuning and timeouts), test seams, agent and pod names. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +69,7 @@ static void place(const struct coll_comm *comm, const split_req_t *req, int *new
 }
 
 /* The leader of a color: a root for the child on this rank's data listener address. */
-static coll_result_t start_root(struct coll_comm *comm, split_root_t *out)
+static coll_result_t start_root(struct coll_comm *comm, split_root_t *out, pthread_t *thread)
 {
     uint8_t secret[16];
     coll_result_t status = colli_random_bytes(secret, sizeof(secret));
@@ -79,7 +80,7 @@ static coll_result_t start_root(struct coll_comm *comm, split_root_t *out)
         ((struct sockaddr_in *)&addr)->sin_port = 0;
     else
         ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
-    status = colli_root_start(&addr, secret, comm->cfg.bootstrap_timeout, &bound);
+    status = colli_root_start(&addr, secret, comm->cfg.bootstrap_timeout, &bound, thread);
     if (status != COLL_SUCCESS)
         return status;
     memset(out, 0, sizeof(*out));
@@ -136,6 +137,23 @@ static coll_result_t check_split_args(coll_comm_t handle, int color, coll_comm_t
     return COLL_SUCCESS;
 }
 
+/* The new communicator of this rank's color, once the leaders' roots are known (roots[]). */
+static coll_result_t create_child(struct coll_comm *comm, const split_root_t *roots, int color,
+                                  int newrank, int newsize, int leader, coll_comm_t *newcomm)
+{
+    if (!roots[leader].valid)
+        return COLLI_ERR(INIT, COLL_ERR_REMOTE,
+                         "coll_comm_split: rank %d, the first rank of color %d, could not start "
+                         "the new communicator's bootstrap (see its log)",
+                         leader, color);
+    colli_create_t c = {.nranks = newsize, .rank = newrank, .parent = comm};
+    root_addr(&roots[leader], &c.root);
+    memcpy(c.secret, roots[leader].secret, sizeof(c.secret));
+    coll_info(INIT, "coll_comm_split: rank %d of %d is rank %d of %d in color %d", comm->rank,
+              comm->nranks, newrank, newsize, color);
+    return colli_comm_create(&c, newcomm);
+}
+
 coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_t *newcomm)
 {
     struct coll_comm *comm;
@@ -145,6 +163,8 @@ coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_
     const int n = comm->nranks;
     split_req_t mine = {color, key}, *req = calloc((size_t)n, sizeof(*req));
     split_root_t root = {0}, *roots = calloc((size_t)n, sizeof(*roots));
+    bool hosts_root = false;
+    pthread_t root_thread;
     if (req == NULL || roots == NULL) {
         /* the others are told (the parent fails), instead of waiting in the gather for us */
         status = COLLI_ERR(INIT, COLL_ERR_SYSTEM, "coll_comm_split: out of memory");
@@ -155,25 +175,18 @@ coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_
     int newrank = 0, newsize = 0, leader = comm->rank;
     place(comm, req, &newrank, &newsize, &leader);
     coll_result_t root_status = COLL_SUCCESS;
-    if (color != COLL_SPLIT_NOCOLOR && leader == comm->rank)
-        root_status = start_root(comm, &root); /* a failure still takes part in the gather */
-    COLL_CHECK_GOTO(gather(comm, &root, roots, sizeof(root)), out);
-    if ((status = root_status) != COLL_SUCCESS || color == COLL_SPLIT_NOCOLOR)
-        goto out;
-    if (!roots[leader].valid) {
-        status = COLLI_ERR(INIT, COLL_ERR_REMOTE,
-                           "coll_comm_split: rank %d, the first rank of color %d, could not "
-                           "start the new communicator's bootstrap (see its log)",
-                           leader, color);
-        goto out;
+    if (color != COLL_SPLIT_NOCOLOR && leader == comm->rank) {
+        root_status = start_root(comm, &root, &root_thread); /* a failure still gathers */
+        hosts_root = root_status == COLL_SUCCESS;
     }
-    colli_create_t c = {.nranks = newsize, .rank = newrank, .parent = comm};
-    root_addr(&roots[leader], &c.root);
-    memcpy(c.secret, roots[leader].secret, sizeof(c.secret));
-    coll_info(INIT, "coll_comm_split: rank %d of %d is rank %d of %d in color %d", comm->rank, n,
-              newrank, newsize, color);
-    status = colli_comm_create(&c, newcomm);
+    COLL_CHECK_GOTO(gather(comm, &root, roots, sizeof(root)), out);
+    if ((status = root_status) == COLL_SUCCESS && color != COLL_SPLIT_NOCOLOR)
+        status = create_child(comm, roots, color, newrank, newsize, leader, newcomm);
 out:
+    /* on success the leader waits until its root answered every member (leaving earlier would
+     * cut their answers off); otherwise the root finishes on its own */
+    if (hosts_root)
+        colli_root_finish(root_thread, status);
     free(req);
     free(roots);
     return status;
