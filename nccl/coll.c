@@ -47,8 +47,8 @@ KCOLL_NCCL_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, 
                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                           cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclAllReduce", &c, &dt, &kop);
     return rc != ncclSuccess
@@ -61,8 +61,8 @@ KCOLL_NCCL_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, 
                                           ncclDataType_t datatype, int root, ncclComm_t comm,
                                           cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclBroadcast", &c, &dt, NULL);
     return rc != ncclSuccess
                ? rc
@@ -82,8 +82,8 @@ KCOLL_NCCL_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, siz
                                        ncclDataType_t datatype, ncclRedOp_t op, int root,
                                        ncclComm_t comm, cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclReduce", &c, &dt, &kop);
     return rc != ncclSuccess
@@ -96,8 +96,8 @@ KCOLL_NCCL_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, 
                                           ncclDataType_t datatype, ncclComm_t comm,
                                           cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclAllGather", &c, &dt, NULL);
     return rc != ncclSuccess
                ? rc
@@ -109,8 +109,8 @@ KCOLL_NCCL_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbu
                                               size_t recvcount, ncclDataType_t datatype,
                                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclReduceScatter", &c, &dt, &kop);
     return rc != ncclSuccess ? rc
@@ -123,8 +123,8 @@ KCOLL_NCCL_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, s
                                          ncclDataType_t datatype, ncclComm_t comm,
                                          cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclAlltoAll", &c, &dt, NULL);
     return rc != ncclSuccess
                ? rc
@@ -137,8 +137,8 @@ KCOLL_NCCL_ALIAS(ncclAlltoAll);
 KCOLL_NCCL_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                      int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclSend", &c, &dt, NULL);
     return rc != ncclSuccess ? rc : nccl_result(coll_send(sendbuff, count, dt, peer, c, stream));
 }
@@ -147,8 +147,8 @@ KCOLL_NCCL_ALIAS(ncclSend);
 KCOLL_NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
                                      int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclRecv", &c, &dt, NULL);
     return rc != ncclSuccess ? rc : nccl_result(coll_recv(recvbuff, count, dt, peer, c, stream));
 }
@@ -160,8 +160,8 @@ static ncclResult_t rooted(bool gather, const void *sendbuff, void *recvbuff, si
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
                            const char *fn)
 {
-    coll_comm_t c;
-    coll_datatype_t dt;
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
     int nranks = 0, rank = 0;
     ncclResult_t rc = args(comm, datatype, NULL, fn, &c, &dt, NULL);
     if (rc == ncclSuccess)

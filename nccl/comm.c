@@ -222,7 +222,7 @@ KCOLL_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
                                           ncclConfig_t *config)
 {
     int blocking = 1;
-    coll_comm_t parent;
+    coll_comm_t parent = NULL;
     struct ncclComm *child = NULL;
     ncclResult_t rc = read_config(config, "ncclCommSplit", &blocking);
     if (rc == ncclSuccess)
@@ -269,7 +269,7 @@ KCOLL_NCCL_ALIAS(ncclCommRevoke);
  * device calls: nothing is left to flush here. */
 KCOLL_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     return nccl_comm(comm, "ncclCommFinalize", &c);
 }
 KCOLL_NCCL_ALIAS(ncclCommFinalize);
@@ -310,7 +310,7 @@ KCOLL_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t 
         *asyncError = ncclInProgress;
         return ncclSuccess;
     }
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     if (nccl_comm(comm, "ncclCommGetAsyncError", &c) != ncclSuccess) {
         *asyncError = comm->init_rc != ncclSuccess ? comm->init_rc : ncclInternalError;
         return ncclSuccess;
@@ -325,7 +325,7 @@ KCOLL_NCCL_ALIAS(ncclCommGetAsyncError);
 
 KCOLL_NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     ncclResult_t rc = nccl_comm(comm, "ncclCommCount", &c);
     return rc != ncclSuccess ? rc : nccl_result(coll_comm_count(c, count));
 }
@@ -333,7 +333,7 @@ KCOLL_NCCL_ALIAS(ncclCommCount);
 
 KCOLL_NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     ncclResult_t rc = nccl_comm(comm, "ncclCommUserRank", &c);
     return rc != ncclSuccess ? rc : nccl_result(coll_comm_user_rank(c, rank));
 }
@@ -354,7 +354,7 @@ KCOLL_NCCL_ALIAS(ncclCommCuDevice);
 KCOLL_NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
                                              void **handle)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     ncclResult_t rc = nccl_comm(comm, "ncclCommRegister", &c);
     if (rc != ncclSuccess)
         return rc;
@@ -368,7 +368,7 @@ KCOLL_NCCL_ALIAS(ncclCommRegister);
 
 KCOLL_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     (void)handle;
     return nccl_comm(comm, "ncclCommDeregister", &c);
 }
@@ -377,7 +377,7 @@ KCOLL_NCCL_ALIAS(ncclCommDeregister);
 KCOLL_NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                                    ncclWindow_t *win, int winFlags)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     ncclResult_t rc = nccl_comm(comm, "ncclCommWindowRegister", &c);
     if (rc != ncclSuccess)
         return rc;
@@ -391,7 +391,7 @@ KCOLL_NCCL_ALIAS(ncclCommWindowRegister);
 
 KCOLL_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
-    coll_comm_t c;
+    coll_comm_t c = NULL;
     (void)win;
     return nccl_comm(comm, "ncclCommWindowDeregister", &c);
 }
