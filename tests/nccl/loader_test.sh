@@ -5,10 +5,13 @@
 set -uo pipefail
 prog=$1 lib=$2
 dir=$(dirname "$lib")
+# A sanitizer build of the library needs its runtime loaded first (the program is not built with it)
+asan=$(ldd "$lib" | awk '/libasan/ {print $3}')
+preload="${asan:+$asan }$lib"
 status=0
 for how in preload path; do
     if [ $how = preload ]; then
-        out=$(NCCL_DEBUG=VERSION LD_PRELOAD="$lib" "$prog" 2>&1)
+        out=$(NCCL_DEBUG=VERSION LD_PRELOAD="$preload" "$prog" 2>&1)
     else
         out=$(NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prog" 2>&1)
     fi

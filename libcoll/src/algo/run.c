@@ -90,7 +90,8 @@ static coll_result_t self_copy(const struct coll_comm *comm, const colli_p2p_t *
                              "x %s",
                              send->count, coll_datatype_name(send->dt), recv->count,
                              coll_datatype_name(recv->dt));
-        memmove(recv->buf, send->buf, send->count * coll_datatype_size(send->dt));
+        if (send->count > 0) /* an empty message may come with NULL buffers */
+            memmove(recv->buf, send->buf, send->count * coll_datatype_size(send->dt));
     }
     return COLL_SUCCESS;
 }
