@@ -1,6 +1,7 @@
 /* The coll-agent <-> libcoll socket protocol (agent_ipc.h), with jansson. */
 #include "agent_ipc.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +160,15 @@ json_t *colli_proto_hello_reply(const colli_proto_facts_t *f, const char *agent_
                      COLLI_PROTO_KEY_GROUP, f->group, COLLI_PROTO_KEY_AGENT_VERSION, agent_version);
 }
 
+/* 1 with *out when j is an integer that an int holds, else 0. */
+static int int_value(const json_t *j, int *out)
+{
+    if (!json_is_integer(j) || json_integer_value(j) < INT_MIN || json_integer_value(j) > INT_MAX)
+        return 0;
+    *out = (int)json_integer_value(j);
+    return 1;
+}
+
 static int copy_str(const json_t *r, const char *key, char *dst, size_t len, int required)
 {
     const char *v = json_string_value(json_object_get(r, key));
@@ -190,11 +200,13 @@ int colli_proto_hello_decode(const json_t *r, colli_proto_facts_t *out, char *er
     memset(&f, 0, sizeof(f));
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
         const json_t *v = json_object_get(r, ints[i].key);
-        if (!json_is_integer(v)) {
-            set_err(err, errlen, "hello reply lacks integer \"%s\"", ints[i].key);
+        if (!int_value(v, ints[i].dst)) {
+            set_err(err, errlen,
+                    json_is_integer(v) ? "hello reply's \"%s\" is out of range"
+                                       : "hello reply lacks integer \"%s\"",
+                    ints[i].key);
             return -1;
         }
-        *ints[i].dst = (int)json_integer_value(v);
     }
     f.is_root = json_is_true(json_object_get(r, COLLI_PROTO_KEY_IS_ROOT));
     if (copy_str(r, COLLI_PROTO_KEY_ROOT_HOST, f.root_host, sizeof(f.root_host), 1) ||
@@ -305,23 +317,26 @@ int colli_proto_report_parse(const json_t *msg, colli_proto_report_t *out, char 
     const json_t *phase = json_object_get(msg, COLLI_PROTO_KEY_PHASE);
     const json_t *rr = json_object_get(msg, COLLI_PROTO_KEY_READY_RANKS), *c, *r;
     size_t i;
-    if ((e && !json_is_object(e) && !json_is_null(e)) || (phase && !json_is_string(phase))) {
-        set_err(err, errlen,
-                "report: \"" COLLI_PROTO_KEY_PHASE
-                "\" must be a string and \"" COLLI_PROTO_KEY_ERROR
-                "\" an object {" COLLI_PROTO_KEY_RANK ", " COLLI_PROTO_KEY_POD
-                ", " COLLI_PROTO_KEY_NODE ", " COLLI_PROTO_KEY_MESSAGE "}");
+    int ready = 0, rank = 0;
+    r = json_object_get(e, COLLI_PROTO_KEY_RANK);
+    if ((e && !json_is_object(e) && !json_is_null(e)) || (phase && !json_is_string(phase)) ||
+        (json_is_integer(rr) && !int_value(rr, &ready)) ||
+        (json_is_integer(r) && !int_value(r, &rank))) {
+        set_err(
+            err, errlen,
+            "report: \"" COLLI_PROTO_KEY_PHASE "\" must be a string, \"" COLLI_PROTO_KEY_READY_RANKS
+            "\" an int and \"" COLLI_PROTO_KEY_ERROR "\" an object {" COLLI_PROTO_KEY_RANK
+            ", " COLLI_PROTO_KEY_POD ", " COLLI_PROTO_KEY_NODE ", " COLLI_PROTO_KEY_MESSAGE "}");
         return -1;
     }
     memset(out, 0, sizeof(*out));
     out->phase = colli_proto_phase_parse(json_string_value(phase));
     out->progress = json_string_value(json_object_get(msg, COLLI_PROTO_KEY_PROGRESS));
     out->has_ready_ranks = json_is_integer(rr);
-    out->ready_ranks = out->has_ready_ranks ? (int)json_integer_value(rr) : 0;
+    out->ready_ranks = ready;
     out->has_error = json_is_object(e);
-    r = json_object_get(e, COLLI_PROTO_KEY_RANK);
     out->has_err_rank = out->has_error && json_is_integer(r);
-    out->err_rank = out->has_err_rank ? (int)json_integer_value(r) : 0;
+    out->err_rank = out->has_err_rank ? rank : 0;
     out->err_pod = json_string_value(json_object_get(e, COLLI_PROTO_KEY_POD));
     out->err_node = json_string_value(json_object_get(e, COLLI_PROTO_KEY_NODE));
     out->err_message = json_string_value(json_object_get(e, COLLI_PROTO_KEY_MESSAGE));

