@@ -193,11 +193,12 @@ static int test_alltoallv(mp_ctx_t *ctx, coll_datatype_t dt, uint64_t seed)
 }
 
 /* Several messages to the same peer in one group, matched in issue order. Equal sizes with
- * different contents catch reordering that sizes alone would not. */
+ * different contents catch reordering that sizes alone would not. 2*M items: more than a group
+ * holds without allocating (core/dispatch.c). */
 static int test_ordered(mp_ctx_t *ctx, uint64_t seed)
 {
-    enum { M = 7 };
-    const size_t sizes[M] = {1000, 1000, 0, 70000, 1000, 5, 300000};
+    enum { M = 10 };
+    const size_t sizes[M] = {1000, 1000, 0, 70000, 1000, 5, 300000, 1000, 0, 17};
     int rank = ctx->rank, n = ctx->nranks;
     int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     ref_gen_t g = {seed, COLL_UINT32, COLL_SUM};

@@ -28,7 +28,8 @@ static bool is_p2p_of(const colli_item_t *it, coll_comm_t handle)
 static coll_result_t run_host_p2p(struct coll_comm *comm, coll_comm_t handle,
                                   const colli_item_t *items, int n)
 {
-    colli_p2p_t *msgs = malloc((size_t)(n > 0 ? n : 1) * sizeof(*msgs));
+    colli_p2p_t few[16] = {{0}}; /* a lone send or recv, or a small group: no allocation */
+    colli_p2p_t *msgs = n <= 16 ? few : malloc((size_t)n * sizeof(*msgs));
     if (msgs == NULL)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running send/recv");
     int k = 0;
@@ -44,7 +45,8 @@ static coll_result_t run_host_p2p(struct coll_comm *comm, coll_comm_t handle,
                                   .dt = it->a.dt};
     }
     coll_result_t status = colli_run_p2p(comm, msgs, k);
-    free(msgs);
+    if (msgs != few)
+        free(msgs);
     return status;
 }
 

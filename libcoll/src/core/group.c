@@ -32,24 +32,25 @@ bool colli_group_active(void)
     return group.depth > 0;
 }
 
-/* Room for one more element in a grow-only array of elt-byte elements. */
-static bool grow(void **arr, int n, int *cap, size_t elt)
+/* arr (n used of *cap elements of elt bytes) with room for one more: arr itself, or a larger copy
+ * (*cap updated); NULL when memory is short (arr unchanged). */
+static void *grow(void *arr, int n, int *cap, size_t elt)
 {
     if (n < *cap)
-        return true;
+        return arr;
     int ncap = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, (size_t)ncap * elt);
-    if (p == NULL)
-        return false;
-    *arr = p;
-    *cap = ncap;
-    return true;
+    void *p = realloc(arr, (size_t)ncap * elt);
+    if (p != NULL)
+        *cap = ncap;
+    return p;
 }
 
 coll_result_t colli_group_enqueue(const colli_item_t *it)
 {
-    if (!grow((void **)&group.items, group.n, &group.cap, sizeof(*group.items)))
+    colli_item_t *items = grow(group.items, group.n, &group.cap, sizeof(*items));
+    if (items == NULL)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing a group operation");
+    group.items = items;
     group.items[group.n++] = *it;
     return COLL_SUCCESS;
 }
@@ -58,8 +59,10 @@ coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out
 {
     if (c->agent != NULL || c->parent != NULL)
         return COLLI_ERR(INIT, COLL_ERR_INTERNAL, "only unique-id creations are queued");
-    if (!grow((void **)&group.inits, group.ninit, &group.init_cap, sizeof(*group.inits)))
+    init_item_t *inits = grow(group.inits, group.ninit, &group.init_cap, sizeof(*inits));
+    if (inits == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a communicator creation");
+    group.inits = inits;
     group.inits[group.ninit++] = (init_item_t){.create = *c, .out = out};
     return COLL_SUCCESS;
 }
