@@ -14,11 +14,16 @@ ncclResult_t nccl_comm(ncclComm_t comm, const char *fn, coll_comm_t *out)
     if (comm == NULL)
         return nccl_error(ncclInvalidArgument, "%s: comm is NULL", fn);
     if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE)) {
-        /* a call on a communicator still being created waits for it (as a blocking one would) */
-        pthread_join(*(pthread_t *)comm->init_thread, NULL);
-        free(comm->init_thread);
-        comm->init_thread = NULL;
-        __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
+        /* a call on a communicator still being created waits for it (as a blocking one would);
+         * of several threads that get here at once, one joins the creating thread */
+        pthread_mutex_lock(&comm->join_lock);
+        if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE)) {
+            pthread_join(*(pthread_t *)comm->init_thread, NULL);
+            free(comm->init_thread);
+            comm->init_thread = NULL;
+            __atomic_store_n(&comm->init_pending, 0, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&comm->join_lock);
     }
     if (comm->coll == NULL)
         return nccl_error(ncclInvalidUsage,
@@ -79,8 +84,18 @@ static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **
     *comm = calloc(1, sizeof(**comm));
     if (*comm == NULL)
         return nccl_error(ncclSystemError, "%s: out of memory", fn);
+    if (pthread_mutex_init(&(*comm)->join_lock, NULL) != 0) {
+        free(*comm);
+        return nccl_error(ncclSystemError, "%s: cannot create a mutex", fn);
+    }
     (*comm)->cuda_device = nccl_current_device();
     return ncclSuccess;
+}
+
+static void free_comm(struct ncclComm *comm)
+{
+    pthread_mutex_destroy(&comm->join_lock);
+    free(comm);
 }
 
 typedef struct {
@@ -142,7 +157,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *c
     if (!blocking) {
         rc = init_async(comm, nranks, &id, rank);
         if (rc != ncclInProgress) {
-            free(comm);
+            free_comm(comm);
             *out = NULL;
         }
         return rc;
@@ -150,7 +165,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *c
     /* in a group: created at ncclGroupEnd (comm->coll is written then) */
     rc = nccl_result(coll_comm_init_rank(&comm->coll, nranks, id, rank));
     if (rc != ncclSuccess) {
-        free(comm);
+        free_comm(comm);
         *out = NULL;
     }
     return rc;
@@ -236,7 +251,7 @@ KCOLL_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
     if (rc == ncclSuccess && child->coll != NULL)
         *newcomm = child;
     else
-        free(child); /* an error, or NCCL_SPLIT_NOCOLOR: *newcomm stays NULL */
+        free_comm(child); /* an error, or NCCL_SPLIT_NOCOLOR: *newcomm stays NULL */
     return rc;
 }
 KCOLL_NCCL_ALIAS(ncclCommSplit);
@@ -282,7 +297,7 @@ static ncclResult_t end_comm(ncclComm_t comm, const char *fn, coll_result_t (*en
     (void)nccl_comm(comm, fn, &c); /* waits for a creation still running */
     ncclResult_t rc = c != NULL ? nccl_result(end(c)) : ncclSuccess;
     if (rc == ncclSuccess)
-        free(comm);
+        free_comm(comm);
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #define KCOLL_NCCL_COMPAT_H
 
 #include <nccl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -28,12 +29,13 @@ void pncclResetDebugInit(void);
 
 /* What an ncclComm_t points to. */
 struct ncclComm {
-    coll_comm_t coll;     /* NULL until a non-blocking creation finished */
-    int cuda_device;      /* the CUDA device current at creation (0 without CUDA) */
-    int init_pending;     /* non-blocking creation still running (atomic) */
-    ncclResult_t init_rc; /* its result once it finished */
-    void *init_thread;    /* pthread_t *, joined at destroy */
-    char init_msg[1024];  /* the non-blocking creation's error message */
+    coll_comm_t coll;          /* NULL until a non-blocking creation finished */
+    int cuda_device;           /* the CUDA device current at creation (0 without CUDA) */
+    int init_pending;          /* non-blocking creation still running (atomic) */
+    ncclResult_t init_rc;      /* its result once it finished */
+    void *init_thread;         /* pthread_t *, joined by the first call that needs the result */
+    pthread_mutex_t join_lock; /* one joiner: the watchdog polls while the main thread calls */
+    char init_msg[1024];       /* the non-blocking creation's error message */
 };
 
 /* kcoll's result as the NCCL result a framework expects. */

@@ -8,7 +8,8 @@
  *                against a reference computed here
  *   split        ncclCommSplit by parity with reversed keys, NCCL_SPLIT_NOCOLOR, collectives in
  *                both halves and on the parent afterwards, two communicators in one group
- *   nonblocking  ncclCommInitRankConfig with blocking = 0: ncclInProgress, polled to success
+ *   nonblocking  ncclCommInitRankConfig with blocking = 0: ncclInProgress, polled to success by a
+ *                watchdog thread while the main thread's first call waits for the creation
  *   errors       the codes a framework expects: ncclInvalidArgument, ncclInvalidUsage (device
  *                API, shrink, PreMulSum, simulate), with messages; ncclRemoteError when a peer dies
  *   abort        rank 1 stops; rank 0's all_reduce is aborted from a second thread (no hang)
@@ -49,11 +50,11 @@ static long passed, failed;
 static void check(int ok, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void check(int ok, int line, const char *fmt, ...)
 {
-    if (ok) {
-        passed++;
+    if (ok) { /* atomic: the abort and nonblocking cases check from a second thread too */
+        __atomic_add_fetch(&passed, 1, __ATOMIC_RELAXED);
         return;
     }
-    failed++;
+    __atomic_add_fetch(&failed, 1, __ATOMIC_RELAXED);
     va_list ap;
     va_start(ap, fmt);
     printf("[rank %d] FAIL line %d: ", rank_, line);
@@ -429,6 +430,24 @@ static void case_split(void)
 
 /* ---- non-blocking creation ---- */
 
+typedef struct {
+    ncclComm_t comm;
+    ncclResult_t state;
+} watchdog_t;
+
+/* Polls the creation's state, as PyTorch's watchdog thread does while the main thread calls. */
+static void *watchdog(void *arg)
+{
+    watchdog_t *w = arg;
+    double end = now() + 60;
+    w->state = ncclInProgress;
+    while (w->state == ncclInProgress && now() < end) {
+        CHECK_OK(ncclCommGetAsyncError(w->comm, &w->state), "ncclCommGetAsyncError");
+        usleep(200);
+    }
+    return NULL;
+}
+
 static void case_nonblocking(void)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -436,13 +455,18 @@ static void case_nonblocking(void)
     ncclComm_t comm = NULL;
     ncclResult_t rc = ncclCommInitRankConfig(&comm, nranks_, sh->id, rank_, &config);
     CHECK(rc == ncclInProgress || rc == ncclSuccess, "non-blocking init returns %d", (int)rc);
-    ncclResult_t state = ncclInProgress;
-    double end = now() + 60;
-    while (comm != NULL && state == ncclInProgress && now() < end) {
-        CHECK_OK(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
-        usleep(1000);
-    }
-    CHECK(state == ncclSuccess, "polled to %d", (int)state);
+    if (comm == NULL)
+        return;
+    /* the watchdog polls while this thread's first call waits for the creation: both see it end
+     * (one of them joins the creating thread) */
+    watchdog_t w = {comm, ncclInProgress};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, watchdog, &w) == 0, "start the watchdog thread");
+    int count = 0;
+    CHECK_OK(ncclCommCount(comm, &count), "ncclCommCount during the creation");
+    CHECK(count == nranks_, "count %d", count);
+    pthread_join(t, NULL);
+    CHECK(w.state == ncclSuccess, "polled to %d", (int)w.state);
     float one = 1, sum = 0;
     CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, comm, NULL), "ncclAllReduce");
     CHECK(sum == nranks_, "sum %g", sum);
