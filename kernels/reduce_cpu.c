@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "coll_kernels.h"
+#include "fp8.h"
 #include "reduce_cpu_internal.h"
 
 /* The dispatch table in use: a process-wide, read-only choice made once (like an ifunc), replaced
@@ -112,4 +113,24 @@ float colli_bf16_to_float(uint16_t b)
 uint16_t colli_float_to_bf16(float f)
 {
     return colli_soft_float_to_bf16(f);
+}
+
+float colli_fp8_e4m3_to_float(uint8_t b)
+{
+    return colli_e4m3_to_float(b);
+}
+
+uint8_t colli_float_to_fp8_e4m3(float f)
+{
+    return colli_float_to_e4m3(f);
+}
+
+float colli_fp8_e5m2_to_float(uint8_t b)
+{
+    return colli_e5m2_to_float(b);
+}
+
+uint8_t colli_float_to_fp8_e5m2(float f)
+{
+    return colli_float_to_e5m2(f);
 }

@@ -55,7 +55,10 @@ typedef enum {
         COLL_NUM_RESULTS
 } coll_result_t;
 
-/** Element types. float16 is IEEE binary16, bfloat16 the upper half of a float32. */
+/** Element types. float16 is IEEE binary16, bfloat16 the upper half of a float32; the float8 types
+ *  are the OCP 8-bit formats E4M3 (no infinities, largest finite 448) and E5M2 (largest finite
+ *  57344): arithmetic in float32, one rounding to nearest even, saturating at the largest finite
+ *  value (infinities included), NaN kept. */
 typedef enum {
     COLL_INT8 = 0,
     COLL_UINT8 = 1,
@@ -67,13 +70,15 @@ typedef enum {
     COLL_BFLOAT16 = 7,
     COLL_FLOAT32 = 8,
     COLL_FLOAT64 = 9,
-    COLL_NUM_DATATYPES = 10
+    COLL_FLOAT8_E4M3 = 10,
+    COLL_FLOAT8_E5M2 = 11,
+    COLL_NUM_DATATYPES = 12
 } coll_datatype_t;
 
 /**
  * Reduction operators. Integer sum and prod wrap around (two's complement). COLL_AVG is the sum
- * divided by the number of ranks at the end (integer division truncates; float16/bfloat16 are
- * computed in float32 and rounded to nearest even).
+ * divided by the number of ranks at the end (integer division truncates; float16/bfloat16/float8
+ * are computed in float32 and rounded to nearest even).
  */
 typedef enum {
     COLL_SUM = 0,

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <nccl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -131,15 +132,44 @@ static double now(void)
 
 /* ---- values: small integers, exact in every datatype and under every operator ---- */
 
-static double input(int r, size_t i)
+static int is_fp8(ncclDataType_t dt)
 {
-    return (double)(1 + (r + i) % 3);
+    return dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
+}
+
+/* float8: 1 and 2 only, so that every partial sum (up to 8) and product (up to 16) of 4 ranks is
+ * exact in E5M2's two mantissa bits */
+static double input_of(ncclDataType_t dt, int r, size_t i)
+{
+    return (double)(1 + (r + i) % (is_fp8(dt) ? 2 : 3));
 }
 
 static size_t dt_size(ncclDataType_t dt)
 {
-    static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-    return (int)dt < 10 ? sz[dt] : 0;
+    static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return (int)dt < 12 ? sz[dt] : 0;
+}
+
+/* OCP float8 bits of a value that the format holds exactly (E4M3: 3 mantissa bits, bias 7;
+ * E5M2: 2, bias 15), and back */
+static uint8_t fp8_bits(ncclDataType_t dt, double v)
+{
+    int mbits = dt == ncclFloat8e4m3 ? 3 : 2, bias = dt == ncclFloat8e4m3 ? 7 : 15;
+    uint8_t sign = v < 0 ? 0x80 : 0;
+    double a = v < 0 ? -v : v;
+    if (a == 0)
+        return sign;
+    int e;
+    double f = frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+    return sign | (uint8_t)(((e - 1 + bias) << mbits) | (int)ldexp(f * 2 - 1, mbits));
+}
+
+static double fp8_value(ncclDataType_t dt, uint8_t b)
+{
+    int mbits = dt == ncclFloat8e4m3 ? 3 : 2, bias = dt == ncclFloat8e4m3 ? 7 : 15;
+    int e = (b & 0x7f) >> mbits, m = b & ((1 << mbits) - 1);
+    double v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp((1 << mbits) + m, e - bias - mbits);
+    return (b & 0x80) ? -v : v;
 }
 
 static void put(ncclDataType_t dt, void *buf, size_t i, double v)
@@ -171,6 +201,10 @@ static void put(ncclDataType_t dt, void *buf, size_t i, double v)
         break;
     case ncclFloat64:
         ((double *)buf)[i] = v;
+        break;
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        ((uint8_t *)buf)[i] = fp8_bits(dt, v);
         break;
     case ncclBfloat16: {
         float f = (float)v; /* small integers: the upper half of a float is exact */
@@ -205,6 +239,9 @@ static double get(ncclDataType_t dt, const void *buf, size_t i)
         return ((const float *)buf)[i];
     case ncclFloat64:
         return ((const double *)buf)[i];
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return fp8_value(dt, ((const uint8_t *)buf)[i]);
     case ncclBfloat16: {
         uint32_t b = (uint32_t)((const uint16_t *)buf)[i] << 16;
         float f;
@@ -218,15 +255,16 @@ static double get(ncclDataType_t dt, const void *buf, size_t i)
 
 static int is_float(ncclDataType_t dt)
 {
-    return dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16;
+    return dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16 ||
+           is_fp8(dt);
 }
 
 /* the reduction of element i over ranks [0, n) */
 static double reduced(ncclRedOp_t op, ncclDataType_t dt, int n, size_t i)
 {
-    double acc = input(0, i);
+    double acc = input_of(dt, 0, i);
     for (int r = 1; r < n; r++) {
-        double v = input(r, i);
+        double v = input_of(dt, r, i);
         acc = op == ncclProd  ? acc * v
               : op == ncclMax ? (v > acc ? v : acc)
               : op == ncclMin ? (v < acc ? v : acc)
@@ -239,16 +277,22 @@ static double reduced(ncclRedOp_t op, ncclDataType_t dt, int n, size_t i)
 
 static int close_enough(ncclDataType_t dt, double got, double want)
 {
-    double tol = dt == ncclFloat16 || dt == ncclBfloat16 ? 1e-2 : is_float(dt) ? 1e-6 : 0;
+    /* float8: an average is rounded to 3 (E4M3) or 2 (E5M2) mantissa bits: half a unit in the
+     * last place is 2^-4 or 2^-3 of the value */
+    double tol = is_fp8(dt)                                ? 0.125
+                 : dt == ncclFloat16 || dt == ncclBfloat16 ? 1e-2
+                 : is_float(dt)                            ? 1e-6
+                                                           : 0;
     double d = got - want;
     return (d < 0 ? -d : d) <= tol * (want < 0 ? -want : want);
 }
 
 static const char *dt_name(ncclDataType_t dt)
 {
-    static const char *n[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                              "uint64", "float16", "float32", "float64", "bfloat16"};
-    return (int)dt < 10 ? n[dt] : "?";
+    static const char *n[] = {"int8",    "uint8",    "int32",      "uint32",
+                              "int64",   "uint64",   "float16",    "float32",
+                              "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+    return (int)dt < 12 ? n[dt] : "?";
 }
 
 static const char *op_name(ncclRedOp_t op)
@@ -276,7 +320,7 @@ static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_
     const size_t e = dt_size(dt), n = (size_t)nranks_;
     char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     for (size_t i = 0; i < count * n; i++)
-        put(dt, in, i, input(rank_, i));
+        put(dt, in, i, input_of(dt, rank_, i));
     /* all_reduce, out of place and in place */
     CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce");
     check_reduced("ncclAllReduce", dt, op, out, count, 0);
@@ -301,37 +345,37 @@ static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
     char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     size_t bad = 0;
     for (size_t i = 0; i < count * n; i++)
-        put(dt, in, i, input(rank_, i));
+        put(dt, in, i, input_of(dt, rank_, i));
     int root = nranks_ - 1;
     CHECK_OK(ncclBroadcast(in, out, count, dt, root, comm, NULL), "ncclBroadcast");
     for (size_t i = 0; i < count; i++)
-        bad += get(dt, out, i) != input(root, i);
+        bad += get(dt, out, i) != input_of(dt, root, i);
     CHECK(bad == 0, "ncclBroadcast %s count %zu: %zu wrong", dt_name(dt), count, bad);
     memcpy(out, in, count * e);
     CHECK_OK(ncclBcast(out, count, dt, 0, comm, NULL), "ncclBcast");
     bad = 0;
     for (size_t i = 0; i < count; i++)
-        bad += get(dt, out, i) != input(0, i);
+        bad += get(dt, out, i) != input_of(dt, 0, i);
     CHECK(bad == 0, "ncclBcast %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclAllGather(in, out, count, dt, comm, NULL), "ncclAllGather");
     bad = 0;
     for (size_t i = 0; i < count * n; i++)
-        bad += get(dt, out, i) != input((int)(i / count), i % count);
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), i % count);
     CHECK(bad == 0, "ncclAllGather %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclAlltoAll(in, out, count, dt, comm, NULL), "ncclAlltoAll");
     bad = 0;
     for (size_t i = 0; i < count * n; i++) /* block q from rank q: its block `rank` */
-        bad += get(dt, out, i) != input((int)(i / count), (size_t)rank_ * count + i % count);
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), (size_t)rank_ * count + i % count);
     CHECK(bad == 0, "ncclAlltoAll %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclGather(in, out, count, dt, root, comm, NULL), "ncclGather");
     bad = 0;
     for (size_t i = 0; rank_ == root && i < count * n; i++)
-        bad += get(dt, out, i) != input((int)(i / count), i % count);
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), i % count);
     CHECK(bad == 0, "ncclGather %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclScatter(in, out, count, dt, 0, comm, NULL), "ncclScatter");
     bad = 0;
     for (size_t i = 0; i < count; i++) /* block `rank` of rank 0's input */
-        bad += get(dt, out, i) != input(0, (size_t)rank_ * count + i);
+        bad += get(dt, out, i) != input_of(dt, 0, (size_t)rank_ * count + i);
     CHECK(bad == 0, "ncclScatter %s count %zu: %zu wrong", dt_name(dt), count, bad);
     /* a ring: send to the next rank, receive from the previous one, in one group */
     CHECK_OK(ncclGroupStart(), "ncclGroupStart");
@@ -340,7 +384,7 @@ static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
     CHECK_OK(ncclGroupEnd(), "ncclGroupEnd");
     bad = 0;
     for (size_t i = 0; i < count; i++)
-        bad += get(dt, out, i) != input((rank_ + nranks_ - 1) % nranks_, i);
+        bad += get(dt, out, i) != input_of(dt, (rank_ + nranks_ - 1) % nranks_, i);
     CHECK(bad == 0, "ncclSend/ncclRecv ring %s count %zu: %zu wrong", dt_name(dt), count, bad);
     buf_free(in);
     buf_free(out);
@@ -364,8 +408,9 @@ static void case_conformance(void)
     CHECK_OK(ncclCommUserRank(comm, &r), "ncclCommUserRank");
     CHECK_OK(ncclCommCuDevice(comm, &dev), "ncclCommCuDevice");
     CHECK(count == nranks_ && r == rank_ && dev >= 0, "count %d rank %d device %d", count, r, dev);
-    const ncclDataType_t dts[] = {ncclInt8,   ncclUint8,   ncclInt32,   ncclUint32,  ncclInt64,
-                                  ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16};
+    const ncclDataType_t dts[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                  ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                  ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
     const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
     const size_t counts[] = {0, 1, 1000};
     for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
@@ -498,8 +543,6 @@ static void case_errors(void)
     float x = 1, y = 0;
     expect(ncclAllReduce(&x, &y, 1, (ncclDataType_t)42, ncclSum, comm, NULL), ncclInvalidArgument,
            "bad datatype", "datatype 42");
-    expect(ncclAllReduce(&x, &y, 1, ncclFloat8e4m3, ncclSum, comm, NULL), ncclInvalidArgument,
-           "float8", "ncclFloat8e4m3");
     expect(ncclAllReduce(&x, &y, 1, ncclFloat32, (ncclRedOp_t)77, comm, NULL), ncclInvalidArgument,
            "bad operator", "operator 77");
     expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument,
