@@ -29,6 +29,11 @@ void colli_reduce_div(void *dst, const void *a, const void *b, size_t count, col
 /* dst[i] = src[i] / divisor (COLL_AVG on a single rank). dst may equal src. */
 void colli_div(void *dst, const void *src, size_t count, coll_datatype_t dt, uint32_t divisor);
 
+/* dst[i] = scalar * src[i], scalar one element of dt (the first step of a PreMulSum): integers
+ * wrap, float16/bfloat16/float8 multiply in float32 and round once to nearest even, float32 and
+ * float64 in the type. dst may equal src. */
+void colli_scale(void *dst, const void *src, size_t count, coll_datatype_t dt, const void *scalar);
+
 /* Conversions with IEEE round-to-nearest-even; NaN stays NaN, overflow goes to infinity. */
 float colli_half_to_float(uint16_t h);
 uint16_t colli_float_to_half(float f);

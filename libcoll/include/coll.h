@@ -191,6 +191,32 @@ COLL_API coll_result_t coll_comm_get_async_error(coll_comm_t comm, coll_result_t
 COLL_API coll_result_t coll_comm_count(const coll_comm_t comm, int *count);
 COLL_API coll_result_t coll_comm_user_rank(const coll_comm_t comm, int *rank);
 
+/* ---- reduction operators made at run time ---- */
+
+/** Where the scalar of a PreMulSum operator is read. */
+typedef enum {
+    COLL_SCALAR_IMMEDIATE = 0, /**< its value, copied when the operator is made */
+    COLL_SCALAR_POINTER = 1    /**< host memory, read when each collective that uses it runs */
+} coll_scalar_residence_t;
+
+/** Most PreMulSum operators one communicator holds at once. */
+#define COLL_MAX_PREMUL_OPS 64
+
+/**
+ * A PreMulSum operator of comm (ncclRedOpCreatePreMulSum): a sum where each rank first
+ * multiplies its input by its own scalar, one element of datatype. *op is COLL_NUM_OPS or more;
+ * it is valid for comm's all_reduce, reduce and reduce_scatter on datatype and on host buffers,
+ * until coll_op_destroy. The product is computed as colli_scale documents: integers wrap,
+ * float16/bfloat16/float8 in float32 with one rounding, float32/float64 in the type. Not
+ * thread-safe against collectives of comm running on other threads, like NCCL's.
+ */
+COLL_API coll_result_t coll_op_create_premul_sum(coll_op_t *op, const void *scalar,
+                                                 coll_datatype_t datatype,
+                                                 coll_scalar_residence_t residence,
+                                                 coll_comm_t comm);
+/** Free an operator of coll_op_create_premul_sum (after the collectives using it ran). */
+COLL_API coll_result_t coll_op_destroy(coll_op_t op, coll_comm_t comm);
+
 /* ---- collectives (stream must be NULL for host buffers) ---- */
 
 /** recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place when sendbuf == recvbuf. */

@@ -338,6 +338,84 @@ static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_
     buf_free(out);
 }
 
+static void expect(ncclResult_t rc, ncclResult_t want, const char *what, const char *says)
+{
+    CHECK(rc == want, "%s: %d (%s), want %d", what, (int)rc, ncclGetErrorString(rc), (int)want);
+    CHECK(strstr(ncclGetLastError(NULL), says) != NULL, "%s: message \"%s\" lacks \"%s\"", what,
+          ncclGetLastError(NULL), says);
+}
+
+/* PreMulSum: rank r multiplies its input by s_r = 1 + r % 2 (1 for float8, whose sums stay exact
+ * only that small) before the sum; immediate: the scalar is copied at creation; pointer
+ * (ncclScalarDevice on host memory): read at each call, so it is changed after creation. */
+static double premul_scalar(ncclDataType_t dt, int r)
+{
+    return is_fp8(dt) ? 1 : 1 + r % 2;
+}
+
+static void check_premul(const char *what, ncclDataType_t dt, const void *buf, size_t count,
+                         size_t first)
+{
+    size_t bad = 0, at = 0;
+    double want_at = 0;
+    for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int r = 0; r < nranks_; r++)
+            want += premul_scalar(dt, r) * input_of(dt, r, first + i);
+        if (!close_enough(dt, get(dt, buf, i), want) && bad++ == 0) {
+            at = i;
+            want_at = want;
+        }
+    }
+    CHECK(bad == 0, "%s %s premulsum count %zu: %zu wrong, first at %zu: %g, want %g", what,
+          dt_name(dt), count, bad, at, count ? get(dt, buf, at) : 0, want_at);
+}
+
+static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarResidence_t res)
+{
+    const size_t e = dt_size(dt), n = (size_t)nranks_;
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
+    char scalar[8] = {0};
+    for (size_t i = 0; i < count * n; i++)
+        put(dt, in, i, input_of(dt, rank_, i));
+    /* a pointer scalar is read when the call runs: make the op with a wrong value first */
+    put(dt, scalar, 0, res == ncclScalarDevice ? 3 : premul_scalar(dt, rank_));
+    ncclRedOp_t op = ncclSum;
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, scalar, dt, res, comm), "ncclRedOpCreatePreMulSum");
+    CHECK((int)op >= (int)ncclNumOps, "PreMulSum operator %d", (int)op);
+    put(dt, scalar, 0, premul_scalar(dt, rank_));
+    if (res == ncclScalarHostImmediate)
+        put(dt, scalar, 0, 3); /* copied at creation: changing it now has no effect */
+    if (gpu != NULL) {         /* device buffers: refused, saying so (kcoll scales on the host) */
+        expect(ncclAllReduce(in, out, count, dt, op, comm, NULL), ncclInvalidUsage,
+               "PreMulSum on device buffers", "host buffers only");
+        CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
+        buf_free(in);
+        buf_free(out);
+        return;
+    }
+    CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce premulsum");
+    check_premul("ncclAllReduce", dt, out, count, 0);
+    memcpy(out, in, count * e);
+    CHECK_OK(ncclAllReduce(out, out, count, dt, op, comm, NULL), "in place");
+    check_premul("ncclAllReduce in place", dt, out, count, 0);
+    CHECK_OK(ncclReduce(in, out, count, dt, op, 0, comm, NULL), "ncclReduce premulsum");
+    if (rank_ == 0)
+        check_premul("ncclReduce", dt, out, count, 0);
+    /* in a group, with a second reduction of another operator */
+    char *out2 = buf_alloc(count * n * e + 1);
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclReduceScatter(in, out, count, dt, op, comm, NULL), "ncclReduceScatter premulsum");
+    CHECK_OK(ncclAllReduce(in, out2, count, dt, ncclSum, comm, NULL), "ncclAllReduce sum");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd");
+    check_premul("ncclReduceScatter", dt, out, count, (size_t)rank_ * count);
+    check_reduced("ncclAllReduce beside a premulsum", dt, ncclSum, out2, count, 0);
+    CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
+    buf_free(in);
+    buf_free(out);
+    buf_free(out2);
+}
+
 /* The movements: broadcast, bcast, all_gather, all_to_all, gather, scatter, a send/recv ring. */
 static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
 {
@@ -417,6 +495,7 @@ static void case_conformance(void)
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
             for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
                 reductions(comm, dts[d], ops[o], counts[c]);
+            premul(comm, dts[d], counts[c], c % 2 ? ncclScalarDevice : ncclScalarHostImmediate);
             movements(comm, dts[d], counts[c]);
         }
     /* beyond a pipeline chunk and the single-copy threshold */
@@ -528,13 +607,6 @@ static void case_nonblocking(void)
 
 /* ---- errors ---- */
 
-static void expect(ncclResult_t rc, ncclResult_t want, const char *what, const char *says)
-{
-    CHECK(rc == want, "%s: %d (%s), want %d", what, (int)rc, ncclGetErrorString(rc), (int)want);
-    CHECK(strstr(ncclGetLastError(NULL), says) != NULL, "%s: message \"%s\" lacks \"%s\"", what,
-          ncclGetLastError(NULL), says);
-}
-
 static void case_errors(void)
 {
     ncclComm_t comm = init_comm();
@@ -557,9 +629,32 @@ static void case_errors(void)
     int excl = 0;
     expect(ncclCommShrink(comm, &excl, 1, &out, NULL, 0), ncclInvalidUsage, "ncclCommShrink",
            "ncclCommShrink");
-    ncclRedOp_t op;
+    /* PreMulSum operators: one datatype, one communicator, a limited number, destroyed once */
+    ncclRedOp_t op = ncclSum, ops[64];
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
+             "ncclRedOpCreatePreMulSum");
+    int64_t xi = 1, yi = 0;
+    expect(ncclAllReduce(&xi, &yi, 1, ncclInt64, op, comm, NULL), ncclInvalidArgument,
+           "PreMulSum of float32 used on int64", "was made for float32");
+    expect(ncclBroadcast(&x, &y, 1, ncclFloat32, 0, comm, (cudaStream_t)(uintptr_t)1),
+           ncclInvalidUsage, "a stream with host buffers", "stream");
+    expect(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, (ncclScalarResidence_t)7, comm),
+           ncclInvalidArgument, "bad residence", "residence 7");
+    int made = 1;
+    ops[0] = op;
+    while (made < 64 && ncclRedOpCreatePreMulSum(&ops[made], &x, ncclFloat32,
+                                                 ncclScalarHostImmediate, comm) == ncclSuccess)
+        made++;
+    CHECK(made == 64, "made %d PreMulSum operators, want 64", made);
     expect(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
-           ncclInvalidUsage, "PreMulSum", "ncclRedOpCreatePreMulSum");
+           ncclInvalidUsage, "the 65th PreMulSum operator", "destroy one");
+    for (int k = 0; k < made; k++)
+        CHECK_OK(ncclRedOpDestroy(ops[k], comm), "ncclRedOpDestroy");
+    expect(ncclRedOpDestroy(ops[0], comm), ncclInvalidArgument, "destroyed twice",
+           "destroyed already");
+    expect(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "destroy ncclSum", "built in");
+    expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ops[0], comm, NULL), ncclInvalidArgument,
+           "a destroyed PreMulSum operator", "PreMulSum operator");
     expect(ncclGroupSimulateEnd(NULL), ncclInvalidUsage, "simulate", "ncclGroupSimulateEnd");
     expect(ncclGroupEnd(), ncclInvalidUsage, "group end without start", "without a matching");
     int version = 0;

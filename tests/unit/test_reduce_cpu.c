@@ -523,6 +523,37 @@ static void test_kernels(void)
     }
 }
 
+/* colli_scale (PreMulSum's first step) is the product with one scalar: as prod, element by
+ * element, for every datatype, including specials, in place and not */
+static void test_scale(void)
+{
+    const size_t n = 4099;
+    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
+        size_t sz = dt_size[dt];
+        for (int k = 0; k < 8; k++) {
+            uint64_t scalar = gen_elem(dt);
+            for (size_t i = 0; i < n; i++)
+                st_bits(pool_x, i, sz, gen_elem(dt));
+            int in_place = k % 2;
+            unsigned char *out = in_place ? buf_a : buf_d;
+            memcpy(buf_a, pool_x, n * sz);
+            colli_scale(out, buf_a, n, (coll_datatype_t)dt, &scalar);
+            unsigned bad = 0;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t x = ld_bits(pool_x, i, sz);
+                uint64_t want = ref_elem(dt, OP_PROD, x, scalar & width_mask(sz), 1);
+                uint64_t got = ld_bits(out, i, sz);
+                if (!same(dt, OP_PROD, want, got) && bad++ < 3)
+                    check(0,
+                          "%s scale%s: 0x%" PRIx64 " * 0x%" PRIx64 ": expected 0x%" PRIx64
+                          " got 0x%" PRIx64,
+                          dt_name[dt], in_place ? " in place" : "", x, scalar, want, got);
+            }
+            check(bad == 0, "%s scale by 0x%" PRIx64 ": %u wrong", dt_name[dt], scalar, bad);
+        }
+    }
+}
+
 /* ---- conversions ---- */
 static void test_scalar_conversions(void)
 {
@@ -816,6 +847,7 @@ int main(void)
     static char tag[48];
     check_tag = "[scalar] ";
     test_scalar_conversions();
+    test_scale();
 
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
         if (colli_kernels_select_isa(isas[i]) != 0) {

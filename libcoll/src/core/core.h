@@ -51,6 +51,13 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
 /* Run the sends and receives of handle among items[0..n) as one operation. */
 coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, int n);
 
+/* premul.c: a call's PreMulSum operator (a->op >= COLL_NUM_OPS) is one of comm's, made for the
+ * call's datatype, and the buffers are host memory. */
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
+                                 int device);
+/* premul.c: run a checked call with a PreMulSum operator (host buffers). */
+coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a);
+
 /* comm.c: create this process's member; *out is written only on success. */
 coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);
 

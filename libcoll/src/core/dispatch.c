@@ -16,6 +16,10 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
     coll_result_t status = colli_dev_drain(comm, colli_coll_name(a->coll));
     if (status != COLL_SUCCESS)
         return status;
+    const bool reduces = a->coll == COLLI_COLL_ALL_REDUCE || a->coll == COLLI_COLL_REDUCE ||
+                         a->coll == COLLI_COLL_REDUCE_SCATTER;
+    if (reduces && (int)a->op >= COLL_NUM_OPS)
+        return colli_premul_run(comm, a);
     return colli_run_collective(comm, a);
 }
 
