@@ -177,6 +177,27 @@ COLL_API coll_result_t coll_comm_init_agent(coll_comm_t *comm);
  */
 COLL_API coll_result_t coll_comm_split(coll_comm_t comm, int color, int key, coll_comm_t *newcomm);
 
+/** coll_comm_shrink flags. */
+#define COLL_SHRINK_DEFAULT 0x0 /**< comm is healthy and idle */
+#define COLL_SHRINK_ABORT   0x1 /**< stop comm's operation in progress first (after a failure) */
+
+/**
+ * The ranks of comm that are not in exclude[0..nexclude) form a new communicator, in the order of
+ * their ranks in comm (ncclCommShrink): the way on after ranks died. Only the surviving ranks
+ * call it, each with the same list; the excluded ranks may be dead. comm may have failed (a peer
+ * died); with COLL_SHRINK_ABORT an operation still running on comm in another thread is stopped
+ * first and comm can only be destroyed afterwards. The new communicator bootstraps at the lowest
+ * surviving rank's listener with a secret derived from comm's, takes comm's configuration and
+ * agent, and is ready when this returns (or COLL_BOOTSTRAP_TIMEOUT expires).
+ */
+COLL_API coll_result_t coll_comm_shrink(coll_comm_t comm, const int *exclude, int nexclude,
+                                        int flags, coll_comm_t *newcomm);
+
+/** Stop comm (ncclCommRevoke): an operation in progress in another thread ends with
+ *  COLL_ERR_ABORTED and every later operation fails; comm can still be shrunk, destroyed or
+ *  aborted. Local: the other ranks see their pending operations with this rank fail. */
+COLL_API coll_result_t coll_comm_revoke(coll_comm_t comm);
+
 /** Free the communicator after its operations completed. The handle is invalid afterwards. */
 COLL_API coll_result_t coll_comm_destroy(coll_comm_t comm);
 

@@ -625,10 +625,6 @@ static void case_errors(void)
            "root out of range", "root");
     expect(ncclSend(&x, 1, ncclFloat32, rank_, comm, NULL), ncclInvalidUsage, "send to self",
            "itself");
-    ncclComm_t out = NULL;
-    int excl = 0;
-    expect(ncclCommShrink(comm, &excl, 1, &out, NULL, 0), ncclInvalidUsage, "ncclCommShrink",
-           "ncclCommShrink");
     /* PreMulSum operators: one datatype, one communicator, a limited number, destroyed once */
     ncclRedOp_t op = ncclSum, ops[64];
     CHECK_OK(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
@@ -736,6 +732,95 @@ static void case_initall(int n)
     }
 }
 
+/* ---- shrink: the way on without the last rank, healthy and after it died ---- */
+
+/* the sum of (rank + 1) over the n ranks of comm, all-reduced and checked */
+static void sum_check(ncclComm_t comm, int n, int myrank, const char *what)
+{
+    int64_t mine = myrank + 1, sum = 0;
+    CHECK_OK(ncclAllReduce(&mine, &sum, 1, ncclInt64, ncclSum, comm, NULL), what);
+    CHECK(sum == (int64_t)n * (n + 1) / 2, "%s: sum %lld, want %d", what, (long long)sum,
+          n * (n + 1) / 2);
+}
+
+static void case_shrink(void)
+{
+    ncclComm_t comm = init_comm(), child = NULL;
+    if (comm == NULL)
+        return;
+    const int last = nranks_ - 1, m = nranks_ - 1;
+    int excl = last, cnt = 0, r = -1;
+    sum_check(comm, nranks_, rank_, "parent");
+    /* 1. healthy (NCCL_SHRINK_DEFAULT): the last rank is alive but left out; the parent still
+     * works afterwards */
+    if (rank_ != last) {
+        CHECK_OK(ncclCommShrink(comm, &excl, 1, &child, NULL, NCCL_SHRINK_DEFAULT),
+                 "ncclCommShrink");
+        if (child != NULL) {
+            CHECK_OK(ncclCommCount(child, &cnt), "ncclCommCount");
+            CHECK_OK(ncclCommUserRank(child, &r), "ncclCommUserRank");
+            CHECK(cnt == m && r == rank_, "shrunk: rank %d of %d, want %d of %d", r, cnt, rank_, m);
+            sum_check(child, m, rank_, "shrunk communicator");
+            CHECK_OK(ncclCommDestroy(child), "destroy the shrunk communicator");
+        }
+        __atomic_add_fetch(&sh->stage[0], 1, __ATOMIC_ACQ_REL);
+    } else {
+        double end = now() + 60;
+        while (__atomic_load_n(&sh->stage[0], __ATOMIC_ACQUIRE) < m && now() < end)
+            usleep(1000);
+    }
+    sum_check(comm, nranks_, rank_, "parent after a shrink");
+    /* the last rank dies only once every rank has its result (not while one still drains) */
+    __atomic_add_fetch(&sh->stage[1], 1, __ATOMIC_ACQ_REL);
+    /* wrong lists */
+    if (rank_ == 0) {
+        int self = 0, dup[2] = {last, last}, out = nranks_;
+        expect(ncclCommShrink(comm, &self, 1, &child, NULL, 0), ncclInvalidUsage, "exclude self",
+               "only the ranks that remain");
+        expect(ncclCommShrink(comm, dup, 2, &child, NULL, 0), ncclInvalidArgument, "twice",
+               "listed twice");
+        expect(ncclCommShrink(comm, &out, 1, &child, NULL, 0), ncclInvalidArgument, "out of range",
+               "out of range");
+        expect(ncclCommShrink(comm, &excl, 1, &child, NULL, 4), ncclInvalidArgument, "flags",
+               "shrinkFlags");
+    }
+    /* 2. the last rank dies: the others see the error, revoke, and shrink it away
+     * (NCCL_SHRINK_ABORT) */
+    if (rank_ == last) {
+        double end = now() + 60;
+        while (__atomic_load_n(&sh->stage[1], __ATOMIC_ACQUIRE) < nranks_ && now() < end)
+            usleep(1000);
+        publish();
+        _exit(0);
+    }
+    int64_t one = 1, got = 0;
+    ncclResult_t rc = ncclAllReduce(&one, &got, 1, ncclInt64, ncclSum, comm, NULL);
+    CHECK(rc != ncclSuccess, "all_reduce with a dead rank returned %d", (int)rc);
+    CHECK_OK(ncclCommRevoke(comm, 0), "ncclCommRevoke");
+    rc = ncclAllReduce(&one, &got, 1, ncclInt64, ncclSum, comm, NULL);
+    CHECK(rc != ncclSuccess, "all_reduce on a revoked communicator returned %d", (int)rc);
+    child = NULL;
+    double t0 = now();
+    CHECK_OK(ncclCommShrink(comm, &excl, 1, &child, NULL, NCCL_SHRINK_ABORT),
+             "ncclCommShrink after a death");
+    if (child != NULL) {
+        sum_check(child, m, rank_, "shrunk after a death");
+        CHECK(now() - t0 < 10, "the shrink took %.1f s", now() - t0);
+        /* and once more: a second shrink of the new one, leaving out its last rank */
+        ncclComm_t grand = NULL;
+        int excl2 = m - 1;
+        if (rank_ != m - 1) {
+            CHECK_OK(ncclCommShrink(child, &excl2, 1, &grand, NULL, 0), "second shrink");
+            if (grand != NULL) {
+                sum_check(grand, m - 1, rank_, "shrunk twice");
+                CHECK_OK(ncclCommDestroy(grand), "destroy");
+            }
+        }
+        CHECK_OK(ncclCommDestroy(child), "destroy the shrunk communicator");
+    }
+    CHECK_OK(ncclCommDestroy(comm), "destroy the revoked parent");
+}
+
 /* ---- driver ---- */
 
 static void run_case(const char *name)
@@ -750,13 +835,16 @@ static void run_case(const char *name)
         case_errors();
     else if (strcmp(name, "abort") == 0)
         case_abort();
+    else if (strcmp(name, "shrink") == 0)
+        case_shrink();
 }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (nranks_ = atoi(argv[2])) < 1 || nranks_ > MAX_RANKS) {
-        fprintf(stderr, "usage: nccl_test conformance|split|nonblocking|errors|abort|initall N\n");
+        fprintf(stderr,
+                "usage: nccl_test conformance|split|nonblocking|errors|abort|shrink|initall N\n");
         return 2;
     }
     if (strcmp(argv[1], "initall") == 0) {

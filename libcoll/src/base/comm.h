@@ -102,6 +102,7 @@ struct coll_comm {
      * pod's agent (installed by the layer that creates communicators; NULL: nobody to tell). */
     void (*on_fail)(struct coll_comm *comm, const char *msg);
     struct colli_premul premul[COLL_MAX_PREMUL_OPS]; /* operators made at run time */
+    uint32_t shrink_epoch; /* coll_comm_shrink calls so far (a new secret each) */
 };
 
 /* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed

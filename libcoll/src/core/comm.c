@@ -208,7 +208,8 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
     coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", c->rank, c->nranks, la,
               nif.name, COLL_VERSION_STRING_BUILD, colli_kernels_isa());
     bootstrapped = true; /* from here on the root itself reports what went wrong */
-    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &c->root, &self, &nif.addr), err_free);
+    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &c->root, &self, &nif.addr, c->shared_root),
+                    err_free);
     adopt_tuning(comm, &self);
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
     COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
@@ -261,6 +262,42 @@ static bool wait_idle(const struct coll_comm *comm, double seconds)
         nanosleep(&ts, NULL);
     }
     return true;
+}
+
+coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why)
+{
+    __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
+    colli_dev_fini(comm, true);
+    if (!wait_idle(comm, 10.0))
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "%s: an operation in another thread did not stop within 10 s", why);
+    if (comm->async_error == COLL_SUCCESS) {
+        snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);
+        __atomic_store_n(&comm->async_error, COLL_ERR_ABORTED, __ATOMIC_RELEASE);
+    }
+    return COLL_SUCCESS;
+}
+
+coll_result_t coll_comm_revoke(coll_comm_t handle)
+{
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (colli_group_active())
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "coll_comm_revoke inside coll_group_start/coll_group_end; call it outside "
+                         "a group");
+    char why[160];
+    snprintf(why, sizeof(why),
+             "rank %d revoked the communicator (coll_comm_revoke / ncclCommRevoke): only shrink, "
+             "destroy or abort remain",
+             comm->rank);
+    int saved = colli_log_get_rank();
+    colli_log_set_rank(comm->rank);
+    status = colli_comm_stop(comm, why);
+    colli_log_set_rank(saved);
+    return status;
 }
 
 coll_result_t coll_comm_abort(coll_comm_t handle)

@@ -34,6 +34,9 @@ typedef struct colli_create {
      * and its socket, where failures are reported (NULL: no agent). */
     const colli_proto_facts_t *agent;
     const char *agent_socket;
+    /* coll_comm_shrink: the root shares the parent's listener (bootstrap retries a dropped
+     * connection). */
+    bool shared_root;
 } colli_create_t;
 
 /* group.c: is the calling thread inside coll_group_start/coll_group_end? */
@@ -57,6 +60,11 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
                                  int device);
 /* premul.c: run a checked call with a PreMulSum operator (host buffers). */
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a);
+
+/* comm.c: stop comm (coll_comm_revoke, coll_comm_shrink with COLL_SHRINK_ABORT): the operation
+ * running in another thread ends (COLL_ERR_ABORTED), the device queue stops, and every later
+ * operation fails with why; bounded (10 s). */
+coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why);
 
 /* comm.c: create this process's member; *out is written only on success. */
 coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);
