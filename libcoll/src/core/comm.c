@@ -84,10 +84,17 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     coll_result_t status = colli_uid_decode(&id, &c.root, c.secret);
     if (status != COLL_SUCCESS)
         return status;
+    /* in a pod with the kcoll sidecar: its pins, version check and status reports; the
+     * rendezvous still comes from the caller's id (frameworks hand ids around themselves) */
+    colli_proto_facts_t facts;
+    if ((status = colli_agent_attach(&c, &facts)) != COLL_SUCCESS)
+        return status;
     /* in a group: created at coll_group_end, together with the group's other communicators */
     if (colli_group_active())
         return colli_group_enqueue_init(&c, out);
-    return colli_comm_create(&c, out);
+    status = colli_comm_create(&c, out);
+    colli_agent_created(&c, status);
+    return status;
 }
 
 /* The configuration snapshot: the parent's (split), else environment > default with the
