@@ -386,14 +386,6 @@ static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarR
     put(dt, scalar, 0, premul_scalar(dt, rank_));
     if (res == ncclScalarHostImmediate)
         put(dt, scalar, 0, 3); /* copied at creation: changing it now has no effect */
-    if (gpu != NULL) {         /* device buffers: refused, saying so (kcoll scales on the host) */
-        expect(ncclAllReduce(in, out, count, dt, op, comm, NULL), ncclInvalidUsage,
-               "PreMulSum on device buffers", "host buffers only");
-        CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
-        buf_free(in);
-        buf_free(out);
-        return;
-    }
     CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce premulsum");
     check_premul("ncclAllReduce", dt, out, count, 0);
     memcpy(out, in, count * e);

@@ -55,11 +55,13 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
 coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, int n);
 
 /* premul.c: a call's PreMulSum operator (a->op >= COLL_NUM_OPS) is one of comm's, made for the
- * call's datatype, and the buffers are host memory. */
+ * call's datatype. */
 coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
                                  int device);
 /* premul.c: run a checked call with a PreMulSum operator (host buffers). */
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a);
+/* premul.c: queue one on device buffers (staged through pinned host memory, stream-ordered). */
+coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it);
 
 /* comm.c: stop comm (coll_comm_revoke, coll_comm_shrink with COLL_SHRINK_ABORT): the operation
  * running in another thread ends (COLL_ERR_ABORTED), the device queue stops, and every later

@@ -1,6 +1,8 @@
 /* PreMulSum operators (coll_op_create_premul_sum): each rank's input multiplied by its own
  * scalar into a temporary buffer, then summed by the ordinary all_reduce / reduce /
- * reduce_scatter (so every algorithm and transport serves them unchanged). Host buffers only. */
+ * reduce_scatter (so every algorithm and transport serves them unchanged). Device buffers are
+ * staged through pinned host memory in the order of their stream, as send/recv on device buffers
+ * is, and take the same host path. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,11 +93,7 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
                          "%s: PreMulSum operator %d was made for %s, but this call's datatype is "
                          "%s",
                          fn, (int)a->op, coll_datatype_name(p->dt), coll_datatype_name(a->dt));
-    if (device >= 0)
-        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "%s: PreMulSum operator %d on buffers of GPU %d: kcoll runs PreMulSum on "
-                         "host buffers only; multiply the input on the GPU, then reduce with sum",
-                         fn, (int)a->op, device);
+    (void)device;
     return COLL_SUCCESS;
 }
 
@@ -124,4 +122,31 @@ coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *
     coll_result_t status = colli_run_collective(comm, &s);
     free(scaled);
     return status;
+}
+
+static coll_result_t run_staged(struct coll_comm *comm, void *ctx)
+{
+    return colli_premul_run(comm, ctx);
+}
+
+#define STAGE_ALIGN 64
+
+coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
+{
+    colli_coll_args_t h = it->a;
+    size_t len[2];
+    colli_buffer_sizes(&h, comm->nranks, comm->rank, len);
+    const size_t send_span = (len[0] + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+    colli_dev_region_t reg[2] = {
+        {.dev = h.sendbuf, .bytes = len[0], .off = 0, .in = true, .out = false},
+        {.dev = h.recvbuf, .bytes = len[1], .off = send_span, .in = false, .out = true},
+    };
+    char *base = NULL;
+    coll_result_t status = colli_dev_staging(comm, send_span + len[1], &base);
+    if (status != COLL_SUCCESS)
+        return status;
+    h.sendbuf = len[0] > 0 ? base : NULL;
+    h.recvbuf = len[1] > 0 ? base + send_span : NULL;
+    return colli_dev_submit(comm, colli_coll_name(h.coll), it->device, it->stream, reg, 2,
+                            run_staged, &h, sizeof(h));
 }
