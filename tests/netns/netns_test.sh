@@ -16,6 +16,11 @@
 #       one network, the all_reduces succeed
 #   c   node2's link goes down mid-collective -> ranks 0 and 2 fail within COLL_TIMEOUT naming
 #       rank 1
+#   d   nothing set on the ranks (the seed case): node3's first interface is the decoy, but the
+#       root's address is on ens5's network, so auto-selection takes ens5 and the job runs
+#   e   the root on the decoy, nothing set on the ranks, a long bootstrap timeout: ranks 0 and 1
+#       get "no route" (ICMP net unreachable) and fail after 10 s, not at the bootstrap timeout,
+#       naming their address and the CIDR fix
 #
 # usage: netns_test.sh <netns_root> <netns_rank>       (root only: exits 77 otherwise)
 set -u
@@ -120,7 +125,7 @@ fi
 note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3"
 
 NODE_NS=("$NS1" "$NS2" "$NS3")
-CASES=" ${NETNS_CASES:-a0 a a2 b c} " # a subset can be chosen for debugging
+CASES=" ${NETNS_CASES:-a0 a a2 b c d e} " # a subset can be chosen for debugging
 want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 
 # run_on <node index 0..2> <command...>: inside the node's namespaces, in the background
@@ -308,6 +313,45 @@ if want_case $name && start_root $name "10.77.1.0/24" 20; then
             bad "b: rank $r did not log that it uses ${ifs[$r]} 10.77.1.$((r + 1))"
         fi
     done
+fi
+
+# ---- d: nothing set on the ranks: the interface on the root's network wins ----
+name=d
+note "--- d: COLL_SOCKET_IFNAME unset on every rank (node3's first interface is the decoy eth0)"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    start_ranks $name "" 10 20 3 65536
+    wait_ranks $name 40
+    for r in 0 1 2; do
+        expect_rc $name $r COLL_SUCCESS
+        if [ "$(field $name $r iters)" = 3 ] && [ "$(field $name $r bad)" = 0 ]; then
+            ok
+        else
+            bad "d: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
+        fi
+    done
+    if grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2" &&
+        grep -q "COLL_SOCKET_IFNAME is not set: ens5 .* the interface on the network of the bootstrap root 10.77.1.3" "$WORK/$name.r2"; then
+        ok
+    else
+        bad "d: rank 2 did not take ens5 (on the root's network) over the decoy eth0"
+    fi
+fi
+
+# ---- e: no route to the root: seconds, not the bootstrap timeout ----
+name=e
+note "--- e: the root on the decoy, ranks unpinned, COLL_BOOTSTRAP_TIMEOUT=60 on the ranks"
+if want_case $name && start_root $name "bond,eth" 16; then
+    t0=$(now)
+    start_ranks $name "" 10 60 1 65536
+    wait_ranks $name 40
+    for r in 0 1; do
+        expect_rc $name $r COLL_ERR_NETWORK
+        expect_msg $name $r "rank $r cannot reach the bootstrap root at 10.77.9.3:"
+        expect_msg $name $r "from its address 10.77.1.$((r + 1))"
+        expect_msg $name $r "COLL_SOCKET_IFNAME=<a CIDR"
+        expect_within $name $r "$t0" 14
+    done
+    expect_msg $name 0 "for 10 s"
 fi
 
 # ---- c: a link goes down mid-collective ----

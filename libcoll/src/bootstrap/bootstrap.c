@@ -1,4 +1,5 @@
 /* Rank side of the bootstrap: check in with the root, receive and check the member table. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,22 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
     colli_root_reply_t rep;
 again:;
     int io = colli_sock_connect(root, bind_addr, deadline, true, &fd);
+    if (io == COLLI_IO_ERR && (errno == ENETUNREACH || errno == EHOSTUNREACH)) {
+        int e = errno;
+        char me[INET6_ADDRSTRLEN] = "?";
+        if (bind_addr != NULL && bind_addr->ss_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)bind_addr)->sin_addr, me, sizeof(me));
+        else if (bind_addr != NULL && bind_addr->ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)bind_addr)->sin6_addr, me,
+                      sizeof(me));
+        return COLLI_ERR(BOOT, COLL_ERR_NETWORK,
+                         "rank %d cannot reach the bootstrap root at %s from its address %s: %s "
+                         "for 10 s. This host's interface is on another network than the root's: "
+                         "pin the job's network on every rank with COLL_SOCKET_IFNAME=<a CIDR "
+                         "that holds the root's address, such as its /24> (or the interface "
+                         "name)",
+                         comm->rank, ra, me, strerror(e));
+    }
     if (io != COLLI_IO_OK) {
         int e = errno;
         return COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_NETWORK,

@@ -204,8 +204,9 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
     COLL_CHECK_GOTO(load_config(comm, c), err_free);
     COLL_CHECK_GOTO(colli_tp_probe(comm), err_free);
     colli_netif_t nif;
-    COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
-                    err_free);
+    COLL_CHECK_GOTO(
+        colli_netif_select_toward(comm->cfg.socket_ifname, comm->cfg.socket_family, &c->root, &nif),
+        err_free);
     colli_member_t self;
     memset(&self, 0, sizeof(self));
     COLL_CHECK_GOTO(colli_tp_init(comm, &nif, &self), err_free);
