@@ -42,7 +42,7 @@ COLL_SOCKET_IFNAME=lo timeout 120 tools/coll-run -n 2 tools/coll-perf --device c
 echo "exit $?"
 grep -v "^\[rank 1\]" "$OUT/perf_device.log" | tail -n 40
 stage "ctest -L gpu (without the kernel test)"
-timeout 330 ctest -L gpu -E test_cuda_kernels --output-on-failure -j1 >"$OUT/ctest_gpu.log" 2>&1
+timeout "${KCOLL_GPU_CTEST_S:-330}" ctest -L gpu -E test_cuda_kernels --output-on-failure -j1 >"$OUT/ctest_gpu.log" 2>&1
 echo "exit $?"
 grep -E "Test +#|tests passed|SKIPPED|ok   |FAIL|time all|busbw" "$OUT/ctest_gpu.log" | tail -n 60
 left=$((${KCOLL_GPU_BUDGET_S:-540} - (SECONDS - start)))
