@@ -37,7 +37,7 @@ cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" >"$OUT/build.log" 2>&1 
 cd "$B" || exit 1
 stage "coll-perf --device cuda, 2 ranks on GPU 0, no COLL_CUDA_PLUGIN"
 COLL_SOCKET_IFNAME=lo timeout 120 tools/coll-run -n 2 tools/coll-perf --device cuda \
-    -C all_reduce,all_gather,reduce_scatter,broadcast -b 8 -e 64M -f 8 -n 20 -w 3 \
+    -C all -b 8 -e 64M -f 8 -n 20 -w 3 \
     >"$OUT/perf_device.log" 2>&1
 echo "exit $?"
 grep -v "^\[rank 1\]" "$OUT/perf_device.log" | tail -n 40
