@@ -35,28 +35,45 @@ def cmake_text():
     chunks = []
     for root, dirs, files in os.walk(REPO):
         dirs[:] = [d for d in dirs if not d.startswith((".", "build"))]
-        if "CMakeLists.txt" in files:
-            with open(os.path.join(root, "CMakeLists.txt")) as f:
-                chunks.append(f.read())
+        # CMakeLists.txt and the helper modules (cmake/CollCuda.cmake declares COLL_CUDA)
+        for name in files:
+            if name == "CMakeLists.txt" or name.endswith(".cmake"):
+                with open(os.path.join(root, name)) as f:
+                    chunks.append(f.read())
     return "\n".join(chunks)
 
 
 def main():
     with open(os.path.join(REPO, "Dockerfile")) as f:
         lines = logical_lines(f.read())
-    stages = []
+    stages, global_args = [], {}
     for ln in lines:
         m = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", ln, re.I)
+        a = re.match(r"ARG\s+(\w+)=(\S+)", ln)
         if m:
-            stages.append({"image": m.group(1), "name": m.group(2), "lines": []})
+            # the base images are build arguments (global ARGs before the first FROM)
+            image = re.sub(r"\$\{(\w+)\}", lambda v: global_args.get(v.group(1), v.group(0)),
+                           m.group(1))
+            stages.append({"image": image, "from": m.group(1), "name": m.group(2), "lines": []})
         elif stages:
             stages[-1]["lines"].append(ln)
+        elif a:
+            global_args[a.group(1)] = a.group(2)
     t.check(len(stages) == 2, "two stages (%d)" % len(stages))
     build, final = stages[0], stages[-1]
+    t.check(build["from"] == "${BUILD_IMAGE}" and final["from"] == "${RUNTIME_IMAGE}",
+            "each stage's base is a build argument (%s, %s)" % (build["from"], final["from"]))
     t.check("devel" in build["image"] and "cuda" in build["image"],
-            "build stage is a CUDA devel image (%s)" % build["image"])
-    t.check("devel" not in final["image"], "final stage is not a devel image (%s)" % final["image"])
+            "build stage defaults to a CUDA devel image (%s)" % build["image"])
+    t.check("devel" not in final["image"] and "cuda" in final["image"],
+            "final stage defaults to a CUDA image that is not a devel image (%s)" % final["image"])
     body = "\n".join(build["lines"])
+    # CUDA=ON (default) or OFF (CPU-only, plain Debian 12 bases): the CMake switch follows it
+    t.check("ARG CUDA=ON" in body and "-DCOLL_CUDA=ON" in body and "-DCOLL_CUDA=OFF" in body,
+            "build argument CUDA (default ON) selects -DCOLL_CUDA=ON or OFF")
+    t.check("-DCOLL_VERSION_STRING" not in body and "coll_get_version_string" in body and
+            "KCOLL_VERSION" in body,
+            "the build stage checks KCOLL_VERSION against the built library instead of stamping it")
     t.check("cmake -S . -B" in body and "cmake --build" in body and "cmake --install" in body,
             "build stage configures, builds and installs with CMake")
     t.check("-DCOLL_BUILD_TESTS=OFF" in body, "tests not built into the image")
@@ -75,6 +92,9 @@ def main():
     t.check("NVIDIA_VISIBLE_DEVICES=void" in fin, "final stage does not claim the node's GPUs")
     t.check(re.search(r'ENTRYPOINT \["/opt/kcoll/bin/coll-agent"\]', fin) is not None,
             "entrypoint is coll-agent")
+    for label in ("org.opencontainers.image.version", "org.opencontainers.image.revision",
+                  "org.opencontainers.image.source"):
+        t.check(label + "=" in fin, "final stage has the OCI label %s" % label)
 
     # consistency with CMake
     cm = cmake_text()

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Build the CPU-only kcoll agent image from the Dockerfile with buildah (no Docker engine, no
+# registry): the base is a Debian 12 minbase root file system made by mmdebstrap from the apt
+# mirror, cached as a tarball and imported once as a local image.
+#
+#   scripts/build-image.sh [--tag IMAGE] [--cache-dir DIR] [--timeout SEC] [--refresh-base]
+#
+#   --tag IMAGE      image name (default localhost/kcoll-agent:VERSION-cpu, VERSION from
+#                    scripts/version.sh)
+#   --cache-dir DIR  where the base tarball and image.env live (default build-image/)
+#   --timeout SEC    deadline of each step: mmdebstrap, buildah bud (default 900)
+#   --refresh-base   make the base tarball again (picks up Debian security updates)
+#
+# Writes DIR/image.env (IMAGE=, VERSION=, SIZE=, LAYERS=) for the image tests. Needs root
+# (buildah with chroot isolation, mmdebstrap); scripts/setup.sh installs buildah and mmdebstrap.
+# buildah keeps its layer cache in /var/lib/containers/storage: a second run rebuilds only from
+# the first changed step (`buildah rmi --prune` reclaims what older builds left).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE_DIR="$ROOT/build-image"
+TAG=""
+STEP_TIMEOUT=900
+REFRESH_BASE=0
+
+log() { echo "build-image: $*"; }
+die() {
+    echo "build-image: error: $*" >&2
+    exit 1
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --tag) TAG=${2:?--tag needs a value}; shift 2 ;;
+    --cache-dir) CACHE_DIR=${2:?--cache-dir needs a value}; shift 2 ;;
+    --timeout) STEP_TIMEOUT=${2:?--timeout needs a value}; shift 2 ;;
+    --refresh-base) REFRESH_BASE=1; shift ;;
+    -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+    esac
+done
+[[ "$STEP_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die "--timeout must be a positive number of seconds"
+
+[ "$(id -u)" -eq 0 ] || die "needs root (buildah --isolation chroot and mmdebstrap run as root)"
+for tool in buildah mmdebstrap timeout sha256sum; do
+    command -v "$tool" >/dev/null || die "$tool not found: run scripts/setup.sh"
+done
+
+VERSION=$("$ROOT/scripts/version.sh")
+TAG=${TAG:-localhost/kcoll-agent:$VERSION-cpu}
+REVISION=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$REVISION" != unknown ] && [ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ]; then
+    REVISION="$REVISION-dirty"
+fi
+mkdir -p "$CACHE_DIR"
+CACHE_DIR=$(cd "$CACHE_DIR" && pwd)
+BASE_TAR="$CACHE_DIR/debian-bookworm-minbase.tar"
+T0=$SECONDS
+
+# ---- 1. the Debian 12 base, cached as a tarball ----
+step_start=$SECONDS
+if [ "$REFRESH_BASE" = 1 ] || [ ! -s "$BASE_TAR" ]; then
+    log "mmdebstrap --variant=minbase bookworm (deadline ${STEP_TIMEOUT} s)"
+    rm -f "$BASE_TAR.tmp.tar"
+    timeout -k 30 "$STEP_TIMEOUT" mmdebstrap --quiet --variant=minbase --format=tar bookworm \
+        "$BASE_TAR.tmp.tar" ||
+        die "mmdebstrap failed or ran past ${STEP_TIMEOUT} s (is the Debian mirror reachable?)"
+    mv -f "$BASE_TAR.tmp.tar" "$BASE_TAR"
+    log "base tarball made in $((SECONDS - step_start)) s ($(du -m "$BASE_TAR" | cut -f1) MiB)"
+else
+    log "base tarball cached: ${BASE_TAR#"$ROOT"/}"
+fi
+
+# ---- 2. the tarball as a local image, named by its hash (a new tarball is a new base) ----
+step_start=$SECONDS
+base_hash=$(sha256sum "$BASE_TAR" | cut -c1-12)
+BASE_IMAGE="localhost/kcoll-debian:12-minbase-$base_hash"
+if buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
+    log "base image cached: $BASE_IMAGE"
+else
+    log "importing the base tarball as $BASE_IMAGE"
+    ctr=$(buildah from --pull-never scratch)
+    trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
+    buildah add --quiet "$ctr" "$BASE_TAR" / >/dev/null
+    buildah config --cmd /bin/bash \
+        --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --label io.kcoll.base="debian bookworm minbase (mmdebstrap)" "$ctr"
+    buildah commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
+    trap - EXIT
+    log "base image imported in $((SECONDS - step_start)) s"
+fi
+
+# ---- 3. the Dockerfile, CPU-only, from that base for both stages ----
+step_start=$SECONDS
+log "buildah bud -t $TAG (CUDA=OFF, KCOLL_VERSION=$VERSION, revision $REVISION; deadline ${STEP_TIMEOUT} s)"
+timeout -k 30 "$STEP_TIMEOUT" buildah bud --isolation chroot --layers --force-rm --pull-never \
+    --network host \
+    --build-arg CUDA=OFF \
+    --build-arg BUILD_IMAGE="$BASE_IMAGE" \
+    --build-arg RUNTIME_IMAGE="$BASE_IMAGE" \
+    --build-arg KCOLL_VERSION="$VERSION" \
+    --build-arg VCS_REF="$REVISION" \
+    -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT" ||
+    die "buildah bud failed or ran past ${STEP_TIMEOUT} s (the log above says which step)"
+log "image built in $((SECONDS - step_start)) s"
+
+# ---- 4. what was built ----
+size=$(buildah images --noheading --format '{{.Size}}' "$TAG" | head -n 1)
+[ -n "$size" ] || die "buildah images knows no $TAG after the build"
+layers=$(buildah inspect --type image --format '{{len .OCIv1.RootFS.DiffIDs}}' "$TAG")
+cat >"$CACHE_DIR/image.env.tmp" <<EOF
+IMAGE=$TAG
+VERSION=$VERSION
+REVISION=$REVISION
+BASE_IMAGE=$BASE_IMAGE
+SIZE="$size"
+LAYERS=$layers
+EOF
+mv -f "$CACHE_DIR/image.env.tmp" "$CACHE_DIR/image.env"
+log "$TAG: $size (uncompressed, as buildah counts it), $layers layers (the base: 1); total $((SECONDS - T0)) s"
