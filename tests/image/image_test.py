@@ -76,14 +76,27 @@ def image_env(cache_dir):
 
 
 class Container:
-    """A working container of the image (buildah from), removed on exit."""
+    """A working container of the image (buildah from), removed on exit. Containers that an
+    earlier run left behind (killed at its ctest timeout) are removed first."""
+
+    PREFIX = "kcoll-image-test-"
 
     def __init__(self, image):
+        self.sweep()
         r = run(["buildah", "from", "--pull-never", "--name",
-                 "kcoll-image-test-%d" % os.getpid(), image])
+                 self.PREFIX + str(os.getpid()), image])
         if r.returncode != 0:
             raise RuntimeError("buildah from %s failed: %s" % (image, r.stderr))
         self.name = r.stdout.strip().splitlines()[-1]
+
+    @classmethod
+    def sweep(cls):
+        r = run(["buildah", "containers", "--format", "{{.ContainerName}}"])
+        for name in r.stdout.split():
+            pid = name[len(cls.PREFIX):]
+            if name.startswith(cls.PREFIX) and pid.isdigit() and not pid_alive(int(pid)):
+                print("removing the container %s of an earlier run" % name)
+                run(["buildah", "rm", name])
 
     def run(self, cmd, user=None, timeout=60):
         args = ["buildah", "run", "--isolation", "chroot", "--network", "host"]
@@ -308,12 +321,10 @@ def case_sidecar(ck, args):
             if failed:
                 for a in cl.agents:
                     print("---- %s\n%s" % (a["log"], e2e_tests.tail(cl.agent_log(a), 2000)))
-            cl.close(keep=True)
+            cl.close(keep=failed)  # says where the files are kept when it keeps them
         stop_groups(wrappers)
         ctr.remove()
-        if failed:
-            print("test files kept in " + work)
-        else:
+        if not failed:
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -333,6 +344,16 @@ def stop_groups(pids):
             time.sleep(0.1)
         if not live:
             return
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def group_alive(pgid):
