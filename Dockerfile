@@ -29,12 +29,7 @@ ARG RUNTIME_IMAGE=nvidia/cuda:12.4.1-base-ubuntu22.04
 # build: CMake, Ninja, a C compiler and the -dev packages of the agent's libraries (the same list
 # as scripts/setup.sh); with CUDA=ON the base's nvcc compiles the kernels for the GPU too.
 FROM ${BUILD_IMAGE} AS build
-ARG KCOLL_VERSION=0.1.0
-# ON: CUDA kernels and the GPU plugin (needs nvcc in the base); OFF: CPU-only.
-ARG CUDA=ON
-# GPU architectures the kernels are compiled for (Ampere, Hopper); override for others.
-ARG CUDA_ARCHITECTURES="80;90"
-ENV DEBIAN_FRONTEND=noninteractive
+ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       cmake ninja-build pkg-config build-essential \
@@ -43,6 +38,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# The arguments are declared after the package step, so that another value reuses its layer.
+ARG KCOLL_VERSION=0.1.0
+# ON: CUDA kernels and the GPU plugin (needs nvcc in the base); OFF: CPU-only.
+ARG CUDA=ON
+# GPU architectures the kernels are compiled for (Ampere, Hopper); override for others.
+ARG CUDA_ARCHITECTURES="80;90"
 # Tests are not built (they need helm, kubectl, network namespaces); scripts/test.sh runs them.
 # The version string is the project's (no -DCOLL_VERSION_STRING): the probe below checks it.
 # COLL_WERROR=OFF: warnings stay visible in the log but do not fail a release build on another
@@ -86,9 +87,7 @@ RUN case "${CUDA}" in \
 # runtime: the base (for CUDA: driver-facing runtime only, no compilers) + the shared libraries
 # the binaries link; no build tools, no headers but coll.h, no package lists.
 FROM ${RUNTIME_IMAGE} AS runtime
-ARG KCOLL_VERSION=0.1.0
-ARG CUDA=ON
-ENV DEBIAN_FRONTEND=noninteractive
+ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcurl4 libjansson4 libyaml-0-2 libmicrohttpd12 libgnutls30 ca-certificates \
@@ -99,6 +98,8 @@ RUN apt-get update \
 COPY --from=build /opt/kcoll/bin/ /opt/kcoll/bin/
 COPY --from=build /opt/kcoll/lib/ /opt/kcoll/lib/
 COPY --from=build /opt/kcoll/include/ /opt/kcoll/include/
+ARG KCOLL_VERSION=0.1.0
+ARG CUDA=ON
 # NVIDIA_VISIBLE_DEVICES=void: the CUDA base image says "all", which would hand every GPU of the
 # node to the sidecar and the webhook under the NVIDIA container runtime; neither needs one.
 ENV PATH=/opt/kcoll/bin:${PATH} \
@@ -112,7 +113,7 @@ ENV PATH=/opt/kcoll/bin:${PATH} \
 RUN for f in /opt/kcoll/bin/* $(find /opt/kcoll/lib -name '*.so' -o -name '*.so.[0-9]'); do \
       if ldd "$f" | grep -q 'not found'; then echo "$f:"; ldd "$f"; exit 1; fi; \
     done
-# Declared here, after the cached steps: a new revision must not rerun apt-get.
+# Declared last: a new revision must not rerun the steps above.
 ARG VCS_REF=unknown
 ARG SOURCE_URL=https://kcoll.io/source
 LABEL org.opencontainers.image.title="kcoll-agent" \

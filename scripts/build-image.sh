@@ -4,14 +4,22 @@
 # mirror, cached as a tarball and imported once as a local image.
 #
 #   scripts/build-image.sh [--tag IMAGE] [--cache-dir DIR] [--timeout SEC] [--refresh-base]
+#                          [--cuda-toolkit DIR [--cuda-arch LIST]]
 #
 #   --tag IMAGE      image name (default localhost/kcoll-agent:VERSION-cpu, VERSION from
-#                    scripts/version.sh)
+#                    scripts/version.sh; -cuda-local with --cuda-toolkit)
 #   --cache-dir DIR  where the base tarball and image.env live (default build-image/)
 #   --timeout SEC    deadline of each step: mmdebstrap, buildah bud (default 900)
 #   --refresh-base   make the base tarball again (picks up Debian security updates)
+#   --cuda-toolkit DIR  CUDA=ON from the same Debian 12 bases, with a CUDA toolkit of this machine
+#                    (e.g. /usr/local/cuda-13.0, nvcc and nccl.h) mounted read-only at
+#                    /usr/local/cuda in the RUN steps: the CUDA branch of the Dockerfile (kernels,
+#                    GPU plugin, NCCL face) where the nvidia/cuda bases cannot be pulled. The
+#                    toolkit is not copied into the image (the GPU plugin links cudart statically)
+#   --cuda-arch LIST GPU architectures for --cuda-toolkit (default 80;90)
 #
-# Writes DIR/image.env (IMAGE=, VERSION=, SIZE=, LAYERS=) for the image tests. Needs root
+# Writes DIR/image.env (IMAGE=, VERSION=, SIZE=, LAYERS=; image-cuda.env with --cuda-toolkit) for
+# the image tests. Needs root
 # (buildah with chroot isolation, mmdebstrap); scripts/setup.sh installs buildah and mmdebstrap.
 # buildah keeps its layer cache in /var/lib/containers/storage: a second run rebuilds only from
 # the first changed step (`buildah rmi --prune` reclaims what older builds left).
@@ -22,6 +30,8 @@ CACHE_DIR="$ROOT/build-image"
 TAG=""
 STEP_TIMEOUT=900
 REFRESH_BASE=0
+CUDA_TOOLKIT=""
+CUDA_ARCH="80;90"
 
 log() { echo "build-image: $*"; }
 die() {
@@ -35,7 +45,9 @@ while [ $# -gt 0 ]; do
     --cache-dir) CACHE_DIR=${2:?--cache-dir needs a value}; shift 2 ;;
     --timeout) STEP_TIMEOUT=${2:?--timeout needs a value}; shift 2 ;;
     --refresh-base) REFRESH_BASE=1; shift ;;
-    -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cuda-toolkit) CUDA_TOOLKIT=${2:?--cuda-toolkit needs a directory}; shift 2 ;;
+    --cuda-arch) CUDA_ARCH=${2:?--cuda-arch needs a list}; shift 2 ;;
+    -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -47,6 +59,16 @@ for tool in buildah mmdebstrap timeout sha256sum; do
 done
 
 VERSION=$("$ROOT/scripts/version.sh")
+cuda_args=(--build-arg CUDA=OFF)
+ENV_FILE=image.env
+if [ -n "$CUDA_TOOLKIT" ]; then
+    [ -x "$CUDA_TOOLKIT/bin/nvcc" ] || die "--cuda-toolkit $CUDA_TOOLKIT has no bin/nvcc"
+    CUDA_TOOLKIT=$(cd "$CUDA_TOOLKIT" && pwd -P)
+    cuda_args=(--build-arg CUDA=ON --build-arg "CUDA_ARCHITECTURES=$CUDA_ARCH"
+        --volume "$CUDA_TOOLKIT:/usr/local/cuda:ro")
+    TAG=${TAG:-localhost/kcoll-agent:$VERSION-cuda-local}
+    ENV_FILE=image-cuda.env
+fi
 TAG=${TAG:-localhost/kcoll-agent:$VERSION-cpu}
 REVISION=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
 if [ "$REVISION" != unknown ] && [ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ]; then
@@ -90,12 +112,12 @@ else
     log "base image imported in $((SECONDS - step_start)) s"
 fi
 
-# ---- 3. the Dockerfile, CPU-only, from that base for both stages ----
+# ---- 3. the Dockerfile, CPU-only (or CUDA=ON with a local toolkit), that base for both stages ----
 step_start=$SECONDS
-log "buildah bud -t $TAG (CUDA=OFF, KCOLL_VERSION=$VERSION, revision $REVISION; deadline ${STEP_TIMEOUT} s)"
+log "buildah bud -t $TAG (${cuda_args[*]}, KCOLL_VERSION=$VERSION, revision $REVISION; deadline ${STEP_TIMEOUT} s)"
 timeout -k 30 "$STEP_TIMEOUT" buildah bud --isolation chroot --layers --force-rm --pull-never \
     --network host \
-    --build-arg CUDA=OFF \
+    "${cuda_args[@]}" \
     --build-arg BUILD_IMAGE="$BASE_IMAGE" \
     --build-arg RUNTIME_IMAGE="$BASE_IMAGE" \
     --build-arg KCOLL_VERSION="$VERSION" \
@@ -108,7 +130,7 @@ log "image built in $((SECONDS - step_start)) s"
 size=$(buildah images --noheading --format '{{.Size}}' "$TAG" | head -n 1)
 [ -n "$size" ] || die "buildah images knows no $TAG after the build"
 layers=$(buildah inspect --type image --format '{{len .OCIv1.RootFS.DiffIDs}}' "$TAG")
-cat >"$CACHE_DIR/image.env.tmp" <<EOF
+cat >"$CACHE_DIR/$ENV_FILE.tmp" <<EOF
 IMAGE=$TAG
 VERSION=$VERSION
 REVISION=$REVISION
@@ -116,5 +138,5 @@ BASE_IMAGE=$BASE_IMAGE
 SIZE="$size"
 LAYERS=$layers
 EOF
-mv -f "$CACHE_DIR/image.env.tmp" "$CACHE_DIR/image.env"
+mv -f "$CACHE_DIR/$ENV_FILE.tmp" "$CACHE_DIR/$ENV_FILE"
 log "$TAG: $size (uncompressed, as buildah counts it), $layers layers (the base: 1); total $((SECONDS - T0)) s"
