@@ -3,6 +3,7 @@
 the binaries and library it expects are targets that CMake installs where it copies them from, the
 final stage is non-root with no build tools, and .dockerignore keeps build output and secrets out
 of the context."""
+import fnmatch
 import os
 import re
 import sys
@@ -41,6 +42,35 @@ def cmake_text():
                 with open(os.path.join(root, name)) as f:
                     chunks.append(f.read())
     return "\n".join(chunks)
+
+
+def ignored(rel, patterns):
+    """.dockerignore matching, close enough for a size check: a pattern matches the path or one of
+    its parent folders from the context root; a leading **/ matches at any depth."""
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for pat in patterns:
+        pat = pat.rstrip("/")
+        if pat.startswith("**/"):
+            if any(fnmatch.fnmatchcase(p, pat[3:]) for p in parts):
+                return True
+        elif any(fnmatch.fnmatchcase(p, pat) for p in prefixes):
+            return True
+    return False
+
+
+def context_size(patterns):
+    size = count = 0
+    for root, dirs, files in os.walk(REPO):
+        rel_root = os.path.relpath(root, REPO)
+        rel_root = "" if rel_root == "." else rel_root + "/"
+        dirs[:] = [d for d in dirs if not ignored(rel_root + d, patterns)]
+        for name in files:
+            path = os.path.join(root, name)
+            if not ignored(rel_root + name, patterns) and os.path.isfile(path):
+                size += os.path.getsize(path)
+                count += 1
+    return size, count
 
 
 def main():
@@ -131,6 +161,11 @@ def main():
         t.check(pat in ign, ".dockerignore has %s" % pat)
     for needed in ("libcoll", "kernels", "k8s-agent", "tools", "cmake", "CMakeLists.txt"):
         t.check(needed not in ign, ".dockerignore keeps %s in the context" % needed)
+    # what this checkout would send (build folders, base tarballs and all): a few MiB of sources
+    size, count = context_size(ign)
+    print("build context of this checkout: %.1f MiB in %d files" % (size / 1048576.0, count))
+    t.check(size < 16 << 20, "the build context stays under 16 MiB (%.1f MiB)"
+            % (size / 1048576.0))
     t.done()
 
 
