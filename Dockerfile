@@ -91,7 +91,8 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcurl4 libjansson4 libyaml-0-2 libmicrohttpd12 libgnutls30 ca-certificates \
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
+      /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 10001 kcoll \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin kcoll

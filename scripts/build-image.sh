@@ -76,15 +76,26 @@ if [ "$REVISION" != unknown ] && [ -n "$(git -C "$ROOT" status --porcelain 2>/de
 fi
 mkdir -p "$CACHE_DIR"
 CACHE_DIR=$(cd "$CACHE_DIR" && pwd)
-BASE_TAR="$CACHE_DIR/debian-bookworm-minbase.tar"
+# The base: Debian 12 minbase without manuals, translations and documentation but the copyright
+# files (the options go into the image's dpkg configuration, so later apt-get installs keep to
+# them too). The tarball's name carries a hash of the options: new options, new tarball.
+MMDEBSTRAP_ARGS=(--variant=minbase --format=tar
+    --dpkgopt='path-exclude=/usr/share/man/*'
+    --dpkgopt='path-exclude=/usr/share/locale/*'
+    --dpkgopt='path-include=/usr/share/locale/locale.alias'
+    --dpkgopt='path-exclude=/usr/share/doc/*'
+    --dpkgopt='path-include=/usr/share/doc/*/copyright'
+    --dpkgopt='path-exclude=/usr/share/info/*')
+opts_hash=$(printf '%s\n' "${MMDEBSTRAP_ARGS[@]}" | sha256sum | cut -c1-8)
+BASE_TAR="$CACHE_DIR/debian-bookworm-minbase-$opts_hash.tar"
 T0=$SECONDS
 
 # ---- 1. the Debian 12 base, cached as a tarball ----
 step_start=$SECONDS
 if [ "$REFRESH_BASE" = 1 ] || [ ! -s "$BASE_TAR" ]; then
-    log "mmdebstrap --variant=minbase bookworm (deadline ${STEP_TIMEOUT} s)"
+    log "mmdebstrap --variant=minbase bookworm, no manuals, translations, docs (deadline ${STEP_TIMEOUT} s)"
     rm -f "$BASE_TAR.tmp.tar"
-    timeout -k 30 "$STEP_TIMEOUT" mmdebstrap --quiet --variant=minbase --format=tar bookworm \
+    timeout -k 30 "$STEP_TIMEOUT" mmdebstrap --quiet "${MMDEBSTRAP_ARGS[@]}" bookworm \
         "$BASE_TAR.tmp.tar" ||
         die "mmdebstrap failed or ran past ${STEP_TIMEOUT} s (is the Debian mirror reachable?)"
     mv -f "$BASE_TAR.tmp.tar" "$BASE_TAR"
