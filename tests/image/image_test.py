@@ -36,15 +36,14 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "agent"))
 import harness  # noqa: E402
-import e2e_tests  # noqa: E402  (Checks, topology, rank_env, wait_status, tail)
+import e2e_tests  # noqa: E402  (Checks, Skip, guarded, finish, topology, rank_env, ...)
 
 SKIP = 77
 AGENT_UID = 10001
 WRAPPER = os.path.join(HERE, "agent-in-image.sh")
 
 
-class Skip(Exception):
-    pass
+Skip = e2e_tests.Skip
 
 
 def run(args, timeout=120, **kw):
@@ -124,7 +123,7 @@ def case_build(ck, args):
     sys.stdout.flush()
     # the script's own steps have deadlines; this one covers the whole of it
     try:
-        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=2 * args.timeout + 120)
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=2 * args.timeout + 60)
         code = r.returncode
     except subprocess.TimeoutExpired:
         code = None
@@ -379,24 +378,9 @@ def main():
         print("SKIP: " + args.skip)
         return SKIP
     ck = e2e_tests.Checks()
-    skipped = None
     t0 = time.time()
-    try:
-        CASES[args.case](ck, args)
-    except Skip as e:
-        skipped = str(e)
-    except Exception as e:  # an unexpected error is a failure with its trace, not a crash
-        import traceback
-        traceback.print_exc()
-        ck(False, "case %s raised %s: %s" % (args.case, type(e).__name__, e))
-    print("case %s took %.1f s" % (args.case, time.time() - t0))
-    print("%d passed, %d failed" % (ck.passed, ck.failed))
-    if ck.failed:
-        return 1
-    if skipped:
-        print("SKIP: " + skipped)
-        return SKIP
-    return 0
+    skipped = e2e_tests.guarded(ck, args.case, CASES[args.case], ck, args)
+    return e2e_tests.finish(ck, args.case, t0, skipped)
 
 
 if __name__ == "__main__":
