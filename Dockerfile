@@ -96,9 +96,8 @@ RUN apt-get update \
  && groupadd --system --gid 10001 kcoll \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin kcoll
-COPY --from=build /opt/kcoll/bin/ /opt/kcoll/bin/
-COPY --from=build /opt/kcoll/lib/ /opt/kcoll/lib/
-COPY --from=build /opt/kcoll/include/ /opt/kcoll/include/
+# bin/, lib/ (libcoll.so*, libcoll_cuda.so*, kcoll-nccl/) and include/coll.h, in one layer
+COPY --from=build /opt/kcoll/ /opt/kcoll/
 ARG KCOLL_VERSION=0.1.0
 ARG CUDA=ON
 # NVIDIA_VISIBLE_DEVICES=void: the CUDA base image says "all", which would hand every GPU of the
