@@ -18,8 +18,8 @@
 #                    toolkit is not copied into the image (the GPU plugin links cudart statically)
 #   --cuda-arch LIST GPU architectures for --cuda-toolkit (default 80;90)
 #
-# Writes DIR/image.env (IMAGE=, VERSION=, SIZE=, LAYERS=; image-cuda.env with --cuda-toolkit) for
-# the image tests. Needs root
+# Writes DIR/image.env (IMAGE=, VERSION=, SIZE=, LAYERS=, the seconds of the steps; image-cuda.env
+# with --cuda-toolkit) for the image tests and scripts/test.sh's summary. Needs root
 # (buildah with chroot isolation, mmdebstrap); scripts/setup.sh installs buildah and mmdebstrap.
 # buildah keeps its layer cache in /var/lib/containers/storage: a second run rebuilds only from
 # the first changed step (`buildah rmi --prune` reclaims what older builds left).
@@ -89,6 +89,7 @@ MMDEBSTRAP_ARGS=(--variant=minbase --format=tar
 opts_hash=$(printf '%s\n' "${MMDEBSTRAP_ARGS[@]}" | sha256sum | cut -c1-8)
 BASE_TAR="$CACHE_DIR/debian-bookworm-minbase-$opts_hash.tar"
 T0=$SECONDS
+BASE_SECONDS=0
 
 # ---- 1. the Debian 12 base, cached as a tarball ----
 step_start=$SECONDS
@@ -99,7 +100,8 @@ if [ "$REFRESH_BASE" = 1 ] || [ ! -s "$BASE_TAR" ]; then
         "$BASE_TAR.tmp.tar" ||
         die "mmdebstrap failed or ran past ${STEP_TIMEOUT} s (is the Debian mirror reachable?)"
     mv -f "$BASE_TAR.tmp.tar" "$BASE_TAR"
-    log "base tarball made in $((SECONDS - step_start)) s ($(du -m "$BASE_TAR" | cut -f1) MiB)"
+    BASE_SECONDS=$((SECONDS - step_start))
+    log "base tarball made in $BASE_SECONDS s ($(du -m "$BASE_TAR" | cut -f1) MiB)"
 else
     log "base tarball cached: ${BASE_TAR#"$ROOT"/}"
 fi
@@ -135,7 +137,8 @@ timeout -k 30 "$STEP_TIMEOUT" buildah bud --isolation chroot --layers --force-rm
     --build-arg VCS_REF="$REVISION" \
     -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT" ||
     die "buildah bud failed or ran past ${STEP_TIMEOUT} s (the log above says which step)"
-log "image built in $((SECONDS - step_start)) s"
+BUD_SECONDS=$((SECONDS - step_start))
+log "image built in $BUD_SECONDS s"
 
 # ---- 4. what was built ----
 size=$(buildah images --noheading --format '{{.Size}}' "$TAG" | head -n 1)
@@ -148,6 +151,9 @@ REVISION=$REVISION
 BASE_IMAGE=$BASE_IMAGE
 SIZE="$size"
 LAYERS=$layers
+BASE_SECONDS=$BASE_SECONDS
+BUD_SECONDS=$BUD_SECONDS
+TOTAL_SECONDS=$((SECONDS - T0))
 EOF
 mv -f "$CACHE_DIR/$ENV_FILE.tmp" "$CACHE_DIR/$ENV_FILE"
 log "$TAG: $size (uncompressed, as buildah counts it), $layers layers (the base: 1); total $((SECONDS - T0)) s"
