@@ -78,7 +78,7 @@ stage "build + ctest" build_and_ctest "$ROOT/build"
 image_env="$ROOT/build-image/image.env"
 if [ -f "$image_env" ] && [ "$(stat -c %Y "$image_env")" -ge "$ctest_start" ]; then
     (
-        # shellcheck disable=SC1091
+        # shellcheck disable=SC1090
         . "$image_env"
         echo "test: agent image $IMAGE: $SIZE, $LAYERS layers; build ${TOTAL_SECONDS:-?} s" \
             "(base tarball ${BASE_SECONDS:-?} s, buildah bud ${BUD_SECONDS:-?} s)"
