@@ -3,19 +3,20 @@
 # build that the sidecar copies into every training pod, kcoll's NCCL face (libnccl.so.2, when the
 # build stage has nccl.h) and the tools coll-run and coll-perf.
 #
-# Production (CUDA kernels, NCCL face), from the NVIDIA CUDA bases:
-#   docker build -t REGISTRY/kcoll-agent:0.1.0 --build-arg KCOLL_VERSION=0.1.0 \
+# Production (CUDA kernels, NCCL face), from the NVIDIA CUDA bases (V=$(scripts/version.sh)):
+#   docker build -t REGISTRY/kcoll-agent:$V --build-arg KCOLL_VERSION=$V \
 #     --build-arg VCS_REF=$(git rev-parse HEAD) .
 # CPU-only, from plain Debian 12 bases (scripts/build-image.sh does this with buildah):
-#   docker build -t kcoll-agent:0.1.0-cpu --build-arg CUDA=OFF \
+#   docker build -t kcoll-agent:$V-cpu --build-arg KCOLL_VERSION=$V --build-arg CUDA=OFF \
 #     --build-arg BUILD_IMAGE=debian:12 --build-arg RUNTIME_IMAGE=debian:12 .
 #
 # KCOLL_VERSION must equal the library's version string (CMakeLists.txt project(VERSION)): the
-# build stage compiles a probe against the built libcoll and fails when they differ, so an image
-# can never carry a tag or label that lies about the library inside. Its default here, the
-# chart's appVersion and the project version are one value; scripts/version.sh prints it and the
-# deploy_version test fails when they drift. The image tag must carry the library version (the
-# Helm chart refuses a tag whose version differs from libraryVersion).
+# build stage compiles a probe against the built libcoll and fails when they differ, so the
+# image's version labels and COLL_LIB_VERSION cannot differ from the library inside. Its default
+# here, the chart's appVersion (the default image tag) and the project version are one value;
+# scripts/version.sh prints it and the deploy_version test fails when they drift. The image tag
+# must carry the library version (the Helm chart refuses a tag whose version differs from
+# libraryVersion).
 #
 # libcoll is built against the glibc of the build base and is loaded by the training containers:
 # pick a base with a glibc no newer than theirs (Ubuntu 22.04: glibc 2.35, Debian 12: 2.36).

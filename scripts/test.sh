@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   1. scripts/setup.sh (install what is missing)
-#   2. build/ + ctest
+#   2. build/ + ctest (with label image: the agent image built with buildah and run)
 #   3. build-asan/ (ASan + UBSan) + ctest
 #   4. build-fuzz/ (clang, libFuzzer) + every fuzz target for KCOLL_FUZZ_SECONDS (60) each
 #   5. clang-format --dry-run --Werror on every tracked *.c / *.h file
