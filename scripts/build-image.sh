@@ -96,7 +96,11 @@ step_start=$SECONDS
 if [ "$REFRESH_BASE" = 1 ] || [ ! -s "$BASE_TAR" ]; then
     log "mmdebstrap --variant=minbase bookworm, no manuals, translations, docs (deadline ${STEP_TIMEOUT} s)"
     rm -f "$BASE_TAR.tmp.tar"
-    timeout -k 30 "$STEP_TIMEOUT" mmdebstrap --quiet "${MMDEBSTRAP_ARGS[@]}" bookworm \
+    # A fixed SOURCE_DATE_EPOCH makes the tarball bit for bit the same while the mirror serves the
+    # same packages: a fresh checkout (CI) gets the same base image name, so buildah's layer cache
+    # from earlier builds applies instead of a new base (and a new set of layers) every time.
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000} \
+        timeout -k 30 "$STEP_TIMEOUT" mmdebstrap --quiet "${MMDEBSTRAP_ARGS[@]}" bookworm \
         "$BASE_TAR.tmp.tar" ||
         die "mmdebstrap failed or ran past ${STEP_TIMEOUT} s (is the Debian mirror reachable?)"
     mv -f "$BASE_TAR.tmp.tar" "$BASE_TAR"
