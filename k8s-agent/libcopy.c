@@ -1,7 +1,8 @@
 /* The sidecar delivers its pinned libcoll build: libcoll.so* from the image (--lib-src) into the
  * shared volume (COLL_AGENT_LIB_DIR, e.g. /var/run/kcoll/lib) before it opens its socket, so that
- * every training container loads the same build. Files are written to a temporary name and
- * renamed, so a reader never sees a partial library. */
+ * every training container loads the same build; with it the GPU plugin libcoll_cuda.so* when the
+ * image has one (a CUDA build), which libcoll loads from its own directory for device buffers.
+ * Files are written to a temporary name and renamed, so a reader never sees a partial library. */
 #define _GNU_SOURCE
 #include "agent.h"
 
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +85,7 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
 {
     DIR *d;
     struct dirent *e;
-    int copied = 0;
+    int copied = 0, plugins = 0;
     memset(cond, 0, sizeof(*cond));
     cond->fatal = 1;
     snprintf(cond->type, sizeof(cond->type), "LibraryCopyFailed");
@@ -105,7 +107,8 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
     while ((e = readdir(d)) != NULL) {
         char src[PATH_MAX], dst[PATH_MAX];
         struct stat st;
-        if (strncmp(e->d_name, "libcoll.so", 10) != 0)
+        const bool plugin = strncmp(e->d_name, "libcoll_cuda.so", 15) == 0;
+        if (!plugin && strncmp(e->d_name, "libcoll.so", 10) != 0)
             continue;
         if (agent_fmt(src, sizeof(src), "%s/%s", src_dir, e->d_name) < 0 ||
             agent_fmt(dst, sizeof(dst), "%s/%s", dst_dir, e->d_name) < 0 || lstat(src, &st) != 0)
@@ -116,7 +119,10 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
             closedir(d);
             return -1;
         }
-        copied++;
+        if (plugin)
+            plugins++;
+        else
+            copied++;
     }
     closedir(d);
     if (copied == 0) {
@@ -125,7 +131,8 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
                  "no libcoll.so* in %s: the agent image is incomplete", src_dir);
         return -1;
     }
-    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s", copied, src_dir,
-               dst_dir);
+    agent_info("AGENT-LIB-COPIED",
+               "copied %d libcoll file(s) and %d GPU plugin file(s) from %s to %s", copied, plugins,
+               src_dir, dst_dir);
     return 0;
 }

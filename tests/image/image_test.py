@@ -61,7 +61,8 @@ def prerequisites():
 
 
 def image_env(cache_dir):
-    path = os.path.join(cache_dir, "image.env")
+    # image-cuda.env (scripts/build-image.sh --cuda-toolkit) with KCOLL_IMAGE_ENV=image-cuda.env
+    path = os.path.join(cache_dir, os.environ.get("KCOLL_IMAGE_ENV", "image.env"))
     if not os.path.exists(path):
         raise Skip("no image: %s is missing (the image_build test makes it; run it first, or "
                    "scripts/build-image.sh --cache-dir %s)" % (path, cache_dir))
@@ -156,7 +157,7 @@ def case_contents(ck, args):
     for key, want in (("org.opencontainers.image.version", version),
                       ("io.kcoll.library-version", version),
                       ("org.opencontainers.image.revision", env["REVISION"]),
-                      ("io.kcoll.cuda", "OFF")):
+                      ("io.kcoll.cuda", env.get("CUDA", "OFF"))):
         ck(labels.get(key) == want, "label %s is %s (%s)" % (key, want, labels.get(key)))
     ck(labels.get("org.opencontainers.image.source", "").startswith("https://"),
        "label org.opencontainers.image.source is a URL (%s)"
@@ -178,7 +179,8 @@ def case_contents(ck, args):
            e2e_tests.tail(out))
         # what the sidecar copies, the NCCL face when the build had nccl.h, and the binaries
         r = c.run(["sh", "-c", "ls -1 /opt/kcoll/bin/* /opt/kcoll/lib/libcoll.so* "
-                   "/opt/kcoll/lib/kcoll-nccl/libnccl*.so* 2>/dev/null; true"])
+                   "/opt/kcoll/lib/libcoll_cuda.so* /opt/kcoll/lib/kcoll-nccl/libnccl*.so* "
+                   "2>/dev/null; true"])
         files = r.stdout.split()
         libs = [f for f in files if "/lib/" in f]
         print("in the image: " + " ".join(files))
@@ -256,7 +258,9 @@ def case_sidecar(ck, args):
             return
         ck(all(os.stat(a["sock"]).st_uid == AGENT_UID for a in agents),
            "the agents ran as uid %d (their sockets' owner)" % AGENT_UID)
-        r = ctr.run(["sh", "-c", "cd /opt/kcoll/lib && sha256sum libcoll.so*"])
+        # what the sidecar delivers: libcoll and, in a CUDA image, the GPU plugin
+        r = ctr.run(["sh", "-c", "cd /opt/kcoll/lib && sha256sum libcoll.so* "
+                     "$(ls libcoll_cuda.so* 2>/dev/null)"])
         in_image = {}
         for ln in r.stdout.splitlines():
             digest, name = ln.split()
