@@ -553,18 +553,22 @@ ranks:
     r = rpc(sock, json.dumps({"v": 1, "type": "report", "phase": "Ready"}).encode())
     check(r["type"] == "ack", "agent died after a truncated frame")
     check(agents[0]["proc"].poll() is None, "agent exited")
-    # library delivery: libcoll.so* and the GPU plugin libcoll_cuda.so* (files and symlinks)
-    # copied into the shared directory, nothing else of the image's lib/
+    # library delivery: libcoll.so* (files and symlinks) copied into the shared directory
     src, dst = os.path.join(cl.dir, "image-lib"), os.path.join(cl.dir, "run", "lib")
     os.makedirs(src)
     os.makedirs(os.path.dirname(dst))
-    for name, data in (("libcoll.so.0.1.0", b"\x7fELF fake library"),
-                       ("libcoll_cuda.so.0.1.0", b"\x7fELF fake plugin"),
-                       ("libother.so.1", b"\x7fELF not ours")):
-        with open(os.path.join(src, name), "wb") as f:
-            f.write(data)
+    with open(os.path.join(src, "libcoll.so.0.1.0"), "wb") as f:
+        f.write(b"\x7fELF fake library")
     os.symlink("libcoll.so.0.1.0", os.path.join(src, "libcoll.so.0"))
-    os.symlink("libcoll_cuda.so.0.1.0", os.path.join(src, "libcoll_cuda.so.0"))
+    # the GPU plugin, and kcoll's libnccl.so.2 where the build installs it (SRC/kcoll-nccl)
+    with open(os.path.join(src, "libcoll_cuda.so.0"), "wb") as f:
+        f.write(b"\x7fELF fake plugin")
+    with open(os.path.join(src, "unrelated.so"), "wb") as f:
+        f.write(b"not copied")
+    os.makedirs(os.path.join(src, "kcoll-nccl"))
+    with open(os.path.join(src, "kcoll-nccl", "libnccl.so.2.28.9"), "wb") as f:
+        f.write(b"\x7fELF fake nccl")
+    os.symlink("libnccl.so.2.28.9", os.path.join(src, "kcoll-nccl", "libnccl.so.2"))
     a = cl.start_agent("standalone-lib", extra_args=["--topology", topo, "--rank", "1",
                                                     "--lib-src", src],
                        env={"COLL_AGENT_LIB_DIR": dst}, tag="salib")
@@ -573,10 +577,15 @@ ranks:
     check(os.readlink(os.path.join(dst, "libcoll.so.0")) == "libcoll.so.0.1.0" and
           open(os.path.join(dst, "libcoll.so.0.1.0"), "rb").read() == b"\x7fELF fake library",
           "library not copied")
-    check(os.readlink(os.path.join(dst, "libcoll_cuda.so.0")) == "libcoll_cuda.so.0.1.0" and
-          open(os.path.join(dst, "libcoll_cuda.so.0.1.0"), "rb").read() == b"\x7fELF fake plugin",
-          "GPU plugin not copied")
-    check(not os.path.exists(os.path.join(dst, "libother.so.1")), "a library not of kcoll copied")
+    nccl_dir = os.path.join(os.path.dirname(dst), "nccl")
+    check(sorted(os.listdir(dst)) == ["libcoll.so.0", "libcoll.so.0.1.0", "libcoll_cuda.so.0"],
+          "the library directory holds libcoll and its GPU plugin only (%s)" % os.listdir(dst))
+    check(os.path.isdir(nccl_dir) and
+          sorted(os.listdir(nccl_dir)) == ["libcoll_cuda.so.0", "libnccl.so.2",
+                                           "libnccl.so.2.28.9"] and
+          os.readlink(os.path.join(nccl_dir, "libnccl.so.2")) == "libnccl.so.2.28.9",
+          "kcoll's libnccl.so.2 and the plugin beside it in RUN/nccl, off LD_LIBRARY_PATH (%s)"
+          % (os.listdir(nccl_dir) if os.path.isdir(nccl_dir) else None))
     a = cl.start_agent("standalone-nolib", extra_args=[
         "--topology", topo, "--rank", "1", "--lib-src", os.path.join(cl.dir, "nothing")],
         env={"COLL_AGENT_LIB_DIR": dst}, tag="sanolib")

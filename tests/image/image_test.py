@@ -237,7 +237,14 @@ def case_sidecar(ck, args):
         ck(all(any(c.get("name") == "coll-agent" for c in p["spec"].get("initContainers", []))
                for p in pods), "the image's webhook injected the coll-agent sidecar into both "
            "pods")
-        libdirs = [os.path.join(cl.dir, "lib-%d" % i) for i in range(2)]
+        # each pod's shared volume (/var/run/kcoll in a pod): lib/ for libcoll and its GPU
+        # plugin, nccl/ for kcoll's libnccl.so.2 when the image has it; the agents (uid 10001)
+        # make both
+        pod_dirs = [os.path.join(cl.dir, "pod-%d" % i) for i in range(2)]
+        for d in pod_dirs:
+            os.mkdir(d)
+            os.chmod(d, 0o777)
+        libdirs = [os.path.join(d, "lib") for d in pod_dirs]
         agents = []
         for p, d in zip(pods, libdirs):
             a = cl.start_agent(p, env={"COLL_AGENT_LIB_DIR": d})
@@ -258,22 +265,22 @@ def case_sidecar(ck, args):
             return
         ck(all(os.stat(a["sock"]).st_uid == AGENT_UID for a in agents),
            "the agents ran as uid %d (their sockets' owner)" % AGENT_UID)
-        # what the sidecar delivers: libcoll and, in a CUDA image, the GPU plugin
-        r = ctr.run(["sh", "-c", "cd /opt/kcoll/lib && sha256sum libcoll.so* "
-                     "$(ls libcoll_cuda.so* 2>/dev/null)"])
-        in_image = {}
-        for ln in r.stdout.splitlines():
-            digest, name = ln.split()
-            in_image[name] = digest
-        for d in libdirs:
-            copied = {}
-            for name in sorted(os.listdir(d)):
-                with open(os.path.join(d, name), "rb") as f:
-                    copied[name] = hashlib.sha256(f.read()).hexdigest()
-            ck(copied and copied == in_image,
-               "%s holds the image's libcoll files, byte for byte (%s)"
-               % (os.path.basename(d), " ".join(sorted(copied))),
-               "image: %s\ncopied: %s" % (in_image, copied))
+        # what the sidecar delivers: libcoll and, in a CUDA image, the GPU plugin into lib/;
+        # kcoll's NCCL face, when the image has it, with the plugin beside it into nccl/
+        lib = image_digests(ctr, "cd /opt/kcoll/lib && sha256sum libcoll.so* "
+                                 "$(ls libcoll_cuda.so* 2>/dev/null)")
+        nccl = image_digests(ctr, "cd /opt/kcoll/lib/kcoll-nccl 2>/dev/null && "
+                                  "sha256sum libnccl.so*")
+        if nccl:
+            nccl.update({k: v for k, v in lib.items() if k.startswith("libcoll_cuda.so")})
+        for d in pod_dirs:
+            for sub, want in (("lib", lib), ("nccl", nccl)):
+                got = dir_digests(os.path.join(d, sub))
+                what = ("holds the image's files, byte for byte" if want else
+                        "is empty or absent, as the image has none of them")
+                ck(got == want, "%s/%s %s (%s)" % (os.path.basename(d), sub, what,
+                                                   " ".join(sorted(got)) or "-"),
+                   "image: %s\ncopied: %s" % (want, got))
 
         for i, (a, d) in enumerate(zip(agents, libdirs)):
             e = e2e_tests.rank_env(a["sock"])
@@ -329,6 +336,24 @@ def case_sidecar(ck, args):
         ctr.remove()
         if not failed:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def image_digests(ctr, script):
+    """{file name: sha256} from `sha256sum` run in the container ({} when it lists nothing)."""
+    out = {}
+    for ln in ctr.run(["sh", "-c", script + "; true"]).stdout.splitlines():
+        digest, name = ln.split()
+        out[name] = digest
+    return out
+
+
+def dir_digests(d):
+    out = {}
+    if os.path.isdir(d):
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name), "rb") as f:
+                out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
 
 
 def stop_groups(pids):

@@ -3,6 +3,7 @@
  * table or with one error that names the ranks at fault. It exits after answering, or at its
  * deadline (answering the ranks that arrived with the list of those that never did). */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -368,16 +369,10 @@ static void *root_main(void *arg)
     return NULL;
 }
 
-coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
-                               double timeout, struct sockaddr_storage *bound, pthread_t *joinable)
+/* The root on r->listen_fd (a listening socket it owns from now on). */
+static coll_result_t start(root_t *r, pthread_t *joinable)
 {
     coll_result_t status;
-    root_t *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
-    memcpy(r->secret, secret, 16);
-    r->deadline = colli_now() + timeout;
-    COLL_CHECK_GOTO(colli_sock_listen(addr, &r->listen_fd, bound), err_free);
     pthread_t tid;
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0) {
@@ -398,9 +393,50 @@ coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_
     return COLL_SUCCESS;
 err_close:
     close(r->listen_fd);
-err_free:
     free(r);
     return status;
+}
+
+static root_t *root_new(const uint8_t secret[16], double timeout)
+{
+    root_t *r = calloc(1, sizeof(*r));
+    if (r != NULL) {
+        memcpy(r->secret, secret, 16);
+        r->deadline = colli_now() + timeout;
+        r->listen_fd = -1;
+    }
+    return r;
+}
+
+coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
+                               double timeout, struct sockaddr_storage *bound, pthread_t *joinable)
+{
+    root_t *r = root_new(secret, timeout);
+    if (r == NULL)
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
+    coll_result_t status = colli_sock_listen(addr, &r->listen_fd, bound);
+    if (status != COLL_SUCCESS) {
+        free(r);
+        return status;
+    }
+    return start(r, joinable);
+}
+
+coll_result_t colli_root_start_on(int listen_fd, const uint8_t secret[16], double timeout,
+                                  pthread_t *joinable)
+{
+    int fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM,
+                         "cannot share the listening socket with a bootstrap root: %s",
+                         strerror(errno));
+    root_t *r = root_new(secret, timeout);
+    if (r == NULL) {
+        close(fd);
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
+    }
+    r->listen_fd = fd;
+    return start(r, joinable);
 }
 
 void colli_root_finish(pthread_t root, coll_result_t status)
