@@ -133,6 +133,13 @@ static void admit(root_t *r, pending_t *p)
         }
         close(p->fd);
         p->fd = -1;
+        /* the reporting rank is accounted for: it will not check in, and once every rank has
+         * checked in or reported, the root is done (it does not wait for its deadline) */
+        if (r->slots != NULL && h->from_rank >= 0 && h->from_rank < r->nranks &&
+            !r->slots[h->from_rank].present) {
+            r->slots[h->from_rank].present = true;
+            r->arrived++;
+        }
         fail_all(r, COLL_ERR_REMOTE, text);
         return;
     }
