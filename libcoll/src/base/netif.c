@@ -203,3 +203,22 @@ coll_result_t colli_netif_select_toward(const char *spec, int family,
               out->name, a, r);
     return COLL_SUCCESS;
 }
+
+int colli_netif_link_down(const char *name)
+{
+    if (name == NULL || name[0] == '\0')
+        return -1;
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0)
+        return -1;
+    int state = 1; /* gone counts as down */
+    for (const struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
+        if (strcmp(ifa->ifa_name, name) != 0)
+            continue;
+        state = (ifa->ifa_flags & IFF_UP) && (ifa->ifa_flags & IFF_RUNNING) ? 0 : 1;
+        if (state == 0)
+            break;
+    }
+    freeifaddrs(list);
+    return state;
+}

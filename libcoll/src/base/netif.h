@@ -26,6 +26,9 @@ coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *ou
 coll_result_t colli_netif_select_toward(const char *spec, int family,
                                         const struct sockaddr_storage *toward, colli_netif_t *out);
 
+/* Is this host's interface name down (not up, no carrier, or gone)? 1 down, 0 up, -1 unknown. */
+int colli_netif_link_down(const char *name);
+
 /* True when spec matches (name, addr): exposed for unit tests. */
 bool colli_netif_match(const char *spec, const char *name, const struct sockaddr *addr);
 
