@@ -154,4 +154,8 @@ gnutls_certificate_retrieve_function2 *agent_tls_callback(void);
 int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const char *ns,
                                 const json_t *pod, const json_t *nslabels, json_t *warnings);
 
+/* May s enter an API path as an object name? DNS-1123: a subdomain (253 characters, '.'
+ * allowed) when subdomain is set, else a label (63). 1 yes, 0 no. */
+int agent_webhook_name_ok(const char *s, int subdomain);
+
 #endif
