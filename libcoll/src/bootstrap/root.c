@@ -109,7 +109,7 @@ static void drop_stranger(root_t *r, int fd, const struct sockaddr_storage *from
     snprintf(r->last_stranger, sizeof(r->last_stranger), "%s", a);
     r->dropped++;
     const double now = colli_now();
-    if (r->warned < 3) {
+    if (r->warned < 8) {
         coll_warn(BOOT, "bootstrap root: dropped connection from %s: %s", a, why);
         r->warned++;
         r->warn_at = now;
