@@ -1,0 +1,865 @@
+/*
+ * kcoll's torch.distributed backend: a thin layer over coll.h. Every operation becomes one job
+ * on the process group's worker thread (collectives of one group run in issue order, the same
+ * on every rank), and its Work completes when the job's coll_* calls returned. A wait has a
+ * deadline (the group's timeout unless the caller gives one); when it passes, the communicator
+ * is aborted so that the worker and every peer stop too, and the wait raises.
+ */
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/python.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll.h"
+#include "compat.h"
+
+namespace py = pybind11;
+
+namespace kcoll
+{
+
+[[noreturn]] static void fail(const std::string &what, coll_result_t r)
+{
+    const char *detail = coll_get_last_error();
+    std::string msg = "kcoll: " + what + " failed: " + coll_get_error_string(r);
+    if (detail != nullptr && detail[0] != '\0')
+        msg += ": " + std::string(detail);
+    throw std::runtime_error(msg);
+}
+
+static void check(coll_result_t r, const std::string &what)
+{
+    if (r != COLL_SUCCESS)
+        fail(what, r);
+}
+
+/* The communicator, shared by the process group, its Work objects and Python. Aborting it is
+ * the one thing that may happen from another thread while the worker is inside a call. */
+class Comm
+{
+  public:
+    explicit Comm(coll_comm_t c) : comm_(c)
+    {
+        check(coll_comm_user_rank(c, &rank_), "coll_comm_user_rank");
+        check(coll_comm_count(c, &size_), "coll_comm_count");
+    }
+    ~Comm()
+    {
+        if (!gone_.exchange(true))
+            (void)coll_comm_destroy(comm_); /* nothing to report to from a destructor */
+    }
+    Comm(const Comm &) = delete;
+    Comm &operator=(const Comm &) = delete;
+
+    coll_comm_t get() const
+    {
+        return comm_;
+    }
+    int rank() const
+    {
+        return rank_;
+    }
+    int size() const
+    {
+        return size_;
+    }
+    bool aborted() const
+    {
+        return gone_.load();
+    }
+    void abort()
+    {
+        if (!gone_.exchange(true))
+            (void)coll_comm_abort(comm_); /* the communicator is gone whatever it returns */
+    }
+
+  private:
+    coll_comm_t comm_;
+    int rank_ = 0;
+    int size_ = 0;
+    std::atomic<bool> gone_{false};
+};
+
+static std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks)
+{
+    coll_unique_id_t id;
+    check(coll_unique_id_from_string(&id, uid.c_str()), "coll_unique_id_from_string");
+    coll_comm_t c = nullptr;
+    coll_result_t r;
+    {
+        py::gil_scoped_release nogil;
+        r = coll_comm_init_rank(&c, nranks, id, rank);
+    }
+    check(r, "coll_comm_init_rank (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                 ")");
+    return std::make_shared<Comm>(c);
+}
+
+static std::shared_ptr<Comm> init_agent()
+{
+    coll_comm_t c = nullptr;
+    coll_result_t r;
+    {
+        py::gil_scoped_release nogil;
+        r = coll_comm_init_agent(&c);
+    }
+    check(r, "coll_comm_init_agent");
+    return std::make_shared<Comm>(c);
+}
+
+static std::string unique_id()
+{
+    coll_unique_id_t id;
+    check(coll_get_unique_id(&id), "coll_get_unique_id");
+    char buf[COLL_UNIQUE_ID_STRLEN];
+    check(coll_unique_id_to_string(&id, buf, sizeof buf), "coll_unique_id_to_string");
+    return std::string(buf);
+}
+
+/* Root's bytes on every rank (the rendezvous uses it to share the store's address). */
+static py::bytes broadcast_bytes(const std::shared_ptr<Comm> &comm, const std::string &data,
+                                 int root, size_t len)
+{
+    std::string buf(data);
+    buf.resize(len, '\0');
+    coll_result_t r;
+    {
+        py::gil_scoped_release nogil;
+        r = coll_broadcast(buf.data(), &buf[0], len, COLL_UINT8, root, comm->get(), nullptr);
+    }
+    check(r, "coll_broadcast");
+    return py::bytes(buf);
+}
+
+static coll_datatype_t dtype_of(const at::Tensor &t)
+{
+    switch (t.scalar_type()) {
+    case at::kFloat:
+        return COLL_FLOAT32;
+    case at::kDouble:
+        return COLL_FLOAT64;
+    case at::kHalf:
+        return COLL_FLOAT16;
+    case at::kBFloat16:
+        return COLL_BFLOAT16;
+    case at::kChar:
+        return COLL_INT8;
+    case at::kByte:
+        return COLL_UINT8;
+    case at::kBool:
+        return COLL_UINT8;
+    case at::kInt:
+        return COLL_INT32;
+    case at::kLong:
+        return COLL_INT64;
+    default:
+        TORCH_CHECK(false, "kcoll: dtype ", t.scalar_type(),
+                    " is not supported (kcoll has float16, bfloat16, float32, float64, int8, "
+                    "uint8, int32, int64 and bool)");
+    }
+}
+
+static coll_op_t op_of(const c10d::ReduceOp &op, const at::Tensor &t)
+{
+    bool is_bool = t.scalar_type() == at::kBool;
+    switch (op) {
+    case c10d::ReduceOp::SUM:
+        return is_bool ? COLL_MAX : COLL_SUM; /* logical or */
+    case c10d::ReduceOp::PREMUL_SUM:
+        return COLL_SUM; /* input scaled first */
+    case c10d::ReduceOp::PRODUCT:
+        return is_bool ? COLL_MIN : COLL_PROD; /* logical and */
+    case c10d::ReduceOp::MIN:
+        return COLL_MIN;
+    case c10d::ReduceOp::MAX:
+        return COLL_MAX;
+    case c10d::ReduceOp::AVG:
+        TORCH_CHECK(!is_bool, "kcoll: ReduceOp.AVG of bool tensors is not defined");
+        return COLL_AVG;
+    default:
+        TORCH_CHECK(false, "kcoll: reduce op ", static_cast<int>(op),
+                    " is not supported (kcoll reduces with SUM, PRODUCT, MIN, MAX, AVG and "
+                    "PREMUL_SUM; BAND/BOR/BXOR are not in coll.h)");
+    }
+}
+
+/* PREMUL_SUM: sum(factor * x). coll.h has no premultiply, so the input is scaled here. */
+static at::Tensor premul(const c10d::ReduceOp &op, const at::Tensor &t, bool in_place)
+{
+    if (op != c10d::ReduceOp::PREMUL_SUM)
+        return t;
+    auto *s = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(op.supplement_.get());
+    TORCH_CHECK(s != nullptr, "kcoll: PREMUL_SUM without its factor");
+    if (!s->tensor_factors.empty()) {
+        at::Tensor f = s->tensor_factors[0].to(t.device());
+        return in_place ? t.mul_(f) : t.mul(f);
+    }
+    return in_place ? t.mul_(s->double_factor) : t.mul(s->double_factor);
+}
+
+static void check_tensor(const at::Tensor &t, const char *op)
+{
+    TORCH_CHECK(t.layout() == at::kStrided, "kcoll: ", op, ": only dense tensors (got ", t.layout(),
+                ")");
+    TORCH_CHECK(t.is_contiguous(), "kcoll: ", op,
+                ": tensor is not contiguous; call .contiguous() on it first");
+#if defined(KCOLL_TORCH_CUDA)
+    TORCH_CHECK(t.is_cpu() || t.is_cuda(), "kcoll: ", op, ": tensors on ", t.device(),
+                " are not supported (cpu and cuda are)");
+#else
+    TORCH_CHECK(t.is_cpu(), "kcoll: ", op, ": tensors on ", t.device(),
+                " are not supported by this build (cpu only: PyTorch without CUDA)");
+#endif
+}
+
+static at::Tensor one_tensor(const std::vector<at::Tensor> &ts, const char *op)
+{
+    TORCH_CHECK(ts.size() == 1, "kcoll: ", op, ": one tensor per call (got ", ts.size(),
+                "; one process per device)");
+    check_tensor(ts[0], op);
+    return ts[0];
+}
+
+/* The stream a device buffer's call is ordered on: PyTorch's current one; NULL for host. */
+static coll_stream_t stream_of(const at::Tensor &t)
+{
+#if defined(KCOLL_TORCH_CUDA)
+    if (t.is_cuda())
+        return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#endif
+    (void)t;
+    return nullptr;
+}
+
+class Work : public c10d::Work
+{
+  public:
+    Work(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+         std::chrono::milliseconds timeout, std::shared_ptr<Comm> comm, std::string name)
+        : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout),
+          comm_(std::move(comm)), name_(std::move(name)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get())))
+    {
+    }
+
+    void complete(std::exception_ptr e)
+    {
+        /* the future first: a DDP callback chained on it must see the result */
+        if (e)
+            future_->setError(e);
+        else
+            future_->markCompleted(c10::IValue(outputs_));
+        finish(e);
+    }
+
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        auto limit = timeout.count() == 0 ? timeout_ : timeout; /* 0: kNoTimeout */
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
+            lock.unlock();
+            comm_->abort();
+            TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_, " did not complete within ",
+                        limit.count(),
+                        " ms; the communicator is aborted (a peer that is late, "
+                        "stuck or did not call the same collective)");
+        }
+        if (exception_)
+            std::rethrow_exception(exception_);
+        return true;
+    }
+
+    std::vector<at::Tensor> result() override
+    {
+        return outputs_;
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        return future_;
+    }
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    std::chrono::milliseconds timeout_;
+    std::shared_ptr<Comm> comm_;
+    std::string name_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupKcoll : public KCOLL_TORCH_BASE
+{
+  public:
+    ProcessGroupKcoll(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout)
+        : KCOLL_TORCH_BASE(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout),
+          worker_([this] { run(); })
+    {
+    }
+
+    ~ProcessGroupKcoll() override
+    {
+        {
+            std::lock_guard<std::mutex> lock(qmutex_);
+            stop_ = true;
+        }
+        qcv_.notify_all();
+        worker_.join();
+    }
+
+    const std::string getBackendName() const override
+    {
+        return "kcoll";
+    }
+
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override
+    {
+        at::Tensor t = one_tensor(tensors, "broadcast");
+        int root = static_cast<int>(opts.rootRank);
+        return submit(c10d::OpType::BROADCAST, "broadcast", {t}, [this, t, root] {
+            check(coll_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), root, comm(),
+                                 stream_of(t)),
+                  "coll_broadcast");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override
+    {
+        at::Tensor t = one_tensor(tensors, "all_reduce");
+        coll_op_t op = op_of(opts.reduceOp, t);
+        c10d::ReduceOp rop = opts.reduceOp;
+        return submit(c10d::OpType::ALLREDUCE, "all_reduce", {t}, [this, t, op, rop] {
+            premul(rop, t, true);
+            check(coll_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), op, comm(),
+                                  stream_of(t)),
+                  "coll_all_reduce");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                        const c10d::AllreduceCoalescedOptions &opts) override
+    {
+        TORCH_CHECK(!tensors.empty(), "kcoll: allreduce_coalesced of no tensors");
+        for (const auto &t : tensors) {
+            check_tensor(t, "allreduce_coalesced");
+            TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type() &&
+                            t.device() == tensors[0].device(),
+                        "kcoll: allreduce_coalesced: tensors of one dtype and device only");
+        }
+        coll_op_t op = op_of(opts.reduceOp, tensors[0]);
+        c10d::ReduceOp rop = opts.reduceOp;
+        std::vector<at::Tensor> ts = tensors;
+        return submit(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts,
+                      [this, ts, op, rop] {
+                          std::vector<at::Tensor> flat_parts;
+                          for (const auto &t : ts)
+                              flat_parts.push_back(t.reshape({-1}));
+                          at::Tensor flat = premul(rop, at::cat(flat_parts), true);
+                          check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
+                                                dtype_of(flat), op, comm(), stream_of(flat)),
+                                "coll_all_reduce");
+                          int64_t off = 0;
+                          for (const auto &t : ts) {
+                              t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+                              off += t.numel();
+                          }
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts) override
+    {
+        at::Tensor t = one_tensor(tensors, "reduce");
+        coll_op_t op = op_of(opts.reduceOp, t);
+        c10d::ReduceOp rop = opts.reduceOp;
+        int root = static_cast<int>(opts.rootRank);
+        return submit(c10d::OpType::REDUCE, "reduce", {t}, [this, t, op, rop, root] {
+            /* non-root tensors are left as they were (the scaled copy is a temporary) */
+            at::Tensor in = premul(rop, t, getRank() == root);
+            check(coll_reduce(in.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), op, root, comm(),
+                              stream_of(t)),
+                  "coll_reduce");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &) override
+    {
+        at::Tensor in = one_tensor(inputs, "all_gather");
+        TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()),
+                    "kcoll: all_gather: one output list of ", getSize(), " tensors");
+        std::vector<at::Tensor> outs = outputs[0];
+        for (const auto &o : outs)
+            check_same(o, in, "all_gather");
+        return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
+            at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+            check(coll_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in), comm(),
+                                  stream_of(in)),
+                  "coll_all_gather");
+            for (int i = 0; i < getSize(); i++)
+                outs[i].copy_(flat.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &) override
+    {
+        check_tensor(input, "all_gather_into_tensor");
+        check_tensor(output, "all_gather_into_tensor");
+        TORCH_CHECK(output.numel() == input.numel() * getSize() &&
+                        output.scalar_type() == input.scalar_type(),
+                    "kcoll: all_gather_into_tensor: the output must hold world_size (", getSize(),
+                    ") times the input's elements, of the same dtype");
+        at::Tensor in = input, out = output;
+        return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
+                      [this, in, out] {
+                          check(coll_all_gather(in.data_ptr(), out.data_ptr(), in.numel(),
+                                                dtype_of(in), comm(), stream_of(in)),
+                                "coll_all_gather");
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts) override
+    {
+        at::Tensor in = one_tensor(inputs, "gather");
+        int root = static_cast<int>(opts.rootRank);
+        std::vector<at::Tensor> outs;
+        if (getRank() == root) {
+            TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()),
+                        "kcoll: gather: the root needs one output list of ", getSize(), " tensors");
+            outs = outputs[0];
+            for (const auto &o : outs)
+                check_same(o, in, "gather");
+        } else {
+            TORCH_CHECK(outputs.empty() || outputs[0].empty(),
+                        "kcoll: gather: only the root passes outputs");
+        }
+        return submit(c10d::OpType::GATHER, "gather", outs, [this, in, outs, root] {
+            group([&] {
+                if (getRank() != root) {
+                    send1(in, root);
+                    return;
+                }
+                for (int r = 0; r < getSize(); r++) {
+                    if (r == getRank())
+                        outs[r].copy_(in);
+                    else
+                        recv1(outs[r], r);
+                }
+            });
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override
+    {
+        at::Tensor out = one_tensor(outputs, "scatter");
+        int root = static_cast<int>(opts.rootRank);
+        std::vector<at::Tensor> ins;
+        if (getRank() == root) {
+            TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()),
+                        "kcoll: scatter: the root needs one input list of ", getSize(), " tensors");
+            ins = inputs[0];
+            for (const auto &i : ins)
+                check_same(i, out, "scatter");
+        } else {
+            TORCH_CHECK(inputs.empty() || inputs[0].empty(),
+                        "kcoll: scatter: only the root passes inputs");
+        }
+        return submit(c10d::OpType::SCATTER, "scatter", {out}, [this, ins, out, root] {
+            group([&] {
+                if (getRank() != root) {
+                    recv1(out, root);
+                    return;
+                }
+                for (int r = 0; r < getSize(); r++) {
+                    if (r == getRank())
+                        out.copy_(ins[r]);
+                    else
+                        send1(ins[r], r);
+                }
+            });
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override
+    {
+        at::Tensor out = one_tensor(outputs, "reduce_scatter");
+        TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()),
+                    "kcoll: reduce_scatter: one input list of ", getSize(), " tensors");
+        std::vector<at::Tensor> ins = inputs[0];
+        for (const auto &i : ins)
+            check_same(i, out, "reduce_scatter");
+        coll_op_t op = op_of(opts.reduceOp, out);
+        c10d::ReduceOp rop = opts.reduceOp;
+        return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
+                      [this, ins, out, op, rop] {
+                          std::vector<at::Tensor> parts;
+                          for (const auto &i : ins)
+                              parts.push_back(i.reshape({-1}));
+                          at::Tensor flat = premul(rop, at::cat(parts), true);
+                          check(coll_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
+                                                    dtype_of(out), op, comm(), stream_of(out)),
+                                "coll_reduce_scatter");
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                         const c10d::ReduceScatterOptions &opts) override
+    {
+        check_tensor(input, "reduce_scatter_tensor");
+        check_tensor(output, "reduce_scatter_tensor");
+        TORCH_CHECK(input.numel() == output.numel() * getSize() &&
+                        output.scalar_type() == input.scalar_type(),
+                    "kcoll: reduce_scatter_tensor: the input must hold world_size (", getSize(),
+                    ") times the output's elements, of the same dtype");
+        coll_op_t op = op_of(opts.reduceOp, output);
+        c10d::ReduceOp rop = opts.reduceOp;
+        at::Tensor in = input, out = output;
+        return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+                      [this, in, out, op, rop] {
+                          at::Tensor src = premul(rop, in, false);
+                          check(coll_reduce_scatter(src.data_ptr(), out.data_ptr(), out.numel(),
+                                                    dtype_of(out), op, comm(), stream_of(out)),
+                                "coll_reduce_scatter");
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &outSplits,
+                                                 std::vector<int64_t> &inSplits,
+                                                 const c10d::AllToAllOptions &) override
+    {
+        check_tensor(input, "all_to_all_single");
+        check_tensor(output, "all_to_all_single");
+        TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+                    "kcoll: all_to_all_single: input and output of one dtype");
+        at::Tensor in = input, out = output;
+        if (outSplits.empty() && inSplits.empty()) {
+            TORCH_CHECK(in.numel() == out.numel() && in.numel() % getSize() == 0,
+                        "kcoll: all_to_all_single: without split sizes input and output have "
+                        "the same size, a multiple of world_size (",
+                        getSize(), ")");
+            return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, [this, in, out] {
+                check(coll_all_to_all(in.data_ptr(), out.data_ptr(), in.numel() / getSize(),
+                                      dtype_of(in), comm(), stream_of(in)),
+                      "coll_all_to_all");
+            });
+        }
+        std::vector<int64_t> ins = blocks(in, inSplits, "input");
+        std::vector<int64_t> outs = blocks(out, outSplits, "output");
+        return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
+                      [this, in, out, ins, outs] {
+                          int64_t ioff = 0, ooff = 0;
+                          group([&] {
+                              for (int r = 0; r < getSize(); r++) {
+                                  at::Tensor s = in.narrow(0, ioff, ins[r]);
+                                  at::Tensor d = out.narrow(0, ooff, outs[r]);
+                                  ioff += ins[r];
+                                  ooff += outs[r];
+                                  if (r == getRank())
+                                      d.copy_(s);
+                                  else {
+                                      send1(s, r);
+                                      recv1(d, r);
+                                  }
+                              }
+                          });
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &) override
+    {
+        TORCH_CHECK(outputs.size() == static_cast<size_t>(getSize()) &&
+                        inputs.size() == outputs.size(),
+                    "kcoll: all_to_all: lists of world_size (", getSize(), ") tensors");
+        for (int r = 0; r < getSize(); r++) {
+            check_tensor(inputs[r], "all_to_all");
+            check_tensor(outputs[r], "all_to_all");
+        }
+        std::vector<at::Tensor> ins = inputs, outs = outputs;
+        return submit(c10d::OpType::ALLTOALL, "all_to_all", outs, [this, ins, outs] {
+            group([&] {
+                for (int r = 0; r < getSize(); r++) {
+                    if (r == getRank()) {
+                        outs[r].copy_(ins[r]);
+                        continue;
+                    }
+                    send1(ins[r], r);
+                    recv1(outs[r], r);
+                }
+            });
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int) override
+    {
+        at::Tensor t = one_tensor(tensors, "send");
+        return p2p(c10d::OpType::SEND, "send", t, [this, t, dst] { send1(t, dst); });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int) override
+    {
+        at::Tensor t = one_tensor(tensors, "recv");
+        return p2p(c10d::OpType::RECV, "recv", t, [this, t, src] { recv1(t, src); });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
+    {
+        TORCH_CHECK(false, "kcoll: recv from any source is not supported (coll.h matches "
+                           "receives by peer); pass src");
+    }
+
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
+    {
+        return submit(c10d::OpType::BARRIER, "barrier", {}, [this] {
+            int32_t one = 1;
+            check(coll_all_reduce(&one, &one, 1, COLL_INT32, COLL_SUM, comm(), nullptr),
+                  "coll_all_reduce (barrier)");
+        });
+    }
+
+    /* batch_isend_irecv: the sends and receives between start and end run as one coll group,
+     * so that any exchange pattern completes. */
+    void startCoalescing() override
+    {
+        std::lock_guard<std::mutex> lock(cmutex_);
+        TORCH_CHECK(!coalescing_, "kcoll: coalescing started twice");
+        coalescing_ = true;
+    }
+
+    KCOLL_TORCH_COALESCE_RET endCoalescing(KCOLL_TORCH_COALESCE_ARG) override
+    {
+        std::vector<Pending> batch;
+        {
+            std::lock_guard<std::mutex> lock(cmutex_);
+            TORCH_CHECK(coalescing_, "kcoll: endCoalescing without startCoalescing");
+            coalescing_ = false;
+            batch.swap(pending_);
+        }
+        std::vector<c10::intrusive_ptr<Work>> works;
+        std::vector<at::Tensor> outs;
+        std::vector<std::function<void()>> fns;
+        for (auto &p : batch) {
+            works.push_back(p.work);
+            fns.push_back(std::move(p.fn));
+            auto r = p.work->result();
+            outs.insert(outs.end(), r.begin(), r.end());
+        }
+        auto whole = make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs);
+        works.push_back(whole);
+        enqueue(works, [this, fns] {
+            group([&] {
+                for (const auto &f : fns)
+                    f();
+            });
+        });
+#if TORCH_VERSION_MAJOR >= 2
+        return whole;
+#else
+        (void)reqs; /* every Work in reqs is one of those just queued */
+#endif
+    }
+
+  private:
+    struct Pending {
+        c10::intrusive_ptr<Work> work;
+        std::function<void()> fn;
+    };
+
+    coll_comm_t comm() const
+    {
+        return comm_->get();
+    }
+
+    void check_same(const at::Tensor &t, const at::Tensor &ref, const char *op) const
+    {
+        check_tensor(t, op);
+        TORCH_CHECK(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "kcoll: ", op,
+                    ": every tensor has the same size and dtype (", ref.numel(), " x ",
+                    ref.scalar_type(), "; got ", t.numel(), " x ", t.scalar_type(), ")");
+    }
+
+    /* Row counts of the blocks of t per rank from split sizes (empty: equal blocks). */
+    std::vector<int64_t> blocks(const at::Tensor &t, const std::vector<int64_t> &splits,
+                                const char *which) const
+    {
+        int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+        std::vector<int64_t> b;
+        if (splits.empty()) {
+            TORCH_CHECK(rows % getSize() == 0, "kcoll: all_to_all_single: the ", which,
+                        "'s first dimension (", rows, ") is not a multiple of world_size");
+            b.assign(getSize(), rows / getSize());
+            return b;
+        }
+        TORCH_CHECK(splits.size() == static_cast<size_t>(getSize()),
+                    "kcoll: all_to_all_single: ", which, " split sizes need world_size (",
+                    getSize(), ") entries");
+        int64_t sum = 0;
+        for (int64_t s : splits) {
+            TORCH_CHECK(s >= 0, "kcoll: all_to_all_single: a negative split size");
+            sum += s;
+        }
+        TORCH_CHECK(sum == rows, "kcoll: all_to_all_single: ", which, " split sizes add up to ",
+                    sum, ", the tensor has ", rows, " rows");
+        return splits;
+    }
+
+    void send1(const at::Tensor &t, int peer)
+    {
+        check(coll_send(t.data_ptr(), t.numel(), dtype_of(t), peer, comm(), stream_of(t)),
+              "coll_send to rank " + std::to_string(peer));
+    }
+
+    void recv1(const at::Tensor &t, int peer)
+    {
+        check(coll_recv(t.data_ptr(), t.numel(), dtype_of(t), peer, comm(), stream_of(t)),
+              "coll_recv from rank " + std::to_string(peer));
+    }
+
+    /* fn's sends and receives in one coll group; the group is closed even when fn throws. */
+    template <typename F> void group(F fn)
+    {
+        check(coll_group_start(), "coll_group_start");
+        try {
+            fn();
+        } catch (...) {
+            (void)coll_group_end(); /* the first error is the one reported */
+            throw;
+        }
+        check(coll_group_end(), "coll_group_end");
+    }
+
+    c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
+                                       std::vector<at::Tensor> outs)
+    {
+        return c10::make_intrusive<Work>(getRank(), type, std::move(outs), timeout_, comm_, name);
+    }
+
+    c10::intrusive_ptr<c10d::Work> p2p(c10d::OpType type, const char *name, const at::Tensor &t,
+                                       std::function<void()> fn)
+    {
+        std::lock_guard<std::mutex> lock(cmutex_);
+        if (!coalescing_)
+            return submit(type, name, {t}, [this, fn] { group(fn); });
+        auto w = make_work(type, name, {t});
+        pending_.push_back(Pending{w, std::move(fn)});
+        return w;
+    }
+
+    c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char *name,
+                                          std::vector<at::Tensor> outs, std::function<void()> fn)
+    {
+        auto w = make_work(type, name, std::move(outs));
+        enqueue({w}, std::move(fn));
+        return w;
+    }
+
+    void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn)
+    {
+        {
+            std::lock_guard<std::mutex> lock(qmutex_);
+            queue_.push_back(Job{std::move(works), std::move(fn)});
+        }
+        qcv_.notify_one();
+    }
+
+    void run()
+    {
+        for (;;) {
+            Job job;
+            {
+                std::unique_lock<std::mutex> lock(qmutex_);
+                qcv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+                if (queue_.empty())
+                    return; /* stopping, and every queued job ran */
+                job = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            std::exception_ptr e;
+            try {
+                at::NoGradGuard no_grad;
+                TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
+                                               "was aborted (an earlier wait timed out)");
+                job.fn();
+            } catch (...) {
+                e = std::current_exception();
+            }
+            for (auto &w : job.works)
+                w->complete(e);
+        }
+    }
+
+    struct Job {
+        std::vector<c10::intrusive_ptr<Work>> works;
+        std::function<void()> fn;
+    };
+
+    std::shared_ptr<Comm> comm_;
+    std::chrono::milliseconds timeout_;
+    std::mutex qmutex_;
+    std::condition_variable qcv_;
+    std::deque<Job> queue_;
+    bool stop_ = false;
+    std::mutex cmutex_;
+    bool coalescing_ = false;
+    std::vector<Pending> pending_;
+    std::thread worker_; /* last: it starts in the constructor and uses the members above */
+};
+
+static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, double timeout_s)
+{
+    TORCH_CHECK(comm && !comm->aborted(), "kcoll: no communicator (it was aborted)");
+    auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+    return c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), ms);
+}
+
+} // namespace kcoll
+
+PYBIND11_MODULE(_C, m)
+{
+    m.doc() = "kcoll's torch.distributed backend (C++ over coll.h)";
+    py::class_<kcoll::Comm, std::shared_ptr<kcoll::Comm>>(m, "Comm")
+        .def_static("init_rank", &kcoll::init_rank, py::arg("unique_id"), py::arg("rank"),
+                    py::arg("nranks"))
+        .def_static("init_agent", &kcoll::init_agent)
+        .def_property_readonly("rank", &kcoll::Comm::rank)
+        .def_property_readonly("size", &kcoll::Comm::size)
+        .def("abort", &kcoll::Comm::abort)
+        .def("broadcast_bytes", &kcoll::broadcast_bytes, py::arg("data"), py::arg("root"),
+             py::arg("length"));
+    m.def("unique_id", &kcoll::unique_id, "a new unique id (this process serves its bootstrap)");
+    m.def("create", &kcoll::create, py::arg("comm"), py::arg("timeout_s"),
+          "the process group on a communicator");
+    m.def("library_version", [] { return std::string(coll_get_version_string()); });
+    m.attr("HEADER_VERSION") = COLL_VERSION;
+    m.attr("TORCH_BUILT_WITH") = TORCH_VERSION;
+    m.attr("TORCH_BASE") = KCOLL_TORCH_BASE_NAME;
+#if defined(KCOLL_TORCH_CUDA)
+    m.attr("CUDA") = true;
+#else
+    m.attr("CUDA") = false;
+#endif
+}
