@@ -80,7 +80,8 @@ def _kcoll_env_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
             raise RuntimeError("kcoll: init_process_group(%s=%s) but kcoll's communicator says "
                                "%s=%d" % (name, query[name], name, value))
     if rank == 0:
-        store = dist.TCPStore("0.0.0.0", 0, world, True, timeout)
+        # not waiting for the workers here: they learn the port from the broadcast below
+        store = dist.TCPStore("0.0.0.0", 0, world, True, timeout, wait_for_workers=False)
         data = ("%s:%d" % (addr, store.port)).encode()
         comm.broadcast_bytes(data, 0, _ADDR_BYTES)
     else:
