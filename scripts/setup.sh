@@ -26,6 +26,9 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev mpich
     # helm/kubectl download
     nodejs npm unzip ca-certificates
+    # the PyTorch backend (python/, tests label torch): Debian's PyTorch 1.13 (CPU), its C++
+    # headers and libraries, pybind11
+    python3-torch libtorch-dev pybind11-dev
 )
 
 TMP_DIR=""
