@@ -29,6 +29,22 @@ namespace py = pybind11;
 namespace kcoll
 {
 
+/* A caller waiting for a Work, and the idle worker waiting for a job, poll this long before they
+ * sleep: two thread wake-ups cost tens of microseconds on a small VM, more than a small
+ * collective (libcoll spins the same way, COLL_SPIN_US). */
+static constexpr std::chrono::microseconds kSpin{50};
+
+template <typename Pred> static bool spin_until(Pred ready)
+{
+    auto end = std::chrono::steady_clock::now() + kSpin;
+    while (!ready()) {
+        if (std::chrono::steady_clock::now() >= end)
+            return false;
+        std::this_thread::yield();
+    }
+    return true;
+}
+
 [[noreturn]] static void fail(const std::string &what, coll_result_t r)
 {
     const char *detail = coll_get_last_error();
@@ -262,11 +278,13 @@ class Work : public c10d::Work
         else
             future_->markCompleted(c10::IValue(outputs_));
         finish(e);
+        done_.store(true, std::memory_order_release);
     }
 
     bool wait(std::chrono::milliseconds timeout) override
     {
         auto limit = timeout.count() == 0 ? timeout_ : timeout; /* 0: kNoTimeout */
+        spin_until([this] { return done_.load(std::memory_order_acquire); });
         std::unique_lock<std::mutex> lock(mutex_);
         if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
             lock.unlock();
@@ -296,6 +314,7 @@ class Work : public c10d::Work
     std::shared_ptr<Comm> comm_;
     std::string name_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
+    std::atomic<bool> done_{false};
 };
 
 class ProcessGroupKcoll : public KCOLL_TORCH_BASE
@@ -782,6 +801,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         {
             std::lock_guard<std::mutex> lock(qmutex_);
             queue_.push_back(Job{std::move(works), std::move(fn)});
+            queued_.fetch_add(1, std::memory_order_release);
         }
         qcv_.notify_one();
     }
@@ -790,6 +810,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         for (;;) {
             Job job;
+            spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
             {
                 std::unique_lock<std::mutex> lock(qmutex_);
                 qcv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -797,6 +818,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     return; /* stopping, and every queued job ran */
                 job = std::move(queue_.front());
                 queue_.pop_front();
+                queued_.fetch_sub(1, std::memory_order_relaxed);
             }
             std::exception_ptr e;
             try {
@@ -822,12 +844,30 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     std::mutex qmutex_;
     std::condition_variable qcv_;
     std::deque<Job> queue_;
+    std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
     std::mutex cmutex_;
     bool coalescing_ = false;
     std::vector<Pending> pending_;
     std::thread worker_; /* last: it starts in the constructor and uses the members above */
 };
+
+/* The benchmark's reference: iters coll_all_reduce calls (float32 sum, in place) on t from C,
+ * with no Python and no worker thread in between; seconds per call. */
+static double time_all_reduce(const std::shared_ptr<Comm> &comm, at::Tensor t, int iters)
+{
+    check_tensor(t, "time_all_reduce");
+    TORCH_CHECK(t.is_cpu() && iters > 0, "kcoll: time_all_reduce: a cpu tensor, iters > 0");
+    coll_datatype_t dt = dtype_of(t);
+    py::gil_scoped_release nogil;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; i++)
+        check(coll_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dt, COLL_SUM, comm->get(),
+                              nullptr),
+              "coll_all_reduce");
+    std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+    return d.count() / iters;
+}
 
 static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, double timeout_s)
 {
@@ -853,6 +893,8 @@ PYBIND11_MODULE(_C, m)
     m.def("unique_id", &kcoll::unique_id, "a new unique id (this process serves its bootstrap)");
     m.def("create", &kcoll::create, py::arg("comm"), py::arg("timeout_s"),
           "the process group on a communicator");
+    m.def("time_all_reduce", &kcoll::time_all_reduce, py::arg("comm"), py::arg("tensor"),
+          py::arg("iters"), "seconds per coll_all_reduce call, from C (the benchmark's reference)");
     m.def("library_version", [] { return std::string(coll_get_version_string()); });
     m.attr("HEADER_VERSION") = COLL_VERSION;
     m.attr("TORCH_BUILT_WITH") = TORCH_VERSION;
