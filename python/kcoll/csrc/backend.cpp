@@ -172,8 +172,7 @@ static coll_datatype_t dtype_of(const at::Tensor &t)
     case at::kChar:
         return COLL_INT8;
     case at::kByte:
-        return COLL_UINT8;
-    case at::kBool:
+    case at::kBool: /* one byte, 0 or 1 */
         return COLL_UINT8;
     case at::kInt:
         return COLL_INT32;
@@ -222,6 +221,15 @@ static at::Tensor premul(const c10d::ReduceOp &op, const at::Tensor &t, bool in_
         return in_place ? t.mul_(f) : t.mul(f);
     }
     return in_place ? t.mul_(s->double_factor) : t.mul(s->double_factor);
+}
+
+/* The tensors' elements one after the other, in a new 1-d tensor. */
+static at::Tensor flat_cat(const std::vector<at::Tensor> &ts)
+{
+    std::vector<at::Tensor> parts;
+    for (const auto &t : ts)
+        parts.push_back(t.reshape({-1}));
+    return at::cat(parts);
 }
 
 static void check_tensor(const at::Tensor &t, const char *op)
@@ -383,10 +391,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         std::vector<at::Tensor> ts = tensors;
         return submit(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts,
                       [this, ts, op, rop] {
-                          std::vector<at::Tensor> flat_parts;
-                          for (const auto &t : ts)
-                              flat_parts.push_back(t.reshape({-1}));
-                          at::Tensor flat = premul(rop, at::cat(flat_parts), true);
+                          at::Tensor flat = premul(rop, flat_cat(ts), true);
                           check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
                                                 dtype_of(flat), op, comm(), stream_of(flat)),
                                 "coll_all_reduce");
@@ -458,31 +463,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor in = one_tensor(inputs, "gather");
         int root = static_cast<int>(opts.rootRank);
-        std::vector<at::Tensor> outs;
-        if (getRank() == root) {
-            TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()),
-                        "kcoll: gather: the root needs one output list of ", getSize(), " tensors");
-            outs = outputs[0];
-            for (const auto &o : outs)
-                check_same(o, in, "gather");
-        } else {
-            TORCH_CHECK(outputs.empty() || outputs[0].empty(),
-                        "kcoll: gather: only the root passes outputs");
-        }
-        return submit(c10d::OpType::GATHER, "gather", outs, [this, in, outs, root] {
-            group([&] {
-                if (getRank() != root) {
-                    send1(in, root);
-                    return;
-                }
-                for (int r = 0; r < getSize(); r++) {
-                    if (r == getRank())
-                        outs[r].copy_(in);
-                    else
-                        recv1(outs[r], r);
-                }
-            });
-        });
+        std::vector<at::Tensor> outs = root_list(outputs, root, in, "gather", "output");
+        return submit(c10d::OpType::GATHER, "gather", outs,
+                      [this, in, outs, root] { rooted(root, in, outs, true); });
     }
 
     c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
@@ -491,31 +474,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor out = one_tensor(outputs, "scatter");
         int root = static_cast<int>(opts.rootRank);
-        std::vector<at::Tensor> ins;
-        if (getRank() == root) {
-            TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()),
-                        "kcoll: scatter: the root needs one input list of ", getSize(), " tensors");
-            ins = inputs[0];
-            for (const auto &i : ins)
-                check_same(i, out, "scatter");
-        } else {
-            TORCH_CHECK(inputs.empty() || inputs[0].empty(),
-                        "kcoll: scatter: only the root passes inputs");
-        }
-        return submit(c10d::OpType::SCATTER, "scatter", {out}, [this, ins, out, root] {
-            group([&] {
-                if (getRank() != root) {
-                    recv1(out, root);
-                    return;
-                }
-                for (int r = 0; r < getSize(); r++) {
-                    if (r == getRank())
-                        out.copy_(ins[r]);
-                    else
-                        send1(ins[r], r);
-                }
-            });
-        });
+        std::vector<at::Tensor> ins = root_list(inputs, root, out, "scatter", "input");
+        return submit(c10d::OpType::SCATTER, "scatter", {out},
+                      [this, ins, out, root] { rooted(root, out, ins, false); });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -532,10 +493,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
                       [this, ins, out, op, rop] {
-                          std::vector<at::Tensor> parts;
-                          for (const auto &i : ins)
-                              parts.push_back(i.reshape({-1}));
-                          at::Tensor flat = premul(rop, at::cat(parts), true);
+                          at::Tensor flat = premul(rop, flat_cat(ins), true);
                           check(coll_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
                                                     dtype_of(out), op, comm(), stream_of(out)),
                                 "coll_reduce_scatter");
@@ -719,6 +677,49 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         TORCH_CHECK(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "kcoll: ", op,
                     ": every tensor has the same size and dtype (", ref.numel(), " x ",
                     ref.scalar_type(), "; got ", t.numel(), " x ", t.scalar_type(), ")");
+    }
+
+    /* gather's outputs, scatter's inputs: world_size tensors like ref on the root, none elsewhere
+     */
+    std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>> &lists, int root,
+                                      const at::Tensor &ref, const char *op,
+                                      const char *which) const
+    {
+        if (getRank() != root) {
+            TORCH_CHECK(lists.empty() || lists[0].empty(), "kcoll: ", op, ": only the root passes ",
+                        which, "s");
+            return {};
+        }
+        TORCH_CHECK(lists.size() == 1 && lists[0].size() == static_cast<size_t>(getSize()),
+                    "kcoll: ", op, ": the root needs one ", which, " list of ", getSize(),
+                    " tensors");
+        for (const auto &t : lists[0])
+            check_same(t, ref, op);
+        return lists[0];
+    }
+
+    /* gather (to_root) and scatter: the root exchanges one tensor with every other rank, in one
+     * group; its own is copied. */
+    void rooted(int root, const at::Tensor &mine, const std::vector<at::Tensor> &at_root,
+                bool to_root)
+    {
+        group([&] {
+            if (getRank() != root) {
+                if (to_root)
+                    send1(mine, root);
+                else
+                    recv1(mine, root);
+                return;
+            }
+            for (int r = 0; r < getSize(); r++) {
+                if (r == getRank())
+                    (to_root ? at_root[r] : mine).copy_(to_root ? mine : at_root[r]);
+                else if (to_root)
+                    recv1(at_root[r], r);
+                else
+                    send1(at_root[r], r);
+            }
+        });
     }
 
     /* Row counts of the blocks of t per rank from split sizes (empty: equal blocks). */
