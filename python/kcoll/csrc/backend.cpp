@@ -424,11 +424,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                              const c10d::AllgatherOptions &) override
     {
         at::Tensor in = one_tensor(inputs, "all_gather");
-        TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()),
-                    "kcoll: all_gather: one output list of ", getSize(), " tensors");
-        std::vector<at::Tensor> outs = outputs[0];
-        for (const auto &o : outs)
-            check_same(o, in, "all_gather");
+        std::vector<at::Tensor> outs = world_list(outputs, in, "all_gather", "output");
         return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
             at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
             check(coll_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in), comm(),
@@ -484,11 +480,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                                   const c10d::ReduceScatterOptions &opts) override
     {
         at::Tensor out = one_tensor(outputs, "reduce_scatter");
-        TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()),
-                    "kcoll: reduce_scatter: one input list of ", getSize(), " tensors");
-        std::vector<at::Tensor> ins = inputs[0];
-        for (const auto &i : ins)
-            check_same(i, out, "reduce_scatter");
+        std::vector<at::Tensor> ins = world_list(inputs, out, "reduce_scatter", "input");
         coll_op_t op = op_of(opts.reduceOp, out);
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
@@ -690,9 +682,16 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                         which, "s");
             return {};
         }
+        return world_list(lists, ref, op, which);
+    }
+
+    /* One list of world_size tensors, each of ref's size and dtype. */
+    std::vector<at::Tensor> world_list(const std::vector<std::vector<at::Tensor>> &lists,
+                                       const at::Tensor &ref, const char *op,
+                                       const char *which) const
+    {
         TORCH_CHECK(lists.size() == 1 && lists[0].size() == static_cast<size_t>(getSize()),
-                    "kcoll: ", op, ": the root needs one ", which, " list of ", getSize(),
-                    " tensors");
+                    "kcoll: ", op, ": one ", which, " list of ", getSize(), " tensors");
         for (const auto &t : lists[0])
             check_same(t, ref, op);
         return lists[0];
