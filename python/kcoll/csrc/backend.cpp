@@ -438,12 +438,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &) override
     {
-        check_tensor(input, "all_gather_into_tensor");
-        check_tensor(output, "all_gather_into_tensor");
-        TORCH_CHECK(output.numel() == input.numel() * getSize() &&
-                        output.scalar_type() == input.scalar_type(),
-                    "kcoll: all_gather_into_tensor: the output must hold world_size (", getSize(),
-                    ") times the input's elements, of the same dtype");
+        check_world_times(output, "output", input, "all_gather_into_tensor");
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
                       [this, in, out] {
@@ -496,12 +491,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                          const c10d::ReduceScatterOptions &opts) override
     {
-        check_tensor(input, "reduce_scatter_tensor");
-        check_tensor(output, "reduce_scatter_tensor");
-        TORCH_CHECK(input.numel() == output.numel() * getSize() &&
-                        output.scalar_type() == input.scalar_type(),
-                    "kcoll: reduce_scatter_tensor: the input must hold world_size (", getSize(),
-                    ") times the output's elements, of the same dtype");
+        check_world_times(input, "input", output, "reduce_scatter_tensor");
         coll_op_t op = op_of(opts.reduceOp, output);
         c10d::ReduceOp rop = opts.reduceOp;
         at::Tensor in = input, out = output;
@@ -683,6 +673,18 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             return {};
         }
         return world_list(lists, ref, op, which);
+    }
+
+    /* big (called which) holds world_size times small's elements, of small's dtype. */
+    void check_world_times(const at::Tensor &big, const char *which, const at::Tensor &small,
+                           const char *op) const
+    {
+        check_tensor(big, op);
+        check_tensor(small, op);
+        TORCH_CHECK(big.numel() == small.numel() * getSize() &&
+                        big.scalar_type() == small.scalar_type(),
+                    "kcoll: ", op, ": the ", which, " must hold world_size (", getSize(),
+                    ") times the other tensor's elements, of the same dtype");
     }
 
     /* One list of world_size tensors, each of ref's size and dtype. */
