@@ -18,7 +18,13 @@ def need_torch():
     if not dist.is_available():
         print("SKIP: this PyTorch has no torch.distributed")
         sys.exit(SKIP)
-    import kcoll  # noqa: F401  (a failure here is a failure, not a skip)
+    try:
+        import kcoll  # noqa: F401
+    except ImportError as e:  # PyTorch is there: a missing package is a failure, not a skip
+        print("FAIL: PyTorch is installed but the kcoll package does not import (%s); was the "
+              "backend built (cmake -DCOLL_TORCH=ON, pybind11-dev, libtorch-dev) and is "
+              "PYTHONPATH=<build>/python?" % e)
+        sys.exit(1)
 
 
 def free_port():
