@@ -12,7 +12,8 @@ CMake-built package (build/python), not this one.
 import os
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+import torch
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -22,13 +23,18 @@ if not os.path.exists(os.path.join(LIBDIR, "libcoll.so")):
     raise SystemExit("kcoll: %s/libcoll.so not found: build kcoll first (scripts/build.sh) or set "
                      "KCOLL_BUILD_DIR to a CMake build folder" % LIBDIR)
 
+# A PyTorch with CUDA gets the CUDA tensor path (PyTorch's current stream to kcoll's device path).
+CUDA = torch.version.cuda is not None and os.environ.get("KCOLL_TORCH_CUDA", "1") != "0"
+Extension = CUDAExtension if CUDA else CppExtension
+
 setup(
     name="kcoll",
     version="0.1.0",
     description="kcoll's torch.distributed backend (import kcoll; init_process_group('kcoll'))",
     packages=["kcoll"],
-    ext_modules=[CppExtension(
+    ext_modules=[Extension(
         "kcoll._C", ["kcoll/csrc/backend.cpp"],
+        define_macros=[("KCOLL_TORCH_CUDA", "1")] if CUDA else [],
         include_dirs=[os.path.join(ROOT, "libcoll", "include"), os.path.join(HERE, "kcoll",
                                                                            "csrc")],
         library_dirs=[LIBDIR], libraries=["coll"],

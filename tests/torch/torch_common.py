@@ -33,13 +33,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def spawn(fn, world, *args):
-    """Run fn(rank, world, *args) in world forked processes rendezvousing through env://
-    (MASTER_ADDR/MASTER_PORT: the store path). Raises when any rank raised."""
+def spawn(fn, world, *args, start_method="fork"):
+    """Run fn(rank, world, *args) in world processes (forked: fast; "spawn" where CUDA is used)
+    rendezvousing through env:// (MASTER_ADDR/MASTER_PORT: the store path). Raises when any rank
+    raised."""
     import torch.multiprocessing as mp
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     mp.start_processes(_entry, args=(fn, world, env, args), nprocs=world, join=True,
-                       start_method="fork")
+                       start_method=start_method)
 
 
 def _entry(rank, fn, world, env, args):

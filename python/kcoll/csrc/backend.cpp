@@ -8,6 +8,7 @@
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <c10/core/StreamGuard.h>
 #include <torch/python.h>
 
 #include <atomic>
@@ -255,7 +256,8 @@ static at::Tensor one_tensor(const std::vector<at::Tensor> &ts, const char *op)
     return ts[0];
 }
 
-/* The stream a device buffer's call is ordered on: PyTorch's current one; NULL for host. */
+/* The stream a device buffer's call is ordered on: PyTorch's current one (on the worker, the
+ * issuing thread's: see stream_for); NULL for host buffers. */
 static coll_stream_t stream_of(const at::Tensor &t)
 {
 #if defined(KCOLL_TORCH_CUDA)
@@ -455,8 +457,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         at::Tensor in = one_tensor(inputs, "gather");
         int root = static_cast<int>(opts.rootRank);
         std::vector<at::Tensor> outs = root_list(outputs, root, in, "gather", "output");
-        return submit(c10d::OpType::GATHER, "gather", outs,
-                      [this, in, outs, root] { rooted(root, in, outs, true); });
+        return submit(
+            c10d::OpType::GATHER, "gather", outs,
+            [this, in, outs, root] { rooted(root, in, outs, true); }, in);
     }
 
     c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
@@ -629,12 +632,15 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         }
         auto whole = make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs);
         works.push_back(whole);
-        enqueue(works, [this, fns] {
-            group([&] {
-                for (const auto &f : fns)
-                    f();
-            });
-        });
+        enqueue(
+            works,
+            [this, fns] {
+                group([&] {
+                    for (const auto &f : fns)
+                        f();
+                });
+            },
+            stream_for(outs.empty() ? at::Tensor() : outs[0]));
 #if TORCH_VERSION_MAJOR >= 2
         return whole;
 #else
@@ -790,19 +796,36 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return w;
     }
 
+    /* ref: the tensor whose device the job runs on when outs is empty (gather off the root) */
     c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char *name,
-                                          std::vector<at::Tensor> outs, std::function<void()> fn)
+                                          std::vector<at::Tensor> outs, std::function<void()> fn,
+                                          const at::Tensor &ref = at::Tensor())
     {
+        auto stream = stream_for(outs.empty() ? ref : outs[0]);
         auto w = make_work(type, name, std::move(outs));
-        enqueue({w}, std::move(fn));
+        enqueue({w}, std::move(fn), stream);
         return w;
     }
 
-    void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn)
+    /* A job on device tensors runs on the stream that was current on the calling thread when it
+     * was issued (the worker makes it current), so that it is ordered after the kernels that
+     * produced its inputs and before those that use its outputs. */
+    static c10::optional<c10::Stream> stream_for(const at::Tensor &t)
+    {
+#if defined(KCOLL_TORCH_CUDA)
+        if (t.defined() && t.is_cuda())
+            return c10::cuda::getCurrentCUDAStream(t.device().index()).unwrap();
+#endif
+        (void)t;
+        return c10::nullopt;
+    }
+
+    void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
+                 c10::optional<c10::Stream> stream)
     {
         {
             std::lock_guard<std::mutex> lock(qmutex_);
-            queue_.push_back(Job{std::move(works), std::move(fn)});
+            queue_.push_back(Job{std::move(works), std::move(fn), stream});
             queued_.fetch_add(1, std::memory_order_release);
         }
         qcv_.notify_one();
@@ -825,6 +848,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             std::exception_ptr e;
             try {
                 at::NoGradGuard no_grad;
+                c10::OptionalStreamGuard on_stream(job.stream);
                 TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
                                                "was aborted (an earlier wait timed out)");
                 job.fn();
@@ -839,6 +863,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     struct Job {
         std::vector<c10::intrusive_ptr<Work>> works;
         std::function<void()> fn;
+        c10::optional<c10::Stream> stream; /* device jobs: the caller's current stream */
     };
 
     std::shared_ptr<Comm> comm_;
