@@ -217,8 +217,9 @@ static at::Tensor premul(const c10d::ReduceOp &op, const at::Tensor &t, bool in_
         return t;
     auto *s = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(op.supplement_.get());
     TORCH_CHECK(s != nullptr, "kcoll: PREMUL_SUM without its factor");
-    if (!s->tensor_factors.empty()) {
-        at::Tensor f = s->tensor_factors[0].to(t.device());
+    at::Tensor factor = KCOLL_TORCH_PREMUL_TENSOR(s);
+    if (factor.defined()) {
+        at::Tensor f = factor.to(t.device());
         return in_place ? t.mul_(f) : t.mul(f);
     }
     return in_place ? t.mul_(s->double_factor) : t.mul(s->double_factor);

@@ -15,6 +15,8 @@
 #define KCOLL_TORCH_COALESCE_RET c10::intrusive_ptr<c10d::Work>
 #define KCOLL_TORCH_COALESCE_ARG
 #define KCOLL_TORCH_OPTYPE_COALESCED c10d::OpType::COALESCED
+/* PREMUL_SUM's factor as a tensor (undefined when it is a double) */
+#define KCOLL_TORCH_PREMUL_TENSOR(s) ((s)->tensor_factor)
 #else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #define KCOLL_TORCH_BASE             c10d::ProcessGroup
@@ -22,6 +24,8 @@
 #define KCOLL_TORCH_COALESCE_RET     void
 #define KCOLL_TORCH_COALESCE_ARG     std::vector<c10::intrusive_ptr<c10d::Work>> &reqs
 #define KCOLL_TORCH_OPTYPE_COALESCED c10d::OpType::UNKNOWN /* 1.13 has no COALESCED */
+#define KCOLL_TORCH_PREMUL_TENSOR(s)                                                               \
+    ((s)->tensor_factors.empty() ? at::Tensor() : (s)->tensor_factors[0])
 #endif
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
