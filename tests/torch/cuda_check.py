@@ -34,12 +34,16 @@ def inp(tag, rank, n, dt):
 
 
 def worker(rank, world):
+    import faulthandler
+    faulthandler.dump_traceback_later(120, exit=True)  # a hang shows where, then fails
     dev = torch.device("cuda", rank % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     dist.init_process_group("kcoll", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
+    print("rank %d: init ok on %s" % (rank, dev), flush=True)
     ck = tc.Checks("cuda rank %d" % rank)
     for dt in DTYPES:
+        print("rank %d: %s" % (rank, dt), flush=True)
         wide = torch.float64 if dt.is_floating_point else torch.int64
         xs = [inp("ar", r, N, dt) for r in range(world)]
         x = xs[rank].to(dev)

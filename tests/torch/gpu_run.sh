@@ -15,8 +15,8 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLL_TORCH=
     -DCOLL_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES="${KCOLL_CUDA_ARCH:-90-real}" >/dev/null
 cmake --build build-gpu --parallel "$(nproc)" --target coll coll_cuda coll-run >/dev/null
 (cd python && KCOLL_BUILD_DIR="$ROOT/build-gpu" "$PY" setup.py -q build_ext --inplace)
-export PYTHONPATH="$ROOT/python" OMP_NUM_THREADS=1
+export PYTHONPATH="$ROOT/python" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 "$PY" -m kcoll.check
-"$PY" tests/torch/cuda_check.py --world 2
+timeout 300 "$PY" tests/torch/cuda_check.py --world 2
 "$PY" tests/torch/test_ops.py --worlds 2,4
 "$PY" tests/torch/test_ddp.py --worlds 2
