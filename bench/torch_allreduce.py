@@ -27,9 +27,9 @@ def human(n):
     return "%d B" % n
 
 
-def iters_for(nbytes, budget):
-    """Enough calls that one timed batch takes about budget seconds at ~1 GB/s, 5..2000."""
-    return max(5, min(2000, int(budget * 1e9 / max(nbytes, 1000))))
+def iters_for(seconds_per_call, budget):
+    """Enough calls that one timed batch takes about budget seconds, 5..2000."""
+    return max(5, min(2000, int(budget / max(seconds_per_call, 1e-7))))
 
 
 def bench(rank, world, args):
@@ -56,13 +56,15 @@ def bench(rank, world, args):
     best = {(name, s): float("inf") for name in list(groups) + ["raw"] for s in sizes}
     for s in sizes:
         x = torch.ones(max(1, s // 4))
-        k = iters_for(s, args.budget)
         for _ in range(args.rounds):
             for name in ["raw", "kcoll", "gloo"]:
                 g = groups.get(name)
-                for _ in range(2):  # warm up
+                t0 = time.perf_counter()
+                for _ in range(2):  # warm up, and a first measure to size the batch
                     dist.all_reduce(x, group=g)
-                dist.barrier(group=groups["gloo"])
+                k = torch.tensor([iters_for((time.perf_counter() - t0) / 2, args.budget)])
+                dist.all_reduce(k, op=dist.ReduceOp.MIN, group=groups["gloo"])  # the same k
+                k = int(k)
                 if name == "raw":
                     t = _C.time_all_reduce(raw, x, k)
                 else:
