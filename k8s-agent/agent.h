@@ -16,7 +16,11 @@
 #include "agent_ipc.h" /* proto/: the socket protocol and the facts it serves */
 #include "agent_log.h" /* logging with stable IDs */
 
-#define AGENT_VERSION       "0.1.0"
+/* The project's version (CMakeLists.txt project(VERSION)), defined by the agent_log target, so
+ * that the agent, the library, the image and the chart carry one version. */
+#ifndef AGENT_VERSION
+#error "AGENT_VERSION is defined by CMake (target agent_log)"
+#endif
 #define AGENT_MAX_UNHEALTHY 16 /* members listed in Communicator status; the rest are counted */
 
 /* ---- time and small helpers (util.c) ---- */

@@ -79,22 +79,24 @@ static int copy_link(const char *src, const char *dst)
     return 0;
 }
 
-int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond)
+static int has_prefix(const char *name, const char *const *prefixes)
 {
-    DIR *d;
-    struct dirent *e;
-    int copied = 0;
-    memset(cond, 0, sizeof(*cond));
-    cond->fatal = 1;
-    snprintf(cond->type, sizeof(cond->type), "LibraryCopyFailed");
-    if (mkdir(dst_dir, 0755) != 0 && errno != EEXIST) {
-        snprintf(cond->message, sizeof(cond->message),
-                 "cannot create %s: %s (is the shared emptyDir mounted?)", dst_dir,
-                 strerror(errno));
-        return -1;
-    }
-    d = opendir(src_dir);
+    for (size_t i = 0; prefixes[i] != NULL; i++)
+        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Copy the files and links of src_dir whose names start with one of prefixes into dst_dir
+ * (created); *copied counts them. -1 with cond filled on a failure; a missing src_dir is
+ * "LibraryMissing" unless optional (then nothing happens). */
+static int copy_matching(const char *src_dir, const char *dst_dir, const char *const *prefixes,
+                         int optional, int *copied, agent_condition_t *cond)
+{
+    DIR *d = opendir(src_dir);
     if (!d) {
+        if (optional && errno == ENOENT)
+            return 0;
         snprintf(cond->type, sizeof(cond->type), "LibraryMissing");
         snprintf(cond->message, sizeof(cond->message),
                  "the agent image has no library directory %s (%s): use the kcoll agent image "
@@ -102,10 +104,18 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
                  src_dir, strerror(errno));
         return -1;
     }
+    if (mkdir(dst_dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(cond->message, sizeof(cond->message),
+                 "cannot create %s: %s (is the shared emptyDir mounted?)", dst_dir,
+                 strerror(errno));
+        closedir(d);
+        return -1;
+    }
+    struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char src[PATH_MAX], dst[PATH_MAX];
         struct stat st;
-        if (strncmp(e->d_name, "libcoll.so", 10) != 0)
+        if (!has_prefix(e->d_name, prefixes))
             continue;
         if (agent_fmt(src, sizeof(src), "%s/%s", src_dir, e->d_name) < 0 ||
             agent_fmt(dst, sizeof(dst), "%s/%s", dst_dir, e->d_name) < 0 || lstat(src, &st) != 0)
@@ -116,16 +126,46 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
             closedir(d);
             return -1;
         }
-        copied++;
+        (*copied)++;
     }
     closedir(d);
+    return 0;
+}
+
+int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond)
+{
+    static const char *const lib[] = {"libcoll.so", "libcoll_cuda.so", NULL};
+    static const char *const nccl[] = {"libnccl.so", NULL};
+    static const char *const plugin[] = {"libcoll_cuda.so", NULL};
+    int copied = 0, ncopied = 0;
+    memset(cond, 0, sizeof(*cond));
+    cond->fatal = 1;
+    snprintf(cond->type, sizeof(cond->type), "LibraryCopyFailed");
+    if (copy_matching(src_dir, dst_dir, lib, 0, &copied, cond) != 0)
+        return -1;
     if (copied == 0) {
         snprintf(cond->type, sizeof(cond->type), "LibraryMissing");
         snprintf(cond->message, sizeof(cond->message),
                  "no libcoll.so* in %s: the agent image is incomplete", src_dir);
         return -1;
     }
-    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s", copied, src_dir,
-               dst_dir);
+    /* kcoll's libnccl.so.2 (from SRC/kcoll-nccl, where the build installs it) goes beside the
+     * library directory, in DST/../nccl, with the GPU plugin it looks up beside itself: not on
+     * LD_LIBRARY_PATH, so that it replaces NVIDIA's NCCL only where the webhook preloads it
+     * (CollectiveTopology spec.nccl: kcoll) */
+    char nsrc[PATH_MAX], ndst[PATH_MAX];
+    const char *slash = strrchr(dst_dir, '/');
+    int plen = slash != NULL ? (int)(slash - dst_dir) : 1;
+    if (agent_fmt(nsrc, sizeof(nsrc), "%s/kcoll-nccl", src_dir) < 0 ||
+        agent_fmt(ndst, sizeof(ndst), "%.*s/nccl", plen, slash != NULL ? dst_dir : ".") < 0) {
+        snprintf(cond->message, sizeof(cond->message), "library path too long: %s", dst_dir);
+        return -1;
+    }
+    if (copy_matching(nsrc, ndst, nccl, 1, &ncopied, cond) != 0)
+        return -1;
+    if (ncopied > 0 && copy_matching(src_dir, ndst, plugin, 0, &ncopied, cond) != 0)
+        return -1;
+    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s%s%s", copied, src_dir,
+               dst_dir, ncopied > 0 ? "; kcoll's libnccl.so.2 to " : "", ncopied > 0 ? ndst : "");
     return 0;
 }

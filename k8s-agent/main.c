@@ -45,7 +45,7 @@ static void usage(FILE *to)
                 "  --shm-path P --ib-dev-dir P   paths checked (default /dev/shm, "
                 "/dev/infiniband)\n"
                 "  --topology FILE --rank N standalone mode (rank also from COLL_RANK)\n"
-                "  --lib-src DIR            libcoll.so* shipped in the image (default "
+                "  --lib-src DIR            libcoll.so*, libcoll_cuda.so*, kcoll-nccl/ (default "
                 "$COLL_AGENT_LIB_SRC or "
                 "/opt/kcoll/lib)\n"
                 "  --lib-dir DIR            copy them here before the socket opens (default "

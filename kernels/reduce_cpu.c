@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "coll_kernels.h"
+#include "fp8.h"
 #include "reduce_cpu_internal.h"
 
 /* The dispatch table in use: a process-wide, read-only choice made once (like an ifunc), replaced
@@ -94,6 +95,91 @@ void colli_div(void *dst, const void *src, size_t count, coll_datatype_t dt, uin
     kernels()->div[dt](dst, src, count, divisor == 0 ? 1u : divisor);
 }
 
+/* ---- dst[i] = scalar * src[i] (PreMulSum's first step) ---- */
+
+#define SCALE_INT(T, U)                                                                            \
+    do {                                                                                           \
+        T k;                                                                                       \
+        memcpy(&k, scalar, sizeof k);                                                              \
+        for (size_t i = 0; i < count; i++) {                                                       \
+            T x;                                                                                   \
+            memcpy(&x, (const char *)src + i * sizeof x, sizeof x);                                \
+            x = (T)((U)x * (U)k);                                                                  \
+            memcpy((char *)dst + i * sizeof x, &x, sizeof x);                                      \
+        }                                                                                          \
+    } while (0)
+
+#define SCALE_VIA_FLOAT(T, TO_F, FROM_F)                                                           \
+    do {                                                                                           \
+        T kb;                                                                                      \
+        memcpy(&kb, scalar, sizeof kb);                                                            \
+        const float k = TO_F(kb);                                                                  \
+        for (size_t i = 0; i < count; i++) {                                                       \
+            T x;                                                                                   \
+            memcpy(&x, (const char *)src + i * sizeof x, sizeof x);                                \
+            x = FROM_F(TO_F(x) * k);                                                               \
+            memcpy((char *)dst + i * sizeof x, &x, sizeof x);                                      \
+        }                                                                                          \
+    } while (0)
+
+#define SCALE_FLOAT(T)                                                                             \
+    do {                                                                                           \
+        T k;                                                                                       \
+        memcpy(&k, scalar, sizeof k);                                                              \
+        for (size_t i = 0; i < count; i++) {                                                       \
+            T x;                                                                                   \
+            memcpy(&x, (const char *)src + i * sizeof x, sizeof x);                                \
+            x = x * k;                                                                             \
+            memcpy((char *)dst + i * sizeof x, &x, sizeof x);                                      \
+        }                                                                                          \
+    } while (0)
+
+void colli_scale(void *dst, const void *src, size_t count, coll_datatype_t dt, const void *scalar)
+{
+    if (count == 0 || !valid_datatype(dt) || scalar == NULL)
+        return;
+    switch (dt) {
+    case COLL_INT8:
+        SCALE_INT(int8_t, unsigned);
+        break;
+    case COLL_UINT8:
+        SCALE_INT(uint8_t, unsigned);
+        break;
+    case COLL_INT32:
+        SCALE_INT(int32_t, uint32_t);
+        break;
+    case COLL_UINT32:
+        SCALE_INT(uint32_t, uint32_t);
+        break;
+    case COLL_INT64:
+        SCALE_INT(int64_t, uint64_t);
+        break;
+    case COLL_UINT64:
+        SCALE_INT(uint64_t, uint64_t);
+        break;
+    case COLL_FLOAT16:
+        SCALE_VIA_FLOAT(uint16_t, colli_soft_half_to_float, colli_soft_float_to_half);
+        break;
+    case COLL_BFLOAT16:
+        SCALE_VIA_FLOAT(uint16_t, colli_bf16_expand, colli_soft_float_to_bf16);
+        break;
+    case COLL_FLOAT32:
+        SCALE_FLOAT(float);
+        break;
+    case COLL_FLOAT64:
+        SCALE_FLOAT(double);
+        break;
+    case COLL_FLOAT8_E4M3:
+        SCALE_VIA_FLOAT(uint8_t, colli_e4m3_to_float, colli_float_to_e4m3);
+        break;
+    case COLL_FLOAT8_E5M2:
+        SCALE_VIA_FLOAT(uint8_t, colli_e5m2_to_float, colli_float_to_e5m2);
+        break;
+    default:
+        break;
+    }
+}
+
 float colli_half_to_float(uint16_t h)
 {
     return colli_soft_half_to_float(h);
@@ -112,4 +198,24 @@ float colli_bf16_to_float(uint16_t b)
 uint16_t colli_float_to_bf16(float f)
 {
     return colli_soft_float_to_bf16(f);
+}
+
+float colli_fp8_e4m3_to_float(uint8_t b)
+{
+    return colli_e4m3_to_float(b);
+}
+
+uint8_t colli_float_to_fp8_e4m3(float f)
+{
+    return colli_float_to_e4m3(f);
+}
+
+float colli_fp8_e5m2_to_float(uint8_t b)
+{
+    return colli_e5m2_to_float(b);
+}
+
+uint8_t colli_float_to_fp8_e5m2(float f)
+{
+    return colli_float_to_e5m2(f);
 }

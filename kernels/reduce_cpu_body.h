@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "coll.h"
+#include "fp8.h"
 #include "reduce_cpu_internal.h"
 
 #if !defined(COLLI_TABLE_NAME) || !defined(COLLI_ISA_NAME)
@@ -30,6 +31,8 @@ typedef uint16_t f16_u __attribute__((aligned(1)));
 typedef uint16_t bf16_u __attribute__((aligned(1)));
 typedef float f32_u __attribute__((aligned(1)));
 typedef double f64_u __attribute__((aligned(1)));
+typedef uint8_t e4m3_u;
+typedef uint8_t e5m2_u;
 
 /* ---- integers: T element type, U unsigned type for wrapping arithmetic ---- */
 #define INT_BINOPS(tn, T, U)                                                                       \
@@ -413,6 +416,59 @@ HALF_ARITH(f16, colli_soft_half_to_float, colli_soft_float_to_half)
 HALF_ARITH(bf16, colli_bf16_expand, colli_soft_float_to_bf16)
 #endif
 
+/* ---- float8 (OCP E4M3 and E5M2, kernels/fp8.h) ----
+ * Arithmetic in float32 (exact for one operation on two FP8 values), one rounding to nearest even
+ * with saturation; min/max on sign-magnitude keys, the result one input bit for bit. */
+#define FP8_KERNELS(tn, TO_F, FROM_F, NAN_MIN)                                                     \
+    static void sum_##tn(void *dst, const void *a, const void *b, size_t n)                        \
+    {                                                                                              \
+        tn##_u *d = dst;                                                                           \
+        const tn##_u *x = a, *y = b;                                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = FROM_F(TO_F(x[i]) + TO_F(y[i]));                                                \
+    }                                                                                              \
+    static void prod_##tn(void *dst, const void *a, const void *b, size_t n)                       \
+    {                                                                                              \
+        tn##_u *d = dst;                                                                           \
+        const tn##_u *x = a, *y = b;                                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = FROM_F(TO_F(x[i]) * TO_F(y[i]));                                                \
+    }                                                                                              \
+    static void min_##tn(void *dst, const void *a, const void *b, size_t n)                        \
+    {                                                                                              \
+        tn##_u *d = dst;                                                                           \
+        const tn##_u *x = a, *y = b;                                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = colli_fp8_less(x[i], y[i], NAN_MIN) ? x[i] : y[i];                              \
+    }                                                                                              \
+    static void max_##tn(void *dst, const void *a, const void *b, size_t n)                        \
+    {                                                                                              \
+        tn##_u *d = dst;                                                                           \
+        const tn##_u *x = a, *y = b;                                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = colli_fp8_less(y[i], x[i], NAN_MIN) ? x[i] : y[i];                              \
+    }                                                                                              \
+    static void reduce_div_##tn(void *dst, const void *a, const void *b, size_t n,                 \
+                                uint32_t divisor)                                                  \
+    {                                                                                              \
+        tn##_u *d = dst;                                                                           \
+        const tn##_u *x = a, *y = b;                                                               \
+        const float fd = (float)divisor;                                                           \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = FROM_F((TO_F(x[i]) + TO_F(y[i])) / fd);                                         \
+    }                                                                                              \
+    static void div_##tn(void *dst, const void *src, size_t n, uint32_t divisor)                   \
+    {                                                                                              \
+        tn##_u *d = dst;                                                                           \
+        const tn##_u *x = src;                                                                     \
+        const float fd = (float)divisor;                                                           \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = FROM_F(TO_F(x[i]) / fd);                                                        \
+    }
+
+FP8_KERNELS(e4m3, colli_e4m3_to_float, colli_float_to_e4m3, 0x7fu)
+FP8_KERNELS(e5m2, colli_e5m2_to_float, colli_float_to_e5m2, 0x7du)
+
 #define KERNEL_ROW(tn)                                                                             \
     {                                                                                              \
         sum_##tn, prod_##tn, min_##tn, max_##tn                                                    \
@@ -432,6 +488,8 @@ const struct colli_kernel_table COLLI_TABLE_NAME = {
             [COLL_BFLOAT16] = KERNEL_ROW(bf16),
             [COLL_FLOAT32] = KERNEL_ROW(f32),
             [COLL_FLOAT64] = KERNEL_ROW(f64),
+            [COLL_FLOAT8_E4M3] = KERNEL_ROW(e4m3),
+            [COLL_FLOAT8_E5M2] = KERNEL_ROW(e5m2),
         },
     .reduce_div =
         {
@@ -445,6 +503,8 @@ const struct colli_kernel_table COLLI_TABLE_NAME = {
             [COLL_BFLOAT16] = reduce_div_bf16,
             [COLL_FLOAT32] = reduce_div_f32,
             [COLL_FLOAT64] = reduce_div_f64,
+            [COLL_FLOAT8_E4M3] = reduce_div_e4m3,
+            [COLL_FLOAT8_E5M2] = reduce_div_e5m2,
         },
     .div =
         {
@@ -458,5 +518,7 @@ const struct colli_kernel_table COLLI_TABLE_NAME = {
             [COLL_BFLOAT16] = div_bf16,
             [COLL_FLOAT32] = div_f32,
             [COLL_FLOAT64] = div_f64,
+            [COLL_FLOAT8_E4M3] = div_e4m3,
+            [COLL_FLOAT8_E5M2] = div_e5m2,
         },
 };

@@ -24,12 +24,21 @@ static ncclResult_t redop(ncclRedOp_t op, const char *fn, coll_op_t *out)
         *out = COLL_AVG;
         return ncclSuccess;
     default:
+        /* an operator of ncclRedOpCreatePreMulSum: the same number in kcoll, which checks that
+         * the communicator holds it */
+        if ((int)op >= (int)ncclNumOps && (int)op < (int)ncclMaxRedOp) {
+            *out = (coll_op_t)op;
+            return ncclSuccess;
+        }
         return nccl_error(ncclInvalidArgument,
-                          "%s: reduction operator %d is not ncclSum, ncclProd, ncclMax, ncclMin or "
-                          "ncclAvg (kcoll offers no ncclRedOpCreatePreMulSum operators yet)",
+                          "%s: reduction operator %d is not ncclSum, ncclProd, ncclMax, ncclMin, "
+                          "ncclAvg or one made by ncclRedOpCreatePreMulSum",
                           fn, (int)op);
     }
 }
+
+_Static_assert((int)ncclNumOps == (int)COLL_NUM_OPS,
+               "PreMulSum operators are numbered from ncclNumOps in NCCL, COLL_NUM_OPS in kcoll");
 
 /* The kcoll communicator, datatype and (for reductions) operator of a call. */
 static ncclResult_t args(ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t *op, const char *fn,
@@ -236,18 +245,39 @@ KCOLL_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scal
                                                      ncclScalarResidence_t residence,
                                                      ncclComm_t comm)
 {
-    (void)op, (void)scalar, (void)datatype, (void)residence, (void)comm;
-    return nccl_error(ncclInvalidUsage,
-                      "ncclRedOpCreatePreMulSum is not offered by kcoll yet: scale the input, "
-                      "then reduce with ncclSum (or use ncclAvg for a mean)");
+    static const char fn[] = "ncclRedOpCreatePreMulSum";
+    coll_comm_t c = NULL;
+    coll_datatype_t dt = COLL_INT8;
+    ncclResult_t rc = args(comm, datatype, NULL, fn, &c, &dt, NULL);
+    if (rc != ncclSuccess)
+        return rc;
+    if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
+        return nccl_error(ncclInvalidArgument,
+                          "%s: residence %d is neither ncclScalarDevice nor "
+                          "ncclScalarHostImmediate",
+                          fn, (int)residence);
+    /* ncclScalarDevice: read at each call, where kcoll can (host-accessible memory) */
+    coll_op_t kop = COLL_SUM;
+    rc = nccl_result(coll_op_create_premul_sum(
+        &kop, scalar, dt,
+        residence == ncclScalarDevice ? COLL_SCALAR_POINTER : COLL_SCALAR_IMMEDIATE, c));
+    if (rc == ncclSuccess && op != NULL)
+        *op = (ncclRedOp_t)kop;
+    return rc;
 }
 KCOLL_NCCL_ALIAS(ncclRedOpCreatePreMulSum);
 
 KCOLL_NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
 {
-    (void)comm;
-    return nccl_error(ncclInvalidArgument,
-                      "ncclRedOpDestroy: operator %d was not made by ncclRedOpCreatePreMulSum",
-                      (int)op);
+    coll_comm_t c = NULL;
+    ncclResult_t rc = nccl_comm(comm, "ncclRedOpDestroy", &c);
+    if (rc != ncclSuccess)
+        return rc;
+    if ((int)op < (int)ncclNumOps)
+        return nccl_error(ncclInvalidArgument,
+                          "ncclRedOpDestroy: operator %d is built in, not one of "
+                          "ncclRedOpCreatePreMulSum",
+                          (int)op);
+    return nccl_result(coll_op_destroy((coll_op_t)op, c));
 }
 KCOLL_NCCL_ALIAS(ncclRedOpDestroy);

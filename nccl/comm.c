@@ -260,21 +260,46 @@ KCOLL_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksLis
                                            int excludeRanksCount, ncclComm_t *newcomm,
                                            ncclConfig_t *config, int shrinkFlags)
 {
-    (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config;
-    (void)shrinkFlags;
-    return nccl_error(ncclInvalidUsage,
-                      "ncclCommShrink is not offered by kcoll yet: destroy the communicator and "
-                      "create a new one from a new unique id (or ncclCommSplit while every rank "
-                      "is alive)");
+    int blocking = 1;
+    coll_comm_t parent = NULL;
+    struct ncclComm *child = NULL;
+    ncclResult_t rc = read_config(config, "ncclCommShrink", &blocking);
+    if (rc == ncclSuccess)
+        rc = nccl_comm(comm, "ncclCommShrink", &parent);
+    if (rc == ncclSuccess && (shrinkFlags & ~NCCL_SHRINK_ABORT) != 0)
+        rc = nccl_error(ncclInvalidArgument,
+                        "ncclCommShrink: shrinkFlags 0x%x: only NCCL_SHRINK_DEFAULT and "
+                        "NCCL_SHRINK_ABORT exist",
+                        (unsigned)shrinkFlags);
+    if (rc == ncclSuccess)
+        rc = new_comm(newcomm, "ncclCommShrink", &child);
+    if (rc != ncclSuccess)
+        return rc;
+    child->cuda_device = comm->cuda_device;
+    /* the new communicator is ready when this returns, also when the caller asked for a
+     * non-blocking one (ncclCommGetAsyncError then says ncclSuccess at once) */
+    rc = nccl_result(coll_comm_shrink(
+        parent, excludeRanksList, excludeRanksCount,
+        (shrinkFlags & NCCL_SHRINK_ABORT) ? COLL_SHRINK_ABORT : COLL_SHRINK_DEFAULT, &child->coll));
+    if (rc == ncclSuccess)
+        *newcomm = child;
+    else
+        free_comm(child);
+    return rc;
 }
 KCOLL_NCCL_ALIAS(ncclCommShrink);
 
 KCOLL_NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 {
-    (void)comm, (void)revokeFlags;
-    return nccl_error(ncclInvalidUsage,
-                      "ncclCommRevoke is not offered by kcoll yet: use ncclCommAbort to stop a "
-                      "communicator");
+    coll_comm_t c = NULL;
+    ncclResult_t rc = nccl_comm(comm, "ncclCommRevoke", &c);
+    if (rc != ncclSuccess)
+        return rc;
+    if (revokeFlags != 0)
+        return nccl_error(ncclInvalidArgument,
+                          "ncclCommRevoke: revokeFlags 0x%x: NCCL 2.28 defines none (pass 0)",
+                          (unsigned)revokeFlags);
+    return nccl_result(coll_comm_revoke(c));
 }
 KCOLL_NCCL_ALIAS(ncclCommRevoke);
 

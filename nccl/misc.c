@@ -152,19 +152,22 @@ size_t nccl_datatype_size(ncclDataType_t dt)
 ncclResult_t nccl_datatype(ncclDataType_t dt, const char *fn, coll_datatype_t *out)
 {
     static const int map[ncclNumTypes] = {
-        [ncclInt8] = COLL_INT8,         [ncclUint8] = COLL_UINT8,     [ncclInt32] = COLL_INT32,
-        [ncclUint32] = COLL_UINT32,     [ncclInt64] = COLL_INT64,     [ncclUint64] = COLL_UINT64,
-        [ncclFloat16] = COLL_FLOAT16,   [ncclFloat32] = COLL_FLOAT32, [ncclFloat64] = COLL_FLOAT64,
-        [ncclBfloat16] = COLL_BFLOAT16, [ncclFloat8e4m3] = -1,        [ncclFloat8e5m2] = -1,
+        [ncclInt8] = COLL_INT8,
+        [ncclUint8] = COLL_UINT8,
+        [ncclInt32] = COLL_INT32,
+        [ncclUint32] = COLL_UINT32,
+        [ncclInt64] = COLL_INT64,
+        [ncclUint64] = COLL_UINT64,
+        [ncclFloat16] = COLL_FLOAT16,
+        [ncclFloat32] = COLL_FLOAT32,
+        [ncclFloat64] = COLL_FLOAT64,
+        [ncclBfloat16] = COLL_BFLOAT16,
+        [ncclFloat8e4m3] = COLL_FLOAT8_E4M3,
+        [ncclFloat8e5m2] = COLL_FLOAT8_E5M2,
     };
     if ((int)dt < 0 || dt >= ncclNumTypes)
         return nccl_error(ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t (0..%d)",
                           fn, (int)dt, ncclNumTypes - 1);
-    if (map[dt] < 0)
-        return nccl_error(ncclInvalidArgument,
-                          "%s: %s is not supported by kcoll yet; use ncclFloat16, ncclBfloat16 "
-                          "or ncclFloat32",
-                          fn, dt == ncclFloat8e4m3 ? "ncclFloat8e4m3" : "ncclFloat8e5m2");
     *out = (coll_datatype_t)map[dt];
     return ncclSuccess;
 }

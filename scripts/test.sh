@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   1. scripts/setup.sh (install what is missing)
-#   2. build/ + ctest
+#   2. build/ + ctest (with label image: the agent image built with buildah and run)
 #   3. build-asan/ (ASan + UBSan) + ctest
 #   4. build-fuzz/ (clang, libFuzzer) + every fuzz target for KCOLL_FUZZ_SECONDS (60) each
 #   5. clang-format --dry-run --Werror on every tracked *.c / *.h file
@@ -72,7 +72,18 @@ else
     "$ROOT/scripts/setup.sh"
 fi
 
+ctest_start=$(date +%s)
 stage "build + ctest" build_and_ctest "$ROOT/build"
+# The agent image that ctest's label image built just now (tests/image): what it took, for CI.
+image_env="$ROOT/build-image/image.env"
+if [ -f "$image_env" ] && [ "$(stat -c %Y "$image_env")" -ge "$ctest_start" ]; then
+    (
+        # shellcheck disable=SC1090
+        . "$image_env"
+        echo "test: agent image $IMAGE: $SIZE, $LAYERS layers; build ${TOTAL_SECONDS:-?} s" \
+            "(base tarball ${BASE_SECONDS:-?} s, buildah bud ${BUD_SECONDS:-?} s)"
+    )
+fi
 # Sanitizer findings fail the test that triggered them (the build uses -fno-sanitize-recover);
 # leak checking is on, as by default; UBSan reports get a stack trace.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -16,6 +16,11 @@ static int dt_is_float(coll_datatype_t dt)
     return dt >= COLL_FLOAT16;
 }
 
+static int dt_is_fp8(coll_datatype_t dt)
+{
+    return dt == COLL_FLOAT8_E4M3 || dt == COLL_FLOAT8_E5M2;
+}
+
 static int dt_is_unsigned(coll_datatype_t dt)
 {
     return dt == COLL_UINT8 || dt == COLL_UINT32 || dt == COLL_UINT64;
@@ -48,6 +53,33 @@ static uint16_t f32_to_f16(float f)
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
         h++;
     return sign | (uint16_t)h;
+}
+
+/* OCP float8 (E4M3: 3 mantissa bits, bias 7, largest 448; E5M2: 2, 15, 57344), nearest even,
+ * saturating; the patterns below only produce exact values. */
+static uint8_t f64_to_fp8(double d, coll_datatype_t dt)
+{
+    int e4 = dt == COLL_FLOAT8_E4M3;
+    int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+    uint8_t sign = signbit(d) ? 0x80 : 0;
+    double a = fabs(d), maxv = e4 ? 448.0 : 57344.0;
+    if (isnan(d))
+        return sign | (e4 ? 0x7f : 0x7e);
+    if (a == 0)
+        return sign;
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    int ue = e - 1 < 1 - bias ? 1 - bias : e - 1;
+    double q = rint(ldexp(a, mbits - ue)); /* units of the spacing at exponent ue */
+    if (ldexp(q, ue - mbits) > maxv)
+        return sign | (e4 ? 0x7e : 0x7b);
+    if (q >= (double)(2 << mbits)) { /* rounding carried into the next exponent */
+        q /= 2;
+        ue++;
+    }
+    if (q < (double)(1 << mbits)) /* subnormal */
+        return sign | (uint8_t)q;
+    return sign | (uint8_t)(((ue + bias) << mbits) | ((int)q - (1 << mbits)));
 }
 
 /* Store an integer (which fits the type) or, for float types, a double, as element i. */
@@ -87,6 +119,9 @@ static void store_float(void *buf, size_t i, coll_datatype_t dt, double d)
     } else if (dt == COLL_BFLOAT16) {
         uint16_t h = f32_to_bf16((float)d);
         memcpy(p, &h, 2);
+    } else if (dt_is_fp8(dt)) {
+        uint8_t b = f64_to_fp8(d, dt);
+        memcpy(p, &b, 1);
     } else if (dt == COLL_FLOAT32) {
         float f = (float)d;
         memcpy(p, &f, 4);
@@ -98,8 +133,9 @@ static void store_float(void *buf, size_t i, coll_datatype_t dt, double d)
 /* ---- input patterns ----
  * Reductions: values in -2..2 (0..4 for unsigned types); prod: 1 and 2 (and -1 for signed types),
  * with 2 on at most one rank in eight per element, so results stay exact in float16 and bfloat16
- * up to 120 ranks. Data movement: 0..100, different per source rank and position. Each pattern is
- * periodic in the element index, so inputs and expected values come from small tables. */
+ * up to 120 ranks; float8 sums use -1..1 (exact in E4M3 up to 16 ranks, in E5M2 up to 8). Data
+ * movement: 0..100, different per source rank and position. Each pattern is periodic in the element
+ * index, so inputs and expected values come from small tables. */
 
 static int64_t val_reduce(coll_op_t op, coll_datatype_t dt, int rank, size_t idx)
 {
@@ -108,7 +144,10 @@ static int64_t val_reduce(coll_op_t op, coll_datatype_t dt, int rank, size_t idx
             return 2;
         return (!dt_is_unsigned(dt) && (idx * 3 + (size_t)rank) % 5 == 0) ? -1 : 1;
     }
-    return (int64_t)((idx * 7 + (size_t)rank * 3) % 5) - (dt_is_unsigned(dt) ? 0 : 2);
+    int64_t v = (int64_t)((idx * 7 + (size_t)rank * 3) % 5) - (dt_is_unsigned(dt) ? 0 : 2);
+    if (dt_is_fp8(dt))
+        v = v > 1 ? 1 : (v < -1 ? -1 : v);
+    return v;
 }
 
 static int64_t val_move(int rank, size_t idx)
@@ -145,7 +184,7 @@ static void expected_reduce(void *out, size_t i, coll_datatype_t dt, coll_op_t o
             store_float(out, i, dt, acc);
         else if (dt == COLL_FLOAT64)
             store_float(out, i, dt, acc / (double)nranks);
-        else /* float32 quotient (the half types too), then one rounding to the type */
+        else /* float32 quotient (the half and float8 types too), then one rounding to the type */
             store_float(out, i, dt, (double)((float)acc / (float)nranks));
         return;
     }

@@ -4,17 +4,36 @@
  * and copied to and from the device around the checked call; the timed calls are enqueued on one
  * stream and timed up to its synchronisation, as nccl-tests does.
  */
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coll_perf.h"
 #include "gpu_plugin.h"
 
-void perf_device_open(struct ctx *c, size_t alloc)
+/* The plugin libcoll loads: COLL_CUDA_PLUGIN, else the one beside libcoll.so (as libcoll finds
+ * it), else by name through the loader's path. */
+static const char *plugin_path(char *buf, size_t len)
 {
     const char *lib = getenv("COLL_CUDA_PLUGIN");
-    if (lib == NULL || lib[0] == '\0')
-        lib = "libcoll_cuda.so.0";
+    if (lib != NULL && lib[0] != '\0')
+        return lib;
+    Dl_info info;
+    const char *slash = NULL;
+    if (dladdr((void *)coll_get_version, &info) != 0 && info.dli_fname != NULL)
+        slash = strrchr(info.dli_fname, '/');
+    if (slash == NULL)
+        return "libcoll_cuda.so.0";
+    snprintf(buf, len, "%.*s/libcoll_cuda.so.0", (int)(slash - info.dli_fname), info.dli_fname);
+    return access(buf, F_OK) == 0 ? buf : "libcoll_cuda.so.0";
+}
+
+void perf_device_open(struct ctx *c, size_t alloc)
+{
+    char buf[4096];
+    const char *lib = plugin_path(buf, sizeof(buf));
     const char *load_err = NULL;
     const colli_gpu_ops_t *o = colli_gpu_plugin_open(lib, &load_err);
     if (o == NULL)

@@ -20,10 +20,10 @@ const struct perf_kind perf_kinds[K_NUM] = {
     [K_SENDRECV] = {"sendrecv", 0, 0, 0},
 };
 
-const char *const perf_dt_names[COLL_NUM_DATATYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                       "int64",   "uint64", "float16", "bfloat16",
-                                                       "float32", "float64"};
-const size_t perf_dt_sizes[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+const char *const perf_dt_names[COLL_NUM_DATATYPES] = {
+    "int8",    "uint8",    "int32",   "uint32",  "int64",       "uint64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2"};
+const size_t perf_dt_sizes[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
 const char *const perf_op_names[COLL_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
 
 static int parse_size(const char *s, size_t *out)
@@ -101,7 +101,8 @@ static void usage(FILE *f, const char *prog)
         "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
         "  -i, --stepbytes SIZE    add SIZE each step instead of multiplying\n"
         "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 float16 bfloat16\n"
-        "                          float32 float64 or all (default float32)\n"
+        "                          float32 float64 float8_e4m3 float8_e5m2 (fp8_e4m3, fp8_e5m2)\n"
+        "                          or all (default float32)\n"
         "  -o, --op OP             sum prod min max avg or all (default sum)\n"
         "  -r, --root R            root of broadcast and reduce (default 0)\n"
         "  -w, --warmup_iters N    untimed iterations (default 5)\n"
@@ -151,9 +152,9 @@ static int parse_placement(const char *arg, struct opts *o)
 /* One option into o: nonzero when its value is bad. -c, -h and unknown options exit here. */
 static int parse_option(int c, const char *arg, const char *prog, struct opts *o)
 {
-    static const char *const dt_alias[] = {"half",   "fp16", "bf16", "float", "fp32",
-                                           "double", "fp64", "char", "int",   NULL};
-    static const int dt_alias_val[] = {6, 6, 7, 8, 8, 9, 9, 0, 2};
+    static const char *const dt_alias[] = {"half", "fp16", "bf16", "float",    "fp32",     "double",
+                                           "fp64", "char", "int",  "fp8_e4m3", "fp8_e5m2", NULL};
+    static const int dt_alias_val[] = {6, 6, 7, 8, 8, 9, 9, 0, 2, 10, 11};
     const char *kind_names[K_NUM];
     for (int i = 0; i < K_NUM; i++)
         kind_names[i] = perf_kinds[i].name;

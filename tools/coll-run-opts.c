@@ -21,7 +21,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: coll-run -n N [--ifname SPEC] [--timeout SEC] [--agent[=PATH] [--pin-version V]]\n"
-        "                [--] program [args...]\n"
+        "                [--nnodes H --node-rank K [--id ID]] [--] program [args...]\n"
         "\n"
         "Start N ranks of program on this host. Each rank gets the parent's environment plus\n"
         "COLL_UNIQUE_ID, COLL_RANK, COLL_NRANKS, COLL_LOCAL_RANK and COLL_SOCKET_IFNAME; its\n"
@@ -42,6 +42,13 @@ static void usage(FILE *f)
         "\"\n"
         "  --pin-version V    with --agent: the libraryVersion the topology pins (default: this\n"
         "                     coll-run's library, %s; \"\" pins none)\n"
+        "  --nnodes H         the job spans H hosts, -n ranks on each (ranks K*n..K*n+n-1 on\n"
+        "                     node K); node 0 makes the unique id, serves the bootstrap root\n"
+        "                     and prints the command for the others. The interface is chosen\n"
+        "                     automatically (the root's network first) unless --ifname or\n"
+        "                     COLL_SOCKET_IFNAME says otherwise\n"
+        "  --node-rank K      this host's place, 0..H-1 (default 0)\n"
+        "  --id ID            on nodes 1..H-1: the unique id node 0 printed\n"
         "  -h, --help         this text\n"
         "\n"
         "Exit status: 0 when every rank exited 0; the first failing rank's exit status (128+N\n"
@@ -93,6 +100,16 @@ static double parse_timeout(const char *s)
     return v;
 }
 
+static int parse_count(const char *opt, const char *s, long lo, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        usage_error("%s: '%s' is not a whole number in %ld..%ld", opt, s, lo, hi);
+    return (int)v;
+}
+
 /* Every option up to the program; -h prints the usage and exits here. */
 static void parse_options(int argc, char **argv, struct run_opts *o)
 {
@@ -102,6 +119,9 @@ static void parse_options(int argc, char **argv, struct run_opts *o)
         {"timeout", required_argument, NULL, 't'},
         {"agent", optional_argument, NULL, 'a'},
         {"pin-version", required_argument, NULL, 'p'},
+        {"nnodes", required_argument, NULL, 'N'},
+        {"node-rank", required_argument, NULL, 'K'},
+        {"id", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -131,6 +151,17 @@ static void parse_options(int argc, char **argv, struct run_opts *o)
             break;
         case 'p':
             o->pin_version = optarg;
+            break;
+        case 'N':
+            o->nnodes = parse_count("--nnodes", optarg, 1, MAX_RANKS);
+            break;
+        case 'K':
+            o->node_rank = parse_count("--node-rank", optarg, 0, MAX_RANKS - 1);
+            break;
+        case 'I':
+            if (*optarg == '\0')
+                usage_error("--id: empty unique id");
+            o->join_id = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -184,6 +215,22 @@ void run_parse_args(int argc, char **argv, struct run_opts *o)
         usage_error("missing -n N (the number of ranks)");
     if (o->pin_version != NULL && !o->agent_mode)
         usage_error("--pin-version needs --agent (it is the version the agents pin)");
+    if (o->nnodes == 0)
+        o->nnodes = 1;
+    if (o->node_rank >= o->nnodes)
+        usage_error("--node-rank %d: the nodes are 0..%d (--nnodes %d)", o->node_rank,
+                    o->nnodes - 1, o->nnodes);
+    if (o->nnodes > 1 && o->agent_mode)
+        usage_error("--nnodes with --agent: each host's agents serve its own ranks only; start "
+                    "multi-host jobs from a unique id (node 0 prints the --id for the others)");
+    if ((long)o->nnodes * o->nranks > 1L << 20)
+        usage_error("--nnodes %d x -n %d ranks is too many", o->nnodes, o->nranks);
+    if (o->node_rank > 0 && o->join_id == NULL)
+        usage_error("--node-rank %d needs --id ID: the unique id that node 0's coll-run printed",
+                    o->node_rank);
+    if (o->node_rank == 0 && o->join_id != NULL)
+        usage_error("--id is for nodes 1..%d; node 0 makes the unique id and prints it",
+                    o->nnodes - 1);
     if (optind >= argc)
         usage_error("missing the program to run");
     o->argv = &argv[optind];
@@ -193,6 +240,9 @@ void run_parse_args(int argc, char **argv, struct run_opts *o)
 
     /* An explicit --ifname wins over the environment; otherwise the user's setting is kept. */
     o->override_ifname = o->ifname != NULL || getenv(ENV_SOCKET_IFNAME) == NULL;
+    /* one host: loopback by default; several: automatic (the root's network first) */
     if (o->ifname == NULL)
-        o->ifname = o->override_ifname ? DEFAULT_IFNAME : getenv(ENV_SOCKET_IFNAME);
+        o->ifname = !o->override_ifname ? getenv(ENV_SOCKET_IFNAME)
+                    : o->nnodes > 1     ? ""
+                                        : DEFAULT_IFNAME;
 }

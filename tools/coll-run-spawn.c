@@ -118,7 +118,7 @@ void run_free_env(char **envp)
 
 /* A rank's environment: its variables replace any inherited ones. A user's COLL_SOCKET_IFNAME is
  * kept unless --ifname (or the default) replaces it. */
-char **run_build_env(int rank, int nranks, const char *id_str, const char *ifname,
+char **run_build_env(int rank, int nranks, int local_rank, const char *id_str, const char *ifname,
                      bool override_ifname)
 {
     static const char *const drop[] = {COLL_ENV_UNIQUE_ID, COLL_ENV_RANK,     COLL_ENV_NRANKS,
@@ -131,7 +131,7 @@ char **run_build_env(int rank, int nranks, const char *id_str, const char *ifnam
     add[nadd++] = run_xasprintf("%s=%s", COLL_ENV_UNIQUE_ID, id_str);
     add[nadd++] = run_xasprintf("%s=%d", COLL_ENV_RANK, rank);
     add[nadd++] = run_xasprintf("%s=%d", COLL_ENV_NRANKS, nranks);
-    add[nadd++] = run_xasprintf("%s=%d", ENV_LOCAL_RANK, rank);
+    add[nadd++] = run_xasprintf("%s=%d", ENV_LOCAL_RANK, local_rank);
     if (override_ifname)
         add[nadd++] = run_xasprintf("%s=%s", ENV_SOCKET_IFNAME, ifname);
     return make_env(override_ifname ? drop : drop_keep_ifname, add, nadd);

@@ -77,6 +77,24 @@ static bool make_unique_id(const char *ifname, char *id_str, size_t len)
     return true;
 }
 
+/* Node 0 of a multi-host job: the one command to run on every other host. */
+static void print_join(const struct run_opts *o, const char *id_str)
+{
+    char args[1024] = "";
+    size_t used = 0;
+    for (char **a = o->argv; *a != NULL && used < sizeof(args); a++) {
+        int w = snprintf(args + used, sizeof(args) - used, " %s", *a);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    run_msg("node 0 of %d serves the bootstrap root for %d ranks (%d per node); on node K "
+            "(1..%d) run:",
+            o->nnodes, o->nnodes * o->nranks, o->nranks, o->nnodes - 1);
+    run_msg("  coll-run --nnodes %d --node-rank K --id %s -n %d%s", o->nnodes, id_str, o->nranks,
+            args);
+}
+
 /* The job takes over the resolved paths; nothing is allocated or started yet. */
 static void init_run(struct run *run, const struct run_opts *o)
 {
@@ -93,15 +111,16 @@ static void init_run(struct run *run, const struct run_opts *o)
 /* Before any fork: a forked child of a multi-threaded process may not allocate. */
 static void prepare_ranks(struct run *run, const struct run_opts *o, const char *id_str)
 {
+    const int first = o->node_rank * o->nranks, world = o->nnodes * o->nranks;
     for (int i = 0; i < run->nranks; i++) {
         struct rank *r = &run->ranks[i];
 
-        r->rank = i;
+        r->rank = run->agent_mode ? i : first + i;
         r->out.fd = -1;
         r->err.fd = -1;
         r->envp = run->agent_mode
                       ? run_build_agent_rank_env(i, run->ranks[run->nranks + i].sock_path)
-                      : run_build_env(i, run->nranks, id_str, o->ifname, o->override_ifname);
+                      : run_build_env(first + i, world, i, id_str, o->ifname, o->override_ifname);
     }
 }
 
@@ -116,8 +135,18 @@ static bool prepare_job(struct run *run, const struct run_opts *o)
         run_write_topology(run, o->ifname,
                            o->pin_version != NULL ? o->pin_version : coll_get_version_string());
         run_prepare_agents(run);
+    } else if (o->join_id != NULL) {
+        /* another host's ranks: the id node 0 printed (its coll-run serves the root) */
+        coll_unique_id_t check;
+        if (coll_unique_id_from_string(&check, o->join_id) != COLL_SUCCESS) {
+            run_msg("--id: %s", coll_get_last_error());
+            return false;
+        }
+        snprintf(id_str, sizeof(id_str), "%s", o->join_id);
     } else if (!make_unique_id(o->ifname, id_str, sizeof(id_str))) {
         return false;
+    } else if (o->nnodes > 1) {
+        print_join(o, id_str);
     }
     prepare_ranks(run, o, id_str);
     return true;

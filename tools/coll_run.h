@@ -35,7 +35,10 @@
 
 /* What the command line asks for, checked; the paths are malloc'd and the job takes them over. */
 struct run_opts {
-    int nranks;
+    int nranks;           /* ranks on this host */
+    int nnodes;           /* hosts of the job (--nnodes, 1: this one only) */
+    int node_rank;        /* this host's place (--node-rank): its ranks are node_rank*nranks.. */
+    const char *join_id;  /* --id: the unique id node 0 printed (nodes > 0) */
     double timeout_s;     /* 0: none */
     const char *ifname;   /* the interface spec the ranks and the bootstrap use */
     bool override_ifname; /* the ranks get ifname instead of the user's COLL_SOCKET_IFNAME */
@@ -123,7 +126,7 @@ void run_close_stream(struct run *run, struct rank *r, struct stream *s);
 
 /* coll-run-spawn.c */
 char *run_resolve_program(const char *prog);
-char **run_build_env(int rank, int nranks, const char *id_str, const char *ifname,
+char **run_build_env(int rank, int nranks, int local_rank, const char *id_str, const char *ifname,
                      bool override_ifname);
 char **run_build_agent_rank_env(int rank, const char *sock_path);
 char **run_build_agent_env(void);

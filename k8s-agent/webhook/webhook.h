@@ -32,6 +32,10 @@ int agent_webhook_main(int argc, char **argv);
 #define AGENT_WEBHOOK_LIB_DIR           AGENT_WEBHOOK_RUN_DIR "/lib"
 #define AGENT_WEBHOOK_SOCKET            AGENT_WEBHOOK_RUN_DIR "/agent.sock"
 #define AGENT_WEBHOOK_DEFAULT_MAX_BODY  ((size_t)4 << 20)
+/* kcoll as NCCL (CollectiveTopology spec.nccl: kcoll): the annotation that records it and the
+ * library every container preloads (the sidecar copies it there, off LD_LIBRARY_PATH) */
+#define AGENT_WEBHOOK_NCCL_ANNOT "kcoll.io/nccl"
+#define AGENT_WEBHOOK_NCCL_LIB   AGENT_WEBHOOK_RUN_DIR "/nccl/libnccl.so.2"
 
 /* Reads one API object for the webhook: GET path (".../jobs/NAME"), answering before deadline_ms
  * (CLOCK_MONOTONIC milliseconds). Returns the HTTP status, 0 when no answer came; on 200 *obj is
@@ -142,5 +146,16 @@ void agent_tls_activate(struct agent_tls *tls);
 void agent_tls_close(struct agent_tls *tls);
 /* The certificate callback handed to libmicrohttpd (MHD_OPTION_HTTPS_CERT_CALLBACK). */
 gnutls_certificate_retrieve_function2 *agent_tls_callback(void);
+
+/* Does the one CollectiveTopology that selects pod (its podSelector over the pod's labels, its
+ * namespaceSelector over nslabels, the Namespace's labels; NULL: only
+ * kubernetes.io/metadata.name) say spec.nccl: kcoll? 1 yes; 0 no, also when none or several
+ * select it or the list cannot be read (then a warning says so). Without API reads: 0. */
+int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const char *ns,
+                                const json_t *pod, const json_t *nslabels, json_t *warnings);
+
+/* May s enter an API path as an object name? DNS-1123: a subdomain (253 characters, '.'
+ * allowed) when subdomain is set, else a label (63). 1 yes, 0 no. */
+int agent_webhook_name_ok(const char *s, int subdomain);
 
 #endif

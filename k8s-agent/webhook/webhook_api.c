@@ -8,9 +8,11 @@
 
 #include "kube.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFAULT_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -104,4 +106,84 @@ void agent_webhook_api_close(struct agent_webhook_config *cfg)
     free(a);
     cfg->api_get = NULL;
     cfg->api_arg = NULL;
+}
+
+/* ---- kcoll as NCCL: the opt-in of the pod's CollectiveTopology ---- */
+
+#define TOPOLOGIES_PATH "/apis/kcoll.io/v1alpha1/collectivetopologies"
+
+static void warn(json_t *warnings, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(json_t *warnings, const char *fmt, ...)
+{
+    char w[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w, sizeof(w), fmt, ap);
+    va_end(ap);
+    json_array_append_new(warnings, json_string(w));
+}
+
+/* Does topology item select the pod? 1, 0, or -1 with err (a malformed selector). */
+static int selects(const json_t *item, const json_t *podlabels, const json_t *nslabels, char *err,
+                   size_t errlen)
+{
+    const json_t *spec = json_object_get(item, "spec");
+    int m =
+        agent_selector_matches(json_object_get(spec, "namespaceSelector"), nslabels, err, errlen);
+    if (m != 1)
+        return m;
+    return agent_selector_matches(json_object_get(spec, "podSelector"), podlabels, err, errlen);
+}
+
+int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const char *ns,
+                                const json_t *pod, const json_t *nslabels, json_t *warnings)
+{
+    if (cfg->api_get == NULL || ns == NULL)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t deadline = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
+                             (cfg->api_timeout_ms > 0 ? cfg->api_timeout_ms : 3000);
+    json_t *list = NULL, *own = NULL;
+    char err[512] = "";
+    long code = cfg->api_get(cfg->api_arg, TOPOLOGIES_PATH, deadline, &list, err, sizeof(err));
+    if (code != 200 || !json_is_object(list)) {
+        warn(warnings,
+             "kcoll: cannot list CollectiveTopologies (HTTP %ld: %s), so spec.nccl is not known: "
+             "the pod keeps the NCCL it loads itself",
+             code, err[0] ? err : "not a JSON object");
+        json_decref(list);
+        return 0;
+    }
+    if (nslabels == NULL)
+        nslabels = own = json_pack("{s:s}", "kubernetes.io/metadata.name", ns);
+    const json_t *podlabels = json_object_get(json_object_get(pod, "metadata"), "labels");
+    const json_t *item, *match = NULL;
+    size_t i;
+    int nmatch = 0;
+    json_array_foreach(json_object_get(list, "items"), i, item)
+    {
+        int m = selects(item, podlabels, nslabels, err, sizeof(err));
+        if (m == 1) {
+            nmatch++;
+            match = item;
+        }
+    }
+    const char *name =
+        json_string_value(json_object_get(json_object_get(match, "metadata"), "name"));
+    const char *nccl = json_string_value(json_object_get(json_object_get(match, "spec"), "nccl"));
+    int rc = nmatch == 1 && nccl != NULL && strcmp(nccl, "kcoll") == 0;
+    if (nmatch > 1)
+        warn(warnings,
+             "kcoll: %d CollectiveTopologies select this pod; spec.nccl is not applied (the "
+             "sidecar names them)",
+             nmatch);
+    else if (rc)
+        agent_info(
+            "AGENT-WEBHOOK-NCCL",
+            "CollectiveTopology %s says nccl: kcoll: containers preload " AGENT_WEBHOOK_NCCL_LIB,
+            name ? name : "?");
+    json_decref(own);
+    json_decref(list);
+    return rc;
 }

@@ -8,6 +8,8 @@
 #endif
 #include "webhook.h"
 
+#include "annotations.h"
+
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@ struct mutation {
     const char *ns;   /* request.namespace */
     json_t *ops;      /* the JSONPatch array */
     json_t *warnings; /* AdmissionResponse.warnings */
+    int nccl;         /* the pod's CollectiveTopology asks for kcoll's libnccl.so.2 */
     char deny[512];   /* set when the pod cannot be injected safely */
 };
 
@@ -275,6 +278,39 @@ static long find_named(const json_t *arr, const char *name)
     return -1;
 }
 
+/* name=value first in a container's colon-separated list variable (LD_LIBRARY_PATH, LD_PRELOAD):
+ * added when absent (to env at base, or to fresh when the container had no env), prepended to
+ * the user's value, left alone when already first; a valueFrom gets a warning instead. */
+static int prepend_env(struct mutation *m, const char *cname, const char *base, const json_t *env,
+                       json_t *fresh, const char *name, const char *value)
+{
+    long at = find_named(env, name);
+    if (at < 0) {
+        json_t *v = env_value(name, value);
+        return json_is_array(env) ? add_to_array(m, base, env, v) : json_array_append_new(fresh, v);
+    }
+    const json_t *entry = json_array_get(env, (size_t)at);
+    const char *old = str_at(entry, "value");
+    const size_t n = strlen(value);
+    if (json_object_get(entry, "valueFrom") != NULL) {
+        char w[320];
+        snprintf(w, sizeof(w),
+                 "kcoll: container %s takes %s from valueFrom; prepend %s to it yourself", cname,
+                 name, value);
+        return json_array_append_new(m->warnings, json_string(w));
+    }
+    if (old == NULL || old[0] == '\0')
+        return patch_opf(m, json_string(value), "%s/%ld/value", base, at);
+    if (strncmp(old, value, n) == 0 && (old[n] == ':' || old[n] == '\0'))
+        return 0;
+    char *joined = NULL;
+    if (asprintf(&joined, "%s:%s", value, old) < 0)
+        return -1;
+    int rc = patch_opf(m, json_string(joined), "%s/%ld/value", base, at);
+    free(joined);
+    return rc;
+}
+
 static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
 {
     char base[128];
@@ -326,37 +362,11 @@ static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
     }
     json_decref(ours);
 
-    long ld = find_named(env, "LD_LIBRARY_PATH");
-    if (ld < 0) {
-        json_t *v = env_value("LD_LIBRARY_PATH", AGENT_WEBHOOK_LIB_DIR);
-        if (have_env ? add_to_array(m, base, env, v) != 0 : json_array_append_new(fresh, v) != 0) {
-            json_decref(fresh);
-            return -1;
-        }
-    } else {
-        const json_t *entry = json_array_get(env, (size_t)ld);
-        const char *old = str_at(entry, "value");
-        if (json_object_get(entry, "valueFrom") != NULL) {
-            char w[256];
-            snprintf(w, sizeof(w),
-                     "kcoll: container %s takes LD_LIBRARY_PATH from valueFrom; prepend %s to it "
-                     "yourself",
-                     cname, AGENT_WEBHOOK_LIB_DIR);
-            json_array_append_new(m->warnings, json_string(w));
-        } else if (old == NULL || old[0] == '\0') {
-            if (patch_opf(m, json_string(AGENT_WEBHOOK_LIB_DIR), "%s/%ld/value", base, ld) != 0)
-                return -1;
-        } else if (strncmp(old, AGENT_WEBHOOK_LIB_DIR, strlen(AGENT_WEBHOOK_LIB_DIR)) != 0 ||
-                   (old[strlen(AGENT_WEBHOOK_LIB_DIR)] != ':' &&
-                    old[strlen(AGENT_WEBHOOK_LIB_DIR)] != '\0')) {
-            char *joined = NULL;
-            if (asprintf(&joined, "%s:%s", AGENT_WEBHOOK_LIB_DIR, old) < 0)
-                return -1;
-            int rc = patch_opf(m, json_string(joined), "%s/%ld/value", base, ld);
-            free(joined);
-            if (rc != 0)
-                return -1;
-        }
+    if (prepend_env(m, cname, base, env, fresh, "LD_LIBRARY_PATH", AGENT_WEBHOOK_LIB_DIR) != 0 ||
+        (m->nccl &&
+         prepend_env(m, cname, base, env, fresh, "LD_PRELOAD", AGENT_WEBHOOK_NCCL_LIB) != 0)) {
+        json_decref(fresh);
+        return -1;
     }
     if (!have_env && patch_op(m, "add", base, fresh) != 0)
         return -1;
@@ -405,6 +415,17 @@ static int mutate_pod(struct mutation *m, const json_t *pod)
     json_t *annots = json_pack("{s:s, s:s}", AGENT_WEBHOOK_INJECTED_ANNOT, "true",
                                AGENT_WEBHOOK_LIB_VERSION_ANNOT, m->cfg->lib_version);
     if (annots == NULL || agent_webhook_pod_facts(m->cfg, m->ns, pod, annots, m->warnings) != 0) {
+        json_decref(annots);
+        return -1;
+    }
+    /* kcoll as NCCL: when the pod's CollectiveTopology says spec.nccl: kcoll, every container
+     * preloads the sidecar's libnccl.so.2 (it wins over the NCCL a framework loads by path) */
+    const char *nsl = str_at(annots, AGENT_ANN_NAMESPACE_LABELS);
+    json_t *nslabels = nsl != NULL ? json_loads(nsl, 0, NULL) : NULL;
+    m->nccl = agent_webhook_topology_nccl(m->cfg, m->ns, pod, nslabels, m->warnings);
+    json_decref(nslabels);
+    if (m->nccl &&
+        json_object_set_new(annots, AGENT_WEBHOOK_NCCL_ANNOT, json_string("kcoll")) != 0) {
         json_decref(annots);
         return -1;
     }

@@ -3,7 +3,7 @@
  * planning (vector width, head/body/tail, grid) in plan.c, the promises and their limits in
  * docs/gpu.md.
  *
- * One kernel per datatype x op (50 in all; a copy is the uint8 sum of one input). Each kernel
+ * One kernel per datatype x op (60 in all; a copy is the uint8 sum of one input). Each kernel
  * grid-strides over whole vectors of 16, 8 or 4 bytes (the width the plan chose for this call's
  * pointers), COLLI_CUDA_UNROLL vectors per thread and iteration with every load of an input
  * issued before any arithmetic on it, then over the head and tail elements one by one.
@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <type_traits>
 
+#include "fp8.h"
 #include "plan.h"
 #include "reduce_cuda.h"
 
@@ -29,7 +30,8 @@ namespace
 
 static_assert(COLL_INT8 == 0 && COLL_UINT8 == 1 && COLL_INT32 == 2 && COLL_UINT32 == 3 &&
                   COLL_INT64 == 4 && COLL_UINT64 == 5 && COLL_FLOAT16 == 6 && COLL_BFLOAT16 == 7 &&
-                  COLL_FLOAT32 == 8 && COLL_FLOAT64 == 9 && COLL_NUM_DATATYPES == 10,
+                  COLL_FLOAT32 == 8 && COLL_FLOAT64 == 9 && COLL_FLOAT8_E4M3 == 10 &&
+                  COLL_FLOAT8_E5M2 == 11 && COLL_NUM_DATATYPES == 12,
               "the kernel table below follows coll_datatype_t");
 static_assert(COLL_SUM == 0 && COLL_PROD == 1 && COLL_MIN == 2 && COLL_MAX == 3 && COLL_AVG == 4 &&
                   COLL_NUM_OPS == 5,
@@ -234,6 +236,62 @@ struct Bf16Conv {
 typedef HalfType<HalfConv, 0x7c00> F16;
 typedef HalfType<Bf16Conv, 0x7f80> BF16;
 
+/* float8 as raw bits, with the integer conversions of fp8.h that the CPU kernels use (so the two
+ * agree bit for bit, saturation included): to float32 (exact), one operation, back with one
+ * rounding to nearest even. */
+template <class Conv, uint32_t NAN_MIN> struct Fp8Type {
+    typedef uint8_t S;
+    static __device__ __forceinline__ S sum(S a, S b)
+    {
+        return Conv::out(__fadd_rn(Conv::in(a), Conv::in(b)));
+    }
+    static __device__ __forceinline__ S prod(S a, S b)
+    {
+        return Conv::out(__fmul_rn(Conv::in(a), Conv::in(b)));
+    }
+    static __device__ __forceinline__ S min(S a, S b)
+    {
+        return colli_fp8_less(a, b, NAN_MIN) ? a : b;
+    }
+    static __device__ __forceinline__ S max(S a, S b)
+    {
+        return colli_fp8_less(b, a, NAN_MIN) ? a : b;
+    }
+    static __device__ __forceinline__ S sum_div(S a, S b, const Divisor &d)
+    {
+        return Conv::out(__fdiv_rn(__fadd_rn(Conv::in(a), Conv::in(b)), d.f));
+    }
+    static __device__ __forceinline__ S div(S a, const Divisor &d)
+    {
+        return Conv::out(__fdiv_rn(Conv::in(a), d.f));
+    }
+};
+
+struct E4m3Conv {
+    static __device__ __forceinline__ float in(uint8_t x)
+    {
+        return colli_e4m3_to_float(x);
+    }
+    static __device__ __forceinline__ uint8_t out(float f)
+    {
+        return colli_float_to_e4m3(f);
+    }
+};
+
+struct E5m2Conv {
+    static __device__ __forceinline__ float in(uint8_t x)
+    {
+        return colli_e5m2_to_float(x);
+    }
+    static __device__ __forceinline__ uint8_t out(float f)
+    {
+        return colli_float_to_e5m2(f);
+    }
+};
+
+typedef Fp8Type<E4m3Conv, 0x7fu> E4M3;
+typedef Fp8Type<E5m2Conv, 0x7du> E5M2;
+
 /* One step of op OP (COLL_AVG sums; its division is the separate last step). */
 template <class DT, int OP>
 __device__ __forceinline__ typename DT::S step(typename DT::S a, typename DT::S b)
@@ -429,9 +487,10 @@ typedef void (*kernel_fn)(const Args);
 const kernel_fn kernels[COLL_NUM_DATATYPES][COLL_NUM_OPS] = {
     KERNEL_ROW(I8),  KERNEL_ROW(U8),  KERNEL_ROW(I32),  KERNEL_ROW(U32), KERNEL_ROW(I64),
     KERNEL_ROW(U64), KERNEL_ROW(F16), KERNEL_ROW(BF16), KERNEL_ROW(F32), KERNEL_ROW(F64),
+    KERNEL_ROW(E4M3), KERNEL_ROW(E5M2),
 };
 
-const size_t elem_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+const size_t elem_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
 
 int launch(kernel_fn fn, void *dst, const void *const *srcs, int nsrcs, size_t count, size_t esize,
            uint32_t divisor, int sm_count, void *stream)

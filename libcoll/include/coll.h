@@ -55,7 +55,10 @@ typedef enum {
         COLL_NUM_RESULTS
 } coll_result_t;
 
-/** Element types. float16 is IEEE binary16, bfloat16 the upper half of a float32. */
+/** Element types. float16 is IEEE binary16, bfloat16 the upper half of a float32; the float8 types
+ *  are the OCP 8-bit formats E4M3 (no infinities, largest finite 448) and E5M2 (largest finite
+ *  57344): arithmetic in float32, one rounding to nearest even, saturating at the largest finite
+ *  value (infinities included), NaN kept. */
 typedef enum {
     COLL_INT8 = 0,
     COLL_UINT8 = 1,
@@ -67,13 +70,15 @@ typedef enum {
     COLL_BFLOAT16 = 7,
     COLL_FLOAT32 = 8,
     COLL_FLOAT64 = 9,
-    COLL_NUM_DATATYPES = 10
+    COLL_FLOAT8_E4M3 = 10,
+    COLL_FLOAT8_E5M2 = 11,
+    COLL_NUM_DATATYPES = 12
 } coll_datatype_t;
 
 /**
  * Reduction operators. Integer sum and prod wrap around (two's complement). COLL_AVG is the sum
- * divided by the number of ranks at the end (integer division truncates; float16/bfloat16 are
- * computed in float32 and rounded to nearest even).
+ * divided by the number of ranks at the end (integer division truncates; float16/bfloat16/float8
+ * are computed in float32 and rounded to nearest even).
  */
 typedef enum {
     COLL_SUM = 0,
@@ -172,6 +177,27 @@ COLL_API coll_result_t coll_comm_init_agent(coll_comm_t *comm);
  */
 COLL_API coll_result_t coll_comm_split(coll_comm_t comm, int color, int key, coll_comm_t *newcomm);
 
+/** coll_comm_shrink flags. */
+#define COLL_SHRINK_DEFAULT 0x0 /**< comm is healthy and idle */
+#define COLL_SHRINK_ABORT   0x1 /**< stop comm's operation in progress first (after a failure) */
+
+/**
+ * The ranks of comm that are not in exclude[0..nexclude) form a new communicator, in the order of
+ * their ranks in comm (ncclCommShrink): the way on after ranks died. Only the surviving ranks
+ * call it, each with the same list; the excluded ranks may be dead. comm may have failed (a peer
+ * died); with COLL_SHRINK_ABORT an operation still running on comm in another thread is stopped
+ * first and comm can only be destroyed afterwards. The new communicator bootstraps at the lowest
+ * surviving rank's listener with a secret derived from comm's, takes comm's configuration and
+ * agent, and is ready when this returns (or COLL_BOOTSTRAP_TIMEOUT expires).
+ */
+COLL_API coll_result_t coll_comm_shrink(coll_comm_t comm, const int *exclude, int nexclude,
+                                        int flags, coll_comm_t *newcomm);
+
+/** Stop comm (ncclCommRevoke): an operation in progress in another thread ends with
+ *  COLL_ERR_ABORTED and every later operation fails; comm can still be shrunk, destroyed or
+ *  aborted. Local: the other ranks see their pending operations with this rank fail. */
+COLL_API coll_result_t coll_comm_revoke(coll_comm_t comm);
+
 /** Free the communicator after its operations completed. The handle is invalid afterwards. */
 COLL_API coll_result_t coll_comm_destroy(coll_comm_t comm);
 
@@ -185,6 +211,32 @@ COLL_API coll_result_t coll_comm_get_async_error(coll_comm_t comm, coll_result_t
 
 COLL_API coll_result_t coll_comm_count(const coll_comm_t comm, int *count);
 COLL_API coll_result_t coll_comm_user_rank(const coll_comm_t comm, int *rank);
+
+/* ---- reduction operators made at run time ---- */
+
+/** Where the scalar of a PreMulSum operator is read. */
+typedef enum {
+    COLL_SCALAR_IMMEDIATE = 0, /**< its value, copied when the operator is made */
+    COLL_SCALAR_POINTER = 1    /**< host memory, read when each collective that uses it runs */
+} coll_scalar_residence_t;
+
+/** Most PreMulSum operators one communicator holds at once. */
+#define COLL_MAX_PREMUL_OPS 64
+
+/**
+ * A PreMulSum operator of comm (ncclRedOpCreatePreMulSum): a sum where each rank first
+ * multiplies its input by its own scalar, one element of datatype. *op is COLL_NUM_OPS or more;
+ * it is valid for comm's all_reduce, reduce and reduce_scatter on datatype and on host buffers,
+ * until coll_op_destroy. The product is computed as colli_scale documents: integers wrap,
+ * float16/bfloat16/float8 in float32 with one rounding, float32/float64 in the type. Not
+ * thread-safe against collectives of comm running on other threads, like NCCL's.
+ */
+COLL_API coll_result_t coll_op_create_premul_sum(coll_op_t *op, const void *scalar,
+                                                 coll_datatype_t datatype,
+                                                 coll_scalar_residence_t residence,
+                                                 coll_comm_t comm);
+/** Free an operator of coll_op_create_premul_sum (after the collectives using it ran). */
+COLL_API coll_result_t coll_op_destroy(coll_op_t op, coll_comm_t comm);
 
 /* ---- collectives (stream must be NULL for host buffers) ---- */
 

@@ -560,6 +560,15 @@ ranks:
     with open(os.path.join(src, "libcoll.so.0.1.0"), "wb") as f:
         f.write(b"\x7fELF fake library")
     os.symlink("libcoll.so.0.1.0", os.path.join(src, "libcoll.so.0"))
+    # the GPU plugin, and kcoll's libnccl.so.2 where the build installs it (SRC/kcoll-nccl)
+    with open(os.path.join(src, "libcoll_cuda.so.0"), "wb") as f:
+        f.write(b"\x7fELF fake plugin")
+    with open(os.path.join(src, "unrelated.so"), "wb") as f:
+        f.write(b"not copied")
+    os.makedirs(os.path.join(src, "kcoll-nccl"))
+    with open(os.path.join(src, "kcoll-nccl", "libnccl.so.2.28.9"), "wb") as f:
+        f.write(b"\x7fELF fake nccl")
+    os.symlink("libnccl.so.2.28.9", os.path.join(src, "kcoll-nccl", "libnccl.so.2"))
     a = cl.start_agent("standalone-lib", extra_args=["--topology", topo, "--rank", "1",
                                                     "--lib-src", src],
                        env={"COLL_AGENT_LIB_DIR": dst}, tag="salib")
@@ -568,6 +577,15 @@ ranks:
     check(os.readlink(os.path.join(dst, "libcoll.so.0")) == "libcoll.so.0.1.0" and
           open(os.path.join(dst, "libcoll.so.0.1.0"), "rb").read() == b"\x7fELF fake library",
           "library not copied")
+    nccl_dir = os.path.join(os.path.dirname(dst), "nccl")
+    check(sorted(os.listdir(dst)) == ["libcoll.so.0", "libcoll.so.0.1.0", "libcoll_cuda.so.0"],
+          "the library directory holds libcoll and its GPU plugin only (%s)" % os.listdir(dst))
+    check(os.path.isdir(nccl_dir) and
+          sorted(os.listdir(nccl_dir)) == ["libcoll_cuda.so.0", "libnccl.so.2",
+                                           "libnccl.so.2.28.9"] and
+          os.readlink(os.path.join(nccl_dir, "libnccl.so.2")) == "libnccl.so.2.28.9",
+          "kcoll's libnccl.so.2 and the plugin beside it in RUN/nccl, off LD_LIBRARY_PATH (%s)"
+          % (os.listdir(nccl_dir) if os.path.isdir(nccl_dir) else None))
     a = cl.start_agent("standalone-nolib", extra_args=[
         "--topology", topo, "--rank", "1", "--lib-src", os.path.join(cl.dir, "nothing")],
         env={"COLL_AGENT_LIB_DIR": dst}, tag="sanolib")

@@ -26,10 +26,10 @@ static uint64_t rnd(void)
 }
 
 /* ---- datatypes ---- */
-static const char *const dt_name[COLL_NUM_DATATYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                        "int64",   "uint64", "float16", "bfloat16",
-                                                        "float32", "float64"};
-static const size_t dt_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+static const char *const dt_name[COLL_NUM_DATATYPES] = {
+    "int8",    "uint8",    "int32",   "uint32",  "int64",       "uint64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2"};
+static const size_t dt_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
 
 static int is_int(int dt)
 {
@@ -55,6 +55,10 @@ static int is_nan_bits(int dt, uint64_t v)
         return (v & 0x7fffffffu) > 0x7f800000u;
     case COLL_FLOAT64:
         return (v & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+    case COLL_FLOAT8_E4M3:
+        return (v & 0x7fu) == 0x7fu;
+    case COLL_FLOAT8_E5M2:
+        return (v & 0x7fu) > 0x7cu;
     default:
         return 0;
     }
@@ -71,6 +75,10 @@ static int is_quiet_nan_bits(int dt, uint64_t v)
         return (v & 0x7fc00000u) == 0x7fc00000u;
     case COLL_FLOAT64:
         return (v & 0x7ff8000000000000ull) == 0x7ff8000000000000ull;
+    case COLL_FLOAT8_E4M3: /* one NaN only */
+        return (v & 0x7fu) == 0x7fu;
+    case COLL_FLOAT8_E5M2:
+        return (v & 0x7eu) == 0x7eu;
     default:
         return 0;
     }

@@ -159,6 +159,7 @@ WEBHOOK_RULES = [
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+    {"apiGroups": ["kcoll.io"], "resources": ["collectivetopologies"], "verbs": ["list"]},
 ]
 
 

@@ -250,9 +250,12 @@ def check_injected(label, req_doc, resp):
                     cl + ": LD_LIBRARY_PATH prepended (%r)" % ld_after.get("value"))
         names = [x["name"] for x in after.get("env", [])]
         t.check(len(names) == len(set(names)), cl + ": no duplicate env names")
+        # kept in place; only the two list variables kcoll prepends to may change their value
+        after_env = env_map(after)
         t.check(after.get("env", [])[:len(before.get("env", []))] ==
-                [dict(x, value=ld_after["value"]) if x["name"] == "LD_LIBRARY_PATH" and
-                 "value" in x else x for x in before.get("env", [])],
+                [dict(x, value=after_env[x["name"]]["value"])
+                 if x["name"] in ("LD_LIBRARY_PATH", "LD_PRELOAD") and "value" in x else x
+                 for x in before.get("env", [])],
                 cl + ": existing env entries kept in place")
         t.check({"name": "kcoll-run", "mountPath": "/var/run/kcoll", "readOnly": True}
                 in after.get("volumeMounts", []), cl + ": mounts /var/run/kcoll read-only")
@@ -356,7 +359,14 @@ def api_facts(binary, tmp):
                                                        "team": "ml"}}},
             {"apiVersion": "batch/v1", "kind": "Job",
              "metadata": {"name": "train", "namespace": "team-a", "uid": "job-uid-1"},
-             "spec": {"completions": 8, "parallelism": 8, "completionMode": "Indexed"}}], f)
+             "spec": {"completions": 8, "parallelism": 8, "completionMode": "Indexed"}},
+            # kcoll as NCCL for the pods labelled app=vllm in namespaces labelled team=ml
+            {"apiVersion": "kcoll.io/v1alpha1", "kind": "CollectiveTopology",
+             "metadata": {"name": "vllm-nccl"},
+             "spec": {"namespaceSelector": {"matchLabels": {"team": "ml"}},
+                      "podSelector": {"matchLabels": {"app": "vllm"}},
+                      "network": {"interface": "eth0"}, "libraryVersion": "0.1.0",
+                      "nccl": "kcoll"}}], f)
     api_log = open(os.path.join(tmp, "api.log"), "w")
     api = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "fixtures",
                                                          "fake_apiserver.py"),
@@ -416,8 +426,42 @@ def api_facts(binary, tmp):
                 "api facts 403: admission warning (%s)" % r.get("warnings"))
         counts = urllib_get(ctl_port, "/counts")
         ua = [k for k in counts if k.startswith("coll-agent-webhook/")]
-        t.check(ua and counts[ua[0]]["verbs"] == {"get": 4},
-                "api facts: 2 GETs per review (Namespace, Job), nothing else (%s)" % counts)
+        t.check(ua and counts[ua[0]]["verbs"] == {"get": 4, "list": 2},
+                "api facts: per review 2 GETs (Namespace, Job) and the list of "
+                "CollectiveTopologies, nothing else (%s)" % counts)
+        for ann in ("kcoll.io/nccl",):
+            t.check(ann not in out.get("metadata", {}).get("annotations", {}),
+                    "api facts: no topology says nccl: kcoll for this pod, no %s" % ann)
+        t.check(all("LD_PRELOAD" not in env_map(c) for c in out["spec"]["containers"]),
+                "api facts: no LD_PRELOAD without the opt-in")
+
+        # spec.nccl: kcoll in the topology that selects the pod: every container preloads the
+        # sidecar's libnccl.so.2, before a preload of its own
+        pod["metadata"]["labels"]["app"] = "vllm"
+        pod["spec"]["containers"][0].setdefault("env", []).append(
+            {"name": "LD_PRELOAD", "value": "/opt/own.so"})
+        st, _, resp = review(srv.port, ctx, as_review(pod, "nccl-1"))
+        out = check_injected("kcoll nccl", as_review(pod, "nccl-1"), resp) or {}
+        ann = out.get("metadata", {}).get("annotations", {})
+        t.check(ann.get("kcoll.io/nccl") == "kcoll", "kcoll nccl: annotation (%s)" % ann)
+        envs = [env_map(c) for c in out.get("spec", {}).get("containers", [])
+                if c.get("name") != "kcoll-agent"]
+        t.check(envs and envs[0].get("LD_PRELOAD", {}).get("value") ==
+                "/var/run/kcoll/nccl/libnccl.so.2:/opt/own.so",
+                "kcoll nccl: LD_PRELOAD puts kcoll's libnccl.so.2 first (%s)" %
+                (envs[0].get("LD_PRELOAD") if envs else None))
+        t.check(all(e.get("LD_PRELOAD", {}).get("value", "").startswith(
+            "/var/run/kcoll/nccl/libnccl.so.2") for e in envs),
+                "kcoll nccl: every container preloads it")
+        t.check(all(e.get("LD_LIBRARY_PATH", {}).get("value", "").startswith(
+            "/var/run/kcoll/lib") for e in envs), "kcoll nccl: LD_LIBRARY_PATH still set")
+        # the same topology in a namespace without team=ml: not selected
+        pod["metadata"]["namespace"] = "team-b"
+        st, _, resp = review(srv.port, ctx, as_review(pod, "nccl-2"))
+        out = check_injected("kcoll nccl other ns", as_review(pod, "nccl-2"), resp) or {}
+        envs = [env_map(c) for c in out.get("spec", {}).get("containers", [])]
+        t.check(envs and envs[0].get("LD_PRELOAD", {}).get("value") == "/opt/own.so",
+                "kcoll nccl: a namespace the topology does not select keeps its own LD_PRELOAD")
     finally:
         if srv is not None:
             srv.stop()

@@ -212,6 +212,31 @@ static void check_facts(void)
     json_decref(a);
     json_decref(w);
 
+    /* names from the pod never reach an API path unless they are DNS-1123 names (no "../",
+     * "%2F", "/", upper case, overlong): an InvalidName error and not one read */
+    static const char *const hostile[] = {
+        "../../kube-system/jobs/x", "a%2Fb", "a/b", "..", "Train", "-x", "x-", "a..b", ""};
+    for (size_t k = 0; k < sizeof(hostile) / sizeof(hostile[0]); k++) {
+        fake_calls = 0;
+        a = facts_for(&c, hostile[k], NULL, &w);
+        printf("owner Job name \"%s\": %d read(s), %s\n", hostile[k], fake_calls,
+               ann(a, "kcoll.io/world-size-error"));
+        CHECK(strncmp(ann(a, "kcoll.io/world-size-error"), "InvalidName: ", 13) == 0 &&
+                  fake_calls == 1 /* the Namespace only */,
+              "a hostile owner Job name: InvalidName, no Job read");
+        json_decref(a);
+        json_decref(w);
+    }
+    char longname[300];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    CHECK(!agent_webhook_name_ok(longname, 1), "a 299-character name is refused");
+    longname[253] = '\0';
+    CHECK(agent_webhook_name_ok(longname, 1) && !agent_webhook_name_ok(longname, 0),
+          "253 characters: a subdomain, not a label");
+    CHECK(agent_webhook_name_ok("train-1.v2", 1) && !agent_webhook_name_ok("train-1.v2", 0),
+          "dots: subdomain only");
+
     /* PyTorchJob / bare pods: only the Namespace is read */
     fake_calls = 0;
     a = facts_for(&c, NULL, NULL, &w);

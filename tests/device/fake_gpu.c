@@ -36,9 +36,9 @@
 static size_t elt_size(coll_datatype_t dt)
 {
     static const size_t sz[COLL_NUM_DATATYPES] = {
-        [COLL_INT8] = 1,    [COLL_UINT8] = 1,  [COLL_INT32] = 4,   [COLL_UINT32] = 4,
-        [COLL_INT64] = 8,   [COLL_UINT64] = 8, [COLL_FLOAT16] = 2, [COLL_BFLOAT16] = 2,
-        [COLL_FLOAT32] = 4, [COLL_FLOAT64] = 8};
+        [COLL_INT8] = 1,    [COLL_UINT8] = 1,   [COLL_INT32] = 4,       [COLL_UINT32] = 4,
+        [COLL_INT64] = 8,   [COLL_UINT64] = 8,  [COLL_FLOAT16] = 2,     [COLL_BFLOAT16] = 2,
+        [COLL_FLOAT32] = 4, [COLL_FLOAT64] = 8, [COLL_FLOAT8_E4M3] = 1, [COLL_FLOAT8_E5M2] = 1};
     return (int)dt >= 0 && dt < COLL_NUM_DATATYPES ? sz[dt] : 0;
 }
 

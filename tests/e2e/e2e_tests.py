@@ -555,18 +555,16 @@ def main():
             harness.skip("%s is not built" % p)
     ck = Checks()
     cl = None
-    skipped = None
     t0 = time.time()
-    try:
+
+    def run():
+        nonlocal cl
         if ARGS.case in NEEDS_CLUSTER:
             cl = harness.Cluster(ARGS.agent, topologies=())
         CASES[ARGS.case](ck, cl)
-    except Skip as e:
-        skipped = str(e)
-    except Exception as e:  # an unexpected error is a failure with its trace, not a crash
-        import traceback
-        traceback.print_exc()
-        ck(False, "case %s raised %s: %s" % (ARGS.case, type(e).__name__, e))
+
+    try:
+        skipped = guarded(ck, ARGS.case, run)
     finally:
         if cl is not None:
             if ck.failed:
@@ -574,7 +572,26 @@ def main():
                     print("---- %s" % a["log"])
                     print(tail(cl.agent_log(a), 2000))
             cl.close(keep=ARGS.keep or ck.failed > 0)
-    print("case %s took %.1f s" % (ARGS.case, time.time() - t0))
+    return finish(ck, ARGS.case, t0, skipped)
+
+
+def guarded(ck, case, fn, *args):
+    """Runs fn(*args): the reason when it raised Skip, else None. An unexpected error is a failed
+    check with its trace, not a crash. (tests/image/image_test.py runs its cases through it too.)"""
+    try:
+        fn(*args)
+    except Skip as e:
+        return str(e)
+    except Exception as e:
+        import traceback
+        traceback.print_exc()
+        ck(False, "case %s raised %s: %s" % (case, type(e).__name__, e))
+    return None
+
+
+def finish(ck, case, t0, skipped):
+    """The closing lines of a case and its exit status: 1 failed, 77 skipped, 0 passed."""
+    print("case %s took %.1f s" % (case, time.time() - t0))
     print("%d passed, %d failed" % (ck.passed, ck.failed))
     if ck.failed:
         return 1

@@ -13,6 +13,8 @@ size_t ref_dt_size(coll_datatype_t dt)
     switch (dt) {
     case COLL_INT8:
     case COLL_UINT8:
+    case COLL_FLOAT8_E4M3:
+    case COLL_FLOAT8_E5M2:
         return 1;
     case COLL_FLOAT16:
     case COLL_BFLOAT16:
@@ -32,8 +34,9 @@ size_t ref_dt_size(coll_datatype_t dt)
 
 const char *ref_dt_name(coll_datatype_t dt)
 {
-    static const char *const names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                        "uint64", "float16", "bfloat16", "float32", "float64"};
+    static const char *const names[] = {"int8",    "uint8",   "int32",       "uint32",
+                                        "int64",   "uint64",  "float16",     "bfloat16",
+                                        "float32", "float64", "float8_e4m3", "float8_e5m2"};
     return (unsigned)dt < COLL_NUM_DATATYPES ? names[dt] : "invalid";
 }
 
@@ -45,7 +48,13 @@ const char *ref_op_name(coll_op_t op)
 
 int ref_dt_is_float(coll_datatype_t dt)
 {
-    return dt == COLL_FLOAT16 || dt == COLL_BFLOAT16 || dt == COLL_FLOAT32 || dt == COLL_FLOAT64;
+    return dt == COLL_FLOAT16 || dt == COLL_BFLOAT16 || dt == COLL_FLOAT32 || dt == COLL_FLOAT64 ||
+           ref_dt_is_fp8(dt);
+}
+
+int ref_dt_is_fp8(coll_datatype_t dt)
+{
+    return dt == COLL_FLOAT8_E4M3 || dt == COLL_FLOAT8_E5M2;
 }
 
 static int dt_is_signed(coll_datatype_t dt)
@@ -121,6 +130,37 @@ uint16_t ref_float_to_bf16(float f)
     return (uint16_t)encode_exact(v, 7, 8);
 }
 
+/* OCP float8, saturating: beyond the largest finite value (E4M3: 448, E5M2: 57344) the result is
+ * that value; NaN is S.1111.111 (E4M3) or S.11111.10 (E5M2). */
+uint8_t ref_float_to_fp8(coll_datatype_t dt, double v)
+{
+    int e4 = dt == COLL_FLOAT8_E4M3;
+    double maxv = e4 ? 448.0 : 57344.0;
+    if (isnan(v))
+        return (uint8_t)((signbit(v) ? 0x80u : 0u) | (e4 ? 0x7fu : 0x7eu));
+    double r = round_to_format(v, e4 ? 3 : 2, e4 ? -6 : -14, maxv);
+    if (isinf(r))
+        r = r < 0 ? -maxv : maxv;
+    return (uint8_t)encode_exact(r, e4 ? 3 : 2, e4 ? 4 : 5);
+}
+
+double ref_fp8_to_double(coll_datatype_t dt, uint8_t b)
+{
+    int e4 = dt == COLL_FLOAT8_E4M3;
+    int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+    int e = (b & 0x7f) >> mbits, m = b & ((1 << mbits) - 1);
+    double v;
+    if (e4 && (b & 0x7f) == 0x7f)
+        v = NAN;
+    else if (!e4 && e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, 1 - bias - mbits);
+    else
+        v = ldexp((double)((1 << mbits) + m), e - bias - mbits);
+    return (b & 0x80) ? -v : v;
+}
+
 double ref_half_to_double(uint16_t h)
 {
     int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -174,6 +214,8 @@ static uint64_t encode_float(coll_datatype_t dt, double v)
         memcpy(&b, &f, 4);
         return b;
     }
+    if (ref_dt_is_fp8(dt))
+        return ref_float_to_fp8(dt, v);
     double twice = v * 2;
     if (v != 0 && twice == floor(twice) && v >= CACHE_LO && v <= CACHE_HI) {
         cache_init();
@@ -207,7 +249,9 @@ static inline double input_fvalue(const ref_gen_t *g, int rank, size_t idx)
     case COLL_MIN:
     case COLL_MAX:
         return (double)(int)(h % 201) - 100;
-    default: /* sum, avg */
+    default: /* sum, avg: float8 sums stay exact over 8 ranks only with |x| <= 1 */
+        if (ref_dt_is_fp8(g->dt))
+            return (double)(int)(h % 3) - 1;
         return (double)(int)(h % 17) - 8;
     }
 }
@@ -274,6 +318,8 @@ static uint64_t raw_reduced(const ref_gen_t *g, int nranks, size_t idx)
                     memcpy(&b, &q, 4);
                     return b;
                 }
+                if (ref_dt_is_fp8(g->dt))
+                    return ref_float_to_fp8(g->dt, q);
                 return g->dt == COLL_FLOAT16 ? ref_float_to_half(q) : ref_float_to_bf16(q);
             }
         }
@@ -467,6 +513,10 @@ void ref_format(char *out, size_t len, coll_datatype_t dt, uint64_t bits)
         break;
     case COLL_BFLOAT16:
         snprintf(out, len, "0x%04" PRIx64 " (%g)", bits, ref_bf16_to_double((uint16_t)bits));
+        break;
+    case COLL_FLOAT8_E4M3:
+    case COLL_FLOAT8_E5M2:
+        snprintf(out, len, "0x%02" PRIx64 " (%g)", bits, ref_fp8_to_double(dt, (uint8_t)bits));
         break;
     case COLL_FLOAT32: {
         float f;

@@ -5,7 +5,8 @@
  *
  * Values are chosen so that float results are exact whatever the summation order:
  *   integers: the full range (sum/prod wrap; the reference computes in unsigned arithmetic);
- *   floats, sum/avg: integers in [-8, 8]; prod: {1, -1, 2, -2, 0.5, 0}; min/max: [-100, 100].
+ *   floats, sum/avg: integers in [-8, 8] ([-1, 1] for float8); prod: {1, -1, 2, -2, 0.5, 0};
+ * min/max: [-100, 100].
  */
 #ifndef COLL_TEST_REF_H
 #define COLL_TEST_REF_H
@@ -25,12 +26,16 @@ size_t ref_dt_size(coll_datatype_t dt);
 const char *ref_dt_name(coll_datatype_t dt);
 const char *ref_op_name(coll_op_t op);
 int ref_dt_is_float(coll_datatype_t dt);
+int ref_dt_is_fp8(coll_datatype_t dt);
 
 /* IEEE conversions with round-to-nearest-even, written with double arithmetic. */
 uint16_t ref_float_to_half(float f);
 uint16_t ref_float_to_bf16(float f);
 double ref_half_to_double(uint16_t h);
 double ref_bf16_to_double(uint16_t b);
+/* OCP float8 (E4M3, E5M2): nearest even, saturating at the largest finite value. */
+uint8_t ref_float_to_fp8(coll_datatype_t dt, double v);
+double ref_fp8_to_double(coll_datatype_t dt, uint8_t b);
 
 /* Bit pattern of the input element idx of rank. */
 uint64_t ref_input(const ref_gen_t *g, int rank, size_t idx);

@@ -204,7 +204,7 @@ static void c_bad_datatype(mp_ctx_t *ctx)
     EXPECT(coll_all_reduce(sbuf, rbuf, 4, BAD_DT, COLL_SUM, c, NULL), E_ARG,
            "all_reduce datatype 99", "datatype", "99");
     EXPECT(coll_all_reduce(sbuf, rbuf, 4, COLL_NUM_DATATYPES, COLL_SUM, c, NULL), E_ARG,
-           "all_reduce datatype COLL_NUM_DATATYPES", "datatype", "10");
+           "all_reduce datatype COLL_NUM_DATATYPES", "datatype", "12");
     EXPECT(coll_all_reduce(sbuf, rbuf, 4, (coll_datatype_t)-1, COLL_SUM, c, NULL), E_ARG,
            "all_reduce datatype -1", "datatype", "-1");
     EXPECT(coll_broadcast(sbuf, rbuf, 4, BAD_DT, 0, c, NULL), E_ARG, "broadcast datatype 99",
@@ -527,9 +527,10 @@ static void c_strings(mp_ctx_t *ctx)
               "coll_get_error_string(%d) = \"%s\", expected \"unknown result\"", (int)bad[i],
               got ? got : "(NULL)");
     }
-    static const char *const dtn[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                      "uint64", "float16", "bfloat16", "float32", "float64"};
-    static const size_t dts[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+    static const char *const dtn[] = {"int8",    "uint8",   "int32",       "uint32",
+                                      "int64",   "uint64",  "float16",     "bfloat16",
+                                      "float32", "float64", "float8_e4m3", "float8_e5m2"};
+    static const size_t dts[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
     for (int d = 0; d < COLL_NUM_DATATYPES; d++) {
         const char *got = coll_datatype_name((coll_datatype_t)d);
         CHECK(got && strcmp(got, dtn[d]) == 0, "coll_datatype_name(%d) = \"%s\", expected \"%s\"",

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <nccl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -131,15 +132,44 @@ static double now(void)
 
 /* ---- values: small integers, exact in every datatype and under every operator ---- */
 
-static double input(int r, size_t i)
+static int is_fp8(ncclDataType_t dt)
 {
-    return (double)(1 + (r + i) % 3);
+    return dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
+}
+
+/* float8: 1 and 2 only, so that every partial sum (up to 8) and product (up to 16) of 4 ranks is
+ * exact in E5M2's two mantissa bits */
+static double input_of(ncclDataType_t dt, int r, size_t i)
+{
+    return (double)(1 + (r + i) % (is_fp8(dt) ? 2 : 3));
 }
 
 static size_t dt_size(ncclDataType_t dt)
 {
-    static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-    return (int)dt < 10 ? sz[dt] : 0;
+    static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return (int)dt < 12 ? sz[dt] : 0;
+}
+
+/* OCP float8 bits of a value that the format holds exactly (E4M3: 3 mantissa bits, bias 7;
+ * E5M2: 2, bias 15), and back */
+static uint8_t fp8_bits(ncclDataType_t dt, double v)
+{
+    int mbits = dt == ncclFloat8e4m3 ? 3 : 2, bias = dt == ncclFloat8e4m3 ? 7 : 15;
+    uint8_t sign = v < 0 ? 0x80 : 0;
+    double a = v < 0 ? -v : v;
+    if (a == 0)
+        return sign;
+    int e;
+    double f = frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+    return sign | (uint8_t)(((e - 1 + bias) << mbits) | (int)ldexp(f * 2 - 1, mbits));
+}
+
+static double fp8_value(ncclDataType_t dt, uint8_t b)
+{
+    int mbits = dt == ncclFloat8e4m3 ? 3 : 2, bias = dt == ncclFloat8e4m3 ? 7 : 15;
+    int e = (b & 0x7f) >> mbits, m = b & ((1 << mbits) - 1);
+    double v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp((1 << mbits) + m, e - bias - mbits);
+    return (b & 0x80) ? -v : v;
 }
 
 static void put(ncclDataType_t dt, void *buf, size_t i, double v)
@@ -171,6 +201,10 @@ static void put(ncclDataType_t dt, void *buf, size_t i, double v)
         break;
     case ncclFloat64:
         ((double *)buf)[i] = v;
+        break;
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        ((uint8_t *)buf)[i] = fp8_bits(dt, v);
         break;
     case ncclBfloat16: {
         float f = (float)v; /* small integers: the upper half of a float is exact */
@@ -205,6 +239,9 @@ static double get(ncclDataType_t dt, const void *buf, size_t i)
         return ((const float *)buf)[i];
     case ncclFloat64:
         return ((const double *)buf)[i];
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return fp8_value(dt, ((const uint8_t *)buf)[i]);
     case ncclBfloat16: {
         uint32_t b = (uint32_t)((const uint16_t *)buf)[i] << 16;
         float f;
@@ -218,15 +255,16 @@ static double get(ncclDataType_t dt, const void *buf, size_t i)
 
 static int is_float(ncclDataType_t dt)
 {
-    return dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16;
+    return dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16 ||
+           is_fp8(dt);
 }
 
 /* the reduction of element i over ranks [0, n) */
 static double reduced(ncclRedOp_t op, ncclDataType_t dt, int n, size_t i)
 {
-    double acc = input(0, i);
+    double acc = input_of(dt, 0, i);
     for (int r = 1; r < n; r++) {
-        double v = input(r, i);
+        double v = input_of(dt, r, i);
         acc = op == ncclProd  ? acc * v
               : op == ncclMax ? (v > acc ? v : acc)
               : op == ncclMin ? (v < acc ? v : acc)
@@ -239,16 +277,22 @@ static double reduced(ncclRedOp_t op, ncclDataType_t dt, int n, size_t i)
 
 static int close_enough(ncclDataType_t dt, double got, double want)
 {
-    double tol = dt == ncclFloat16 || dt == ncclBfloat16 ? 1e-2 : is_float(dt) ? 1e-6 : 0;
+    /* float8: an average is rounded to 3 (E4M3) or 2 (E5M2) mantissa bits: half a unit in the
+     * last place is 2^-4 or 2^-3 of the value */
+    double tol = is_fp8(dt)                                ? 0.125
+                 : dt == ncclFloat16 || dt == ncclBfloat16 ? 1e-2
+                 : is_float(dt)                            ? 1e-6
+                                                           : 0;
     double d = got - want;
     return (d < 0 ? -d : d) <= tol * (want < 0 ? -want : want);
 }
 
 static const char *dt_name(ncclDataType_t dt)
 {
-    static const char *n[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                              "uint64", "float16", "float32", "float64", "bfloat16"};
-    return (int)dt < 10 ? n[dt] : "?";
+    static const char *n[] = {"int8",    "uint8",    "int32",      "uint32",
+                              "int64",   "uint64",   "float16",    "float32",
+                              "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+    return (int)dt < 12 ? n[dt] : "?";
 }
 
 static const char *op_name(ncclRedOp_t op)
@@ -276,7 +320,7 @@ static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_
     const size_t e = dt_size(dt), n = (size_t)nranks_;
     char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     for (size_t i = 0; i < count * n; i++)
-        put(dt, in, i, input(rank_, i));
+        put(dt, in, i, input_of(dt, rank_, i));
     /* all_reduce, out of place and in place */
     CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce");
     check_reduced("ncclAllReduce", dt, op, out, count, 0);
@@ -294,6 +338,76 @@ static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_
     buf_free(out);
 }
 
+static void expect(ncclResult_t rc, ncclResult_t want, const char *what, const char *says)
+{
+    CHECK(rc == want, "%s: %d (%s), want %d", what, (int)rc, ncclGetErrorString(rc), (int)want);
+    CHECK(strstr(ncclGetLastError(NULL), says) != NULL, "%s: message \"%s\" lacks \"%s\"", what,
+          ncclGetLastError(NULL), says);
+}
+
+/* PreMulSum: rank r multiplies its input by s_r = 1 + r % 2 (1 for float8, whose sums stay exact
+ * only that small) before the sum; immediate: the scalar is copied at creation; pointer
+ * (ncclScalarDevice on host memory): read at each call, so it is changed after creation. */
+static double premul_scalar(ncclDataType_t dt, int r)
+{
+    return is_fp8(dt) ? 1 : 1 + r % 2;
+}
+
+static void check_premul(const char *what, ncclDataType_t dt, const void *buf, size_t count,
+                         size_t first)
+{
+    size_t bad = 0, at = 0;
+    double want_at = 0;
+    for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int r = 0; r < nranks_; r++)
+            want += premul_scalar(dt, r) * input_of(dt, r, first + i);
+        if (!close_enough(dt, get(dt, buf, i), want) && bad++ == 0) {
+            at = i;
+            want_at = want;
+        }
+    }
+    CHECK(bad == 0, "%s %s premulsum count %zu: %zu wrong, first at %zu: %g, want %g", what,
+          dt_name(dt), count, bad, at, count ? get(dt, buf, at) : 0, want_at);
+}
+
+static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarResidence_t res)
+{
+    const size_t e = dt_size(dt), n = (size_t)nranks_;
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
+    char scalar[8] = {0};
+    for (size_t i = 0; i < count * n; i++)
+        put(dt, in, i, input_of(dt, rank_, i));
+    /* a pointer scalar is read when the call runs: make the op with a wrong value first */
+    put(dt, scalar, 0, res == ncclScalarDevice ? 3 : premul_scalar(dt, rank_));
+    ncclRedOp_t op = ncclSum;
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, scalar, dt, res, comm), "ncclRedOpCreatePreMulSum");
+    CHECK((int)op >= (int)ncclNumOps, "PreMulSum operator %d", (int)op);
+    put(dt, scalar, 0, premul_scalar(dt, rank_));
+    if (res == ncclScalarHostImmediate)
+        put(dt, scalar, 0, 3); /* copied at creation: changing it now has no effect */
+    CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce premulsum");
+    check_premul("ncclAllReduce", dt, out, count, 0);
+    memcpy(out, in, count * e);
+    CHECK_OK(ncclAllReduce(out, out, count, dt, op, comm, NULL), "in place");
+    check_premul("ncclAllReduce in place", dt, out, count, 0);
+    CHECK_OK(ncclReduce(in, out, count, dt, op, 0, comm, NULL), "ncclReduce premulsum");
+    if (rank_ == 0)
+        check_premul("ncclReduce", dt, out, count, 0);
+    /* in a group, with a second reduction of another operator */
+    char *out2 = buf_alloc(count * n * e + 1);
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclReduceScatter(in, out, count, dt, op, comm, NULL), "ncclReduceScatter premulsum");
+    CHECK_OK(ncclAllReduce(in, out2, count, dt, ncclSum, comm, NULL), "ncclAllReduce sum");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd");
+    check_premul("ncclReduceScatter", dt, out, count, (size_t)rank_ * count);
+    check_reduced("ncclAllReduce beside a premulsum", dt, ncclSum, out2, count, 0);
+    CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
+    buf_free(in);
+    buf_free(out);
+    buf_free(out2);
+}
+
 /* The movements: broadcast, bcast, all_gather, all_to_all, gather, scatter, a send/recv ring. */
 static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
 {
@@ -301,37 +415,37 @@ static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
     char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     size_t bad = 0;
     for (size_t i = 0; i < count * n; i++)
-        put(dt, in, i, input(rank_, i));
+        put(dt, in, i, input_of(dt, rank_, i));
     int root = nranks_ - 1;
     CHECK_OK(ncclBroadcast(in, out, count, dt, root, comm, NULL), "ncclBroadcast");
     for (size_t i = 0; i < count; i++)
-        bad += get(dt, out, i) != input(root, i);
+        bad += get(dt, out, i) != input_of(dt, root, i);
     CHECK(bad == 0, "ncclBroadcast %s count %zu: %zu wrong", dt_name(dt), count, bad);
     memcpy(out, in, count * e);
     CHECK_OK(ncclBcast(out, count, dt, 0, comm, NULL), "ncclBcast");
     bad = 0;
     for (size_t i = 0; i < count; i++)
-        bad += get(dt, out, i) != input(0, i);
+        bad += get(dt, out, i) != input_of(dt, 0, i);
     CHECK(bad == 0, "ncclBcast %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclAllGather(in, out, count, dt, comm, NULL), "ncclAllGather");
     bad = 0;
     for (size_t i = 0; i < count * n; i++)
-        bad += get(dt, out, i) != input((int)(i / count), i % count);
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), i % count);
     CHECK(bad == 0, "ncclAllGather %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclAlltoAll(in, out, count, dt, comm, NULL), "ncclAlltoAll");
     bad = 0;
     for (size_t i = 0; i < count * n; i++) /* block q from rank q: its block `rank` */
-        bad += get(dt, out, i) != input((int)(i / count), (size_t)rank_ * count + i % count);
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), (size_t)rank_ * count + i % count);
     CHECK(bad == 0, "ncclAlltoAll %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclGather(in, out, count, dt, root, comm, NULL), "ncclGather");
     bad = 0;
     for (size_t i = 0; rank_ == root && i < count * n; i++)
-        bad += get(dt, out, i) != input((int)(i / count), i % count);
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), i % count);
     CHECK(bad == 0, "ncclGather %s count %zu: %zu wrong", dt_name(dt), count, bad);
     CHECK_OK(ncclScatter(in, out, count, dt, 0, comm, NULL), "ncclScatter");
     bad = 0;
     for (size_t i = 0; i < count; i++) /* block `rank` of rank 0's input */
-        bad += get(dt, out, i) != input(0, (size_t)rank_ * count + i);
+        bad += get(dt, out, i) != input_of(dt, 0, (size_t)rank_ * count + i);
     CHECK(bad == 0, "ncclScatter %s count %zu: %zu wrong", dt_name(dt), count, bad);
     /* a ring: send to the next rank, receive from the previous one, in one group */
     CHECK_OK(ncclGroupStart(), "ncclGroupStart");
@@ -340,7 +454,7 @@ static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
     CHECK_OK(ncclGroupEnd(), "ncclGroupEnd");
     bad = 0;
     for (size_t i = 0; i < count; i++)
-        bad += get(dt, out, i) != input((rank_ + nranks_ - 1) % nranks_, i);
+        bad += get(dt, out, i) != input_of(dt, (rank_ + nranks_ - 1) % nranks_, i);
     CHECK(bad == 0, "ncclSend/ncclRecv ring %s count %zu: %zu wrong", dt_name(dt), count, bad);
     buf_free(in);
     buf_free(out);
@@ -364,14 +478,16 @@ static void case_conformance(void)
     CHECK_OK(ncclCommUserRank(comm, &r), "ncclCommUserRank");
     CHECK_OK(ncclCommCuDevice(comm, &dev), "ncclCommCuDevice");
     CHECK(count == nranks_ && r == rank_ && dev >= 0, "count %d rank %d device %d", count, r, dev);
-    const ncclDataType_t dts[] = {ncclInt8,   ncclUint8,   ncclInt32,   ncclUint32,  ncclInt64,
-                                  ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16};
+    const ncclDataType_t dts[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                  ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                  ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
     const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
     const size_t counts[] = {0, 1, 1000};
     for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
             for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
                 reductions(comm, dts[d], ops[o], counts[c]);
+            premul(comm, dts[d], counts[c], c % 2 ? ncclScalarDevice : ncclScalarHostImmediate);
             movements(comm, dts[d], counts[c]);
         }
     /* beyond a pipeline chunk and the single-copy threshold */
@@ -483,13 +599,6 @@ static void case_nonblocking(void)
 
 /* ---- errors ---- */
 
-static void expect(ncclResult_t rc, ncclResult_t want, const char *what, const char *says)
-{
-    CHECK(rc == want, "%s: %d (%s), want %d", what, (int)rc, ncclGetErrorString(rc), (int)want);
-    CHECK(strstr(ncclGetLastError(NULL), says) != NULL, "%s: message \"%s\" lacks \"%s\"", what,
-          ncclGetLastError(NULL), says);
-}
-
 static void case_errors(void)
 {
     ncclComm_t comm = init_comm();
@@ -498,8 +607,6 @@ static void case_errors(void)
     float x = 1, y = 0;
     expect(ncclAllReduce(&x, &y, 1, (ncclDataType_t)42, ncclSum, comm, NULL), ncclInvalidArgument,
            "bad datatype", "datatype 42");
-    expect(ncclAllReduce(&x, &y, 1, ncclFloat8e4m3, ncclSum, comm, NULL), ncclInvalidArgument,
-           "float8", "ncclFloat8e4m3");
     expect(ncclAllReduce(&x, &y, 1, ncclFloat32, (ncclRedOp_t)77, comm, NULL), ncclInvalidArgument,
            "bad operator", "operator 77");
     expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument,
@@ -510,13 +617,32 @@ static void case_errors(void)
            "root out of range", "root");
     expect(ncclSend(&x, 1, ncclFloat32, rank_, comm, NULL), ncclInvalidUsage, "send to self",
            "itself");
-    ncclComm_t out = NULL;
-    int excl = 0;
-    expect(ncclCommShrink(comm, &excl, 1, &out, NULL, 0), ncclInvalidUsage, "ncclCommShrink",
-           "ncclCommShrink");
-    ncclRedOp_t op;
+    /* PreMulSum operators: one datatype, one communicator, a limited number, destroyed once */
+    ncclRedOp_t op = ncclSum, ops[64];
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
+             "ncclRedOpCreatePreMulSum");
+    int64_t xi = 1, yi = 0;
+    expect(ncclAllReduce(&xi, &yi, 1, ncclInt64, op, comm, NULL), ncclInvalidArgument,
+           "PreMulSum of float32 used on int64", "was made for float32");
+    expect(ncclBroadcast(&x, &y, 1, ncclFloat32, 0, comm, (cudaStream_t)(uintptr_t)1),
+           ncclInvalidUsage, "a stream with host buffers", "stream");
+    expect(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, (ncclScalarResidence_t)7, comm),
+           ncclInvalidArgument, "bad residence", "residence 7");
+    int made = 1;
+    ops[0] = op;
+    while (made < 64 && ncclRedOpCreatePreMulSum(&ops[made], &x, ncclFloat32,
+                                                 ncclScalarHostImmediate, comm) == ncclSuccess)
+        made++;
+    CHECK(made == 64, "made %d PreMulSum operators, want 64", made);
     expect(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
-           ncclInvalidUsage, "PreMulSum", "ncclRedOpCreatePreMulSum");
+           ncclInvalidUsage, "the 65th PreMulSum operator", "destroy one");
+    for (int k = 0; k < made; k++)
+        CHECK_OK(ncclRedOpDestroy(ops[k], comm), "ncclRedOpDestroy");
+    expect(ncclRedOpDestroy(ops[0], comm), ncclInvalidArgument, "destroyed twice",
+           "destroyed already");
+    expect(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "destroy ncclSum", "built in");
+    expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ops[0], comm, NULL), ncclInvalidArgument,
+           "a destroyed PreMulSum operator", "PreMulSum operator");
     expect(ncclGroupSimulateEnd(NULL), ncclInvalidUsage, "simulate", "ncclGroupSimulateEnd");
     expect(ncclGroupEnd(), ncclInvalidUsage, "group end without start", "without a matching");
     int version = 0;
@@ -598,6 +724,95 @@ static void case_initall(int n)
     }
 }
 
+/* ---- shrink: the way on without the last rank, healthy and after it died ---- */
+
+/* the sum of (rank + 1) over the n ranks of comm, all-reduced and checked */
+static void sum_check(ncclComm_t comm, int n, int myrank, const char *what)
+{
+    int64_t mine = myrank + 1, sum = 0;
+    CHECK_OK(ncclAllReduce(&mine, &sum, 1, ncclInt64, ncclSum, comm, NULL), what);
+    CHECK(sum == (int64_t)n * (n + 1) / 2, "%s: sum %lld, want %d", what, (long long)sum,
+          n * (n + 1) / 2);
+}
+
+static void case_shrink(void)
+{
+    ncclComm_t comm = init_comm(), child = NULL;
+    if (comm == NULL)
+        return;
+    const int last = nranks_ - 1, m = nranks_ - 1;
+    int excl = last, cnt = 0, r = -1;
+    sum_check(comm, nranks_, rank_, "parent");
+    /* 1. healthy (NCCL_SHRINK_DEFAULT): the last rank is alive but left out; the parent still
+     * works afterwards */
+    if (rank_ != last) {
+        CHECK_OK(ncclCommShrink(comm, &excl, 1, &child, NULL, NCCL_SHRINK_DEFAULT),
+                 "ncclCommShrink");
+        if (child != NULL) {
+            CHECK_OK(ncclCommCount(child, &cnt), "ncclCommCount");
+            CHECK_OK(ncclCommUserRank(child, &r), "ncclCommUserRank");
+            CHECK(cnt == m && r == rank_, "shrunk: rank %d of %d, want %d of %d", r, cnt, rank_, m);
+            sum_check(child, m, rank_, "shrunk communicator");
+            CHECK_OK(ncclCommDestroy(child), "destroy the shrunk communicator");
+        }
+        __atomic_add_fetch(&sh->stage[0], 1, __ATOMIC_ACQ_REL);
+    } else {
+        double end = now() + 60;
+        while (__atomic_load_n(&sh->stage[0], __ATOMIC_ACQUIRE) < m && now() < end)
+            usleep(1000);
+    }
+    sum_check(comm, nranks_, rank_, "parent after a shrink");
+    /* the last rank dies only once every rank has its result (not while one still drains) */
+    __atomic_add_fetch(&sh->stage[1], 1, __ATOMIC_ACQ_REL);
+    /* wrong lists */
+    if (rank_ == 0) {
+        int self = 0, dup[2] = {last, last}, out = nranks_;
+        expect(ncclCommShrink(comm, &self, 1, &child, NULL, 0), ncclInvalidUsage, "exclude self",
+               "only the ranks that remain");
+        expect(ncclCommShrink(comm, dup, 2, &child, NULL, 0), ncclInvalidArgument, "twice",
+               "listed twice");
+        expect(ncclCommShrink(comm, &out, 1, &child, NULL, 0), ncclInvalidArgument, "out of range",
+               "out of range");
+        expect(ncclCommShrink(comm, &excl, 1, &child, NULL, 4), ncclInvalidArgument, "flags",
+               "shrinkFlags");
+    }
+    /* 2. the last rank dies: the others see the error, revoke, and shrink it away
+     * (NCCL_SHRINK_ABORT) */
+    if (rank_ == last) {
+        double end = now() + 60;
+        while (__atomic_load_n(&sh->stage[1], __ATOMIC_ACQUIRE) < nranks_ && now() < end)
+            usleep(1000);
+        publish();
+        _exit(0);
+    }
+    int64_t one = 1, got = 0;
+    ncclResult_t rc = ncclAllReduce(&one, &got, 1, ncclInt64, ncclSum, comm, NULL);
+    CHECK(rc != ncclSuccess, "all_reduce with a dead rank returned %d", (int)rc);
+    CHECK_OK(ncclCommRevoke(comm, 0), "ncclCommRevoke");
+    rc = ncclAllReduce(&one, &got, 1, ncclInt64, ncclSum, comm, NULL);
+    CHECK(rc != ncclSuccess, "all_reduce on a revoked communicator returned %d", (int)rc);
+    child = NULL;
+    double t0 = now();
+    CHECK_OK(ncclCommShrink(comm, &excl, 1, &child, NULL, NCCL_SHRINK_ABORT),
+             "ncclCommShrink after a death");
+    if (child != NULL) {
+        sum_check(child, m, rank_, "shrunk after a death");
+        CHECK(now() - t0 < 10, "the shrink took %.1f s", now() - t0);
+        /* and once more: a second shrink of the new one, leaving out its last rank */
+        ncclComm_t grand = NULL;
+        int excl2 = m - 1;
+        if (rank_ != m - 1) {
+            CHECK_OK(ncclCommShrink(child, &excl2, 1, &grand, NULL, 0), "second shrink");
+            if (grand != NULL) {
+                sum_check(grand, m - 1, rank_, "shrunk twice");
+                CHECK_OK(ncclCommDestroy(grand), "destroy");
+            }
+        }
+        CHECK_OK(ncclCommDestroy(child), "destroy the shrunk communicator");
+    }
+    CHECK_OK(ncclCommDestroy(comm), "destroy the revoked parent");
+}
+
 /* ---- driver ---- */
 
 static void run_case(const char *name)
@@ -612,13 +827,16 @@ static void run_case(const char *name)
         case_errors();
     else if (strcmp(name, "abort") == 0)
         case_abort();
+    else if (strcmp(name, "shrink") == 0)
+        case_shrink();
 }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (nranks_ = atoi(argv[2])) < 1 || nranks_ > MAX_RANKS) {
-        fprintf(stderr, "usage: nccl_test conformance|split|nonblocking|errors|abort|initall N\n");
+        fprintf(stderr,
+                "usage: nccl_test conformance|split|nonblocking|errors|abort|shrink|initall N\n");
         return 2;
     }
     if (strcmp(argv[1], "initall") == 0) {

@@ -15,13 +15,23 @@
 #   b   the fix: COLL_SOCKET_IFNAME=10.77.1.0/24 everywhere -> three different interface names,
 #       one network, the all_reduces succeed
 #   c   node2's link goes down mid-collective -> ranks 0 and 2 fail within COLL_TIMEOUT naming
-#       rank 1
+#       rank 1 (saying whom they wait on meanwhile); rank 1 says its own link eth1 is down
+#   d   nothing set on the ranks (the seed case): node3's first interface is the decoy, but the
+#       root's address is on ens5's network, so auto-selection takes ens5 and the job runs
+#   e   the root on the decoy, nothing set on the ranks, a long bootstrap timeout: ranks 0 and 1
+#       get "no route" (ICMP net unreachable) and fail after 10 s, not at the bootstrap timeout,
+#       naming their address and the CIDR fix
+#   f   a multi-host coll-run with nothing set: node1 runs coll-run --nnodes 3 --node-rank 0, which
+#       prints the command for the others; node2 and node3 run it with their --node-rank; the
+#       three ranks (one per node, node3's on ens5 although its first interface is the decoy)
+#       run their all_reduces
 #
-# usage: netns_test.sh <netns_root> <netns_rank>       (root only: exits 77 otherwise)
+# usage: netns_test.sh <netns_root> <netns_rank> [<coll-run>]   (root only: exits 77 otherwise)
 set -u
 
 ROOTPROG=${1:-}
 RANKPROG=${2:-}
+COLLRUN=${3:-}
 pass=0
 fail=0
 note() { echo "[netns] $*"; }
@@ -120,7 +130,7 @@ fi
 note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3"
 
 NODE_NS=("$NS1" "$NS2" "$NS3")
-CASES=" ${NETNS_CASES:-a0 a a2 b c} " # a subset can be chosen for debugging
+CASES=" ${NETNS_CASES:-a0 a a2 b c d e f} " # a subset can be chosen for debugging
 want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 
 # run_on <node index 0..2> <command...>: inside the node's namespaces, in the background
@@ -310,6 +320,89 @@ if want_case $name && start_root $name "10.77.1.0/24" 20; then
     done
 fi
 
+# ---- d: nothing set on the ranks: the interface on the root's network wins ----
+name=d
+note "--- d: COLL_SOCKET_IFNAME unset on every rank (node3's first interface is the decoy eth0)"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    start_ranks $name "" 10 20 3 65536
+    wait_ranks $name 40
+    for r in 0 1 2; do
+        expect_rc $name $r COLL_SUCCESS
+        if [ "$(field $name $r iters)" = 3 ] && [ "$(field $name $r bad)" = 0 ]; then
+            ok
+        else
+            bad "d: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
+        fi
+    done
+    if grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2" &&
+        grep -q "COLL_SOCKET_IFNAME is not set: ens5 .* the interface on the network of the bootstrap root 10.77.1.3" "$WORK/$name.r2"; then
+        ok
+    else
+        bad "d: rank 2 did not take ens5 (on the root's network) over the decoy eth0"
+    fi
+fi
+
+# ---- e: no route to the root: seconds, not the bootstrap timeout ----
+name=e
+note "--- e: the root on the decoy, ranks unpinned, COLL_BOOTSTRAP_TIMEOUT=60 on the ranks"
+if want_case $name && start_root $name "bond,eth" 16; then
+    t0=$(now)
+    start_ranks $name "" 10 60 1 65536
+    wait_ranks $name 40
+    for r in 0 1; do
+        expect_rc $name $r COLL_ERR_NETWORK
+        expect_msg $name $r "rank $r cannot reach the bootstrap root at 10.77.9.3:"
+        expect_msg $name $r "from its address 10.77.1.$((r + 1))"
+        expect_msg $name $r "COLL_SOCKET_IFNAME=<a CIDR"
+        expect_within $name $r "$t0" 14
+    done
+    expect_msg $name 0 "for 10 s"
+fi
+
+# ---- f: a multi-host coll-run, one command per host, nothing set ----
+name=f
+note "--- f: coll-run --nnodes 3 on node1, then the printed command on node2 and node3"
+if want_case $name && [ -x "$COLLRUN" ]; then
+    run_on 0 env -u COLL_SOCKET_IFNAME COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT "$COLLRUN" \
+        --nnodes 3 --node-rank 0 -n 1 --timeout 60 "$RANKPROG" 3 65536 >"$WORK/f.n0" 2>&1
+    F_PIDS=($!)
+    join=""
+    for ((k = 0; k < 100; k++)); do
+        join=$(sed -n 's/^coll-run:   \(coll-run --nnodes 3 --node-rank K .*\)$/\1/p' "$WORK/f.n0")
+        [ -n "$join" ] && break
+        sleep 0.1
+    done
+    if [ -z "$join" ]; then
+        bad "f: node 0's coll-run printed no command for the other nodes: $(cat "$WORK/f.n0")"
+    else
+        ok
+        note "f: node 0 printed: ${join:0:60}..."
+        for n in 1 2; do
+            # the printed command, with K and the program's path as this script has them
+            read -r -a words <<<"${join/--node-rank K/--node-rank $n}"
+            run_on "$n" env -u COLL_SOCKET_IFNAME COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT \
+                "$COLLRUN" "${words[@]:1}" >"$WORK/f.n$n" 2>&1
+            F_PIDS+=($!)
+        done
+    fi
+    end=$((SECONDS + 60))
+    for p in "${F_PIDS[@]}"; do
+        while kill -0 "$p" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null
+    done
+    wait "${F_PIDS[@]}" 2>/dev/null
+    for n in 0 1 2; do
+        if grep -q "^\[rank $n\] DIAG-RESULT rank=$n call=all_reduce rc=COLL_SUCCESS .* iters=3 bad=0" "$WORK/f.n$n"; then
+            ok
+        else
+            bad "f: node $n: rank $n did not finish its all_reduces: $(grep -v 'INFO INIT\|ITER' "$WORK/f.n$n" | tail -n 5)"
+        fi
+    done
+    if grep -q "COLL_SOCKET_IFNAME is not set: ens5" "$WORK/f.n2"; then ok; else
+        bad "f: node3's rank did not take ens5, the interface on the root's network"
+    fi
+fi
+
 # ---- c: a link goes down mid-collective ----
 name=c
 note "--- c: node2's eth1 goes down during a loop of 4 MiB all_reduces (COLL_TIMEOUT=4)"
@@ -338,8 +431,16 @@ if want_case $name && start_root $name "10.77.1.0/24" 20; then
             expect_within $name $r "$t0" 8
             if [ "$(field $name $r bad)" = 0 ]; then ok; else bad "c: rank $r: wrong results"; fi
         done
-        # rank 1 itself must not hang either
-        expect_rc $name 1 COLL_ERR_TIMEOUT COLL_ERR_REMOTE COLL_ERR_NETWORK
+        # rank 1 itself must not hang either, and it says its own link is down, not its peers
+        expect_rc $name 1 COLL_ERR_NETWORK
+        expect_msg $name 1 "this rank's link eth1 is down"
+        expect_within $name 1 "$t0" 8
+        # while the ranks wait, a line names whom they wait on (every third of COLL_TIMEOUT)
+        if grep -q "has made no progress for [0-9]* s" "$WORK/$name.r0" "$WORK/$name.r2"; then
+            ok
+        else
+            bad "c: no rank said whom it waits on while it waited"
+        fi
     else
         bad "c: the ranks did not complete 3 all_reduces before the link went down"
         wait_ranks $name 1

@@ -1,8 +1,9 @@
 /*
  * Unit test of the CPU reduction kernels (kernels/reduce_cpu.c) against references computed here,
  * independently of the kernels: integers in wider types then truncated, float16 with the
- * compiler's _Float16 conversions, bfloat16 with a double-based rounding written below, float32
- * and float64 in the type. Every instruction set built in and supported by this CPU is tested.
+ * compiler's _Float16 conversions, bfloat16 and the float8 types with double-based roundings
+ * written below, float32 and float64 in the type. Every instruction set built in and supported by
+ * this CPU is tested.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -134,6 +135,53 @@ static uint16_t ref_round_bf16(double x)
     return sign | r;
 }
 
+/* float8 references (OCP E4M3 / E5M2), from the value grid: the value of a code, and the code of
+ * a double rounded to nearest even with saturation (the largest finite value, infinities too). */
+static int is_fp8(int dt)
+{
+    return dt == COLL_FLOAT8_E4M3 || dt == COLL_FLOAT8_E5M2;
+}
+
+static double ref_fp8_value(int dt, unsigned b)
+{
+    int e4 = dt == COLL_FLOAT8_E4M3;
+    unsigned mbits = e4 ? 3u : 2u, bias = e4 ? 7u : 15u;
+    unsigned exp = (b & 0x7fu) >> mbits, man = b & ((1u << mbits) - 1u);
+    double v;
+    if (e4 && (b & 0x7fu) == 0x7fu)
+        v = NAN;
+    else if (!e4 && exp == 31u)
+        v = man ? NAN : INFINITY;
+    else if (exp == 0)
+        v = ldexp((double)man, 1 - (int)bias - (int)mbits);
+    else
+        v = ldexp((double)((1u << mbits) + man), (int)exp - (int)bias - (int)mbits);
+    return (b & 0x80u) ? -v : v;
+}
+
+static unsigned ref_fp8_round(int dt, double x)
+{
+    int e4 = dt == COLL_FLOAT8_E4M3;
+    int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+    unsigned maxcode = e4 ? 0x7eu : 0x7bu;
+    unsigned sign = signbit(x) ? 0x80u : 0u;
+    if (isnan(x))
+        return sign | (e4 ? 0x7fu : 0x7eu);
+    double ax = fabs(x);
+    if (ax > ref_fp8_value(dt, maxcode) * 2) /* also infinity: saturates */
+        return sign | maxcode;
+    int e;
+    frexp(ax, &e); /* ax in [2^(e-1), 2^e) */
+    int ulp = e - 1 - mbits;
+    if (ulp < 1 - bias - mbits) /* subnormal range: fixed spacing */
+        ulp = 1 - bias - mbits;
+    double v = ldexp(rint(ldexp(ax, -ulp)), ulp);
+    for (unsigned c = 0; c <= maxcode; c++)
+        if (ref_fp8_value(dt, c) == v)
+            return sign | c;
+    return sign | maxcode; /* beyond the largest finite value: saturate */
+}
+
 static uint64_t ref_int(int dt, int op, uint64_t xb, uint64_t yb, uint32_t d)
 {
     size_t sz = dt_size[dt];
@@ -193,6 +241,24 @@ static uint64_t ref_elem(int dt, int op, uint64_t xb, uint64_t yb, uint32_t d)
 {
     if (is_int(dt))
         return ref_int(dt, op, xb, yb, d);
+    if (is_fp8(dt)) {
+        double x = ref_fp8_value(dt, (unsigned)xb), y = ref_fp8_value(dt, (unsigned)yb);
+        switch (op) {
+        case OP_SUM:
+        case OP_AVG:
+            return ref_fp8_round(dt, x + y); /* exact in double */
+        case OP_PROD:
+            return ref_fp8_round(dt, x * y);
+        case OP_MIN:
+            return x < y ? xb : yb;
+        case OP_MAX:
+            return x > y ? xb : yb;
+        case OP_REDUCE_DIV: /* specified as float32 sum and quotient, one final rounding */
+            return ref_fp8_round(dt, (double)((float)(x + y) / (float)d));
+        default:
+            return ref_fp8_round(dt, (double)((float)x / (float)d));
+        }
+    }
     switch (dt) {
     case COLL_FLOAT16: {
         float x = ref_h2f((uint16_t)xb), y = ref_h2f((uint16_t)yb);
@@ -306,7 +372,24 @@ static uint64_t gen_elem(int dt)
             return rnd() & mask;
         return ((r % 2001u) - 1000u) & mask; /* small values: sums and products that fit */
     }
+    static const uint8_t e4m3_special[] = {0x00, 0x80, 0x7f, 0xff, 0x7e, 0xfe, 0x01, 0x81,
+                                           0x07, 0x08, 0x38, 0xb8, 0x39, 0x77, 0x04};
+    static const uint8_t e5m2_special[] = {0x00, 0x80, 0x7c, 0xfc, 0x7e, 0xfe, 0x7d, 0x7f, 0x01,
+                                           0x81, 0x03, 0x04, 0x7b, 0xfb, 0x3c, 0xbc, 0x3d, 0x02};
     switch (dt) {
+    case COLL_FLOAT8_E4M3:
+        if (kind == 0)
+            return PICK(e4m3_special);
+        if (kind < 5)
+            return r & 0xffu;
+        /* sign, exponent 4..10 (2^-3..2^3), random significand */
+        return ((r & 1u) << 7) | ((4u + (r >> 1) % 7u) << 3) | ((r >> 8) & 0x7u);
+    case COLL_FLOAT8_E5M2:
+        if (kind == 0)
+            return PICK(e5m2_special);
+        if (kind < 5)
+            return r & 0xffu;
+        return ((r & 1u) << 7) | ((12u + (r >> 1) % 7u) << 2) | ((r >> 8) & 0x3u);
     case COLL_FLOAT16:
         if (kind == 0)
             return PICK(f16_special);
@@ -440,6 +523,37 @@ static void test_kernels(void)
     }
 }
 
+/* colli_scale (PreMulSum's first step) is the product with one scalar: as prod, element by
+ * element, for every datatype, including specials, in place and not */
+static void test_scale(void)
+{
+    const size_t n = 4099;
+    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
+        size_t sz = dt_size[dt];
+        for (int k = 0; k < 8; k++) {
+            uint64_t scalar = gen_elem(dt);
+            for (size_t i = 0; i < n; i++)
+                st_bits(pool_x, i, sz, gen_elem(dt));
+            int in_place = k % 2;
+            unsigned char *out = in_place ? buf_a : buf_d;
+            memcpy(buf_a, pool_x, n * sz);
+            colli_scale(out, buf_a, n, (coll_datatype_t)dt, &scalar);
+            unsigned bad = 0;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t x = ld_bits(pool_x, i, sz);
+                uint64_t want = ref_elem(dt, OP_PROD, x, scalar & width_mask(sz), 1);
+                uint64_t got = ld_bits(out, i, sz);
+                if (!same(dt, OP_PROD, want, got) && bad++ < 3)
+                    check(0,
+                          "%s scale%s: 0x%" PRIx64 " * 0x%" PRIx64 ": expected 0x%" PRIx64
+                          " got 0x%" PRIx64,
+                          dt_name[dt], in_place ? " in place" : "", x, scalar, want, got);
+            }
+            check(bad == 0, "%s scale by 0x%" PRIx64 ": %u wrong", dt_name[dt], scalar, bad);
+        }
+    }
+}
+
 /* ---- conversions ---- */
 static void test_scalar_conversions(void)
 {
@@ -548,8 +662,62 @@ static void test_scalar_conversions(void)
         }
     }
 
+    /* every float8 value -> float32 -> float8, and float32 edges of each format */
+    for (int dt = COLL_FLOAT8_E4M3; dt <= COLL_FLOAT8_E5M2; dt++) {
+        int e4 = dt == COLL_FLOAT8_E4M3;
+        bad = 0;
+        for (unsigned b = 0; b < 256; b++) {
+            float f =
+                e4 ? colli_fp8_e4m3_to_float((uint8_t)b) : colli_fp8_e5m2_to_float((uint8_t)b);
+            double v = ref_fp8_value(dt, b);
+            unsigned back = e4 ? colli_float_to_fp8_e4m3(f) : colli_float_to_fp8_e5m2(f);
+            int nan = isnan(v);
+            unsigned expected_back = nan        ? (b & 0x80u) | (e4 ? 0x7fu : 0x7eu)
+                                     : isinf(v) ? (b & 0x80u) | 0x7bu /* saturates */
+                                                : b;
+            int ok = (nan ? isnan(f) : (double)f == v && !signbit(f) == !signbit(v)) &&
+                     back == expected_back;
+            if (!ok && bad++ < 5)
+                check(0, "%s conversion 0x%02x: value %g, got %g, back 0x%02x (expected 0x%02x)",
+                      dt_name[dt], b, v, (double)f, back, expected_back);
+        }
+        check(bad == 0, "%s round trips: %u of 256 wrong", dt_name[dt], bad);
+    }
+    static const struct {
+        float f;
+        uint8_t e4m3, e5m2;
+    } fp8_edges[] = {
+        {1.0f, 0x38, 0x3c},       {448.0f, 0x7e, 0x5f}, /* largest E4M3 */
+        {464.0f, 0x7e, 0x5f}, /* E4M3 tie between 448 and 480 (NaN code): to even, 448 */
+        {465.0f, 0x7e, 0x5f}, /* rounds beyond 448: saturates */
+        {1e9f, 0x7e, 0x7b},       {57344.0f, 0x7e, 0x7b}, /* largest E5M2 */
+        {61440.0f, 0x7e, 0x7b}, /* E5M2 tie between 57344 and 65536: saturates */
+        {-INFINITY, 0xfe, 0xfb},  {INFINITY, 0x7e, 0x7b},
+        {0x1p-9f, 0x01, 0x18},    /* smallest E4M3 subnormal (a normal E5M2) */
+        {0x1p-10f, 0x00, 0x14},   /* E4M3 tie between 0 and 2^-9: to even, 0 */
+        {0x3p-10f, 0x02, 0x1a},   /* E4M3 tie between 2^-9 and 2^-8: to even, 2^-8 */
+        {0x1p-16f, 0x00, 0x01},   /* smallest E5M2 subnormal */
+        {0x1p-17f, 0x00, 0x00},   /* E5M2 tie between 0 and 2^-16: to even, 0 */
+        {0x1.1p-17f, 0x00, 0x01}, /* just above it */
+        {-0.0f, 0x80, 0x80},      {0x1.1p0f, 0x38, 0x3c}, /* 1 + 2^-4: E4M3 tie, to even */
+        {0x1.3p0f, 0x3a, 0x3d},                           /* 1 + 3*2^-4: E4M3 tie, to even (up) */
+        {0x1.fp0f, 0x40, 0x40},                           /* carries into the exponent */
+    };
+    for (size_t i = 0; i < sizeof(fp8_edges) / sizeof(fp8_edges[0]); i++) {
+        float f = fp8_edges[i].f;
+        unsigned a = colli_float_to_fp8_e4m3(f), b = colli_float_to_fp8_e5m2(f);
+        check(a == fp8_edges[i].e4m3, "float32 %a -> float8_e4m3: expected 0x%02x got 0x%02x",
+              (double)f, fp8_edges[i].e4m3, a);
+        check(b == fp8_edges[i].e5m2, "float32 %a -> float8_e5m2: expected 0x%02x got 0x%02x",
+              (double)f, fp8_edges[i].e5m2, b);
+        check(ref_fp8_round(COLL_FLOAT8_E4M3, f) == fp8_edges[i].e4m3 &&
+                  ref_fp8_round(COLL_FLOAT8_E5M2, f) == fp8_edges[i].e5m2,
+              "test table: float8 of %a is 0x%02x / 0x%02x", (double)f,
+              ref_fp8_round(COLL_FLOAT8_E4M3, f), ref_fp8_round(COLL_FLOAT8_E5M2, f));
+    }
+
     /* random float32 bit patterns */
-    unsigned bad_h = 0, bad_b = 0;
+    unsigned bad_h = 0, bad_b = 0, bad_8 = 0;
     for (unsigned i = 0; i < (1u << 22); i++) {
         uint32_t w = (uint32_t)rnd();
         float f = f32_from_bits(w);
@@ -566,7 +734,13 @@ static void test_scalar_conversions(void)
             check(0, "float32 0x%08x -> float16: expected 0x%04x got 0x%04x", w, eh, h);
         if (b != eb && bad_b++ < 5)
             check(0, "float32 0x%08x -> bfloat16: expected 0x%04x got 0x%04x", w, eb, b);
+        unsigned a8 = colli_float_to_fp8_e4m3(f), b8 = colli_float_to_fp8_e5m2(f);
+        unsigned ea8 = ref_fp8_round(COLL_FLOAT8_E4M3, f), eb8 = ref_fp8_round(COLL_FLOAT8_E5M2, f);
+        if ((a8 != ea8 || b8 != eb8) && bad_8++ < 5)
+            check(0, "float32 0x%08x -> float8: expected 0x%02x / 0x%02x got 0x%02x / 0x%02x", w,
+                  ea8, eb8, a8, b8);
     }
+    check(bad_8 == 0, "random float32 -> float8: %u wrong", bad_8);
     check(bad_h == 0, "random float32 -> float16: %u wrong", bad_h);
     check(bad_b == 0, "random float32 -> bfloat16: %u wrong", bad_b);
 }
@@ -673,6 +847,7 @@ int main(void)
     static char tag[48];
     check_tag = "[scalar] ";
     test_scalar_conversions();
+    test_scale();
 
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
         if (colli_kernels_select_isa(isas[i]) != 0) {

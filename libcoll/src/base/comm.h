@@ -37,6 +37,15 @@ struct colli_dev;
 struct colli_cuda_driver;
 struct pollfd;
 
+/* A PreMulSum operator (coll_op_create_premul_sum): operator COLL_NUM_OPS + its index. */
+struct colli_premul {
+    bool used;
+    bool by_pointer; /* read *ptr at each call, else value */
+    coll_datatype_t dt;
+    const void *ptr;
+    unsigned char value[8];
+};
+
 struct coll_comm {
     int rank;
     int nranks;
@@ -92,6 +101,8 @@ struct coll_comm {
     /* Called once by colli_comm_fail after the error is recorded: tells the peers and the
      * pod's agent (installed by the layer that creates communicators; NULL: nobody to tell). */
     void (*on_fail)(struct coll_comm *comm, const char *msg);
+    struct colli_premul premul[COLL_MAX_PREMUL_OPS]; /* operators made at run time */
+    uint32_t shrink_epoch; /* coll_comm_shrink calls so far (a new secret each) */
 };
 
 /* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed

@@ -148,3 +148,77 @@ coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *ou
                                           : "",
                      have[0] ? have : "no interfaces with an address");
 }
+
+/* Is peer on the network of ifa (its address and netmask)? */
+static bool same_subnet(const struct ifaddrs *ifa, const struct sockaddr *peer)
+{
+    const int f = ifa->ifa_addr->sa_family;
+    if (ifa->ifa_netmask == NULL || peer->sa_family != f)
+        return false;
+    const size_t n = f == AF_INET ? 4 : 16;
+    const uint8_t *a, *m, *p;
+    if (f == AF_INET) {
+        a = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr;
+        m = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_netmask)->sin_addr;
+        p = (const uint8_t *)&((const struct sockaddr_in *)peer)->sin_addr;
+    } else {
+        a = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
+        m = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_netmask)->sin6_addr;
+        p = (const uint8_t *)&((const struct sockaddr_in6 *)peer)->sin6_addr;
+    }
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if ((a[i] & m[i]) != (p[i] & m[i]))
+            return false;
+        any |= m[i] != 0;
+    }
+    return any; /* a /0 "network" says nothing */
+}
+
+coll_result_t colli_netif_select_toward(const char *spec, int family,
+                                        const struct sockaddr_storage *toward, colli_netif_t *out)
+{
+    if ((spec != NULL && *spec != '\0') || toward == NULL ||
+        (toward->ss_family != AF_INET && toward->ss_family != AF_INET6))
+        return colli_netif_select(spec, family, out);
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0)
+        return COLLI_ERR(NET, COLL_ERR_SYSTEM, "getifaddrs failed: %s", strerror(errno));
+    const struct ifaddrs *found = NULL;
+    for (const struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next)
+        if (usable(ifa, family) && same_subnet(ifa, (const struct sockaddr *)toward))
+            found = ifa;
+    if (found == NULL) {
+        freeifaddrs(list);
+        return colli_netif_select(spec, family, out);
+    }
+    take(found, out);
+    freeifaddrs(list);
+    char a[80], r[80];
+    colli_sockaddr_str(&out->addr, a, sizeof(a));
+    colli_sockaddr_str(toward, r, sizeof(r));
+    coll_info(INIT,
+              "COLL_SOCKET_IFNAME is not set: %s (%s) chosen, the interface on the network of the "
+              "bootstrap root %s",
+              out->name, a, r);
+    return COLL_SUCCESS;
+}
+
+int colli_netif_link_down(const char *name)
+{
+    if (name == NULL || name[0] == '\0')
+        return -1;
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0)
+        return -1;
+    int state = 1; /* gone counts as down */
+    for (const struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
+        if (strcmp(ifa->ifa_name, name) != 0)
+            continue;
+        state = (ifa->ifa_flags & IFF_UP) && (ifa->ifa_flags & IFF_RUNNING) ? 0 : 1;
+        if (state == 0)
+            break;
+    }
+    freeifaddrs(list);
+    return state;
+}

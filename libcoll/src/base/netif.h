@@ -19,6 +19,16 @@ typedef struct colli_netif {
  * interface with its addresses. */
 coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *out);
 
+/* As colli_netif_select, but with an empty spec the interface whose network (address and mask)
+ * holds toward (the bootstrap root) comes first, so that a host whose first interface is another
+ * network (a management bond0) still joins on the job's one; without such an interface, the
+ * choice of colli_netif_select. An INFO line names the choice. */
+coll_result_t colli_netif_select_toward(const char *spec, int family,
+                                        const struct sockaddr_storage *toward, colli_netif_t *out);
+
+/* Is this host's interface name down (not up, no carrier, or gone)? 1 down, 0 up, -1 unknown. */
+int colli_netif_link_down(const char *name);
+
 /* True when spec matches (name, addr): exposed for unit tests. */
 bool colli_netif_match(const char *spec, const char *name, const struct sockaddr *addr);
 

@@ -107,14 +107,20 @@ static int wait_fd(int fd, short events, double deadline)
     }
 }
 
+/* How long a peer answered only "no route" (ENETUNREACH, EHOSTUNREACH) before connect stops
+ * retrying: long enough for routes that are still being programmed, far shorter than a bootstrap
+ * timeout, so that a host on the wrong network learns it in seconds. */
+#define UNREACHABLE_BUDGET_S 10.0
+
 int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_storage *bind_addr,
                        double deadline, bool retry, int *fd_out)
 {
-    double backoff = 0.01;
+    double backoff = 0.01, unreachable_since = -1;
+    int last = 0; /* the last real failure (never EINPROGRESS of a connect still under way) */
     for (;;) {
         int fd = -1;
         int r = colli_sock_connect_start(to, bind_addr, &fd);
-        int err = errno;
+        int err = r == COLLI_IO_OK ? 0 : errno;
         if (r == COLLI_IO_OK) {
             r = wait_fd(fd, POLLOUT, deadline);
             if (r == COLLI_IO_OK) {
@@ -127,15 +133,27 @@ int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_
                 }
                 r = COLLI_IO_ERR;
             } else {
-                err = errno;
+                err = r == COLLI_IO_TIMEOUT ? last : errno;
             }
             close(fd);
-            if (r == COLLI_IO_TIMEOUT)
+            if (r == COLLI_IO_TIMEOUT) {
+                errno = err;
                 return r;
+            }
         }
+        if (err != 0)
+            last = err;
+        const bool unreachable = err == ENETUNREACH || err == EHOSTUNREACH;
+        if (!unreachable)
+            unreachable_since = -1;
+        else if (unreachable_since < 0)
+            unreachable_since = colli_now();
         bool transient = err == ECONNREFUSED || err == EAGAIN || err == ECONNRESET ||
-                         err == ETIMEDOUT || err == EINTR || err == ENETUNREACH ||
-                         err == EHOSTUNREACH;
+                         err == ETIMEDOUT || err == EINTR || unreachable;
+        if (unreachable && colli_now() - unreachable_since >= UNREACHABLE_BUDGET_S) {
+            errno = err; /* no route for that long: a wrong network, not a slow peer */
+            return COLLI_IO_ERR;
+        }
         if (!retry || !transient || colli_now() + backoff >= deadline) {
             errno = err;
             return colli_now() + backoff >= deadline && retry && transient ? COLLI_IO_TIMEOUT

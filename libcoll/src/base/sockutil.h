@@ -18,7 +18,9 @@ coll_result_t colli_sock_listen(const struct sockaddr_storage *addr, int *fd,
 int colli_sock_connect_start(const struct sockaddr_storage *to,
                              const struct sockaddr_storage *bind_addr, int *fd);
 /* Finish a connect started above, waiting until deadline; retries refused connections until the
- * deadline when retry is set. Returns COLLI_IO_* (errno set on COLLI_IO_ERR). */
+ * deadline when retry is set, but "no route" (ENETUNREACH, EHOSTUNREACH) for 10 s only. Returns
+ * COLLI_IO_* (errno: the error on COLLI_IO_ERR; on COLLI_IO_TIMEOUT the last real failure of
+ * the attempts, 0 when they only waited). */
 int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_storage *bind_addr,
                        double deadline, bool retry, int *fd);
 int colli_sock_write_all(int fd, const void *buf, size_t len, double deadline);

@@ -7,6 +7,7 @@
 #include "base/testhook.h"
 #include "base/util.h"
 
+#ifdef COLL_TEST_HOOKS
 static void read_str(const char *name, char *dst, size_t len)
 {
     const char *v = secure_getenv(name);
@@ -18,6 +19,7 @@ static void read_str(const char *name, char *dst, size_t len)
     }
     snprintf(dst, len, "%s", v);
 }
+#endif
 
 void colli_testhook_load(colli_testhook_t *t)
 {

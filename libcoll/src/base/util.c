@@ -167,7 +167,7 @@ bool colli_parse_long(const char *s, long min, long max, long *out)
 
 size_t coll_datatype_size(coll_datatype_t dt)
 {
-    static const size_t sizes[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+    static const size_t sizes[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
     if ((int)dt < 0 || dt >= COLL_NUM_DATATYPES)
         return 0;
     return sizes[dt];
@@ -175,9 +175,9 @@ size_t coll_datatype_size(coll_datatype_t dt)
 
 const char *coll_datatype_name(coll_datatype_t dt)
 {
-    static const char *names[COLL_NUM_DATATYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                    "int64",   "uint64", "float16", "bfloat16",
-                                                    "float32", "float64"};
+    static const char *names[COLL_NUM_DATATYPES] = {
+        "int8",    "uint8",    "int32",   "uint32",  "int64",       "uint64",
+        "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2"};
     if ((int)dt < 0 || dt >= COLL_NUM_DATATYPES)
         return "invalid";
     return names[dt];

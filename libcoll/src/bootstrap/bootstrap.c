@@ -1,8 +1,10 @@
 /* Rank side of the bootstrap: check in with the root, receive and check the member table. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -12,7 +14,7 @@
 
 coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,
                                        const colli_member_t *self,
-                                       const struct sockaddr_storage *bind_addr)
+                                       const struct sockaddr_storage *bind_addr, bool shared_root)
 {
     coll_result_t status = COLL_SUCCESS;
     char ra[80];
@@ -20,7 +22,29 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
     /* The root answers at its own deadline; allow a margin for that answer to arrive. */
     double deadline = colli_now() + comm->cfg.bootstrap_timeout + 5.0;
     int fd = -1;
+    struct {
+        colli_hello_t hello;
+        colli_wire_member_t rec;
+    } out;
+    colli_root_reply_t rep;
+again:;
     int io = colli_sock_connect(root, bind_addr, deadline, true, &fd);
+    if (io == COLLI_IO_ERR && (errno == ENETUNREACH || errno == EHOSTUNREACH)) {
+        int e = errno;
+        char me[INET6_ADDRSTRLEN] = "?";
+        if (bind_addr != NULL && bind_addr->ss_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)bind_addr)->sin_addr, me, sizeof(me));
+        else if (bind_addr != NULL && bind_addr->ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)bind_addr)->sin6_addr, me,
+                      sizeof(me));
+        return COLLI_ERR(BOOT, COLL_ERR_NETWORK,
+                         "rank %d cannot reach the bootstrap root at %s from its address %s: %s "
+                         "for 10 s. This host's interface is on another network than the root's: "
+                         "pin the job's network on every rank with COLL_SOCKET_IFNAME=<a CIDR "
+                         "that holds the root's address, such as its /24> (or the interface "
+                         "name)",
+                         comm->rank, ra, me, strerror(e));
+    }
     if (io != COLLI_IO_OK) {
         int e = errno;
         return COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_NETWORK,
@@ -31,18 +55,24 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
                          io == COLLI_IO_TIMEOUT && e != 0 ? ", last error: " : "",
                          io == COLLI_IO_TIMEOUT && e != 0 ? strerror(e) : "", ra);
     }
-    struct {
-        colli_hello_t hello;
-        colli_wire_member_t rec;
-    } out;
     COLL_CHECK_GOTO(colli_hello_make(&out.hello, comm->secret, COLLI_HELLO_BOOTSTRAP, comm->rank,
                                      -1, 0, (uint32_t)comm->nranks),
                     err_close);
     colli_member_to_wire(self, &out.rec);
     io = colli_sock_write_all(fd, &out, sizeof(out), deadline);
-    colli_root_reply_t rep;
     if (io == COLLI_IO_OK)
         io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
+    /* A root on a listener it shares (coll_comm_shrink): the parent communicator's transport may
+     * have taken this connection and dropped it as a stranger; connect again. */
+    const bool dropped =
+        io == COLLI_IO_EOF || (io == COLLI_IO_ERR && (errno == ECONNRESET || errno == EPIPE));
+    if (dropped && shared_root && colli_now() + 0.1 < deadline) {
+        close(fd);
+        fd = -1;
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+        goto again;
+    }
     if (io != COLLI_IO_OK) {
         status = COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_REMOTE,
                            "rank %d: bootstrap with the root at %s failed: %s (the root answers "

@@ -34,15 +34,22 @@ coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_stora
 coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
                                double timeout, struct sockaddr_storage *bound, pthread_t *joinable);
 
+/* A root on an existing listening socket (duplicated: the caller keeps its own descriptor),
+ * for coll_comm_shrink: the survivors find it at the lowest survivor's member address. */
+coll_result_t colli_root_start_on(int listen_fd, const uint8_t secret[16], double timeout,
+                                  pthread_t *joinable);
+
 /* The rank that hosts the root, after its own creation ended with status: on success the root
  * has answered every rank (or does so now) and is joined; on failure it is left to finish on its
  * own, so that the error returns at once. */
 void colli_root_finish(pthread_t root, coll_result_t status);
 
-/* Rank side: send self to the root at `root`, receive the table into comm->members. */
+/* Rank side: send self to the root at `root`, receive the table into comm->members.
+ * shared_root: the root shares another communicator's listener (coll_comm_shrink), so a
+ * connection closed before the answer is made again until the deadline. */
 coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,
                                        const colli_member_t *self,
-                                       const struct sockaddr_storage *bind_addr);
+                                       const struct sockaddr_storage *bind_addr, bool shared_root);
 
 /* Tell the root that this rank cannot start (bounded, best effort), so that every rank fails at
  * once with msg instead of waiting for the bootstrap timeout. */

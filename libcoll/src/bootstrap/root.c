@@ -3,6 +3,7 @@
  * table or with one error that names the ranks at fault. It exits after answering, or at its
  * deadline (answering the ranks that arrived with the list of those that never did). */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +19,12 @@
 #define ROOT_MSG_MAX     4096
 #define ROOT_MAX_PENDING 1024
 #define ROOT_MAX_RANKS   (1 << 20)
+/* Unauthenticated connections from one address held at once once the table is half full: a
+ * flood from one address cannot take every slot from the ranks of other hosts. */
+#define ROOT_MAX_PER_SOURCE 256
+/* A rank sends its hello at once: a connection that has not within this many seconds is
+ * dropped (its slot is needed). */
+#define ROOT_HELLO_S 2.0
 
 typedef struct {
     int fd;
@@ -49,6 +56,10 @@ typedef struct {
     struct pollfd *pfd;
     char failure[ROOT_MSG_MAX];
     coll_result_t fail_code;
+    /* strangers: connections dropped before a valid hello, and the WARNs said about them */
+    unsigned long dropped, warned;
+    double warn_at;
+    char last_stranger[80];
 } root_t;
 
 static void reply(root_t *r, int fd, const uint8_t nonce[16], coll_result_t code, const char *msg)
@@ -89,13 +100,49 @@ static void fail_all(root_t *r, coll_result_t code, const char *msg)
         }
 }
 
-static void drop(pending_t *p, const char *why)
+/* A connection that is not a rank's: closed; the first few are named, then one line every
+ * 10 s counts them (a flood must not flood the log). */
+static void drop_stranger(root_t *r, int fd, const struct sockaddr_storage *from, const char *why)
 {
     char a[80];
-    colli_sockaddr_str(&p->from, a, sizeof(a));
-    coll_warn(BOOT, "bootstrap root: dropped connection from %s: %s", a, why);
-    close(p->fd);
+    colli_sockaddr_str(from, a, sizeof(a));
+    snprintf(r->last_stranger, sizeof(r->last_stranger), "%s", a);
+    r->dropped++;
+    const double now = colli_now();
+    if (r->warned < 3) {
+        coll_warn(BOOT, "bootstrap root: dropped connection from %s: %s", a, why);
+        r->warned++;
+        r->warn_at = now;
+    } else if (now - r->warn_at >= 10.0) {
+        coll_warn(BOOT,
+                  "bootstrap root: %lu connections dropped so far that were not ranks (the "
+                  "last from %s: %s); something else connects to this port",
+                  r->dropped, a, why);
+        r->warn_at = now;
+    }
+    close(fd);
+}
+
+static void drop_r(root_t *r, pending_t *p, const char *why)
+{
+    drop_stranger(r, p->fd, &p->from, why);
     p->fd = -1;
+}
+
+static int pending_from(const root_t *r, const struct sockaddr_storage *a)
+{
+    int n = 0;
+    for (int i = 0; i < r->npend; i++) {
+        const struct sockaddr_storage *b = &r->pend[i].from;
+        if (a->ss_family != b->ss_family || r->pend[i].fd < 0)
+            continue;
+        if (a->ss_family == AF_INET ? memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                                             &((const struct sockaddr_in *)b)->sin_addr, 4) == 0
+                                    : memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                                             &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0)
+            n++;
+    }
+    return n;
 }
 
 /* Bytes of hello + record to read: a wire protocol 1 rank sends a shorter record. */
@@ -115,7 +162,7 @@ static void admit(root_t *r, pending_t *p)
     /* A rank of another wire protocol is admitted as far as its version fields (which every
      * protocol keeps first) so that check_versions names it; its record goes no further. */
     if (!colli_hello_verify_ex(h, r->secret, false, &why)) {
-        drop(p, why);
+        drop_r(r, p, why);
         return;
     }
     if (h->kind == COLLI_HELLO_BOOT_ERROR) {
@@ -132,16 +179,23 @@ static void admit(root_t *r, pending_t *p)
         }
         close(p->fd);
         p->fd = -1;
+        /* the reporting rank is accounted for: it will not check in, and once every rank has
+         * checked in or reported, the root is done (it does not wait for its deadline) */
+        if (r->slots != NULL && h->from_rank >= 0 && h->from_rank < r->nranks &&
+            !r->slots[h->from_rank].present) {
+            r->slots[h->from_rank].present = true;
+            r->arrived++;
+        }
         fail_all(r, COLL_ERR_REMOTE, text);
         return;
     }
     if (h->kind != COLLI_HELLO_BOOTSTRAP || h->from_rank != rec->rank) {
-        drop(p, "not a bootstrap hello");
+        drop_r(r, p, "not a bootstrap hello");
         return;
     }
     if (rec->nranks < 1 || rec->nranks > ROOT_MAX_RANKS || rec->rank < 0 ||
         rec->rank >= rec->nranks) {
-        drop(p, "invalid rank or world size in the member record");
+        drop_r(r, p, "invalid rank or world size in the member record");
         return;
     }
     if (r->nranks == 0) {
@@ -149,7 +203,7 @@ static void admit(root_t *r, pending_t *p)
         r->slots = calloc((size_t)r->nranks, sizeof(slot_t));
         if (r->slots == NULL) {
             r->nranks = 0;
-            drop(p, "out of memory");
+            drop_r(r, p, "out of memory");
             return;
         }
         for (int i = 0; i < r->nranks; i++)
@@ -245,9 +299,15 @@ static void timeout_fail(root_t *r)
         coll_warn(BOOT, "bootstrap root: no rank checked in before the bootstrap timeout");
         return;
     }
-    size_t used = (size_t)snprintf(
-        msg, sizeof(msg), "bootstrap timeout: %d of %d ranks checked in; missing: ", r->arrived,
-        r->nranks);
+    size_t used = 0;
+    if (r->dropped > 0)
+        used = (size_t)snprintf(msg, sizeof(msg),
+                                "while %lu connections that were not ranks came to the root "
+                                "(the last from %s; they were dropped): ",
+                                r->dropped, r->last_stranger);
+    used += (size_t)snprintf(msg + used, sizeof(msg) - used,
+                             "bootstrap timeout: %d of %d ranks checked in; missing: ", r->arrived,
+                             r->nranks);
     int listed = 0;
     for (int i = 0; i < r->nranks && used < sizeof(msg) - 64; i++) {
         if (r->slots[i].present)
@@ -285,7 +345,10 @@ static void serve(root_t *r)
         }
         struct pollfd *pfd = r->pfd;
         int n = 0;
-        pfd[n++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        /* at the cap the listener is not watched (its backlog would wake every poll at once:
+         * a busy loop); the held connections time out and make room */
+        pfd[n++] = (struct pollfd){.fd = r->npend < ROOT_MAX_PENDING ? r->listen_fd : -1,
+                                   .events = POLLIN};
         for (int i = 0; i < r->npend; i++)
             pfd[n++] = (struct pollfd){.fd = r->pend[i].fd, .events = POLLIN};
         double left = r->deadline - colli_now();
@@ -300,6 +363,11 @@ static void serve(root_t *r)
                                  SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0)
                     break;
+                if (r->npend >= ROOT_MAX_PENDING / 2 &&
+                    pending_from(r, &p->from) >= ROOT_MAX_PER_SOURCE) {
+                    drop_stranger(r, fd, &p->from, "too many connections from one address");
+                    continue;
+                }
                 colli_sock_tune(fd);
                 memset(&p->in, 0, sizeof(p->in));
                 p->fd = fd;
@@ -316,21 +384,21 @@ static void serve(root_t *r)
                     p->got += (size_t)got;
                     /* A stranger is recognised by its first bytes; do not wait for more. */
                     if (p->got >= 4 && p->in.hello.magic != COLLI_HELLO_MAGIC)
-                        drop(p, "not a kcoll connection (bad magic)");
+                        drop_r(r, p, "not a kcoll connection (bad magic)");
                 } else if (got == 0) {
-                    drop(p, "closed before sending a complete hello");
+                    drop_r(r, p, "closed before sending a complete hello");
                 } else if (errno != EAGAIN && errno != EINTR) {
-                    drop(p, strerror(errno));
+                    drop_r(r, p, strerror(errno));
                 } else {
                     break;
                 }
             }
             if (p->fd >= 0 && p->got == pending_want(p))
                 admit(r, p);
-            else if (p->fd >= 0 && p->got == 0 && colli_now() - p->since > 2.0)
-                drop(p, "sent nothing within 2 s");
-            else if (p->fd >= 0 && colli_now() - p->since > 10.0)
-                drop(p, "sent no complete hello within 10 s");
+            else if (p->fd >= 0 && colli_now() - p->since > ROOT_HELLO_S)
+                drop_r(r, p,
+                       p->got == 0 ? "sent nothing within 2 s"
+                                   : "sent no complete hello within 2 s");
         }
         int k = 0;
         for (int i = 0; i < r->npend; i++)
@@ -368,16 +436,10 @@ static void *root_main(void *arg)
     return NULL;
 }
 
-coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
-                               double timeout, struct sockaddr_storage *bound, pthread_t *joinable)
+/* The root on r->listen_fd (a listening socket it owns from now on). */
+static coll_result_t start(root_t *r, pthread_t *joinable)
 {
     coll_result_t status;
-    root_t *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
-    memcpy(r->secret, secret, 16);
-    r->deadline = colli_now() + timeout;
-    COLL_CHECK_GOTO(colli_sock_listen(addr, &r->listen_fd, bound), err_free);
     pthread_t tid;
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0) {
@@ -398,9 +460,50 @@ coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_
     return COLL_SUCCESS;
 err_close:
     close(r->listen_fd);
-err_free:
     free(r);
     return status;
+}
+
+static root_t *root_new(const uint8_t secret[16], double timeout)
+{
+    root_t *r = calloc(1, sizeof(*r));
+    if (r != NULL) {
+        memcpy(r->secret, secret, 16);
+        r->deadline = colli_now() + timeout;
+        r->listen_fd = -1;
+    }
+    return r;
+}
+
+coll_result_t colli_root_start(const struct sockaddr_storage *addr, const uint8_t secret[16],
+                               double timeout, struct sockaddr_storage *bound, pthread_t *joinable)
+{
+    root_t *r = root_new(secret, timeout);
+    if (r == NULL)
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
+    coll_result_t status = colli_sock_listen(addr, &r->listen_fd, bound);
+    if (status != COLL_SUCCESS) {
+        free(r);
+        return status;
+    }
+    return start(r, joinable);
+}
+
+coll_result_t colli_root_start_on(int listen_fd, const uint8_t secret[16], double timeout,
+                                  pthread_t *joinable)
+{
+    int fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM,
+                         "cannot share the listening socket with a bootstrap root: %s",
+                         strerror(errno));
+    root_t *r = root_new(secret, timeout);
+    if (r == NULL) {
+        close(fd);
+        return COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory starting the bootstrap root");
+    }
+    r->listen_fd = fd;
+    return start(r, joinable);
 }
 
 void colli_root_finish(pthread_t root, coll_result_t status)

@@ -1,10 +1,12 @@
 /* Unique ids: root address + 128-bit secret, with a printable form for environment variables. */
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/util.h"
+#include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
 #include "base/netif.h"
 #include "hex.h" /* proto/ */
@@ -59,6 +61,30 @@ static void uid_encode(coll_unique_id_t *id, const struct sockaddr_storage *root
     memcpy(id->internal, &u, sizeof(u));
 }
 
+/* In a pod with the kcoll agent: the interface it pins (exact name), so that the root a framework
+ * creates with ncclGetUniqueId is on the job's network, not on whatever interface comes first.
+ * Without the agent, or when it does not answer (a warning), NULL: the environment decides. */
+static const char *agent_ifname(const colli_config_t *cfg, char *buf, size_t len)
+{
+    const char *path = secure_getenv(COLL_ENV_AGENT_SOCKET);
+    if (path == NULL || *path == '\0')
+        return NULL;
+    colli_proto_facts_t f;
+    double t = cfg->bootstrap_timeout < 10.0 ? cfg->bootstrap_timeout : 10.0;
+    if (colli_agent_hello(path, (int)(t * 1000.0), &f) != COLL_SUCCESS) {
+        coll_warn(BOOT,
+                  "the kcoll agent at %s did not answer (%s): the bootstrap root's interface is "
+                  "chosen from the environment instead of the pod's pin",
+                  path, colli_agent_last_error());
+        return NULL;
+    }
+    if (f.ifname[0] == '\0')
+        return NULL;
+    snprintf(buf, len, "=%s", f.ifname);
+    coll_info(BOOT, "bootstrap root on %s, the interface the kcoll agent pins", f.ifname);
+    return buf;
+}
+
 coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec)
 {
     coll_result_t status;
@@ -68,6 +94,9 @@ coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname
     colli_config_t cfg;
     COLL_CHECK_GOTO(colli_config_load(&cfg), out);
     colli_netif_t nif;
+    char pinned[80];
+    if (ifname_spec == NULL)
+        ifname_spec = agent_ifname(&cfg, pinned, sizeof(pinned));
     COLL_CHECK_GOTO(
         colli_netif_select(ifname_spec ? ifname_spec : cfg.socket_ifname, cfg.socket_family, &nif),
         out);

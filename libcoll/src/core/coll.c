@@ -66,7 +66,8 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: datatype %d is not a coll_datatype_t (0..%d)", fn, (int)a->dt,
                          COLL_NUM_DATATYPES - 1);
-    if (reduces && ((int)a->op < 0 || a->op >= COLL_NUM_OPS))
+    const bool premul = reduces && (int)a->op >= COLL_NUM_OPS;
+    if (reduces && (int)a->op < 0)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: op %d is not a coll_op_t (0..%d)",
                          fn, (int)a->op, COLL_NUM_OPS - 1);
     if (rooted && (a->root < 0 || a->root >= n))
@@ -76,6 +77,8 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
     bool recv_used = !(a->coll == COLLI_COLL_REDUCE && r != a->root);
     if ((status = check_memory(fn, comm, "sendbuf", a->sendbuf, send_used, a->recvbuf, recv_used,
                                stream, device)) != COLL_SUCCESS)
+        return status;
+    if (premul && (status = colli_premul_check(comm, fn, a, *device)) != COLL_SUCCESS)
         return status;
     size_t e = coll_datatype_size(a->dt);
     size_t mult = (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_REDUCE_SCATTER ||

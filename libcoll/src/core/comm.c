@@ -84,10 +84,17 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     coll_result_t status = colli_uid_decode(&id, &c.root, c.secret);
     if (status != COLL_SUCCESS)
         return status;
+    /* in a pod with the kcoll sidecar: its pins, version check and status reports; the
+     * rendezvous still comes from the caller's id (frameworks hand ids around themselves) */
+    colli_proto_facts_t facts;
+    if ((status = colli_agent_attach(&c, &facts)) != COLL_SUCCESS)
+        return status;
     /* in a group: created at coll_group_end, together with the group's other communicators */
     if (colli_group_active())
         return colli_group_enqueue_init(&c, out);
-    return colli_comm_create(&c, out);
+    status = colli_comm_create(&c, out);
+    colli_agent_created(&c, status);
+    return status;
 }
 
 /* The configuration snapshot: the parent's (split), else environment > default with the
@@ -197,8 +204,9 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
     COLL_CHECK_GOTO(load_config(comm, c), err_free);
     COLL_CHECK_GOTO(colli_tp_probe(comm), err_free);
     colli_netif_t nif;
-    COLL_CHECK_GOTO(colli_netif_select(comm->cfg.socket_ifname, comm->cfg.socket_family, &nif),
-                    err_free);
+    COLL_CHECK_GOTO(
+        colli_netif_select_toward(comm->cfg.socket_ifname, comm->cfg.socket_family, &c->root, &nif),
+        err_free);
     colli_member_t self;
     memset(&self, 0, sizeof(self));
     COLL_CHECK_GOTO(colli_tp_init(comm, &nif, &self), err_free);
@@ -208,7 +216,8 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
     coll_info(INIT, "rank %d of %d: %s on %s, kcoll %s, kernels %s", c->rank, c->nranks, la,
               nif.name, COLL_VERSION_STRING_BUILD, colli_kernels_isa());
     bootstrapped = true; /* from here on the root itself reports what went wrong */
-    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &c->root, &self, &nif.addr), err_free);
+    COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &c->root, &self, &nif.addr, c->shared_root),
+                    err_free);
     adopt_tuning(comm, &self);
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
     COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
@@ -261,6 +270,42 @@ static bool wait_idle(const struct coll_comm *comm, double seconds)
         nanosleep(&ts, NULL);
     }
     return true;
+}
+
+coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why)
+{
+    __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
+    colli_dev_fini(comm, true);
+    if (!wait_idle(comm, 10.0))
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "%s: an operation in another thread did not stop within 10 s", why);
+    if (comm->async_error == COLL_SUCCESS) {
+        snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);
+        __atomic_store_n(&comm->async_error, COLL_ERR_ABORTED, __ATOMIC_RELEASE);
+    }
+    return COLL_SUCCESS;
+}
+
+coll_result_t coll_comm_revoke(coll_comm_t handle)
+{
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (colli_group_active())
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "coll_comm_revoke inside coll_group_start/coll_group_end; call it outside "
+                         "a group");
+    char why[160];
+    snprintf(why, sizeof(why),
+             "rank %d revoked the communicator (coll_comm_revoke / ncclCommRevoke): only shrink, "
+             "destroy or abort remain",
+             comm->rank);
+    int saved = colli_log_get_rank();
+    colli_log_set_rank(comm->rank);
+    status = colli_comm_stop(comm, why);
+    colli_log_set_rank(saved);
+    return status;
 }
 
 coll_result_t coll_comm_abort(coll_comm_t handle)

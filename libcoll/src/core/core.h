@@ -34,6 +34,9 @@ typedef struct colli_create {
      * and its socket, where failures are reported (NULL: no agent). */
     const colli_proto_facts_t *agent;
     const char *agent_socket;
+    /* coll_comm_shrink: the root shares the parent's listener (bootstrap retries a dropped
+     * connection). */
+    bool shared_root;
 } colli_create_t;
 
 /* group.c: is the calling thread inside coll_group_start/coll_group_end? */
@@ -51,9 +54,30 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
 /* Run the sends and receives of handle among items[0..n) as one operation. */
 coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, int n);
 
+/* premul.c: a call's PreMulSum operator (a->op >= COLL_NUM_OPS) is one of comm's, made for the
+ * call's datatype. */
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
+                                 int device);
+/* premul.c: run a checked call with a PreMulSum operator (host buffers). */
+coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a);
+/* premul.c: queue one on device buffers (staged through pinned host memory, stream-ordered). */
+coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it);
+
+/* comm.c: stop comm (coll_comm_revoke, coll_comm_shrink with COLL_SHRINK_ABORT): the operation
+ * running in another thread ends (COLL_ERR_ABORTED), the device queue stops, and every later
+ * operation fails with why; bounded (10 s). */
+coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why);
+
 /* comm.c: create this process's member; *out is written only on success. */
 coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);
 
+/* agent_init.c: a unique-id creation in a pod with the kcoll agent (COLL_AGENT_SOCKET set): the
+ * agent's facts into *f, c->agent and c->agent_socket pointing at them (its pins then apply over
+ * the environment), the version it pins checked, Bootstrapping reported. Nothing without the
+ * variable; an error when the agent does not answer or pins another version. */
+coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f);
+/* agent_init.c: after such a creation, Ready or the failure reported to the agent. */
+void colli_agent_created(const colli_create_t *c, coll_result_t status);
 /* agent_init.c: tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
 /* agent_init.c: the operator's pins from the agent's facts over cfg (source "agent pin"): the

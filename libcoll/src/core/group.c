@@ -13,6 +13,8 @@
 
 typedef struct {
     colli_create_t create;
+    colli_proto_facts_t facts; /* the agent's, when create.agent_socket is set */
+    char agent_socket[108];
     coll_comm_t *out;
     coll_comm_t made;
     coll_result_t status;
@@ -57,13 +59,20 @@ coll_result_t colli_group_enqueue(const colli_item_t *it)
 
 coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out)
 {
-    if (c->agent != NULL || c->parent != NULL)
+    if (c->parent != NULL)
         return COLLI_ERR(INIT, COLL_ERR_INTERNAL, "only unique-id creations are queued");
     init_item_t *inits = grow(group.inits, group.ninit, &group.init_cap, sizeof(*inits));
     if (inits == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a communicator creation");
     group.inits = inits;
-    group.inits[group.ninit++] = (init_item_t){.create = *c, .out = out};
+    init_item_t *it = &group.inits[group.ninit++];
+    *it = (init_item_t){.create = *c, .out = out};
+    /* the agent's facts travel with the item (the array may move: pointers are set when the
+     * creation runs) */
+    if (c->agent != NULL)
+        it->facts = *c->agent;
+    if (c->agent_socket != NULL)
+        snprintf(it->agent_socket, sizeof(it->agent_socket), "%s", c->agent_socket);
     return COLL_SUCCESS;
 }
 
@@ -78,7 +87,12 @@ coll_result_t coll_group_start(void)
 static void *init_thread(void *arg)
 {
     init_item_t *it = arg;
+    if (it->create.agent != NULL)
+        it->create.agent = &it->facts;
+    if (it->create.agent_socket != NULL)
+        it->create.agent_socket = it->agent_socket;
     it->status = colli_comm_create(&it->create, &it->made);
+    colli_agent_created(&it->create, it->status);
     if (it->status != COLL_SUCCESS)
         snprintf(it->msg, sizeof(it->msg), "%s", colli_last_error());
     return NULL;

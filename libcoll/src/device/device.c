@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "base/error.h"
@@ -98,6 +99,12 @@ void colli_dev_release(struct coll_comm *comm)
     comm->cuda = NULL;
 }
 
+/* A GPU node: the NVIDIA driver's control device exists (checked without touching CUDA). */
+static bool gpu_node(void)
+{
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
+}
+
 coll_result_t colli_dev_init(struct coll_comm *comm)
 {
     char path[256];
@@ -105,8 +112,12 @@ coll_result_t colli_dev_init(struct coll_comm *comm)
     if (status != COLL_SUCCESS)
         return status;
     const bool named = plugin_path(comm, path, sizeof(path));
-    if (!named && comm->cuda == NULL)
-        return COLL_SUCCESS; /* the process does not use CUDA */
+    /* A process that has not touched CUDA yet may still pass device buffers later (a program
+     * that creates its communicator first, then allocates): on a GPU node the plugin is loaded
+     * now, when it is there, so that those buffers are known as device memory and never read as
+     * host memory. Elsewhere the process does not use CUDA. */
+    if (!named && comm->cuda == NULL && (!gpu_node() || access(path, F_OK) != 0))
+        return COLL_SUCCESS;
     const char *load_err = NULL;
     const colli_gpu_ops_t *ops = colli_gpu_plugin_open(path, &load_err);
     if (ops == NULL && !named) {

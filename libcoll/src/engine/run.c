@@ -1,10 +1,12 @@
 /* The run loop: drives an op's lanes over the communicator's transports until every lane is
  * done, a peer fails, or nothing moved for COLL_TIMEOUT; deferred local copies fill idle time. */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "base/netif.h"
 #include "base/util.h"
 #include "engine/engine.h"
 #include "transport/transport.h"
@@ -36,11 +38,40 @@ coll_result_t colli_op_run(colli_op_t *op)
     return status;
 }
 
+/* Waiting without progress: one WARN per interval names whom it waits on, and says when this
+ * rank's own link is down (then the peers are not at fault). */
+static void liveness_warn(colli_op_t *op, double idle, double timeout)
+{
+    struct coll_comm *comm = op->comm;
+    uint8_t *mask = calloc((size_t)comm->nranks, 1);
+    char waits[512] = "", d[160];
+    if (mask != NULL)
+        colli_op_waits(op, mask, waits, sizeof(waits));
+    free(mask);
+    const char *ifname = comm->members[comm->rank].ifname;
+    if (colli_netif_link_down(ifname) == 1)
+        coll_warn(COLL,
+                  "rank %d: %s #%llu has made no progress for %.0f s: this rank's link %s is "
+                  "down (not up, or no carrier); the ranks it waits on (%s) are not at fault. "
+                  "It fails at COLL_TIMEOUT (%.0f s) unless the link comes back",
+                  comm->rank, colli_op_desc(op, d, sizeof(d)), (unsigned long long)colli_op_seq(op),
+                  idle, ifname, waits, timeout);
+    else
+        coll_warn(COLL,
+                  "rank %d: %s #%llu has made no progress for %.0f s, waiting on ranks %s; it "
+                  "fails at COLL_TIMEOUT (%.0f s) naming them",
+                  comm->rank, colli_op_desc(op, d, sizeof(d)), (unsigned long long)colli_op_seq(op),
+                  idle, waits, timeout);
+}
+
 static coll_result_t run_loop(colli_op_t *op)
 {
     struct coll_comm *comm = op->comm;
     const double spin = comm->cfg.spin_us * 1e-6;
     const double timeout = comm->cfg.timeout;
+    /* a line every 30 s of waiting (every third of a short COLL_TIMEOUT), never at 0 */
+    const double every = timeout / 3 < 1.0 ? 1.0 : (timeout / 3 > 30.0 ? 30.0 : timeout / 3);
+    double next_warn = every;
     double last = 0, grace_end = 0;
     unsigned idle_passes = 0;
     bool stamp = true; /* progress (or the start) since the clock was last read */
@@ -54,6 +85,7 @@ static coll_result_t run_loop(colli_op_t *op)
         if (progressed || local_copy_step(op, (size_t)comm->members[0].chunk_size)) {
             stamp = true;
             idle_passes = 0;
+            next_warn = every;
             continue;
         }
         /* Read the clock only every few idle passes: a pass over shared memory is much
@@ -75,6 +107,10 @@ static coll_result_t run_loop(colli_op_t *op)
         double idle = now - last;
         if (idle < spin)
             continue;
+        if (idle >= next_warn && idle < timeout) {
+            liveness_warn(op, idle, timeout);
+            next_warn += every;
+        }
         if (idle >= timeout) {
             if (grace_end == 0) {
                 /* Tell everyone whom we wait on, then keep going briefly to hear the others. */

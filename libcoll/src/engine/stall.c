@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "base/netif.h"
 #include "engine/engine.h"
 #include "transport/transport.h"
 
@@ -14,6 +15,21 @@ coll_result_t colli_engine_stall_error(colli_op_t *op, double idle)
     char d[160];
     const char *what = colli_op_desc(op, d, sizeof(d));
     unsigned long long seq = colli_op_seq(op);
+    /* A rank cut off by its own link hears nobody: say so instead of blaming the peers. */
+    const char *ifname = comm->members[comm->rank].ifname;
+    if (colli_netif_link_down(ifname) == 1) {
+        char w[512] = "";
+        uint8_t *m = calloc((size_t)comm->nranks, 1);
+        if (m != NULL)
+            colli_op_waits(op, m, w, sizeof(w));
+        free(m);
+        return COLLI_ERR(COLL, COLL_ERR_NETWORK,
+                         "%s #%llu on rank %d made no progress for %.0f s (COLL_TIMEOUT): this "
+                         "rank's link %s is down (not up, or no carrier), so it is cut off from "
+                         "the ranks it waits on (%s). Bring %s back up; the peers are not at "
+                         "fault.",
+                         what, seq, comm->rank, idle, ifname, w, ifname);
+    }
     /* Ranks somebody waits on that sent no stuck report of their own are the silent ones: a
      * stopped, hung or cut-off process cannot report. */
     uint8_t *mine = calloc((size_t)comm->nranks, 1);

@@ -367,3 +367,14 @@ const char *colli_tp_name(const struct coll_comm *comm, int peer)
     const colli_transport_t *t = comm->tp[comm->peer_tp[peer]].ops;
     return t != NULL ? t->name : "?";
 }
+
+int colli_tp_listener_fd(struct coll_comm *comm)
+{
+    FOR_EACH_TP(comm, i)
+    {
+        const colli_transport_t *t = comm->tp[i].ops;
+        if ((t->flags & COLLI_TPF_LISTENER) && t->listener_fd != NULL)
+            return t->listener_fd(comm, i);
+    }
+    return -1;
+}

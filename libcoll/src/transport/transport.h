@@ -98,6 +98,10 @@ typedef struct colli_transport {
     void (*notify_stuck)(struct coll_comm *comm, int tp, const char *waits);
     /* Close and release everything (shared-memory names included). Does not block. */
     void (*comm_fini)(struct coll_comm *comm, int tp);
+    /* The listening socket at this rank's member address (COLLI_TPF_LISTENER transports), for
+     * a bootstrap root that the surviving ranks of coll_comm_shrink find there; -1: none. The
+     * transport keeps owning it. May be NULL. */
+    int (*listener_fd)(struct coll_comm *comm, int tp);
 } colli_transport_t;
 
 /* The registered transport called name (with missing operations filled), or NULL. */
@@ -120,6 +124,8 @@ coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *pr
 /* Block until a lane of op (NULL: any notice) may progress, or timeout_ms passed: one poll()
  * over every transport's descriptors. */
 coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms);
+/* The listening socket at comm->members[comm->rank].addr, or -1 (transport.h: listener_fd). */
+int colli_tp_listener_fd(struct coll_comm *comm);
 /* Hand a connection the listener accepted to the transport that owns its hello kind. */
 coll_result_t colli_tp_adopt(struct coll_comm *comm, const colli_hello_t *hello, int fd);
 coll_result_t colli_tp_poll_notices(struct coll_comm *comm);

@@ -569,6 +569,12 @@ static coll_result_t sock_poll_notices(struct coll_comm *comm, int tp)
     return s == NULL ? COLL_SUCCESS : notice_first(comm, s);
 }
 
+static int sock_listener_fd(struct coll_comm *comm, int tp)
+{
+    const sock_state_t *s = comm->tp[tp].state;
+    return s != NULL ? s->listen_fd : -1;
+}
+
 const colli_transport_t colli_socket_transport = {
     .struct_size = sizeof(colli_transport_t),
     .name = "socket",
@@ -584,4 +590,5 @@ const colli_transport_t colli_socket_transport = {
     .notify_abort = sock_notify_abort,
     .notify_stuck = sock_notify_stuck,
     .comm_fini = sock_comm_fini,
+    .listener_fd = sock_listener_fd,
 };

@@ -1,0 +1,152 @@
+/* PreMulSum operators (coll_op_create_premul_sum): each rank's input multiplied by its own
+ * scalar into a temporary buffer, then summed by the ordinary all_reduce / reduce /
+ * reduce_scatter (so every algorithm and transport serves them unchanged). Device buffers are
+ * staged through pinned host memory in the order of their stream, as send/recv on device buffers
+ * is, and take the same host path. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_kernels.h"
+#include "core/core.h"
+
+static struct colli_premul *slot_of(struct coll_comm *comm, coll_op_t op)
+{
+    int k = (int)op - COLL_NUM_OPS;
+    if (k < 0 || k >= COLL_MAX_PREMUL_OPS || !comm->premul[k].used)
+        return NULL;
+    return &comm->premul[k];
+}
+
+coll_result_t coll_op_create_premul_sum(coll_op_t *op, const void *scalar, coll_datatype_t dt,
+                                        coll_scalar_residence_t residence, coll_comm_t handle)
+{
+    static const char fn[] = "coll_op_create_premul_sum";
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (op == NULL || scalar == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                         op == NULL ? "op" : "scalar");
+    if ((int)dt < 0 || dt >= COLL_NUM_DATATYPES)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
+                         "%s: datatype %d is not a coll_datatype_t (0..%d)", fn, (int)dt,
+                         COLL_NUM_DATATYPES - 1);
+    if (residence != COLL_SCALAR_IMMEDIATE && residence != COLL_SCALAR_POINTER)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
+                         "%s: residence %d is neither COLL_SCALAR_IMMEDIATE nor "
+                         "COLL_SCALAR_POINTER",
+                         fn, (int)residence);
+    int dev = -1;
+    if (colli_dev_locate(comm, scalar, &dev) != COLLI_BUF_HOST)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "%s: the scalar %p is in GPU memory; kcoll's PreMulSum reads its scalar "
+                         "on the host: pass a host value (ncclScalarHostImmediate)",
+                         fn, scalar);
+    for (int k = 0; k < COLL_MAX_PREMUL_OPS; k++) {
+        struct colli_premul *p = &comm->premul[k];
+        if (p->used)
+            continue;
+        memset(p, 0, sizeof(*p));
+        p->used = true;
+        p->dt = dt;
+        p->by_pointer = residence == COLL_SCALAR_POINTER;
+        p->ptr = scalar;
+        memcpy(p->value, scalar, coll_datatype_size(dt));
+        *op = (coll_op_t)(COLL_NUM_OPS + k);
+        return COLL_SUCCESS;
+    }
+    return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                     "%s: this communicator already holds %d PreMulSum operators; destroy one "
+                     "(coll_op_destroy / ncclRedOpDestroy) before making another",
+                     fn, COLL_MAX_PREMUL_OPS);
+}
+
+coll_result_t coll_op_destroy(coll_op_t op, coll_comm_t handle)
+{
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    struct colli_premul *p = slot_of(comm, op);
+    if (p == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_op_destroy: operator %d was not made by coll_op_create_premul_sum "
+                         "on this communicator (or was destroyed already)",
+                         (int)op);
+    memset(p, 0, sizeof(*p));
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
+                                 int device)
+{
+    const struct colli_premul *p = slot_of(comm, a->op);
+    if (p == NULL)
+        return COLLI_ERR(
+            COLL, COLL_ERR_INVALID_ARGUMENT,
+            "%s: operator %d is neither a coll_op_t (0..%d) nor a PreMulSum operator of "
+            "this communicator",
+            fn, (int)a->op, COLL_NUM_OPS - 1);
+    if (p->dt != a->dt)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
+                         "%s: PreMulSum operator %d was made for %s, but this call's datatype is "
+                         "%s",
+                         fn, (int)a->op, coll_datatype_name(p->dt), coll_datatype_name(a->dt));
+    (void)device;
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a)
+{
+    const struct colli_premul *p = slot_of(comm, a->op);
+    if (p == NULL) /* destroyed between the call and the end of its group */
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "%s: PreMulSum operator %d was destroyed before the call ran; destroy "
+                         "operators only after the group that uses them ended",
+                         colli_coll_name(a->coll), (int)a->op);
+    colli_coll_args_t s = *a;
+    s.op = COLL_SUM;
+    const size_t n =
+        a->coll == COLLI_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
+    if (n == 0)
+        return colli_run_collective(comm, &s);
+    const size_t bytes = n * coll_datatype_size(a->dt);
+    void *scaled = malloc(bytes);
+    if (scaled == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM,
+                         "%s: out of memory for the %zu bytes of a PreMulSum",
+                         colli_coll_name(a->coll), bytes);
+    colli_scale(scaled, a->sendbuf, n, a->dt, p->by_pointer ? p->ptr : p->value);
+    s.sendbuf = scaled;
+    coll_result_t status = colli_run_collective(comm, &s);
+    free(scaled);
+    return status;
+}
+
+static coll_result_t run_staged(struct coll_comm *comm, void *ctx)
+{
+    return colli_premul_run(comm, ctx);
+}
+
+#define STAGE_ALIGN 64
+
+coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
+{
+    colli_coll_args_t h = it->a;
+    size_t len[2];
+    colli_buffer_sizes(&h, comm->nranks, comm->rank, len);
+    const size_t send_span = (len[0] + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+    colli_dev_region_t reg[2] = {
+        {.dev = h.sendbuf, .bytes = len[0], .off = 0, .in = true, .out = false},
+        {.dev = h.recvbuf, .bytes = len[1], .off = send_span, .in = false, .out = true},
+    };
+    char *base = NULL;
+    coll_result_t status = colli_dev_staging(comm, send_span + len[1], &base);
+    if (status != COLL_SUCCESS)
+        return status;
+    h.sendbuf = len[0] > 0 ? base : NULL;
+    h.recvbuf = len[1] > 0 ? base + send_span : NULL;
+    return colli_dev_submit(comm, colli_coll_name(h.coll), it->device, it->stream, reg, 2,
+                            run_staged, &h, sizeof(h));
+}
