@@ -179,6 +179,12 @@ static coll_datatype_t dtype_of(const at::Tensor &t)
         return COLL_INT32;
     case at::kLong:
         return COLL_INT64;
+#if KCOLL_TORCH_HAS_FLOAT8
+    case c10::ScalarType::Float8_e4m3fn: /* OCP E4M3: no infinities, largest finite 448 */
+        return COLL_FLOAT8_E4M3;
+    case c10::ScalarType::Float8_e5m2:
+        return COLL_FLOAT8_E5M2;
+#endif
     default:
         TORCH_CHECK(false, "kcoll: dtype ", t.scalar_type(),
                     " is not supported (kcoll has float16, bfloat16, float32, float64, int8, "
@@ -193,7 +199,7 @@ static coll_op_t op_of(const c10d::ReduceOp &op, const at::Tensor &t)
     case c10d::ReduceOp::SUM:
         return is_bool ? COLL_MAX : COLL_SUM; /* logical or */
     case c10d::ReduceOp::PREMUL_SUM:
-        return COLL_SUM; /* input scaled first */
+        return COLL_SUM; /* the base; OpFor makes the PreMulSum operator */
     case c10d::ReduceOp::PRODUCT:
         return is_bool ? COLL_MIN : COLL_PROD; /* logical and */
     case c10d::ReduceOp::MIN:
@@ -210,20 +216,45 @@ static coll_op_t op_of(const c10d::ReduceOp &op, const at::Tensor &t)
     }
 }
 
-/* PREMUL_SUM: sum(factor * x). coll.h has no premultiply, so the input is scaled here. */
-static at::Tensor premul(const c10d::ReduceOp &op, const at::Tensor &t, bool in_place)
+/* The operator of one collective: op itself, or for PREMUL_SUM (sum of factor * x) a PreMulSum
+ * operator of coll.h with the factor in t's dtype, made for this call and freed after it (on the
+ * worker, the one thread that runs the group's collectives). */
+class OpFor
 {
-    if (op != c10d::ReduceOp::PREMUL_SUM)
-        return t;
-    auto *s = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(op.supplement_.get());
-    TORCH_CHECK(s != nullptr, "kcoll: PREMUL_SUM without its factor");
-    at::Tensor factor = KCOLL_TORCH_PREMUL_TENSOR(s);
-    if (factor.defined()) {
-        at::Tensor f = factor.to(t.device());
-        return in_place ? t.mul_(f) : t.mul(f);
+  public:
+    OpFor(const c10d::ReduceOp &rop, coll_op_t op, const at::Tensor &t, coll_comm_t comm)
+        : op_(op), comm_(comm)
+    {
+        if (rop != c10d::ReduceOp::PREMUL_SUM)
+            return;
+        auto *s = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
+        TORCH_CHECK(s != nullptr, "kcoll: PREMUL_SUM without its factor");
+        at::Tensor f = KCOLL_TORCH_PREMUL_TENSOR(s);
+        auto cpu = at::TensorOptions().dtype(t.scalar_type());
+        f = f.defined() ? f.to(at::kCPU, t.scalar_type()).reshape({}).contiguous()
+                        : at::scalar_tensor(s->double_factor, cpu);
+        check(
+            coll_op_create_premul_sum(&op_, f.data_ptr(), dtype_of(t), COLL_SCALAR_IMMEDIATE, comm),
+            "coll_op_create_premul_sum");
+        made_ = true;
     }
-    return in_place ? t.mul_(s->double_factor) : t.mul(s->double_factor);
-}
+    ~OpFor()
+    {
+        if (made_)
+            (void)coll_op_destroy(op_, comm_); /* the collective ran; nothing to report here */
+    }
+    OpFor(const OpFor &) = delete;
+    OpFor &operator=(const OpFor &) = delete;
+    coll_op_t get() const
+    {
+        return op_;
+    }
+
+  private:
+    coll_op_t op_;
+    coll_comm_t comm_;
+    bool made_ = false;
+};
 
 /* The tensors' elements one after the other, in a new 1-d tensor. */
 static at::Tensor flat_cat(const std::vector<at::Tensor> &ts)
@@ -371,9 +402,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         coll_op_t op = op_of(opts.reduceOp, t);
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::ALLREDUCE, "all_reduce", {t}, [this, t, op, rop] {
-            premul(rop, t, true);
-            check(coll_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), op, comm(),
-                                  stream_of(t)),
+            OpFor o(rop, op, t, comm());
+            check(coll_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), o.get(),
+                                  comm(), stream_of(t)),
                   "coll_all_reduce");
         });
     }
@@ -394,9 +425,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         std::vector<at::Tensor> ts = tensors;
         return submit(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts,
                       [this, ts, op, rop] {
-                          at::Tensor flat = premul(rop, flat_cat(ts), true);
+                          at::Tensor flat = flat_cat(ts);
+                          OpFor o(rop, op, flat, comm());
                           check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
-                                                dtype_of(flat), op, comm(), stream_of(flat)),
+                                                dtype_of(flat), o.get(), comm(), stream_of(flat)),
                                 "coll_all_reduce");
                           int64_t off = 0;
                           for (const auto &t : ts) {
@@ -414,10 +446,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         int root = static_cast<int>(opts.rootRank);
         return submit(c10d::OpType::REDUCE, "reduce", {t}, [this, t, op, rop, root] {
-            /* non-root tensors are left as they were (the scaled copy is a temporary) */
-            at::Tensor in = premul(rop, t, getRank() == root);
-            check(coll_reduce(in.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), op, root, comm(),
-                              stream_of(t)),
+            OpFor o(rop, op, t, comm()); /* non-root tensors are left as they were */
+            check(coll_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), o.get(), root,
+                              comm(), stream_of(t)),
                   "coll_reduce");
         });
     }
@@ -484,9 +515,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
                       [this, ins, out, op, rop] {
-                          at::Tensor flat = premul(rop, flat_cat(ins), true);
+                          at::Tensor flat = flat_cat(ins);
+                          OpFor o(rop, op, out, comm());
                           check(coll_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
-                                                    dtype_of(out), op, comm(), stream_of(out)),
+                                                    dtype_of(out), o.get(), comm(), stream_of(out)),
                                 "coll_reduce_scatter");
                       });
     }
@@ -501,9 +533,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
                       [this, in, out, op, rop] {
-                          at::Tensor src = premul(rop, in, false);
-                          check(coll_reduce_scatter(src.data_ptr(), out.data_ptr(), out.numel(),
-                                                    dtype_of(out), op, comm(), stream_of(out)),
+                          OpFor o(rop, op, out, comm());
+                          check(coll_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(),
+                                                    dtype_of(out), o.get(), comm(), stream_of(out)),
                                 "coll_reduce_scatter");
                       });
     }

@@ -28,6 +28,10 @@
     ((s)->tensor_factors.empty() ? at::Tensor() : (s)->tensor_factors[0])
 #endif
 
+/* float8_e4m3fn and float8_e5m2 (PyTorch >= 2.1) map to coll.h's float8 types */
+#define KCOLL_TORCH_HAS_FLOAT8                                                                     \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
