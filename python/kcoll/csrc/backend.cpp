@@ -68,8 +68,13 @@ class Comm
   public:
     explicit Comm(coll_comm_t c) : comm_(c)
     {
-        check(coll_comm_user_rank(c, &rank_), "coll_comm_user_rank");
-        check(coll_comm_count(c, &size_), "coll_comm_count");
+        try {
+            check(coll_comm_user_rank(c, &rank_), "coll_comm_user_rank");
+            check(coll_comm_count(c, &size_), "coll_comm_count");
+        } catch (...) {
+            (void)coll_comm_destroy(c); /* the destructor does not run: a constructor threw */
+            throw;
+        }
     }
     ~Comm()
     {
@@ -148,6 +153,8 @@ static std::string unique_id()
 static py::bytes broadcast_bytes(const std::shared_ptr<Comm> &comm, const std::string &data,
                                  int root, size_t len)
 {
+    TORCH_CHECK(data.size() <= len, "kcoll: broadcast_bytes: ", data.size(),
+                " bytes do not fit in ", len);
     std::string buf(data);
     buf.resize(len, '\0');
     coll_result_t r;
