@@ -109,30 +109,20 @@ void colli_div(void *dst, const void *src, size_t count, coll_datatype_t dt, uin
         }                                                                                          \
     } while (0)
 
-#define SCALE_VIA_FLOAT(T, TO_F, FROM_F)                                                           \
+/* T elements, computed in C (float for the half and float8 types, the type itself otherwise) */
+#define SCALE_IN(T, C, TO, FROM)                                                                   \
     do {                                                                                           \
         T kb;                                                                                      \
         memcpy(&kb, scalar, sizeof kb);                                                            \
-        const float k = TO_F(kb);                                                                  \
+        const C k = TO(kb);                                                                        \
         for (size_t i = 0; i < count; i++) {                                                       \
             T x;                                                                                   \
             memcpy(&x, (const char *)src + i * sizeof x, sizeof x);                                \
-            x = FROM_F(TO_F(x) * k);                                                               \
+            x = FROM(TO(x) * k);                                                                   \
             memcpy((char *)dst + i * sizeof x, &x, sizeof x);                                      \
         }                                                                                          \
     } while (0)
-
-#define SCALE_FLOAT(T)                                                                             \
-    do {                                                                                           \
-        T k;                                                                                       \
-        memcpy(&k, scalar, sizeof k);                                                              \
-        for (size_t i = 0; i < count; i++) {                                                       \
-            T x;                                                                                   \
-            memcpy(&x, (const char *)src + i * sizeof x, sizeof x);                                \
-            x = x * k;                                                                             \
-            memcpy((char *)dst + i * sizeof x, &x, sizeof x);                                      \
-        }                                                                                          \
-    } while (0)
+#define SAME(x) (x)
 
 void colli_scale(void *dst, const void *src, size_t count, coll_datatype_t dt, const void *scalar)
 {
@@ -158,22 +148,22 @@ void colli_scale(void *dst, const void *src, size_t count, coll_datatype_t dt, c
         SCALE_INT(uint64_t, uint64_t);
         break;
     case COLL_FLOAT16:
-        SCALE_VIA_FLOAT(uint16_t, colli_soft_half_to_float, colli_soft_float_to_half);
+        SCALE_IN(uint16_t, float, colli_soft_half_to_float, colli_soft_float_to_half);
         break;
     case COLL_BFLOAT16:
-        SCALE_VIA_FLOAT(uint16_t, colli_bf16_expand, colli_soft_float_to_bf16);
+        SCALE_IN(uint16_t, float, colli_bf16_expand, colli_soft_float_to_bf16);
         break;
     case COLL_FLOAT32:
-        SCALE_FLOAT(float);
+        SCALE_IN(float, float, SAME, SAME);
         break;
     case COLL_FLOAT64:
-        SCALE_FLOAT(double);
+        SCALE_IN(double, double, SAME, SAME);
         break;
     case COLL_FLOAT8_E4M3:
-        SCALE_VIA_FLOAT(uint8_t, colli_e4m3_to_float, colli_float_to_e4m3);
+        SCALE_IN(uint8_t, float, colli_e4m3_to_float, colli_float_to_e4m3);
         break;
     case COLL_FLOAT8_E5M2:
-        SCALE_VIA_FLOAT(uint8_t, colli_e5m2_to_float, colli_float_to_e5m2);
+        SCALE_IN(uint8_t, float, colli_e5m2_to_float, colli_float_to_e5m2);
         break;
     default:
         break;

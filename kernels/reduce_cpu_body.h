@@ -417,23 +417,10 @@ HALF_ARITH(bf16, colli_bf16_expand, colli_soft_float_to_bf16)
 #endif
 
 /* ---- float8 (OCP E4M3 and E5M2, kernels/fp8.h) ----
- * Arithmetic in float32 (exact for one operation on two FP8 values), one rounding to nearest even
- * with saturation; min/max on sign-magnitude keys, the result one input bit for bit. */
-#define FP8_KERNELS(tn, TO_F, FROM_F, NAN_MIN)                                                     \
-    static void sum_##tn(void *dst, const void *a, const void *b, size_t n)                        \
-    {                                                                                              \
-        tn##_u *d = dst;                                                                           \
-        const tn##_u *x = a, *y = b;                                                               \
-        for (size_t i = 0; i < n; i++)                                                             \
-            d[i] = FROM_F(TO_F(x[i]) + TO_F(y[i]));                                                \
-    }                                                                                              \
-    static void prod_##tn(void *dst, const void *a, const void *b, size_t n)                       \
-    {                                                                                              \
-        tn##_u *d = dst;                                                                           \
-        const tn##_u *x = a, *y = b;                                                               \
-        for (size_t i = 0; i < n; i++)                                                             \
-            d[i] = FROM_F(TO_F(x[i]) * TO_F(y[i]));                                                \
-    }                                                                                              \
+ * Arithmetic as for the half types (HALF_ARITH: float32, exact for one operation on two FP8
+ * values, one rounding to nearest even, with saturation); min/max on sign-magnitude keys, the
+ * result one input bit for bit. */
+#define FP8_MINMAX(tn, NAN_MIN)                                                                    \
     static void min_##tn(void *dst, const void *a, const void *b, size_t n)                        \
     {                                                                                              \
         tn##_u *d = dst;                                                                           \
@@ -447,27 +434,12 @@ HALF_ARITH(bf16, colli_bf16_expand, colli_soft_float_to_bf16)
         const tn##_u *x = a, *y = b;                                                               \
         for (size_t i = 0; i < n; i++)                                                             \
             d[i] = colli_fp8_less(y[i], x[i], NAN_MIN) ? x[i] : y[i];                              \
-    }                                                                                              \
-    static void reduce_div_##tn(void *dst, const void *a, const void *b, size_t n,                 \
-                                uint32_t divisor)                                                  \
-    {                                                                                              \
-        tn##_u *d = dst;                                                                           \
-        const tn##_u *x = a, *y = b;                                                               \
-        const float fd = (float)divisor;                                                           \
-        for (size_t i = 0; i < n; i++)                                                             \
-            d[i] = FROM_F((TO_F(x[i]) + TO_F(y[i])) / fd);                                         \
-    }                                                                                              \
-    static void div_##tn(void *dst, const void *src, size_t n, uint32_t divisor)                   \
-    {                                                                                              \
-        tn##_u *d = dst;                                                                           \
-        const tn##_u *x = src;                                                                     \
-        const float fd = (float)divisor;                                                           \
-        for (size_t i = 0; i < n; i++)                                                             \
-            d[i] = FROM_F(TO_F(x[i]) / fd);                                                        \
     }
 
-FP8_KERNELS(e4m3, colli_e4m3_to_float, colli_float_to_e4m3, 0x7fu)
-FP8_KERNELS(e5m2, colli_e5m2_to_float, colli_float_to_e5m2, 0x7du)
+FP8_MINMAX(e4m3, 0x7fu)
+FP8_MINMAX(e5m2, 0x7du)
+HALF_ARITH(e4m3, colli_e4m3_to_float, colli_float_to_e4m3)
+HALF_ARITH(e5m2, colli_e5m2_to_float, colli_float_to_e5m2)
 
 #define KERNEL_ROW(tn)                                                                             \
     {                                                                                              \

@@ -183,8 +183,10 @@ template <uint16_t INF> __device__ __forceinline__ bool half_less(uint16_t p, ui
     return (kp < kq) & (mp <= INF) & (mq <= INF);
 }
 
-template <class Conv, uint16_t INF> struct HalfType {
-    typedef uint16_t S;
+/* The small float types (float16, bfloat16, float8) as raw bits S: Conv converts to float32 and
+ * back, Order compares (min/max select one input bit for bit). */
+template <class Conv, class Order> struct SmallFloat {
+    typedef typename Conv::S S;
     static __device__ __forceinline__ S sum(S a, S b)
     {
         return Conv::out(__fadd_rn(Conv::in(a), Conv::in(b)));
@@ -195,11 +197,11 @@ template <class Conv, uint16_t INF> struct HalfType {
     }
     static __device__ __forceinline__ S min(S a, S b)
     {
-        return half_less<INF>(a, b) ? a : b;
+        return Order::less(a, b) ? a : b;
     }
     static __device__ __forceinline__ S max(S a, S b)
     {
-        return half_less<INF>(b, a) ? a : b;
+        return Order::less(b, a) ? a : b;
     }
     static __device__ __forceinline__ S sum_div(S a, S b, const Divisor &d)
     {
@@ -211,7 +213,24 @@ template <class Conv, uint16_t INF> struct HalfType {
     }
 };
 
+template <uint16_t INF> struct HalfOrder {
+    static __device__ __forceinline__ bool less(uint16_t p, uint16_t q)
+    {
+        return half_less<INF>(p, q);
+    }
+};
+
+/* float8: the integer conversions of fp8.h that the CPU kernels use, so the two agree bit for
+ * bit, saturation included */
+template <uint32_t NAN_MIN> struct Fp8Order {
+    static __device__ __forceinline__ bool less(uint8_t p, uint8_t q)
+    {
+        return colli_fp8_less(p, q, NAN_MIN);
+    }
+};
+
 struct HalfConv {
+    typedef uint16_t S;
     static __device__ __forceinline__ float in(uint16_t x)
     {
         return __half2float(__ushort_as_half(x));
@@ -223,6 +242,7 @@ struct HalfConv {
 };
 
 struct Bf16Conv {
+    typedef uint16_t S;
     static __device__ __forceinline__ float in(uint16_t x)
     {
         return __uint_as_float((uint32_t)x << 16);
@@ -233,41 +253,8 @@ struct Bf16Conv {
     }
 };
 
-typedef HalfType<HalfConv, 0x7c00> F16;
-typedef HalfType<Bf16Conv, 0x7f80> BF16;
-
-/* float8 as raw bits, with the integer conversions of fp8.h that the CPU kernels use (so the two
- * agree bit for bit, saturation included): to float32 (exact), one operation, back with one
- * rounding to nearest even. */
-template <class Conv, uint32_t NAN_MIN> struct Fp8Type {
-    typedef uint8_t S;
-    static __device__ __forceinline__ S sum(S a, S b)
-    {
-        return Conv::out(__fadd_rn(Conv::in(a), Conv::in(b)));
-    }
-    static __device__ __forceinline__ S prod(S a, S b)
-    {
-        return Conv::out(__fmul_rn(Conv::in(a), Conv::in(b)));
-    }
-    static __device__ __forceinline__ S min(S a, S b)
-    {
-        return colli_fp8_less(a, b, NAN_MIN) ? a : b;
-    }
-    static __device__ __forceinline__ S max(S a, S b)
-    {
-        return colli_fp8_less(b, a, NAN_MIN) ? a : b;
-    }
-    static __device__ __forceinline__ S sum_div(S a, S b, const Divisor &d)
-    {
-        return Conv::out(__fdiv_rn(__fadd_rn(Conv::in(a), Conv::in(b)), d.f));
-    }
-    static __device__ __forceinline__ S div(S a, const Divisor &d)
-    {
-        return Conv::out(__fdiv_rn(Conv::in(a), d.f));
-    }
-};
-
 struct E4m3Conv {
+    typedef uint8_t S;
     static __device__ __forceinline__ float in(uint8_t x)
     {
         return colli_e4m3_to_float(x);
@@ -279,6 +266,7 @@ struct E4m3Conv {
 };
 
 struct E5m2Conv {
+    typedef uint8_t S;
     static __device__ __forceinline__ float in(uint8_t x)
     {
         return colli_e5m2_to_float(x);
@@ -289,8 +277,10 @@ struct E5m2Conv {
     }
 };
 
-typedef Fp8Type<E4m3Conv, 0x7fu> E4M3;
-typedef Fp8Type<E5m2Conv, 0x7du> E5M2;
+typedef SmallFloat<HalfConv, HalfOrder<0x7c00> > F16;
+typedef SmallFloat<Bf16Conv, HalfOrder<0x7f80> > BF16;
+typedef SmallFloat<E4m3Conv, Fp8Order<0x7fu> > E4M3;
+typedef SmallFloat<E5m2Conv, Fp8Order<0x7du> > E5M2;
 
 /* One step of op OP (COLL_AVG sums; its division is the separate last step). */
 template <class DT, int OP>
