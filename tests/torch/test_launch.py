@@ -4,7 +4,8 @@ agent in standalone mode: the backend gets everything from COLL_AGENT_SOCKET) an
 python3 torch_rank.py` (COLL_UNIQUE_ID/COLL_RANK/COLL_NRANKS); then `python3 -m kcoll.check`.
 (The store path, torchrun's MASTER_ADDR/MASTER_PORT, is what test_ops and test_ddp use.)
 
-usage: test_launch.py --coll-run PATH --agent PATH [--coll-perf PATH]
+usage: test_launch.py --coll-run PATH [--agent PATH]
+(without --agent, when coll-agent was not built, the agent half is left out and says so)
 """
 import argparse
 import os
@@ -38,15 +39,17 @@ def run(ck, cmd, n, how, timeout=100):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--coll-run", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--coll-perf")
+    ap.add_argument("--agent")
     a = ap.parse_args()
     ck = tc.Checks("launch")
     py = sys.executable
     script = os.path.join(HERE, "torch_rank.py")
-    out = run(ck, [a.coll_run, "-n", "2", "--timeout", "90", "--agent=" + a.agent, py, script],
-              2, "agent")
-    ck("AGENT-STANDALONE" in out, "the agents served the ranks (AGENT-STANDALONE)")
+    if a.agent:
+        out = run(ck, [a.coll_run, "-n", "2", "--timeout", "90", "--agent=" + a.agent, py,
+                       script], 2, "agent")
+        ck("AGENT-STANDALONE" in out, "the agents served the ranks (AGENT-STANDALONE)")
+    else:
+        print("NOTE: coll-agent was not built; the agent rendezvous is not tested here")
     run(ck, [a.coll_run, "-n", "4", "--timeout", "90", py, script], 4, "coll-run")
     r = subprocess.run([py, "-m", "kcoll.check"], capture_output=True, text=True, timeout=60)
     print(r.stdout.strip())
