@@ -60,13 +60,17 @@ def reduce_local(xs, op, dt, world):
     elif op == "AVG":
         r = s.sum(0) / world if dt.is_floating_point else torch.div(s.sum(0), world,
                                                                       rounding_mode="trunc")
-    elif op == "PREMUL_SUM":
+    elif op in ("PREMUL_SUM", "PREMUL_SUM_TENSOR"):
         r = (s * 0.5).sum(0)
     return r.to(dt)
 
 
 def rop(op):
-    return dist._make_nccl_premul_sum(0.5) if op == "PREMUL_SUM" else getattr(R, op)
+    if op == "PREMUL_SUM":
+        return dist._make_nccl_premul_sum(0.5)
+    if op == "PREMUL_SUM_TENSOR":  # the factor as a tensor (1.13 takes a list of one)
+        return dist._make_nccl_premul_sum([torch.tensor([0.5])])
+    return getattr(R, op)
 
 
 # Each case: name -> (run(group, rank, world, dt) -> [tensors], ref(rank, world, dt) -> [tensors])
@@ -87,7 +91,7 @@ def cases(world):
                                  op, dt, world)]
         return run, ref
 
-    for op in ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM"]:
+    for op in ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM", "PREMUL_SUM_TENSOR"]:
         c["all_reduce " + op] = all_reduce(op)
 
     def broadcast(g, rank, world, dt):
@@ -216,7 +220,7 @@ def worker(rank, world):
     for name, (run, ref) in cases(world).items():
         for dt in DTYPES:
             if name == "all_reduce AVG" and dt == torch.bool or \
-                    name == "all_reduce PREMUL_SUM" and not dt.is_floating_point:
+                    name.startswith("all_reduce PREMUL_SUM") and not dt.is_floating_point:
                 continue
             got = run(None, rank, world, dt)
             try:
