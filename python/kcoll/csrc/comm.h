@@ -1,0 +1,127 @@
+/*
+ * The translation layer of kcoll's torch backend: the communicator object that the process
+ * groups, their Work objects and Python share, and how tensors, dtypes and reduce ops become
+ * coll.h arguments. Errors are thrown as std::runtime_error / c10::Error (RuntimeError in
+ * Python) carrying coll_get_last_error()'s message.
+ */
+#ifndef KCOLL_TORCH_COMM_H
+#define KCOLL_TORCH_COMM_H
+
+#include <pybind11/pybind11.h>
+#include <torch/python.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coll.h"
+#include "compat.h"
+
+namespace kcoll
+{
+
+/* Throw a RuntimeError naming what failed, with r's string and kcoll's last error message. */
+[[noreturn]] void fail(const std::string &what, coll_result_t r);
+void check(coll_result_t r, const std::string &what);
+
+/* The communicator, shared by the process group, its Work objects and Python. Aborting it is
+ * the one thing that may happen from another thread while the worker is inside a call. */
+class Comm
+{
+  public:
+    explicit Comm(coll_comm_t c) : comm_(c)
+    {
+        try {
+            check(coll_comm_user_rank(c, &rank_), "coll_comm_user_rank");
+            check(coll_comm_count(c, &size_), "coll_comm_count");
+        } catch (...) {
+            (void)coll_comm_destroy(c); /* the destructor does not run: a constructor threw */
+            throw;
+        }
+    }
+    ~Comm()
+    {
+        if (!gone_.exchange(true))
+            (void)coll_comm_destroy(comm_); /* nothing to report to from a destructor */
+    }
+    Comm(const Comm &) = delete;
+    Comm &operator=(const Comm &) = delete;
+
+    coll_comm_t get() const
+    {
+        return comm_;
+    }
+    int rank() const
+    {
+        return rank_;
+    }
+    int size() const
+    {
+        return size_;
+    }
+    bool aborted() const
+    {
+        return gone_.load();
+    }
+    void abort()
+    {
+        if (!gone_.exchange(true))
+            (void)coll_comm_abort(comm_); /* the communicator is gone whatever it returns */
+    }
+
+  private:
+    coll_comm_t comm_;
+    int rank_ = 0;
+    int size_ = 0;
+    std::atomic<bool> gone_{false};
+};
+
+/* Create this process's member (GIL released while it waits for the other ranks). */
+std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks);
+std::shared_ptr<Comm> init_agent();
+/* A new unique id's printable form (this process serves its bootstrap). */
+std::string unique_id();
+/* Root's bytes (at most len) on every rank, padded with NULs to len. */
+pybind11::bytes broadcast_bytes(const std::shared_ptr<Comm> &comm, const std::string &data,
+                                int root, size_t len);
+/* Seconds per coll_all_reduce call (float32 sum, in place), iters calls from C. */
+double time_all_reduce(const std::shared_ptr<Comm> &comm, at::Tensor t, int iters);
+
+coll_datatype_t dtype_of(const at::Tensor &t);
+/* The coll op for rop on t's dtype (PREMUL_SUM: the base SUM; OpFor makes the real one). */
+coll_op_t op_of(const c10d::ReduceOp &rop, const at::Tensor &t);
+
+/* The operator of one collective: op itself, or for PREMUL_SUM (sum of factor * x) a PreMulSum
+ * operator of coll.h with the factor in t's dtype, made for this call and freed after it (on the
+ * worker, the one thread that runs the group's collectives). */
+class OpFor
+{
+  public:
+    OpFor(const c10d::ReduceOp &rop, coll_op_t op, const at::Tensor &t, coll_comm_t comm);
+    ~OpFor();
+    OpFor(const OpFor &) = delete;
+    OpFor &operator=(const OpFor &) = delete;
+    coll_op_t get() const
+    {
+        return op_;
+    }
+
+  private:
+    coll_op_t op_;
+    coll_comm_t comm_;
+    bool made_ = false;
+};
+
+/* The tensors' elements one after the other, in a new 1-d tensor. */
+at::Tensor flat_cat(const std::vector<at::Tensor> &ts);
+/* Dense, contiguous, on a device this build handles; else a RuntimeError saying so. */
+void check_tensor(const at::Tensor &t, const char *op);
+/* The one tensor of a one-element list, checked. */
+at::Tensor one_tensor(const std::vector<at::Tensor> &ts, const char *op);
+/* The stream a device buffer's call is ordered on: PyTorch's current one; NULL for host. */
+coll_stream_t stream_of(const at::Tensor &t);
+
+} // namespace kcoll
+
+#endif /* KCOLL_TORCH_COMM_H */

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Failures reach PyTorch as exceptions, never as hangs (processes started with MASTER_ADDR/
+MASTER_PORT, the store path):
+  * 3 ranks train with DDP; rank 2 is SIGKILLed at step 5: ranks 0 and 1 raise RuntimeError
+    within KILL_LIMIT seconds, and the message names rank 2;
+  * wait(timeout=2 s) on an all_reduce that the peer has not joined raises within WAIT_LIMIT
+    seconds naming the operation; the late peer then raises too instead of hanging.
+"""
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_common as tc  # noqa: E402
+
+tc.need_torch()
+
+KILL_LIMIT = 30.0
+WAIT_LIMIT = 5.0
+
+
+def job(mode, world):
+    port = tc.free_port()
+    procs = []
+    t0 = time.time()
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "torch_fault_rank.py"),
+                                       mode], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n(HUNG: killed by the test after 90 s)"
+        outs.append((p.returncode, out))
+    return outs, time.time() - t0
+
+
+def raised_after(out):
+    for line in out.splitlines():
+        if line.startswith("RAISED after "):
+            return float(line.split()[2]), line
+    return None, None
+
+
+def main():
+    ck = tc.Checks("fault")
+    outs, took = job("kill", 3)
+    print("kill: job ended in %.1f s" % took)
+    ck(outs[2][0] == -9, "rank 2 was killed (exit %s)" % outs[2][0])
+    for rank in (0, 1):
+        rc, out = outs[rank]
+        secs, line = raised_after(out)
+        print("kill: rank %d: exit %s: %s" % (rank, rc, line or out[-1500:]))
+        ck(rc == 3 and secs is not None, "rank %d raised (exit %s)\n%s" % (rank, rc, out[-2000:]))
+        ck(secs is not None and secs <= KILL_LIMIT, "rank %d raised within %.0f s" % (rank,
+                                                                                    KILL_LIMIT))
+        ck(line is not None and "rank 2" in line, "rank %d's error names rank 2" % rank)
+    outs, took = job("wait", 2)
+    print("wait: job ended in %.1f s" % took)
+    secs, line = raised_after(outs[0][1])
+    print("wait: rank 0: exit %s: %s" % (outs[0][0], line or outs[0][1][-1500:]))
+    ck(outs[0][0] == 3 and secs is not None and secs <= WAIT_LIMIT,
+       "rank 0's wait(timeout=2 s) raised within %.0f s\n%s" % (WAIT_LIMIT, outs[0][1][-2000:]))
+    ck(line is not None and "all_reduce" in line and "2000 ms" in line,
+       "rank 0's message names the operation and the timeout")
+    secs1, line1 = raised_after(outs[1][1])
+    print("wait: rank 1: exit %s: %s" % (outs[1][0], line1 or outs[1][1][-1500:]))
+    ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])
+    n = ck.finish()
+    print("%d checks passed" % n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

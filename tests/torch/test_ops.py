@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Every torch.distributed operation through kcoll against Gloo on the same inputs, for every
+dtype kcoll maps, on 1, 2 and 4 ranks (forked processes, rendezvous through the store).
+
+Inputs are small integers stored in each dtype, and the world sizes are powers of two, so every
+sum, product and average is exact in every format whatever the reduction order: results must be
+equal bit for bit. Where Gloo lacks the operation or the dtype (bfloat16, AVG, PREMUL_SUM,
+reduce_scatter in PyTorch 1.13) the result is compared with the same computation done locally
+from every rank's inputs (each rank can regenerate them), also bit for bit. One case with
+random float32 inputs compares all_reduce SUM with Gloo within the stated bound
+|kcoll - gloo| <= 2 * world * eps32 * sum_r |x_r| (reduction orders differ).
+
+usage: test_ops.py [--worlds 1,2,4]
+"""
+import argparse
+import os
+import sys
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_common as tc  # noqa: E402
+
+tc.need_torch()
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import kcoll  # noqa: E402,F401
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+          torch.int32, torch.int64, torch.bool]
+R = dist.ReduceOp
+N = 37  # odd on purpose: no block divides it evenly
+
+
+def inp(tag, rank, n, dt, lo=-4, hi=5):
+    g = torch.Generator().manual_seed(zlib.crc32(repr((tag, rank)).encode()))
+    if dt == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dt == torch.uint8 or lo > 0:
+        lo = max(lo, 0)
+    return torch.randint(lo, hi, (n,), generator=g).to(dt)
+
+
+def reduce_local(xs, op, dt, world):
+    if dt == torch.bool:
+        s = torch.stack([x.to(torch.int64) for x in xs])
+        if op in ("SUM", "MAX"):
+            return s.amax(0).bool()
+        return s.amin(0).bool()  # PRODUCT, MIN
+    wide = torch.float64 if dt.is_floating_point else torch.int64
+    s = torch.stack([x.to(wide) for x in xs])
+    if op == "SUM":
+        r = s.sum(0)
+    elif op == "PRODUCT":
+        r = s.prod(0)
+    elif op == "MIN":
+        r = s.amin(0)
+    elif op == "MAX":
+        r = s.amax(0)
+    elif op == "AVG":
+        r = s.sum(0) / world if dt.is_floating_point else torch.div(s.sum(0), world,
+                                                                      rounding_mode="trunc")
+    elif op in ("PREMUL_SUM", "PREMUL_SUM_TENSOR"):
+        r = (s * 0.5).sum(0)
+    return r.to(dt)
+
+
+def rop(op):
+    if op == "PREMUL_SUM":
+        return dist._make_nccl_premul_sum(0.5)
+    if op == "PREMUL_SUM_TENSOR":  # the factor as a tensor (1.13 takes a list of one)
+        return dist._make_nccl_premul_sum([torch.tensor([0.5])])
+    return getattr(R, op)
+
+
+# Each case: name -> (run(group, rank, world, dt) -> [tensors], ref(rank, world, dt) -> [tensors])
+def cases(world):
+    c = {}
+
+    def all_reduce(op):
+        hi = 3 if op == "PRODUCT" else 5
+        lo = 1 if op == "PRODUCT" else -4
+
+        def run(g, rank, world, dt):
+            x = inp(("ar", op), rank, N, dt, lo, hi)
+            dist.all_reduce(x, op=rop(op), group=g)
+            return [x]
+
+        def ref(rank, world, dt):
+            return [reduce_local([inp(("ar", op), r, N, dt, lo, hi) for r in range(world)],
+                                 op, dt, world)]
+        return run, ref
+
+    for op in ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM", "PREMUL_SUM_TENSOR"]:
+        c["all_reduce " + op] = all_reduce(op)
+
+    def broadcast(g, rank, world, dt):
+        x = inp("bc", rank, N, dt)
+        dist.broadcast(x, world - 1, group=g)
+        return [x]
+    c["broadcast"] = (broadcast, lambda rank, world, dt: [inp("bc", world - 1, N, dt)])
+
+    def reduce(g, rank, world, dt):
+        x = inp("rd", rank, N, dt)
+        dist.reduce(x, 0, group=g)
+        return [x] if rank == 0 else []
+    c["reduce SUM"] = (reduce, lambda rank, world, dt: [reduce_local(
+        [inp("rd", r, N, dt) for r in range(world)], "SUM", dt, world)] if rank == 0 else [])
+
+    def all_gather(g, rank, world, dt):
+        out = [torch.zeros(N, dtype=dt) for _ in range(world)]
+        dist.all_gather(out, inp("ag", rank, N, dt), group=g)
+        return out
+    c["all_gather"] = (all_gather, lambda rank, world, dt: [inp("ag", r, N, dt)
+                                                              for r in range(world)])
+
+    def all_gather_t(g, rank, world, dt):
+        out = torch.zeros(N * world, dtype=dt)
+        dist.all_gather_into_tensor(out, inp("agt", rank, N, dt), group=g)
+        return [out]
+    c["all_gather_into_tensor"] = (all_gather_t, lambda rank, world, dt: [torch.cat(
+        [inp("agt", r, N, dt) for r in range(world)])])
+
+    def reduce_scatter(g, rank, world, dt):
+        out = torch.zeros(N, dtype=dt)
+        dist.reduce_scatter(out, [inp(("rs", j), rank, N, dt) for j in range(world)], group=g)
+        return [out]
+    c["reduce_scatter SUM"] = (reduce_scatter, lambda rank, world, dt: [reduce_local(
+        [inp(("rs", rank), r, N, dt) for r in range(world)], "SUM", dt, world)])
+
+    def reduce_scatter_t(g, rank, world, dt):
+        out = torch.zeros(N, dtype=dt)
+        dist.reduce_scatter_tensor(out, inp("rst", rank, N * world, dt), group=g)
+        return [out]
+    c["reduce_scatter_tensor SUM"] = (reduce_scatter_t, lambda rank, world, dt: [reduce_local(
+        [inp("rst", r, N * world, dt)[rank * N:(rank + 1) * N] for r in range(world)], "SUM",
+        dt, world)])
+
+    def all_to_all(g, rank, world, dt):
+        out = [torch.zeros(N, dtype=dt) for _ in range(world)]
+        dist.all_to_all(out, [inp(("a2a", j), rank, N, dt) for j in range(world)], group=g)
+        return out
+    c["all_to_all"] = (all_to_all, lambda rank, world, dt: [inp(("a2a", rank), i, N, dt)
+                                                              for i in range(world)])
+
+    def a2a_single(g, rank, world, dt):
+        out = torch.zeros(N * world, dtype=dt)
+        dist.all_to_all_single(out, inp("a2as", rank, N * world, dt), group=g)
+        return [out]
+    c["all_to_all_single"] = (a2a_single, lambda rank, world, dt: [torch.cat(
+        [inp("a2as", i, N * world, dt)[rank * N:(rank + 1) * N] for i in range(world)])])
+
+    def split(r, j):  # rows rank r sends to rank j
+        return (r + 2 * j) % 3 + (j == 1)
+
+    def a2a_splits(g, rank, world, dt):
+        ins = [split(rank, j) for j in range(world)]
+        outs = [split(i, rank) for i in range(world)]
+        x = inp("a2av", rank, sum(ins) * 5, dt).view(-1, 5)
+        out = torch.zeros(sum(outs), 5, dtype=dt)
+        dist.all_to_all_single(out, x, outs, ins, group=g)
+        return [out]
+
+    def a2a_splits_ref(rank, world, dt):
+        parts = []
+        for i in range(world):
+            x = inp("a2av", i, sum(split(i, j) for j in range(world)) * 5, dt).view(-1, 5)
+            off = sum(split(i, j) for j in range(rank))
+            parts.append(x[off:off + split(i, rank)])
+        return [torch.cat(parts)]
+    c["all_to_all_single splits"] = (a2a_splits, a2a_splits_ref)
+
+    groot = 1 % world
+
+    def gather(g, rank, world, dt):
+        out = [torch.zeros(N, dtype=dt) for _ in range(world)] if rank == groot else None
+        dist.gather(inp("ga", rank, N, dt), out, groot, group=g)
+        return out or []
+    c["gather"] = (gather, lambda rank, world, dt: [inp("ga", r, N, dt) for r in range(world)]
+                   if rank == groot else [])
+
+    def scatter(g, rank, world, dt):
+        out = torch.zeros(N, dtype=dt)
+        ins = [inp(("sc", j), 0, N, dt) for j in range(world)] if rank == 0 else None
+        dist.scatter(out, ins, 0, group=g)
+        return [out]
+    c["scatter"] = (scatter, lambda rank, world, dt: [inp(("sc", rank), 0, N, dt)])
+
+    if world > 1:
+        def ring(g, rank, world, dt):
+            out = torch.zeros(N, dtype=dt)
+            ops = [dist.P2POp(dist.isend, inp("ring", rank, N, dt), (rank + 1) % world, g),
+                   dist.P2POp(dist.irecv, out, (rank - 1) % world, g)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            return [out]
+        c["batch_isend_irecv ring"] = (ring, lambda rank, world, dt: [
+            inp("ring", (rank - 1) % world, N, dt)])
+
+        def sendrecv(g, rank, world, dt):
+            x = inp("sr", rank, N, dt)
+            if rank == 0:
+                dist.send(x, 1, group=g)
+                return []
+            if rank == 1:
+                dist.recv(x, 0, group=g)
+            return [x]
+        c["send/recv"] = (sendrecv, lambda rank, world, dt: [] if rank == 0 else
+                          [inp("sr", 0 if rank == 1 else rank, N, dt)])
+    return c
+
+
+def worker(rank, world):
+    dist.init_process_group("kcoll", rank=rank, world_size=world)
+    assert dist.get_backend() == "kcoll"
+    gloo = dist.new_group(backend="gloo")
+    ck = tc.Checks("rank %d of %d" % (rank, world))
+    vs_gloo = vs_local = 0
+    gloo_lacks = set()
+    for name, (run, ref) in cases(world).items():
+        for dt in DTYPES:
+            if name == "all_reduce AVG" and dt == torch.bool or \
+                    name.startswith("all_reduce PREMUL_SUM") and not dt.is_floating_point:
+                continue
+            got = run(None, rank, world, dt)
+            try:
+                want = run(gloo, rank, world, dt)
+                vs_gloo += 1
+                src = "gloo"
+            except RuntimeError:
+                want = ref(rank, world, dt)
+                vs_local += 1
+                src = "local"
+                gloo_lacks.add(name + " " + str(dt).split(".")[-1])
+            same = len(got) == len(want) and all(
+                a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want))
+            ck(same, "%s %s: kcoll %s, %s %s" % (name, dt, [t.tolist()[:6] for t in got], src,
+                                                 [t.tolist()[:6] for t in want]))
+    # random float32: sums in different orders, within the bound
+    g = torch.Generator().manual_seed(1000 + rank)
+    x = torch.randn(100003, generator=g)
+    absx = x.abs()
+    a, b = x.clone(), x.clone()
+    dist.all_reduce(a)
+    dist.all_reduce(b, group=gloo)
+    dist.all_reduce(absx, group=gloo)
+    bound = 2 * world * torch.finfo(torch.float32).eps * absx
+    ck(bool(((a - b).abs() <= bound).all()), "random float32 all_reduce: max |kcoll-gloo| %g"
+       % float((a - b).abs().max()))
+    # async Work: wait and result
+    y = torch.full((N,), rank + 1, dtype=torch.int64)
+    w = dist.all_reduce(y, async_op=True)
+    ck(w.wait() and w.is_completed() and torch.equal(w.result()[0], y),
+       "async all_reduce: wait/is_completed/result")
+    ck(int(y[0]) == world * (world + 1) // 2, "async all_reduce value %d" % int(y[0]))
+    dist.barrier()
+    # a subgroup through the backend (even ranks)
+    evens = list(range(0, world, 2))
+    sub = dist.new_group(evens, backend="kcoll")
+    if rank in evens:
+        z = torch.full((5,), float(rank + 1))
+        dist.all_reduce(z, group=sub)
+        ck(float(z[0]) == float(sum(r + 1 for r in evens)),
+           "new_group %s all_reduce: %s" % (evens, z.tolist()))
+    # refusals carry a clear message
+    try:
+        dist.all_reduce(torch.zeros(4, 4).t())
+        ck(False, "a non-contiguous tensor is refused")
+    except RuntimeError as e:
+        ck("not contiguous" in str(e), "non-contiguous refusal message: %s" % e)
+    try:
+        dist.all_reduce(torch.zeros(4, dtype=torch.int16))
+        ck(False, "int16 is refused")
+    except RuntimeError as e:
+        ck("not supported" in str(e), "int16 refusal message: %s" % e)
+    n = ck.finish()
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        print("world %d: %d checks passed (%d cases against gloo, %d against the local "
+              "reference)" % (world, n, vs_gloo, vs_local))
+        print("world %d: gloo lacks: %s" % (world, ", ".join(sorted(gloo_lacks))))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worlds", default="1,2,4")
+    a = ap.parse_args()
+    for world in [int(w) for w in a.worlds.split(",")]:
+        tc.spawn(worker, world)
+        print("world %d: ok" % world)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

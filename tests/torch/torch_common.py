@@ -1,0 +1,74 @@
+"""Shared by the torch tests: skip when PyTorch is missing, start ranks, free ports, checks."""
+import os
+import socket
+import sys
+import traceback
+
+SKIP = 77
+
+
+def need_torch():
+    """Exit 77 (skipped) when PyTorch is not installed; fail when kcoll itself does not import."""
+    try:
+        import torch  # noqa: F401
+        import torch.distributed as dist
+    except ImportError as e:
+        print("SKIP: PyTorch is not installed (%s); apt-get install python3-torch" % e)
+        sys.exit(SKIP)
+    if not dist.is_available():
+        print("SKIP: this PyTorch has no torch.distributed")
+        sys.exit(SKIP)
+    try:
+        import kcoll  # noqa: F401
+    except ImportError as e:  # PyTorch is there: a missing package is a failure, not a skip
+        print("FAIL: PyTorch is installed but the kcoll package does not import (%s); was the "
+              "backend built (cmake -DCOLL_TORCH=ON, pybind11-dev, libtorch-dev) and is "
+              "PYTHONPATH=<build>/python?" % e)
+        sys.exit(1)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(fn, world, *args, start_method="fork"):
+    """Run fn(rank, world, *args) in world processes (forked: fast; "spawn" where CUDA is used)
+    rendezvousing through env:// (MASTER_ADDR/MASTER_PORT: the store path). Raises when any rank
+    raised."""
+    import torch.multiprocessing as mp
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    mp.start_processes(_entry, args=(fn, world, env, args), nprocs=world, join=True,
+                       start_method=start_method)
+
+
+def _entry(rank, fn, world, env, args):
+    os.environ.update(env)
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world)
+    try:
+        fn(rank, world, *args)
+    except BaseException:
+        traceback.print_exc()
+        raise
+
+
+class Checks:
+    """Counts checks; fails at the end with every failed one listed."""
+
+    def __init__(self, who):
+        self.who = who
+        self.n = 0
+        self.failed = []
+
+    def __call__(self, ok, what):
+        self.n += 1
+        if not ok:
+            self.failed.append(what)
+
+    def finish(self):
+        if self.failed:
+            raise AssertionError("%s: %d of %d checks failed:\n  %s" % (
+                self.who, len(self.failed), self.n, "\n  ".join(self.failed[:40])))
+        return self.n

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""One rank of test_fault.py's jobs (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set by the test).
+
+  kill  DDP training; rank VICTIM kills itself (SIGKILL) at step 5; every other rank must raise.
+  wait  rank 0 waits on an all_reduce rank 1 never joins, with wait(timeout=2 s): it must raise;
+        rank 1 calls the all_reduce after 6 s and must raise too (rank 0 aborted).
+A rank that raised prints "RAISED after <s> s: <message>" and exits 3."""
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import kcoll  # noqa: F401
+
+VICTIM = 2
+
+
+def kill_mode(rank):
+    torch.manual_seed(0)
+    net = DDP(torch.nn.Linear(256, 256))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    t0 = None
+    for step in range(1000):
+        if step == 5:
+            t0 = time.time()
+            if rank == VICTIM:
+                os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        try:
+            net(torch.randn(8, 256)).sum().backward()
+            opt.step()
+        except RuntimeError as e:
+            print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+            return 3
+    print("NOT RAISED: 1000 steps without the victim", flush=True)
+    return 1
+
+
+def wait_mode(rank):
+    x = torch.ones(1 << 16)
+    t0 = time.time()
+    if rank == 1:
+        time.sleep(6)
+    try:
+        w = dist.all_reduce(x, async_op=True)
+        w.wait(timeout=timedelta(seconds=2))
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        return 3
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    return 1
+
+
+def main():
+    mode = sys.argv[1]
+    torch.set_num_threads(1)
+    dist.init_process_group("kcoll", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    rc = kill_mode(rank) if mode == "kill" else wait_mode(rank)
+    sys.stdout.flush()
+    os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for
+
+
+if __name__ == "__main__":
+    main()
