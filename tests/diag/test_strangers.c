@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -258,11 +259,85 @@ static int test_flood(void)
     return dh_finish();
 }
 
+/* ---- a flood of strangers at a rank's data listener (issue 21, finding 2) ---- */
+
+#define LFLOOD 400
+static int lflood_fd[LFLOOD];
+
+/* From 127.0.0.2, another address than the peers', the magic of a hello and nothing more. */
+static int stranger_from2(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    const unsigned char magic[4] = {'K', 'C', 'H', 'L'};
+    if (fd < 0 || bind(fd, (struct sockaddr *)&from, sizeof(from)) != 0 ||
+        connect(fd, (struct sockaddr *)&to, sizeof(to)) != 0 || write(fd, magic, 4) != 4) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int test_listener_flood(void)
+{
+    /* the ranks run with 200 descriptors: a flood of 400 would exhaust them */
+    struct rlimit rl, low;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    low = rl;
+    low.rlim_cur = 200;
+    setrlimit(RLIMIT_NOFILE, &low);
+    dh_setenv("COLL_DEBUG", "INFO");
+    dh_setenv("COLL_DEBUG_SUBSYS", "INIT");
+    dh_opts_t o = {
+        .name = "a flood at a rank's listener", .nranks = 2, .deadline_s = 60, .body = body};
+    dh_log("--- %s (the ranks' open-file limit 200, %d strangers)", o.name, LFLOOD);
+    dh_job_t *j = dh_start(&o);
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (j == NULL)
+        return dh_finish();
+    CHECK(progress(j, 2, 30), "the job did not start its all_reduce loop");
+    int port = listener_port(j, 1), opened = 0;
+    CHECK(port > 0, "rank 1's INFO line with its listener port");
+    for (int i = 0; i < LFLOOD; i++)
+        opened += (lflood_fd[i] = port > 0 ? stranger_from2(port) : -1) >= 0;
+    dh_log("%d connections from 127.0.0.2 at rank 1 (127.0.0.1:%d), each the magic only", opened,
+           port);
+    CHECK(opened >= 300, "the flood opened %d connections", opened);
+    CHECK(progress(j, 5, 10), "the all_reduce loop stalled under the flood");
+    dh_sleep(2.5); /* the held strangers time out, others come from the backlog */
+    CHECK(progress(j, 5, 10), "the all_reduce loop stalled after 2.5 s of flood");
+    for (int i = 0; i < LFLOOD; i++)
+        if (lflood_fd[i] >= 0)
+            close(lflood_fd[i]);
+    dh_shared(j)->user[U_STOP] = iters_min(j) + 3;
+    dh_wait(j);
+    for (int r = 0; r < 2; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "rank %d: the communicator survives the flood",
+                 r);
+        CHECK(out->bad == 0, "rank %d: %ld wrong elements", r, out->bad);
+    }
+    long warns = dh_count_lines(dh_output(j, 1), "kcoll WARN NET", NULL);
+    dh_log("rank 1 logged %ld WARN lines about the flood", warns);
+    CHECK(warns <= 12,
+          "rank 1: %ld WARN lines for one flood (bounded: 8 named, then a count "
+          "every 10 s)",
+          warns);
+    dh_free(j);
+    return dh_finish();
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
     if (argc == 2 && strcmp(argv[1], "rootflood") == 0)
         return test_flood();
+    if (argc == 2 && strcmp(argv[1], "listenerflood") == 0)
+        return test_listener_flood();
     /* The log level is read once per process: INFO for INIT, so that ranks print their port. */
     dh_setenv("COLL_DEBUG", "INFO");
     dh_setenv("COLL_DEBUG_SUBSYS", "INIT");

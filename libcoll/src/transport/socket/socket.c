@@ -165,13 +165,48 @@ static coll_result_t fd_exhausted(struct coll_comm *comm, const sock_state_t *s,
                      comm->rank, what, strerror(err), (unsigned long long)rl.rlim_cur, need, need);
 }
 
-static void drop_pending(sock_pending_t *p, const char *why)
+/* A connection that is not a peer's: closed; the first few are named, then one line every 10 s
+ * counts them (a flood must not flood the log). */
+static void drop_fd(sock_state_t *s, int fd, const struct sockaddr_storage *from, const char *why)
 {
     char a[80];
-    colli_sockaddr_str(&p->from, a, sizeof(a));
-    coll_warn(NET, "dropped connection from %s: %s", a, why);
-    close(p->fd);
+    colli_sockaddr_str(from, a, sizeof(a));
+    s->dropped++;
+    const double now = colli_now();
+    if (s->warned < 8) {
+        coll_warn(NET, "dropped connection from %s: %s", a, why);
+        s->warned++;
+        s->warn_at = now;
+    } else if (now - s->warn_at >= 10.0) {
+        coll_warn(NET,
+                  "%lu connections dropped so far that were not peers of this communicator (the "
+                  "last from %s: %s)",
+                  s->dropped, a, why);
+        s->warn_at = now;
+    }
+    close(fd);
+}
+
+static void drop_pending_s(sock_state_t *s, sock_pending_t *p, const char *why)
+{
+    drop_fd(s, p->fd, &p->from, why);
     p->fd = -1;
+}
+
+static int pending_from(const sock_state_t *s, const struct sockaddr_storage *a)
+{
+    int n = 0;
+    for (int i = 0; i < s->npend; i++) {
+        const struct sockaddr_storage *b = &s->pend[i].from;
+        if (s->pend[i].fd < 0 || a->ss_family != b->ss_family)
+            continue;
+        if (a->ss_family == AF_INET ? memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                                             &((const struct sockaddr_in *)b)->sin_addr, 4) == 0
+                                    : memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                                             &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0)
+            n++;
+    }
+    return n;
 }
 
 static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
@@ -277,34 +312,34 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
         }
         ssize_t n = recv(p->fd, dst, want, 0);
         if (n == 0) {
-            drop_pending(p, "closed before completing its hello");
+            drop_pending_s(s, p, "closed before completing its hello");
             return;
         }
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
-                drop_pending(p, strerror(errno));
+                drop_pending_s(s, p, strerror(errno));
             return;
         }
         p->got += (size_t)n;
         if (p->got >= 4 && p->hello.magic != COLLI_HELLO_MAGIC) {
-            drop_pending(p, "not a kcoll connection (bad magic); a stranger or a port scan");
+            drop_pending_s(s, p, "not a kcoll connection (bad magic); a stranger or a port scan");
             return;
         }
         if (p->got == hl) {
             const char *why = NULL;
             const colli_hello_t *h = &p->hello;
             if (!colli_hello_verify(h, comm->secret, &why))
-                drop_pending(p, why);
+                drop_pending_s(s, p, why);
             else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_IB ||
                      h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank ||
                      h->from_rank < 0 || h->from_rank >= comm->nranks ||
                      h->from_rank == comm->rank ||
                      (h->kind == COLLI_HELLO_DATA && h->stream >= (uint32_t)s->nstreams))
-                drop_pending(p, "hello for another rank or stream of this communicator");
+                drop_pending_s(s, p, "hello for another rank or stream of this communicator");
         }
         if (p->fd >= 0 && !hello_only(p->hello.kind) && p->got == hl + 4 &&
             p->abort_len > sizeof(p->abort_msg))
-            drop_pending(p, "abort notice too long");
+            drop_pending_s(s, p, "abort notice too long");
     }
 }
 
@@ -320,15 +355,26 @@ static bool pending_complete(const sock_pending_t *p)
 
 coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool *progressed)
 {
-    for (int k = 0; k < 64; k++) {
+    for (int k = 0; k < 64 && s->npend < SOCK_MAX_PENDING; k++) {
         struct sockaddr_storage from;
         socklen_t len = sizeof(from);
         int fd =
             accept4(s->listen_fd, (struct sockaddr *)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE)
+            if ((errno == EMFILE || errno == ENFILE) && s->npend == 0)
                 return fd_exhausted(comm, s, "accept a connection", errno);
+            if (errno == EMFILE || errno == ENFILE) {
+                /* strangers hold descriptors: the oldest one goes, the communicator lives */
+                drop_pending_s(s, &s->pend[0],
+                               "out of file descriptors while connections that "
+                               "are not peers were pending: the oldest is "
+                               "dropped");
+            }
             break;
+        }
+        if (s->npend >= SOCK_MAX_PENDING / 2 && pending_from(s, &from) >= SOCK_MAX_PER_SOURCE) {
+            drop_fd(s, fd, &from, "too many connections from one address");
+            continue;
         }
         colli_sock_tune(fd);
         if (s->npend == s->pend_cap) {
@@ -358,7 +404,7 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
                 return st;
             *progressed = true;
         } else if (p->fd >= 0 && colli_now() - p->since > 10.0) {
-            drop_pending(p, "no complete hello within 10 s");
+            drop_pending_s(s, p, "no complete hello within 10 s");
         }
         if (p->fd >= 0)
             s->pend[k++] = *p;

@@ -41,9 +41,18 @@ typedef struct sock_state {
     int connecting;
     int pfd_listen; /* index of the listener in the current wait's poll set */
     unsigned accept_tick;
+    /* strangers: connections dropped before a valid hello, and the WARNs said about them */
+    unsigned long dropped, warned;
+    double warn_at;
     bool aborted; /* a peer's abort notice arrived */
     char abort_msg[1300];
 } sock_state_t;
+
+/* Unauthenticated connections a listener holds at once: at the cap it stops accepting (and is
+ * not polled) until the held ones complete or time out; once half full, one address may hold
+ * SOCK_MAX_PER_SOURCE of them. */
+#define SOCK_MAX_PENDING    64
+#define SOCK_MAX_PER_SOURCE 16
 
 /* Accept connections and read hellos without blocking; install authenticated ones. Returns an
  * error when a peer's abort notice arrived. */

@@ -162,7 +162,8 @@ static bool lane_can_read(const colli_op_t *op, const colli_lane_t *l)
 bool sock_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set)
 {
     sock_state_t *s = comm->tp[tp].state;
-    s->pfd_listen = colli_pollset_add(set, s->listen_fd, POLLIN);
+    /* at the cap the listener is not watched: its backlog would wake every poll at once */
+    s->pfd_listen = s->npend < SOCK_MAX_PENDING ? colli_pollset_add(set, s->listen_fd, POLLIN) : -1;
     for (int i = 0; i < s->npend; i++)
         colli_pollset_add(set, s->pend[i].fd, POLLIN);
     for (int i = 0; op != NULL && i < op->nlanes; i++) {
