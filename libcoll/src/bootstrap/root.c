@@ -2,6 +2,7 @@
  * checks that ranks agree (world size, versions, no duplicates), and answers each rank with the
  * table or with one error that names the ranks at fault. It exits after answering, or at its
  * deadline (answering the ranks that arrived with the list of those that never did). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -127,6 +128,16 @@ static void drop_r(root_t *r, pending_t *p, const char *why)
 {
     drop_stranger(r, p->fd, &p->from, why);
     p->fd = -1;
+}
+
+/* 127.0.0.1 and ::1: the ranks of a one-host job, never capped by address (a stranger from
+ * 127.0.0.2 or another host is) */
+static bool loopback(const struct sockaddr_storage *a)
+{
+    static const uint8_t v6[16] = {[15] = 1};
+    return a->ss_family == AF_INET
+               ? ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_LOOPBACK)
+               : memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, v6, 16) == 0;
 }
 
 static int pending_from(const root_t *r, const struct sockaddr_storage *a)
@@ -363,7 +374,7 @@ static void serve(root_t *r)
                                  SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0)
                     break;
-                if (r->npend >= ROOT_MAX_PENDING / 2 &&
+                if (r->npend >= ROOT_MAX_PENDING / 2 && !loopback(&p->from) &&
                     pending_from(r, &p->from) >= ROOT_MAX_PER_SOURCE) {
                     drop_stranger(r, fd, &p->from, "too many connections from one address");
                     continue;

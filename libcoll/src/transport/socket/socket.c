@@ -193,17 +193,30 @@ static void drop_pending_s(sock_state_t *s, sock_pending_t *p, const char *why)
     p->fd = -1;
 }
 
+static bool same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    return a->ss_family == AF_INET ? memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                                            &((const struct sockaddr_in *)b)->sin_addr, 4) == 0
+                                   : memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                                            &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+}
+
+/* Is a the address of a member of this communicator (a peer, never capped by address)? */
+static bool member_ip(const struct coll_comm *comm, const struct sockaddr_storage *a)
+{
+    for (int r = 0; r < comm->nranks; r++)
+        if (same_ip(&comm->members[r].addr, a))
+            return true;
+    return false;
+}
+
 static int pending_from(const sock_state_t *s, const struct sockaddr_storage *a)
 {
     int n = 0;
     for (int i = 0; i < s->npend; i++) {
-        const struct sockaddr_storage *b = &s->pend[i].from;
-        if (s->pend[i].fd < 0 || a->ss_family != b->ss_family)
-            continue;
-        if (a->ss_family == AF_INET ? memcmp(&((const struct sockaddr_in *)a)->sin_addr,
-                                             &((const struct sockaddr_in *)b)->sin_addr, 4) == 0
-                                    : memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                                             &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0)
+        if (s->pend[i].fd >= 0 && same_ip(a, &s->pend[i].from))
             n++;
     }
     return n;
@@ -372,7 +385,8 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
             }
             break;
         }
-        if (s->npend >= SOCK_MAX_PENDING / 2 && pending_from(s, &from) >= SOCK_MAX_PER_SOURCE) {
+        if (s->npend >= SOCK_MAX_PENDING / 2 && pending_from(s, &from) >= SOCK_MAX_PER_SOURCE &&
+            !member_ip(comm, &from)) {
             drop_fd(s, fd, &from, "too many connections from one address");
             continue;
         }

@@ -49,8 +49,8 @@ typedef struct sock_state {
 } sock_state_t;
 
 /* Unauthenticated connections a listener holds at once: at the cap it stops accepting (and is
- * not polled) until the held ones complete or time out; once half full, one address may hold
- * SOCK_MAX_PER_SOURCE of them. */
+ * not polled) until the held ones complete or time out (the rest wait in the backlog); once half
+ * full, an address that is no member's may hold SOCK_MAX_PER_SOURCE of them. */
 #define SOCK_MAX_PENDING    64
 #define SOCK_MAX_PER_SOURCE 16
 
