@@ -374,14 +374,20 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
         int fd =
             accept4(s->listen_fd, (struct sockaddr *)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if ((errno == EMFILE || errno == ENFILE) && s->npend == 0)
-                return fd_exhausted(comm, s, "accept a connection", errno);
             if (errno == EMFILE || errno == ENFILE) {
-                /* strangers hold descriptors: the oldest one goes, the communicator lives */
-                drop_pending_s(s, &s->pend[0],
-                               "out of file descriptors while connections that "
-                               "are not peers were pending: the oldest is "
-                               "dropped");
+                /* strangers hold descriptors: the oldest one (from an address that is no
+                 * member's) goes, and the communicator lives; with none, this rank itself is
+                 * out of descriptors, which is named */
+                const int e = errno;
+                int victim = -1;
+                for (int i = 0; i < s->npend && victim < 0; i++)
+                    if (s->pend[i].fd >= 0 && !member_ip(comm, &s->pend[i].from))
+                        victim = i;
+                if (victim < 0)
+                    return fd_exhausted(comm, s, "accept a connection", e);
+                drop_pending_s(s, &s->pend[victim],
+                               "out of file descriptors while connections that are not peers "
+                               "were pending: the oldest is dropped");
             }
             break;
         }
