@@ -1,0 +1,329 @@
+/* nccl_test's communicator cases: split, non-blocking creation, errors, abort, one process
+ * with every rank, shrink. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl_test.h"
+
+/* ---- split ---- */
+
+void case_split(void)
+{
+    ncclComm_t comm = init_comm(), half = NULL, none = NULL;
+    if (comm == NULL)
+        return;
+    CHECK_OK(ncclCommSplit(comm, rank_ % 2, -rank_, &half, NULL), "ncclCommSplit");
+    int size = 0, r = -1;
+    if (half != NULL) {
+        CHECK_OK(ncclCommCount(half, &size), "ncclCommCount");
+        CHECK_OK(ncclCommUserRank(half, &r), "ncclCommUserRank");
+        int want = 0, before = 0;
+        for (int q = 0; q < nranks_; q++)
+            if (q % 2 == rank_ % 2) {
+                want++;
+                before += q > rank_;
+            }
+        CHECK(size == want && r == before, "half: rank %d of %d, want %d of %d", r, size, before,
+              want);
+        /* two communicators in one group: the parent's and the half's all_reduce at once */
+        int64_t one = rank_ + 1, a = 0, b = 0, all = 0, mine = 0;
+        for (int q = 0; q < nranks_; q++) {
+            all += q + 1;
+            mine += q % 2 == rank_ % 2 ? q + 1 : 0;
+        }
+        CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+        CHECK_OK(ncclAllReduce(&one, &a, 1, ncclInt64, ncclSum, comm, NULL), "parent");
+        CHECK_OK(ncclAllReduce(&one, &b, 1, ncclInt64, ncclSum, half, NULL), "half");
+        CHECK_OK(ncclGroupEnd(), "ncclGroupEnd of two communicators");
+        CHECK(a == all && b == mine, "parent %lld (want %lld), half %lld (want %lld)", (long long)a,
+              (long long)all, (long long)b, (long long)mine);
+        CHECK_OK(ncclCommDestroy(half), "destroy half");
+    } else {
+        CHECK(0, "ncclCommSplit gave no communicator");
+    }
+    CHECK_OK(ncclCommSplit(comm, rank_ == 0 ? NCCL_SPLIT_NOCOLOR : 1, 0, &none, NULL),
+             "ncclCommSplit with NCCL_SPLIT_NOCOLOR");
+    CHECK((rank_ == 0) == (none == NULL), "rank %d: NOCOLOR gives NULL only to rank 0", rank_);
+    if (none != NULL)
+        CHECK_OK(ncclCommDestroy(none), "destroy");
+    CHECK_OK(ncclCommDestroy(comm), "destroy parent");
+}
+
+/* ---- non-blocking creation ---- */
+
+typedef struct {
+    ncclComm_t comm;
+    ncclResult_t state;
+} watchdog_t;
+
+/* Polls the creation's state, as PyTorch's watchdog thread does while the main thread calls. */
+static void *watchdog(void *arg)
+{
+    watchdog_t *w = arg;
+    double end = now() + 60;
+    w->state = ncclInProgress;
+    while (w->state == ncclInProgress && now() < end) {
+        CHECK_OK(ncclCommGetAsyncError(w->comm, &w->state), "ncclCommGetAsyncError");
+        usleep(200);
+    }
+    return NULL;
+}
+
+void case_nonblocking(void)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = NULL;
+    ncclResult_t rc = ncclCommInitRankConfig(&comm, nranks_, sh->id, rank_, &config);
+    CHECK(rc == ncclInProgress || rc == ncclSuccess, "non-blocking init returns %d", (int)rc);
+    if (comm == NULL)
+        return;
+    /* the watchdog polls while this thread's first call waits for the creation: both see it end
+     * (one of them joins the creating thread) */
+    watchdog_t w = {comm, ncclInProgress};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, watchdog, &w) == 0, "start the watchdog thread");
+    int count = 0;
+    CHECK_OK(ncclCommCount(comm, &count), "ncclCommCount during the creation");
+    CHECK(count == nranks_, "count %d", count);
+    pthread_join(t, NULL);
+    CHECK(w.state == ncclSuccess, "polled to %d", (int)w.state);
+    float one = 1, sum = 0;
+    CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, comm, NULL), "ncclAllReduce");
+    CHECK(sum == nranks_, "sum %g", sum);
+    CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy");
+    /* a config that was never initialized is refused */
+    ncclConfig_t junk;
+    memset(&junk, 0, sizeof(junk));
+    comm = NULL;
+    CHECK(ncclCommInitRankConfig(&comm, nranks_, sh->id, rank_, &junk) == ncclInvalidArgument,
+          "an uninitialized config is ncclInvalidArgument");
+    CHECK(strstr(ncclGetLastError(NULL), "NCCL_CONFIG_INITIALIZER") != NULL, "message: %s",
+          ncclGetLastError(NULL));
+}
+
+/* ---- errors ---- */
+
+void case_errors(void)
+{
+    ncclComm_t comm = init_comm();
+    if (comm == NULL)
+        return;
+    float x = 1, y = 0;
+    expect(ncclAllReduce(&x, &y, 1, (ncclDataType_t)42, ncclSum, comm, NULL), ncclInvalidArgument,
+           "bad datatype", "datatype 42");
+    expect(ncclAllReduce(&x, &y, 1, ncclFloat32, (ncclRedOp_t)77, comm, NULL), ncclInvalidArgument,
+           "bad operator", "operator 77");
+    expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument,
+           "NULL comm", "comm is NULL");
+    expect(ncclAllReduce(NULL, &y, 1, ncclFloat32, ncclSum, comm, NULL), ncclInvalidArgument,
+           "NULL sendbuff", "sendbuf is NULL");
+    expect(ncclBroadcast(&x, &y, 1, ncclFloat32, nranks_, comm, NULL), ncclInvalidArgument,
+           "root out of range", "root");
+    expect(ncclSend(&x, 1, ncclFloat32, rank_, comm, NULL), ncclInvalidUsage, "send to self",
+           "itself");
+    /* PreMulSum operators: one datatype, one communicator, a limited number, destroyed once */
+    ncclRedOp_t op = ncclSum, ops[64];
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
+             "ncclRedOpCreatePreMulSum");
+    int64_t xi = 1, yi = 0;
+    expect(ncclAllReduce(&xi, &yi, 1, ncclInt64, op, comm, NULL), ncclInvalidArgument,
+           "PreMulSum of float32 used on int64", "was made for float32");
+    expect(ncclBroadcast(&x, &y, 1, ncclFloat32, 0, comm, (cudaStream_t)(uintptr_t)1),
+           ncclInvalidUsage, "a stream with host buffers", "stream");
+    expect(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, (ncclScalarResidence_t)7, comm),
+           ncclInvalidArgument, "bad residence", "residence 7");
+    int made = 1;
+    ops[0] = op;
+    while (made < 64 && ncclRedOpCreatePreMulSum(&ops[made], &x, ncclFloat32,
+                                                 ncclScalarHostImmediate, comm) == ncclSuccess)
+        made++;
+    CHECK(made == 64, "made %d PreMulSum operators, want 64", made);
+    expect(ncclRedOpCreatePreMulSum(&op, &x, ncclFloat32, ncclScalarHostImmediate, comm),
+           ncclInvalidUsage, "the 65th PreMulSum operator", "destroy one");
+    for (int k = 0; k < made; k++)
+        CHECK_OK(ncclRedOpDestroy(ops[k], comm), "ncclRedOpDestroy");
+    expect(ncclRedOpDestroy(ops[0], comm), ncclInvalidArgument, "destroyed twice",
+           "destroyed already");
+    expect(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "destroy ncclSum", "built in");
+    expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ops[0], comm, NULL), ncclInvalidArgument,
+           "a destroyed PreMulSum operator", "PreMulSum operator");
+    expect(ncclGroupSimulateEnd(NULL), ncclInvalidUsage, "simulate", "ncclGroupSimulateEnd");
+    expect(ncclGroupEnd(), ncclInvalidUsage, "group end without start", "without a matching");
+    int version = 0;
+    CHECK_OK(ncclGetVersion(&version), "ncclGetVersion");
+    CHECK(version == NCCL_VERSION_CODE, "version %d, want %d", version, NCCL_VERSION_CODE);
+    /* the communicator still works after refused calls */
+    CHECK_OK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL), "all_reduce after");
+    CHECK(y == nranks_, "sum %g", y);
+    /* a peer that dies: ncclRemoteError naming it */
+    if (rank_ == nranks_ - 1) {
+        publish();
+        _exit(0);
+    }
+    ncclResult_t rc = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL);
+    CHECK(rc == ncclRemoteError, "a dead peer: %d (%s)", (int)rc, ncclGetErrorString(rc));
+    char who[32];
+    snprintf(who, sizeof(who), "rank %d", nranks_ - 1);
+    CHECK(strstr(ncclGetLastError(NULL), who) != NULL, "names %s: %s", who, ncclGetLastError(NULL));
+    (void)ncclCommAbort(comm);
+}
+
+/* ---- abort from another thread ---- */
+
+static void *abort_later(void *arg)
+{
+    sleep(1);
+    ncclResult_t *rc = malloc(sizeof(*rc));
+    *rc = ncclCommAbort((ncclComm_t)arg);
+    return rc;
+}
+
+void case_abort(void)
+{
+    ncclComm_t comm = init_comm();
+    if (comm == NULL)
+        return;
+    if (rank_ != 0) {
+        /* never calls the all_reduce: rank 0 waits on it until it aborts */
+        sh->stage[rank_] = 1;
+        while (sh->stage[0] != 2)
+            usleep(1000);
+        (void)ncclCommAbort(comm);
+        return;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, abort_later, comm);
+    float x = 1, y = 0;
+    double t0 = now();
+    ncclResult_t rc = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL);
+    double took = now() - t0;
+    void *ret = NULL;
+    pthread_join(t, &ret);
+    CHECK(rc != ncclSuccess, "the aborted all_reduce fails (%d)", (int)rc);
+    CHECK(took < 15, "it returns %.1f s after the start (abort after 1 s)", took);
+    CHECK(ret != NULL && *(ncclResult_t *)ret == ncclSuccess, "ncclCommAbort from a thread");
+    free(ret);
+    sh->stage[0] = 2;
+}
+
+/* ---- one process, every rank ---- */
+
+void case_initall(int n)
+{
+    ncclComm_t comms[MAX_RANKS] = {0};
+    CHECK_OK(ncclCommInitAll(comms, n, NULL), "ncclCommInitAll");
+    double in[MAX_RANKS], out[MAX_RANKS];
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < n; r++) {
+        in[r] = r + 1;
+        out[r] = 0;
+        CHECK_OK(ncclAllReduce(&in[r], &out[r], 1, ncclFloat64, ncclSum, comms[r], NULL), "queue");
+    }
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd over every rank");
+    for (int r = 0; r < n; r++) {
+        int dev = -1;
+        CHECK_OK(ncclCommCuDevice(comms[r], &dev), "ncclCommCuDevice");
+        CHECK(out[r] == n * (n + 1) / 2.0 && dev == r, "rank %d: sum %g device %d", r, out[r], dev);
+        CHECK_OK(ncclCommDestroy(comms[r]), "destroy");
+    }
+}
+
+/* ---- shrink: the way on without the last rank, healthy and after it died ---- */
+
+/* the sum of (rank + 1) over the n ranks of comm, all-reduced and checked */
+static void sum_check(ncclComm_t comm, int n, int myrank, const char *what)
+{
+    int64_t mine = myrank + 1, sum = 0;
+    CHECK_OK(ncclAllReduce(&mine, &sum, 1, ncclInt64, ncclSum, comm, NULL), what);
+    CHECK(sum == (int64_t)n * (n + 1) / 2, "%s: sum %lld, want %d", what, (long long)sum,
+          n * (n + 1) / 2);
+}
+
+void case_shrink(void)
+{
+    ncclComm_t comm = init_comm(), child = NULL;
+    if (comm == NULL)
+        return;
+    const int last = nranks_ - 1, m = nranks_ - 1;
+    int excl = last, cnt = 0, r = -1;
+    sum_check(comm, nranks_, rank_, "parent");
+    /* 1. healthy (NCCL_SHRINK_DEFAULT): the last rank is alive but left out; the parent still
+     * works afterwards */
+    if (rank_ != last) {
+        CHECK_OK(ncclCommShrink(comm, &excl, 1, &child, NULL, NCCL_SHRINK_DEFAULT),
+                 "ncclCommShrink");
+        if (child != NULL) {
+            CHECK_OK(ncclCommCount(child, &cnt), "ncclCommCount");
+            CHECK_OK(ncclCommUserRank(child, &r), "ncclCommUserRank");
+            CHECK(cnt == m && r == rank_, "shrunk: rank %d of %d, want %d of %d", r, cnt, rank_, m);
+            sum_check(child, m, rank_, "shrunk communicator");
+            CHECK_OK(ncclCommDestroy(child), "destroy the shrunk communicator");
+        }
+        __atomic_add_fetch(&sh->stage[0], 1, __ATOMIC_ACQ_REL);
+    } else {
+        double end = now() + 60;
+        while (__atomic_load_n(&sh->stage[0], __ATOMIC_ACQUIRE) < m && now() < end)
+            usleep(1000);
+    }
+    sum_check(comm, nranks_, rank_, "parent after a shrink");
+    /* the last rank dies only once every rank has its result (not while one still drains) */
+    __atomic_add_fetch(&sh->stage[1], 1, __ATOMIC_ACQ_REL);
+    /* wrong lists */
+    if (rank_ == 0) {
+        int self = 0, dup[2] = {last, last}, out = nranks_;
+        expect(ncclCommShrink(comm, &self, 1, &child, NULL, 0), ncclInvalidUsage, "exclude self",
+               "only the ranks that remain");
+        expect(ncclCommShrink(comm, dup, 2, &child, NULL, 0), ncclInvalidArgument, "twice",
+               "listed twice");
+        expect(ncclCommShrink(comm, &out, 1, &child, NULL, 0), ncclInvalidArgument, "out of range",
+               "out of range");
+        expect(ncclCommShrink(comm, &excl, 1, &child, NULL, 4), ncclInvalidArgument, "flags",
+               "shrinkFlags");
+    }
+    /* 2. the last rank dies: the others see the error, revoke, and shrink it away
+     * (NCCL_SHRINK_ABORT) */
+    if (rank_ == last) {
+        double end = now() + 60;
+        while (__atomic_load_n(&sh->stage[1], __ATOMIC_ACQUIRE) < nranks_ && now() < end)
+            usleep(1000);
+        publish();
+        _exit(0);
+    }
+    int64_t one = 1, got = 0;
+    ncclResult_t rc = ncclAllReduce(&one, &got, 1, ncclInt64, ncclSum, comm, NULL);
+    CHECK(rc != ncclSuccess, "all_reduce with a dead rank returned %d", (int)rc);
+    CHECK_OK(ncclCommRevoke(comm, 0), "ncclCommRevoke");
+    rc = ncclAllReduce(&one, &got, 1, ncclInt64, ncclSum, comm, NULL);
+    CHECK(rc != ncclSuccess, "all_reduce on a revoked communicator returned %d", (int)rc);
+    child = NULL;
+    double t0 = now();
+    CHECK_OK(ncclCommShrink(comm, &excl, 1, &child, NULL, NCCL_SHRINK_ABORT),
+             "ncclCommShrink after a death");
+    if (child != NULL) {
+        sum_check(child, m, rank_, "shrunk after a death");
+        CHECK(now() - t0 < 10, "the shrink took %.1f s", now() - t0);
+        /* and once more: a second shrink of the new one, leaving out its last rank */
+        ncclComm_t grand = NULL;
+        int excl2 = m - 1;
+        if (rank_ != m - 1) {
+            CHECK_OK(ncclCommShrink(child, &excl2, 1, &grand, NULL, 0), "second shrink");
+            if (grand != NULL) {
+                sum_check(grand, m - 1, rank_, "shrunk twice");
+                CHECK_OK(ncclCommDestroy(grand), "destroy");
+            }
+        }
+        CHECK_OK(ncclCommDestroy(child), "destroy the shrunk communicator");
+    }
+    CHECK_OK(ncclCommDestroy(comm), "destroy the revoked parent");
+}

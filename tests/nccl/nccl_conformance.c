@@ -1,0 +1,199 @@
+/* nccl_test conformance: every collective x datatype x operator, PreMulSum, the movements. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl_test.h"
+
+/* ---- conformance ---- */
+
+static void check_reduced(const char *what, ncclDataType_t dt, ncclRedOp_t op, const void *buf,
+                          size_t count, size_t first)
+{
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < count; i++)
+        if (!close_enough(dt, get(dt, buf, i), reduced(op, dt, nranks_, first + i)))
+            at = bad++ ? at : i;
+    CHECK(bad == 0, "%s %s %s count %zu: %zu wrong, first at %zu: %g, want %g", what, dt_name(dt),
+          op_name(op), count, bad, at, count ? get(dt, buf, at) : 0,
+          count ? reduced(op, dt, nranks_, first + at) : 0);
+}
+
+static void reductions(ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, size_t count)
+{
+    const size_t e = dt_size(dt), n = (size_t)nranks_;
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
+    for (size_t i = 0; i < count * n; i++)
+        put(dt, in, i, input_of(dt, rank_, i));
+    /* all_reduce, out of place and in place */
+    CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce");
+    check_reduced("ncclAllReduce", dt, op, out, count, 0);
+    memcpy(out, in, count * e);
+    CHECK_OK(ncclAllReduce(out, out, count, dt, op, comm, NULL), "ncclAllReduce in place");
+    check_reduced("ncclAllReduce in place", dt, op, out, count, 0);
+    /* reduce to the last rank */
+    CHECK_OK(ncclReduce(in, out, count, dt, op, nranks_ - 1, comm, NULL), "ncclReduce");
+    if (rank_ == nranks_ - 1)
+        check_reduced("ncclReduce", dt, op, out, count, 0);
+    /* reduce_scatter: this rank gets block `rank` of the reduced count * n elements */
+    CHECK_OK(ncclReduceScatter(in, out, count, dt, op, comm, NULL), "ncclReduceScatter");
+    check_reduced("ncclReduceScatter", dt, op, out, count, (size_t)rank_ * count);
+    buf_free(in);
+    buf_free(out);
+}
+
+/* PreMulSum: rank r multiplies its input by s_r = 1 + r % 2 (1 for float8, whose sums stay exact
+ * only that small) before the sum; immediate: the scalar is copied at creation; pointer
+ * (ncclScalarDevice on host memory): read at each call, so it is changed after creation. */
+static double premul_scalar(ncclDataType_t dt, int r)
+{
+    return is_fp8(dt) ? 1 : 1 + r % 2;
+}
+
+static void check_premul(const char *what, ncclDataType_t dt, const void *buf, size_t count,
+                         size_t first)
+{
+    size_t bad = 0, at = 0;
+    double want_at = 0;
+    for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int r = 0; r < nranks_; r++)
+            want += premul_scalar(dt, r) * input_of(dt, r, first + i);
+        if (!close_enough(dt, get(dt, buf, i), want) && bad++ == 0) {
+            at = i;
+            want_at = want;
+        }
+    }
+    CHECK(bad == 0, "%s %s premulsum count %zu: %zu wrong, first at %zu: %g, want %g", what,
+          dt_name(dt), count, bad, at, count ? get(dt, buf, at) : 0, want_at);
+}
+
+static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarResidence_t res)
+{
+    const size_t e = dt_size(dt), n = (size_t)nranks_;
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
+    char scalar[8] = {0};
+    for (size_t i = 0; i < count * n; i++)
+        put(dt, in, i, input_of(dt, rank_, i));
+    /* a pointer scalar is read when the call runs: make the op with a wrong value first */
+    put(dt, scalar, 0, res == ncclScalarDevice ? 3 : premul_scalar(dt, rank_));
+    ncclRedOp_t op = ncclSum;
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, scalar, dt, res, comm), "ncclRedOpCreatePreMulSum");
+    CHECK((int)op >= (int)ncclNumOps, "PreMulSum operator %d", (int)op);
+    put(dt, scalar, 0, premul_scalar(dt, rank_));
+    if (res == ncclScalarHostImmediate)
+        put(dt, scalar, 0, 3); /* copied at creation: changing it now has no effect */
+    CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce premulsum");
+    check_premul("ncclAllReduce", dt, out, count, 0);
+    memcpy(out, in, count * e);
+    CHECK_OK(ncclAllReduce(out, out, count, dt, op, comm, NULL), "in place");
+    check_premul("ncclAllReduce in place", dt, out, count, 0);
+    CHECK_OK(ncclReduce(in, out, count, dt, op, 0, comm, NULL), "ncclReduce premulsum");
+    if (rank_ == 0)
+        check_premul("ncclReduce", dt, out, count, 0);
+    /* in a group, with a second reduction of another operator */
+    char *out2 = buf_alloc(count * n * e + 1);
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclReduceScatter(in, out, count, dt, op, comm, NULL), "ncclReduceScatter premulsum");
+    CHECK_OK(ncclAllReduce(in, out2, count, dt, ncclSum, comm, NULL), "ncclAllReduce sum");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd");
+    check_premul("ncclReduceScatter", dt, out, count, (size_t)rank_ * count);
+    check_reduced("ncclAllReduce beside a premulsum", dt, ncclSum, out2, count, 0);
+    CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
+    buf_free(in);
+    buf_free(out);
+    buf_free(out2);
+}
+
+/* The movements: broadcast, bcast, all_gather, all_to_all, gather, scatter, a send/recv ring. */
+static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
+{
+    const size_t e = dt_size(dt), n = (size_t)nranks_;
+    char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
+    size_t bad = 0;
+    for (size_t i = 0; i < count * n; i++)
+        put(dt, in, i, input_of(dt, rank_, i));
+    int root = nranks_ - 1;
+    CHECK_OK(ncclBroadcast(in, out, count, dt, root, comm, NULL), "ncclBroadcast");
+    for (size_t i = 0; i < count; i++)
+        bad += get(dt, out, i) != input_of(dt, root, i);
+    CHECK(bad == 0, "ncclBroadcast %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    memcpy(out, in, count * e);
+    CHECK_OK(ncclBcast(out, count, dt, 0, comm, NULL), "ncclBcast");
+    bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += get(dt, out, i) != input_of(dt, 0, i);
+    CHECK(bad == 0, "ncclBcast %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    CHECK_OK(ncclAllGather(in, out, count, dt, comm, NULL), "ncclAllGather");
+    bad = 0;
+    for (size_t i = 0; i < count * n; i++)
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), i % count);
+    CHECK(bad == 0, "ncclAllGather %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    CHECK_OK(ncclAlltoAll(in, out, count, dt, comm, NULL), "ncclAlltoAll");
+    bad = 0;
+    for (size_t i = 0; i < count * n; i++) /* block q from rank q: its block `rank` */
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), (size_t)rank_ * count + i % count);
+    CHECK(bad == 0, "ncclAlltoAll %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    CHECK_OK(ncclGather(in, out, count, dt, root, comm, NULL), "ncclGather");
+    bad = 0;
+    for (size_t i = 0; rank_ == root && i < count * n; i++)
+        bad += get(dt, out, i) != input_of(dt, (int)(i / count), i % count);
+    CHECK(bad == 0, "ncclGather %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    CHECK_OK(ncclScatter(in, out, count, dt, 0, comm, NULL), "ncclScatter");
+    bad = 0;
+    for (size_t i = 0; i < count; i++) /* block `rank` of rank 0's input */
+        bad += get(dt, out, i) != input_of(dt, 0, (size_t)rank_ * count + i);
+    CHECK(bad == 0, "ncclScatter %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    /* a ring: send to the next rank, receive from the previous one, in one group */
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclSend(in, count, dt, (rank_ + 1) % nranks_, comm, NULL), "ncclSend");
+    CHECK_OK(ncclRecv(out, count, dt, (rank_ + nranks_ - 1) % nranks_, comm, NULL), "ncclRecv");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd");
+    bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += get(dt, out, i) != input_of(dt, (rank_ + nranks_ - 1) % nranks_, i);
+    CHECK(bad == 0, "ncclSend/ncclRecv ring %s count %zu: %zu wrong", dt_name(dt), count, bad);
+    buf_free(in);
+    buf_free(out);
+}
+
+void case_conformance(void)
+{
+    ncclComm_t comm = init_comm();
+    if (comm == NULL)
+        return;
+    int count = -1, r = -1, dev = -1;
+    CHECK_OK(ncclCommCount(comm, &count), "ncclCommCount");
+    CHECK_OK(ncclCommUserRank(comm, &r), "ncclCommUserRank");
+    CHECK_OK(ncclCommCuDevice(comm, &dev), "ncclCommCuDevice");
+    CHECK(count == nranks_ && r == rank_ && dev >= 0, "count %d rank %d device %d", count, r, dev);
+    const ncclDataType_t dts[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                  ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                  ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+    const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+    const size_t counts[] = {0, 1, 1000};
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+            for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+                reductions(comm, dts[d], ops[o], counts[c]);
+            premul(comm, dts[d], counts[c], c % 2 ? ncclScalarDevice : ncclScalarHostImmediate);
+            movements(comm, dts[d], counts[c]);
+        }
+    /* beyond a pipeline chunk and the single-copy threshold */
+    reductions(comm, ncclFloat32, ncclSum, 300007);
+    movements(comm, ncclInt32, 300007);
+    ncclResult_t async = ncclInternalError;
+    CHECK_OK(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+    CHECK(async == ncclSuccess, "async error %d", (int)async);
+    CHECK_OK(ncclCommFinalize(comm), "ncclCommFinalize");
+    CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy");
+}
