@@ -233,26 +233,44 @@ KCOLL_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const i
 }
 KCOLL_NCCL_ALIAS(ncclCommInitAll);
 
-KCOLL_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                                          ncclConfig_t *config)
+/* A communicator made from comm (split, shrink): its config checked, comm's kcoll communicator
+ * and a fresh child on comm's device. The child is made ready when the creation returns (also
+ * for a non-blocking config: ncclCommGetAsyncError then says ncclSuccess at once). */
+static ncclResult_t child_start(ncclComm_t comm, ncclConfig_t *config, ncclComm_t *newcomm,
+                                const char *fn, coll_comm_t *parent, struct ncclComm **child)
 {
     int blocking = 1;
-    coll_comm_t parent = NULL;
-    struct ncclComm *child = NULL;
-    ncclResult_t rc = read_config(config, "ncclCommSplit", &blocking);
+    ncclResult_t rc = read_config(config, fn, &blocking);
     if (rc == ncclSuccess)
-        rc = nccl_comm(comm, "ncclCommSplit", &parent);
+        rc = nccl_comm(comm, fn, parent);
     if (rc == ncclSuccess)
-        rc = new_comm(newcomm, "ncclCommSplit", &child);
-    if (rc != ncclSuccess)
-        return rc;
-    child->cuda_device = comm->cuda_device;
-    rc = nccl_result(coll_comm_split(parent, color, key, &child->coll));
+        rc = new_comm(newcomm, fn, child);
+    if (rc == ncclSuccess)
+        (*child)->cuda_device = comm->cuda_device;
+    return rc;
+}
+
+/* The child becomes *newcomm when its creation made one; else (an error, NCCL_SPLIT_NOCOLOR)
+ * it is freed and *newcomm stays NULL. */
+static ncclResult_t child_finish(ncclResult_t rc, struct ncclComm *child, ncclComm_t *newcomm)
+{
     if (rc == ncclSuccess && child->coll != NULL)
         *newcomm = child;
     else
-        free_comm(child); /* an error, or NCCL_SPLIT_NOCOLOR: *newcomm stays NULL */
+        free_comm(child);
     return rc;
+}
+
+KCOLL_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                          ncclConfig_t *config)
+{
+    coll_comm_t parent = NULL;
+    struct ncclComm *child = NULL;
+    ncclResult_t rc = child_start(comm, config, newcomm, "ncclCommSplit", &parent, &child);
+    if (rc != ncclSuccess)
+        return rc;
+    return child_finish(nccl_result(coll_comm_split(parent, color, key, &child->coll)), child,
+                        newcomm);
 }
 KCOLL_NCCL_ALIAS(ncclCommSplit);
 
@@ -260,32 +278,20 @@ KCOLL_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksLis
                                            int excludeRanksCount, ncclComm_t *newcomm,
                                            ncclConfig_t *config, int shrinkFlags)
 {
-    int blocking = 1;
+    if ((shrinkFlags & ~NCCL_SHRINK_ABORT) != 0)
+        return nccl_error(ncclInvalidArgument,
+                          "ncclCommShrink: shrinkFlags 0x%x: only NCCL_SHRINK_DEFAULT and "
+                          "NCCL_SHRINK_ABORT exist",
+                          (unsigned)shrinkFlags);
     coll_comm_t parent = NULL;
     struct ncclComm *child = NULL;
-    ncclResult_t rc = read_config(config, "ncclCommShrink", &blocking);
-    if (rc == ncclSuccess)
-        rc = nccl_comm(comm, "ncclCommShrink", &parent);
-    if (rc == ncclSuccess && (shrinkFlags & ~NCCL_SHRINK_ABORT) != 0)
-        rc = nccl_error(ncclInvalidArgument,
-                        "ncclCommShrink: shrinkFlags 0x%x: only NCCL_SHRINK_DEFAULT and "
-                        "NCCL_SHRINK_ABORT exist",
-                        (unsigned)shrinkFlags);
-    if (rc == ncclSuccess)
-        rc = new_comm(newcomm, "ncclCommShrink", &child);
+    ncclResult_t rc = child_start(comm, config, newcomm, "ncclCommShrink", &parent, &child);
     if (rc != ncclSuccess)
         return rc;
-    child->cuda_device = comm->cuda_device;
-    /* the new communicator is ready when this returns, also when the caller asked for a
-     * non-blocking one (ncclCommGetAsyncError then says ncclSuccess at once) */
     rc = nccl_result(coll_comm_shrink(
         parent, excludeRanksList, excludeRanksCount,
         (shrinkFlags & NCCL_SHRINK_ABORT) ? COLL_SHRINK_ABORT : COLL_SHRINK_DEFAULT, &child->coll));
-    if (rc == ncclSuccess)
-        *newcomm = child;
-    else
-        free_comm(child);
-    return rc;
+    return child_finish(rc, child, newcomm);
 }
 KCOLL_NCCL_ALIAS(ncclCommShrink);
 

@@ -272,17 +272,22 @@ static bool wait_idle(const struct coll_comm *comm, double seconds)
     return true;
 }
 
-coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why)
+coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why, bool *was_healthy)
 {
+    bool healthy = false;
     __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
+    /* the device progress thread stops first: its call in progress ends, queued ones fail */
     colli_dev_fini(comm, true);
     if (!wait_idle(comm, 10.0))
         return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
                          "%s: an operation in another thread did not stop within 10 s", why);
     if (comm->async_error == COLL_SUCCESS) {
+        healthy = true;
         snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);
         __atomic_store_n(&comm->async_error, COLL_ERR_ABORTED, __ATOMIC_RELEASE);
     }
+    if (was_healthy != NULL)
+        *was_healthy = healthy;
     return COLL_SUCCESS;
 }
 
@@ -303,7 +308,7 @@ coll_result_t coll_comm_revoke(coll_comm_t handle)
              comm->rank);
     int saved = colli_log_get_rank();
     colli_log_set_rank(comm->rank);
-    status = colli_comm_stop(comm, why);
+    status = colli_comm_stop(comm, why, NULL);
     colli_log_set_rank(saved);
     return status;
 }
@@ -317,27 +322,20 @@ coll_result_t coll_comm_abort(coll_comm_t handle)
     /* no new call gets the communicator; one in progress on another thread stops at its next
      * idle pass (within about a second) and fails with COLL_ERR_ABORTED */
     colli_comm_unregister(handle);
-    __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
     int saved = colli_log_get_rank();
     colli_log_set_rank(comm->rank);
     char why[128];
     snprintf(why, sizeof(why), "rank %d called coll_comm_abort", comm->rank);
-    /* the device progress thread stops first: its call in progress ends, queued ones fail */
-    colli_dev_fini(comm, true);
-    if (!wait_idle(comm, 10.0)) {
+    bool was_healthy = false;
+    if (colli_comm_stop(comm, why, &was_healthy) != COLL_SUCCESS) {
         /* it never left: freeing would pull the memory from under it; keep it (a leak) */
-        coll_warn(INIT,
-                  "rank %d: coll_comm_abort: an operation in another thread did not stop within "
-                  "10 s; the communicator's memory is kept",
-                  comm->rank);
+        coll_warn(INIT, "rank %d: coll_comm_abort: %s; the communicator's memory is kept",
+                  comm->rank, colli_last_error());
         colli_log_set_rank(saved);
         return COLL_SUCCESS;
     }
-    if (comm->async_error == COLL_SUCCESS) {
-        comm->async_error = COLL_ERR_ABORTED;
-        snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", why);
+    if (was_healthy) /* the peers learn it now (a failed communicator told them already) */
         colli_tp_notify_abort(comm, why);
-    }
     comm_free(comm);
     colli_log_set_rank(saved);
     return COLL_SUCCESS;

@@ -65,8 +65,9 @@ coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it);
 
 /* comm.c: stop comm (coll_comm_revoke, coll_comm_shrink with COLL_SHRINK_ABORT): the operation
  * running in another thread ends (COLL_ERR_ABORTED), the device queue stops, and every later
- * operation fails with why; bounded (10 s). */
-coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why);
+ * operation fails with why; bounded (10 s). *was_healthy (may be NULL): comm had not failed
+ * before, so this set its error (the peers were not told). */
+coll_result_t colli_comm_stop(struct coll_comm *comm, const char *why, bool *was_healthy);
 
 /* comm.c: create this process's member; *out is written only on success. */
 coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);

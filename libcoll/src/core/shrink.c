@@ -92,7 +92,7 @@ coll_result_t coll_comm_shrink(coll_comm_t handle, const int *exclude, int nexcl
         char why[128];
         snprintf(why, sizeof(why), "rank %d shrank the communicator with COLL_SHRINK_ABORT",
                  comm->rank);
-        if ((status = colli_comm_stop(comm, why)) != COLL_SUCCESS)
+        if ((status = colli_comm_stop(comm, why, NULL)) != COLL_SUCCESS)
             goto out;
     } else if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE)) {
         status = COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
