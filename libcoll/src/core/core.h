@@ -48,6 +48,13 @@ coll_result_t colli_group_enqueue(const colli_item_t *it);
  * written then. */
 coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out);
 
+/* Bytes a staged buffer of `bytes` takes in the pinned staging of a device call (each buffer
+ * starts on a 64-byte boundary). */
+static inline size_t colli_stage_span(size_t bytes)
+{
+    return (bytes + 63u) & ~(size_t)63u;
+}
+
 /* dispatch.c: run a collective now (device buffers: queued for the communicator's progress
  * thread; host buffers: after the device calls queued before it). */
 coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item_t *it);

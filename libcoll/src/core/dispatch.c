@@ -5,7 +5,6 @@
 
 #include "core/core.h"
 
-#define STAGE_ALIGN 64
 
 coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item_t *it)
 {
@@ -112,7 +111,7 @@ static coll_result_t dev_p2p(struct coll_comm *comm, coll_comm_t handle, const c
                                       .off = total,
                                       .in = send,
                                       .out = !send};
-        total += (reg[k].bytes + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+        total += colli_stage_span(reg[k].bytes);
         ctx->items[k++] = *it;
     }
     char *base = NULL;

@@ -129,14 +129,12 @@ static coll_result_t run_staged(struct coll_comm *comm, void *ctx)
     return colli_premul_run(comm, ctx);
 }
 
-#define STAGE_ALIGN 64
-
 coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
 {
     colli_coll_args_t h = it->a;
     size_t len[2];
     colli_buffer_sizes(&h, comm->nranks, comm->rank, len);
-    const size_t send_span = (len[0] + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+    const size_t send_span = colli_stage_span(len[0]);
     colli_dev_region_t reg[2] = {
         {.dev = h.sendbuf, .bytes = len[0], .off = 0, .in = true, .out = false},
         {.dev = h.recvbuf, .bytes = len[1], .off = send_span, .in = false, .out = true},
