@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "ref.h"
 #include "harness.h"
+#include "fp8_ref.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -134,31 +135,12 @@ uint16_t ref_float_to_bf16(float f)
  * that value; NaN is S.1111.111 (E4M3) or S.11111.10 (E5M2). */
 uint8_t ref_float_to_fp8(coll_datatype_t dt, double v)
 {
-    int e4 = dt == COLL_FLOAT8_E4M3;
-    double maxv = e4 ? 448.0 : 57344.0;
-    if (isnan(v))
-        return (uint8_t)((signbit(v) ? 0x80u : 0u) | (e4 ? 0x7fu : 0x7eu));
-    double r = round_to_format(v, e4 ? 3 : 2, e4 ? -6 : -14, maxv);
-    if (isinf(r))
-        r = r < 0 ? -maxv : maxv;
-    return (uint8_t)encode_exact(r, e4 ? 3 : 2, e4 ? 4 : 5);
+    return (uint8_t)fp8_ref_round(dt == COLL_FLOAT8_E4M3, v);
 }
 
 double ref_fp8_to_double(coll_datatype_t dt, uint8_t b)
 {
-    int e4 = dt == COLL_FLOAT8_E4M3;
-    int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
-    int e = (b & 0x7f) >> mbits, m = b & ((1 << mbits) - 1);
-    double v;
-    if (e4 && (b & 0x7f) == 0x7f)
-        v = NAN;
-    else if (!e4 && e == 31)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp((double)m, 1 - bias - mbits);
-    else
-        v = ldexp((double)((1 << mbits) + m), e - bias - mbits);
-    return (b & 0x80) ? -v : v;
+    return fp8_ref_value(dt == COLL_FLOAT8_E4M3, b);
 }
 
 double ref_half_to_double(uint16_t h)

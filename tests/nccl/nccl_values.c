@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fp8_ref.h"
 #include "nccl_test.h"
 
 /* ---- values: small integers, exact in every datatype and under every operator ---- */
@@ -32,28 +33,6 @@ size_t dt_size(ncclDataType_t dt)
 {
     static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
     return (int)dt < 12 ? sz[dt] : 0;
-}
-
-/* OCP float8 bits of a value that the format holds exactly (E4M3: 3 mantissa bits, bias 7;
- * E5M2: 2, bias 15), and back */
-static uint8_t fp8_bits(ncclDataType_t dt, double v)
-{
-    int mbits = dt == ncclFloat8e4m3 ? 3 : 2, bias = dt == ncclFloat8e4m3 ? 7 : 15;
-    uint8_t sign = v < 0 ? 0x80 : 0;
-    double a = v < 0 ? -v : v;
-    if (a == 0)
-        return sign;
-    int e;
-    double f = frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
-    return sign | (uint8_t)(((e - 1 + bias) << mbits) | (int)ldexp(f * 2 - 1, mbits));
-}
-
-static double fp8_value(ncclDataType_t dt, uint8_t b)
-{
-    int mbits = dt == ncclFloat8e4m3 ? 3 : 2, bias = dt == ncclFloat8e4m3 ? 7 : 15;
-    int e = (b & 0x7f) >> mbits, m = b & ((1 << mbits) - 1);
-    double v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp((1 << mbits) + m, e - bias - mbits);
-    return (b & 0x80) ? -v : v;
 }
 
 void put(ncclDataType_t dt, void *buf, size_t i, double v)
@@ -88,7 +67,7 @@ void put(ncclDataType_t dt, void *buf, size_t i, double v)
         break;
     case ncclFloat8e4m3:
     case ncclFloat8e5m2:
-        ((uint8_t *)buf)[i] = fp8_bits(dt, v);
+        ((uint8_t *)buf)[i] = (uint8_t)fp8_ref_round(dt == ncclFloat8e4m3, v);
         break;
     case ncclBfloat16: {
         float f = (float)v; /* small integers: the upper half of a float is exact */
@@ -125,7 +104,7 @@ double get(ncclDataType_t dt, const void *buf, size_t i)
         return ((const double *)buf)[i];
     case ncclFloat8e4m3:
     case ncclFloat8e5m2:
-        return fp8_value(dt, ((const uint8_t *)buf)[i]);
+        return fp8_ref_value(dt == ncclFloat8e4m3, ((const uint8_t *)buf)[i]);
     case ncclBfloat16: {
         uint32_t b = (uint32_t)((const uint16_t *)buf)[i] << 16;
         float f;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp8_ref.h"
 #include "kernel_check.h"
 
 /* ---- operations ---- */
@@ -138,42 +139,12 @@ static int is_fp8(int dt)
 
 static double ref_fp8_value(int dt, unsigned b)
 {
-    int e4 = dt == COLL_FLOAT8_E4M3;
-    unsigned mbits = e4 ? 3u : 2u, bias = e4 ? 7u : 15u;
-    unsigned exp = (b & 0x7fu) >> mbits, man = b & ((1u << mbits) - 1u);
-    double v;
-    if (e4 && (b & 0x7fu) == 0x7fu)
-        v = NAN;
-    else if (!e4 && exp == 31u)
-        v = man ? NAN : INFINITY;
-    else if (exp == 0)
-        v = ldexp((double)man, 1 - (int)bias - (int)mbits);
-    else
-        v = ldexp((double)((1u << mbits) + man), (int)exp - (int)bias - (int)mbits);
-    return (b & 0x80u) ? -v : v;
+    return fp8_ref_value(dt == COLL_FLOAT8_E4M3, b);
 }
 
 static unsigned ref_fp8_round(int dt, double x)
 {
-    int e4 = dt == COLL_FLOAT8_E4M3;
-    int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
-    unsigned maxcode = e4 ? 0x7eu : 0x7bu;
-    unsigned sign = signbit(x) ? 0x80u : 0u;
-    if (isnan(x))
-        return sign | (e4 ? 0x7fu : 0x7eu);
-    double ax = fabs(x);
-    if (ax > ref_fp8_value(dt, maxcode) * 2) /* also infinity: saturates */
-        return sign | maxcode;
-    int e;
-    frexp(ax, &e); /* ax in [2^(e-1), 2^e) */
-    int ulp = e - 1 - mbits;
-    if (ulp < 1 - bias - mbits) /* subnormal range: fixed spacing */
-        ulp = 1 - bias - mbits;
-    double v = ldexp(rint(ldexp(ax, -ulp)), ulp);
-    for (unsigned c = 0; c <= maxcode; c++)
-        if (ref_fp8_value(dt, c) == v)
-            return sign | c;
-    return sign | maxcode; /* beyond the largest finite value: saturate */
+    return fp8_ref_round(dt == COLL_FLOAT8_E4M3, x);
 }
 
 static uint64_t ref_int(int dt, int op, uint64_t xb, uint64_t yb, uint32_t d)
