@@ -166,8 +166,13 @@ void case_errors(void)
     /* the communicator still works after refused calls */
     CHECK_OK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL), "all_reduce after");
     CHECK(y == nranks_, "sum %g", y);
-    /* a peer that dies: ncclRemoteError naming it */
+    /* a peer that dies: ncclRemoteError naming it. It dies only once every rank has the result
+     * above (a rank that finished its part first could otherwise leave one still draining). */
+    __atomic_add_fetch(&sh->stage[0], 1, __ATOMIC_ACQ_REL);
     if (rank_ == nranks_ - 1) {
+        const double end = now() + 30;
+        while (__atomic_load_n(&sh->stage[0], __ATOMIC_ACQUIRE) < nranks_ && now() < end)
+            usleep(1000);
         publish();
         _exit(0);
     }

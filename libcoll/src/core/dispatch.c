@@ -5,7 +5,6 @@
 
 #include "core/core.h"
 
-
 coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item_t *it)
 {
     const colli_coll_args_t *a = &it->a;

@@ -42,24 +42,15 @@ static coll_result_t check_list(const struct coll_comm *comm, const int *exclude
     return COLL_SUCCESS;
 }
 
-/* The new communicator's secret: the parent's, keyed over the shrink's number and list. */
+/* The new communicator's secret: the parent's, keyed over the shrink's number, then over the
+ * list (one byte per parent rank). Every survivor computes the same, with no allocation. */
 static void derive_secret(const struct coll_comm *comm, uint32_t epoch, const bool *excluded,
                           uint8_t out[16])
 {
-    const size_t len = 16 + 4 + (size_t)comm->nranks;
-    uint8_t *msg = calloc(1, len);
-    if (msg == NULL) { /* still unique per parent and epoch */
-        uint8_t small[20] = "kcoll-shrink-v1\0";
-        memcpy(small + 16, &epoch, 4);
-        colli_siphash128(comm->secret, small, sizeof(small), out);
-        return;
-    }
-    memcpy(msg, "kcoll-shrink-v1", 15);
-    memcpy(msg + 16, &epoch, 4);
-    for (int r = 0; r < comm->nranks; r++)
-        msg[20 + r] = excluded[r] ? 1 : 0;
-    colli_siphash128(comm->secret, msg, len, out);
-    free(msg);
+    uint8_t head[20] = "kcoll-shrink-v1", key[16];
+    memcpy(head + 16, &epoch, 4);
+    colli_siphash128(comm->secret, head, sizeof(head), key);
+    colli_siphash128(key, excluded, (size_t)comm->nranks * sizeof(bool), out);
 }
 
 coll_result_t coll_comm_shrink(coll_comm_t handle, const int *exclude, int nexclude, int flags,
