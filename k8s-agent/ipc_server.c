@@ -114,7 +114,6 @@ static json_t *error_reply(const char *code, const char *fmt, ...)
 static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
 {
     int64_t wait = colli_proto_hello_wait_ms(req), deadline;
-    agent_facts_t f;
     agent_condition_t fail;
     agent_state_t st;
     deadline = agent_now_ms() + wait;
@@ -131,7 +130,6 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
         pthread_cond_timedwait(&ctx->cv, &ctx->mu, &ts);
     }
     st = ctx->state;
-    f = ctx->facts;
     fail = ctx->failure;
     pthread_mutex_unlock(&ctx->mu);
     if (st == AGENT_STATE_FAILED)
@@ -141,7 +139,7 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
                            "the agent is still resolving this pod's rank and root endpoint after "
                            "%lld ms; retry, or read the agent's log (AGENT-* lines)",
                            (long long)wait);
-    return colli_proto_hello_reply(&f, AGENT_VERSION);
+    return agent_local_hello(ctx, req, deadline);
 }
 
 static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)

@@ -142,6 +142,9 @@ static void describe_self(const struct coll_comm *comm, const colli_create_t *c,
     copy_name(self->pod, sizeof(self->pod), pm ? pm->pod : f ? f->pod : "");
     copy_name(self->node, sizeof(self->node), pm ? pm->node : f ? f->node : "");
     copy_name(self->group, sizeof(self->group), pm ? pm->group : f ? f->group : "");
+    self->local_rank = pm ? pm->local_rank : f ? f->local_rank : 0;
+    self->local_size = pm ? pm->local_size : f ? f->local_size : 0;
+    self->gpu = pm ? pm->gpu : f ? colli_agent_gpu(f) : -1;
     self->nstreams = (uint32_t)comm->cfg.nstreams;
     self->chunk_size = comm->cfg.chunk_size;
     self->small_threshold = comm->cfg.small_threshold;
