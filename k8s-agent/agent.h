@@ -94,7 +94,9 @@ typedef struct {
     int restart;                      /* the launcher's restart count of this generation */
     int claimed;
     int64_t first_ms;  /* the generation's first hello (its deadline runs from here) */
-    char failed[1024]; /* the generation failed (local ranks missing): every hello gets this */
+    char failed[1024]; /* the generation failed (local ranks missing, a local rank claimed
+                        * twice): every hello of the pod not yet answered gets this */
+    char failed_code[32];
 } agent_local_t;
 
 struct agent_kube;
@@ -155,8 +157,8 @@ void agent_rank_facts(const agent_facts_t *pod, int lr, agent_facts_t *out);
  * claimed, then all of the pod's local ranks awaited until the generation's deadline (at most
  * deadline_ms). Returns the reply (facts, or an error naming pod, local ranks and pids). */
 json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline_ms);
-/* "local rank 3 of pod NAME" and the like for rank r of the job, into buf. */
-void agent_describe_rank(const agent_facts_t *pod, int rank, char *buf, size_t len);
+/* The local rank of the process with pid that said hello in this generation; -1 when none did. */
+int agent_local_rank_of(agent_ctx_t *ctx, int pid);
 
 /* ---- ipc server (ipc_server.c) ---- */
 

@@ -29,14 +29,17 @@ void agent_rank_facts(const agent_facts_t *pod, int lr, agent_facts_t *out)
     out->gpu = pod->gpu > 0 ? lr % pod->gpu : -1;
 }
 
-void agent_describe_rank(const agent_facts_t *pod, int rank, char *buf, size_t len)
+int agent_local_rank_of(agent_ctx_t *ctx, int pid)
 {
-    int per = pod->local_size > 0 ? pod->local_size : 1;
-    if (per == 1 || rank < 0) {
-        snprintf(buf, len, "rank %d", rank);
-        return;
-    }
-    snprintf(buf, len, "rank %d (local rank %d of pod rank %d)", rank, rank % per, rank / per);
+    int lr = -1, per = ctx->facts.local_size;
+    if (pid <= 0)
+        return -1;
+    pthread_mutex_lock(&ctx->mu);
+    for (int i = 0; i < per && i < AGENT_MAX_RANKS_PER_POD && lr < 0; i++)
+        if (ctx->local.pid[i] == pid)
+            lr = i;
+    pthread_mutex_unlock(&ctx->mu);
+    return lr;
 }
 
 /* "0-3,5,7-8" of the local ranks whose claim is (present ? taken : free), into buf. */
@@ -75,14 +78,24 @@ static void pids(const agent_local_t *l, int n, char *buf, size_t len)
     }
 }
 
+/* An error reply that carries the facts of local rank lr: the process tells the root (as that
+ * rank when own_rank, else as none); the one that hosts the root (host_root) also reports the
+ * ranks that never said hello (missing_from: the local ranks whose slot is free, -1 none). */
 static json_t *fail_reply(const char *code, const char *text, const agent_facts_t *pod, int lr,
-                          int host_root)
+                          int host_root, int own_rank, const agent_local_t *missing_from)
 {
     agent_facts_t f;
+    colli_proto_failure_t how;
     if (!pod)
         return colli_proto_error_reply(code, text);
+    memset(&how, 0, sizeof(how));
+    how.host_root = host_root;
+    how.own_rank = own_rank;
+    for (int i = 0; missing_from && i < pod->local_size && i < COLLI_PROTO_MAX_MISSING; i++)
+        if (missing_from->pid[i] == 0)
+            how.missing[how.nmissing++] = pod->rank * pod->local_size + i;
     agent_rank_facts(pod, lr, &f);
-    return colli_proto_hello_failure(code, text, &f, host_root, AGENT_VERSION);
+    return colli_proto_hello_failure(code, text, &f, &how, AGENT_VERSION);
 }
 
 /* The pod's lowest claimed local rank (it hosts the root when local rank 0 of pod 0 is missing). */
@@ -92,6 +105,33 @@ static int lowest_claimed(const agent_local_t *l, int n)
         if (l->pid[i] != 0)
             return i;
     return -1;
+}
+
+static int lowest_free(const agent_local_t *l, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (l->pid[i] == 0)
+            return i;
+    return 0;
+}
+
+/* The pod's local ranks failed (missing, claimed twice): the Communicator's status names rank
+ * (the first missing one, the one claimed twice). */
+static void report_pod_failure(agent_ctx_t *ctx, const agent_facts_t *pod, int rank,
+                               const char *msg, const char *id)
+{
+    colli_proto_report_t rep;
+    memset(&rep, 0, sizeof(rep));
+    agent_error(id, "%s", msg);
+    rep.phase = COLLI_PROTO_PHASE_FAILED;
+    rep.has_error = 1;
+    rep.has_err_rank = 1;
+    rep.err_rank = rank;
+    rep.err_pod = pod->pod;
+    rep.err_node = pod->node;
+    rep.err_message = msg;
+    if (ctx->health)
+        agent_health_report(ctx->health, &rep);
 }
 
 static void wait_step(agent_ctx_t *ctx, int64_t until)
@@ -119,6 +159,7 @@ static void missing_message(agent_ctx_t *ctx, const agent_facts_t *pod, int time
     ranges(l, per, 1, have, sizeof(have));
     ranges(l, per, 0, miss, sizeof(miss));
     pids(l, per, who, sizeof(who));
+    snprintf(l->failed_code, sizeof(l->failed_code), "%s", COLLI_PROTO_CODE_LOCAL_RANKS_MISSING);
     snprintf(l->failed, sizeof(l->failed),
              "pod %s (pod rank %d of %d) started %d of its %d local ranks: local ranks %s said "
              "hello within %d s (local rank:pid %s), local ranks %s (global ranks from %d) did "
@@ -133,7 +174,9 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     agent_local_t *l = &ctx->local;
     agent_facts_t pod, f;
     char err[256], msg[1200];
-    int lr, lws, restart, per, pid = 0, host_root, timeout_s, newly_failed = 0;
+    int lr, lws, restart, per, pid = 0, lowest, timeout_s, newly_failed = 0, first_missing;
+    agent_local_t snap; /* the claims when the reply is built (outside mu) */
+    char code[32];
     const json_t *jp = json_object_get(req, COLLI_PROTO_KEY_PID);
     int64_t local_deadline;
 
@@ -162,7 +205,7 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "processes per pod (torchrun --nproc-per-node %d), or set ranksPerPod",
                  pod.pod, pod.rank, pod.nranks, pid, lr, per, per, per - 1, per, per);
         agent_error("AGENT-LOCAL-RANK", "%s", msg);
-        return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE, msg, &pod, 0, 0);
+        return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE, msg, &pod, 0, 0, 0, NULL);
     }
     if (lws >= 0 && lws != per) {
         snprintf(msg, sizeof(msg),
@@ -171,7 +214,7 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "pod (torchrun --nproc-per-node %d), or set ranksPerPod to %d",
                  pod.pod, pid, lr, lws, per, per, per, lws);
         agent_error("AGENT-LOCAL-RANK", "%s", msg);
-        return fail_reply(COLLI_PROTO_CODE_LOCAL_WORLD_MISMATCH, msg, &pod, lr, 0);
+        return fail_reply(COLLI_PROTO_CODE_LOCAL_WORLD_MISMATCH, msg, &pod, lr, 0, 1, NULL);
     }
     agent_rank_facts(&pod, lr, &f);
     if (per == 1) /* one rank per pod: no registry (a tool's hello is no duplicate) */
@@ -191,9 +234,11 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     }
     if (l->failed[0]) {
         snprintf(msg, sizeof(msg), "%s", l->failed);
-        host_root = pod.is_root && lr == lowest_claimed(l, per);
+        snprintf(code, sizeof(code), "%s", l->failed_code);
+        lowest = lr == lowest_claimed(l, per);
+        snap = *l;
         pthread_mutex_unlock(&ctx->mu);
-        return fail_reply(COLLI_PROTO_CODE_LOCAL_RANKS_MISSING, msg, &pod, lr, host_root);
+        return fail_reply(code, msg, &pod, lr, pod.is_root && lowest, 1, lowest ? &snap : NULL);
     }
     if (l->pid[lr] != 0 && l->pid[lr] != (pid ? pid : -1)) {
         snprintf(msg, sizeof(msg),
@@ -201,9 +246,17 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "first, pid %d second. Give every process of the pod a distinct LOCAL_RANK "
                  "0..%d (torchrun does), or stop the stray process",
                  pod.pod, lr, f.rank, l->pid[lr], pid, per - 1);
+        /* the pod's hellos still waiting fail with it (those answered are bootstrapping: the
+         * refused process tells the root, which fails them) */
+        if (l->claimed < per) {
+            snprintf(l->failed, sizeof(l->failed), "%s", msg);
+            snprintf(l->failed_code, sizeof(l->failed_code), "%s",
+                     COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE);
+            pthread_cond_broadcast(&ctx->cv);
+        }
         pthread_mutex_unlock(&ctx->mu);
-        agent_error("AGENT-LOCAL-DUPLICATE", "%s", msg);
-        return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg, &pod, lr, 0);
+        report_pod_failure(ctx, &pod, f.rank, msg, "AGENT-LOCAL-DUPLICATE");
+        return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg, &pod, lr, 0, 0, NULL);
     }
     if (l->pid[lr] == 0) {
         l->pid[lr] = pid ? pid : -1;
@@ -228,7 +281,7 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
         missing_message(ctx, &pod, timeout_s);
         newly_failed = 1;
     }
-    host_root = pod.is_root && lr == lowest_claimed(l, per);
+    lowest = lr == lowest_claimed(l, per);
     if (!l->failed[0]) {
         char miss[256];
         ranges(l, per, 0, miss, sizeof(miss));
@@ -240,25 +293,12 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
         return colli_proto_error_reply(COLLI_PROTO_CODE_NOT_READY, msg);
     }
     snprintf(msg, sizeof(msg), "%s", l->failed);
+    snprintf(code, sizeof(code), "%s", l->failed_code);
+    first_missing = lowest_free(l, per);
+    snap = *l;
     pthread_mutex_unlock(&ctx->mu);
-    if (newly_failed) {
-        colli_proto_report_t rep;
-        int first_missing = 0;
-        memset(&rep, 0, sizeof(rep));
-        pthread_mutex_lock(&ctx->mu);
-        while (first_missing < per - 1 && l->pid[first_missing] != 0)
-            first_missing++;
-        pthread_mutex_unlock(&ctx->mu);
-        agent_error("AGENT-LOCAL-RANKS-MISSING", "%s", msg);
-        rep.phase = COLLI_PROTO_PHASE_FAILED;
-        rep.has_error = 1;
-        rep.has_err_rank = 1;
-        rep.err_rank = pod.rank * per + first_missing;
-        rep.err_pod = pod.pod;
-        rep.err_node = pod.node;
-        rep.err_message = msg;
-        if (ctx->health)
-            agent_health_report(ctx->health, &rep);
-    }
-    return fail_reply(COLLI_PROTO_CODE_LOCAL_RANKS_MISSING, msg, &pod, lr, host_root);
+    if (newly_failed) /* the Communicator names the first local rank missing */
+        report_pod_failure(ctx, &pod, pod.rank * per + first_missing, msg,
+                           "AGENT-LOCAL-RANKS-MISSING");
+    return fail_reply(code, msg, &pod, lr, pod.is_root && lowest, 1, lowest ? &snap : NULL);
 }

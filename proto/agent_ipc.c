@@ -323,29 +323,50 @@ int colli_proto_hello_decode(const json_t *r, colli_proto_facts_t *out, char *er
 }
 
 json_t *colli_proto_hello_failure(const char *code, const char *text, const colli_proto_facts_t *f,
-                                  int host_root, const char *agent_version)
+                                  const colli_proto_failure_t *how, const char *agent_version)
 {
     json_t *r = colli_proto_error_reply(code, text);
     json_t *facts = f ? colli_proto_hello_reply(f, agent_version) : NULL;
-    if (r && facts) {
-        if (json_object_set_new(r, COLLI_PROTO_KEY_FACTS, facts) ||
-            json_object_set_new(r, COLLI_PROTO_KEY_HOST_ROOT, json_boolean(host_root))) {
-            json_decref(r);
-            return NULL;
-        }
-    } else {
+    json_t *missing = json_array();
+    int bad = !r || !missing;
+    for (int i = 0; !bad && how && i < how->nmissing && i < COLLI_PROTO_MAX_MISSING; i++)
+        bad = json_array_append_new(missing, json_integer(how->missing[i])) != 0;
+    if (!bad && facts && how)
+        bad = json_object_set_new(r, COLLI_PROTO_KEY_FACTS, facts) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_HOST_ROOT, json_boolean(how->host_root)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_OWN_RANK, json_boolean(how->own_rank)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_MISSING_RANKS, json_incref(missing));
+    else
         json_decref(facts);
+    json_decref(missing);
+    if (bad) {
+        json_decref(r);
+        return NULL;
     }
     return r;
 }
 
-int colli_proto_hello_failure_facts(const json_t *reply, colli_proto_facts_t *out, int *host_root)
+int colli_proto_hello_failure_facts(const json_t *reply, colli_proto_facts_t *out,
+                                    colli_proto_failure_t *how)
 {
     const json_t *facts = json_object_get(reply, COLLI_PROTO_KEY_FACTS);
+    const json_t *missing = json_object_get(reply, COLLI_PROTO_KEY_MISSING_RANKS), *m;
+    colli_proto_facts_t f;
     char err[160];
-    if (!json_is_object(facts) || colli_proto_hello_decode(facts, out, err, sizeof(err)) != 0)
+    size_t i;
+    if (!json_is_object(facts) || colli_proto_hello_decode(facts, &f, err, sizeof(err)) != 0)
         return -1;
-    *host_root = json_is_true(json_object_get(reply, COLLI_PROTO_KEY_HOST_ROOT));
+    memset(how, 0, sizeof(*how));
+    how->host_root = json_is_true(json_object_get(reply, COLLI_PROTO_KEY_HOST_ROOT));
+    how->own_rank = json_is_true(json_object_get(reply, COLLI_PROTO_KEY_OWN_RANK));
+    json_array_foreach(missing, i, m)
+    {
+        int r;
+        if (how->nmissing == COLLI_PROTO_MAX_MISSING || !int_value(m, &r) || r < 0 || r >= f.nranks)
+            break; /* at most the ranks of one pod, each a rank of the job */
+        how->missing[how->nmissing++] = r;
+    }
+    *out = f;
     return 0;
 }
 
@@ -387,6 +408,8 @@ json_t *colli_proto_report_build(const colli_proto_report_t *r)
         json_object_set_new(msg, COLLI_PROTO_KEY_PROGRESS, json_string(r->progress));
     if (r->has_ready_ranks)
         json_object_set_new(msg, COLLI_PROTO_KEY_READY_RANKS, json_integer(r->ready_ranks));
+    if (r->pid > 0)
+        json_object_set_new(msg, COLLI_PROTO_KEY_PID, json_integer(r->pid));
     if (r->has_error) {
         json_t *e =
             json_pack("{ss}", COLLI_PROTO_KEY_MESSAGE, r->err_message ? r->err_message : "");
@@ -438,6 +461,13 @@ int colli_proto_report_parse(const json_t *msg, colli_proto_report_t *out, char 
     out->progress = json_string_value(json_object_get(msg, COLLI_PROTO_KEY_PROGRESS));
     out->has_ready_ranks = json_is_integer(rr);
     out->ready_ranks = ready;
+    {
+        const json_t *pid = json_object_get(msg, COLLI_PROTO_KEY_PID);
+        out->pid = json_is_integer(pid) && json_integer_value(pid) > 0 &&
+                           json_integer_value(pid) < (1 << 30)
+                       ? (int)json_integer_value(pid)
+                       : 0;
+    }
     out->has_error = json_is_object(e);
     out->has_err_rank = out->has_error && json_is_integer(r);
     out->err_rank = out->has_err_rank ? rank : 0;

@@ -58,10 +58,16 @@ unsigned char *colli_proto_frame_encode(const struct json_t *msg, size_t *len);
 #define COLLI_PROTO_KEY_PODS             "pods"
 #define COLLI_PROTO_KEY_GPU              "gpu" /* reply: the GPU ordinal this rank uses, -1 none */
 /* error reply to a hello, optional: the facts the process would have had (so that it can fail
- * the job's other ranks through the bootstrap root at once) and whether it hosts the root for
- * that (the pod's lowest local rank that said hello, when local rank 0 of pod 0 is missing) */
+ * the job's other ranks through the bootstrap root at once), whether it hosts the root for that
+ * (the pod's lowest local rank that said hello, when local rank 0 of pod 0 is missing), and
+ * whether the facts' rank is its own (false for a process refused as a duplicate or out of range:
+ * it reports as no rank) */
 #define COLLI_PROTO_KEY_FACTS     "facts"
 #define COLLI_PROTO_KEY_HOST_ROOT "host_root"
+#define COLLI_PROTO_KEY_OWN_RANK  "own_rank"
+/* ... and the ranks of its pod that never said hello, which it reports to the root too (so that
+ * the root, which waits for every rank to check in or be reported, ends at once) */
+#define COLLI_PROTO_KEY_MISSING_RANKS "missing_ranks"
 /* hello reply: the facts (colli_proto_facts_t) */
 #define COLLI_PROTO_KEY_RANK                "rank" /* also in a report's error */
 #define COLLI_PROTO_KEY_NRANKS              "nranks"
@@ -210,13 +216,22 @@ int colli_proto_hello_decode(const struct json_t *reply, colli_proto_facts_t *ou
 
 /* An error reply to a hello that carries the facts the process would have had and whether it
  * hosts the bootstrap root to tell the others (see COLLI_PROTO_KEY_FACTS). */
+#define COLLI_PROTO_MAX_MISSING 256
+typedef struct {
+    int host_root; /* this process hosts the bootstrap root to tell the others */
+    int own_rank;  /* the facts' rank is this process's (else it reports as no rank) */
+    int nmissing;
+    int missing[COLLI_PROTO_MAX_MISSING]; /* ranks it reports for: they never said hello */
+} colli_proto_failure_t;
+
 struct json_t *colli_proto_hello_failure(const char *code, const char *text,
-                                         const colli_proto_facts_t *f, int host_root,
+                                         const colli_proto_facts_t *f,
+                                         const colli_proto_failure_t *how,
                                          const char *agent_version);
-/* The facts of such an error reply: 0 with *out and *host_root, -1 when it carries none or they
- * do not decode. */
+/* The facts of such an error reply: 0 with *out and *how, -1 when it carries none or they do not
+ * decode. */
 int colli_proto_hello_failure_facts(const struct json_t *reply, colli_proto_facts_t *out,
-                                    int *host_root);
+                                    colli_proto_failure_t *how);
 
 /* ---- report ---- */
 
@@ -273,6 +288,9 @@ typedef struct {
     /* Building: every slot with a type is sent, in order. Parsing: slot k holds the last
      * condition of type colli_proto_cond_name(k); conditions of other types are ignored. */
     colli_proto_condition_t conds[COLLI_PROTO_NCOND];
+    /* the reporting process (COLLI_PROTO_KEY_PID; 0 = absent): in a pod of several ranks the
+     * agent knows its local rank from its hello */
+    int pid;
 } colli_proto_report_t;
 
 /* The report message (NULL when r->phase is not a phase). An error is sent with its message

@@ -33,14 +33,15 @@ const char *colli_agent_last_error(void)
 
 /* The facts an error reply to this thread's last hello carried (LocalRanksMissing, ...). */
 static _Thread_local colli_proto_facts_t failed_facts;
-static _Thread_local int failed_facts_valid, failed_host_root;
+static _Thread_local colli_proto_failure_t failed_how;
+static _Thread_local int failed_facts_valid;
 
-int colli_agent_failed_facts(colli_proto_facts_t *out, int *host_root)
+int colli_agent_failed_facts(colli_proto_facts_t *out, colli_proto_failure_t *how)
 {
     if (!failed_facts_valid)
         return -1;
     *out = failed_facts;
-    *host_root = failed_host_root;
+    *how = failed_how;
     return 0;
 }
 
@@ -267,7 +268,7 @@ coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_p
         return status;
     status = check_reply(socket_path, r, COLLI_PROTO_TYPE_HELLO);
     if (status != COLL_SUCCESS &&
-        colli_proto_hello_failure_facts(r, &failed_facts, &failed_host_root) == 0)
+        colli_proto_hello_failure_facts(r, &failed_facts, &failed_how) == 0)
         failed_facts_valid = 1;
     if (status == COLL_SUCCESS && colli_proto_hello_decode(r, out, err, sizeof(err)) != 0) {
         set_err("kcoll agent at %s: %s", socket_path, err);
@@ -293,6 +294,7 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
         .err_pod = err_rank >= 0 ? err_pod : NULL,
         .err_node = err_rank >= 0 ? err_node : NULL,
         .err_message = error_message,
+        .pid = (int)getpid(),
         .conds = {{.type = cond_type,
                    .status = cond_ok ? COLLI_PROTO_STATUS_TRUE : COLLI_PROTO_STATUS_FALSE,
                    .reason = cond_reason ? cond_reason : (cond_ok ? "Ok" : "Failed"),

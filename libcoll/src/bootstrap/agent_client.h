@@ -55,10 +55,10 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
 /**
  * When the last colli_agent_hello on this thread failed with an error that carried the job's
  * facts (a pod whose local ranks did not all start, a local rank claimed twice or out of range):
- * 0 with those facts and whether this process hosts the bootstrap root to tell the job's other
- * ranks (host_root, or out->is_root); -1 otherwise.
+ * 0 with those facts and how to tell the job's other ranks (colli_proto_failure_t: host the
+ * bootstrap root, report as out->rank or as no rank, and for which missing ranks); -1 otherwise.
  */
-int colli_agent_failed_facts(colli_proto_facts_t *out, int *host_root);
+int colli_agent_failed_facts(colli_proto_facts_t *out, colli_proto_failure_t *how);
 
 /** The message of the last failed colli_agent_* call on this thread ("" if none). */
 const char *colli_agent_last_error(void);
