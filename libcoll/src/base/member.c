@@ -52,6 +52,7 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
     w->local_rank = m->local_rank;
     w->local_size = (uint16_t)(m->local_size > 0 && m->local_size < 65536 ? m->local_size : 0);
     w->gpu = (int16_t)(m->gpu >= -1 && m->gpu < 32768 ? m->gpu : -1);
+    w->hier_min = m->hier_min;
 }
 
 coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m)
@@ -75,6 +76,7 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
                         ? w->local_rank
                         : 0;
     m->gpu = m->local_size > 0 && w->gpu >= -1 ? w->gpu : -1;
+    m->hier_min = w->hier_min;
     if (w->family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&m->addr;
         in->sin_family = AF_INET;

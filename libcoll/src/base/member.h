@@ -34,6 +34,7 @@ typedef struct colli_member {
     int local_rank;
     int local_size;
     int gpu;
+    uint64_t hier_min; /* hierarchical all-reduce from this many bytes, 0 = never (tuning) */
     /* CUDA runtime and driver versions (CUDART_VERSION form: 12040 = 12.4), 0 without CUDA */
     uint32_t cuda_runtime;
     uint32_t cuda_driver;
