@@ -141,6 +141,34 @@ static void scan_container(const json_t *c, agent_pod_ranks_t *out)
     }
 }
 
+/* torchrun's --nnodes N in one container's command and args (joined): N, or 0. */
+static int nnodes_of(const json_t *c)
+{
+    char all[4096];
+    size_t used = 0, i;
+    json_t *it;
+    const char *lists[] = {"command", "args"}, *p;
+    all[0] = '\0';
+    for (size_t l = 0; l < 2; l++)
+        json_array_foreach(json_object_get(c, lists[l]), i, it)
+        {
+            const char *s = json_string_value(it);
+            int w = s ? snprintf(all + used, sizeof(all) - used, " %s", s) : 0;
+            if (w < 0 || (size_t)w >= sizeof(all) - used)
+                break;
+            used += (size_t)w;
+        }
+    p = strstr(all, "--nnodes");
+    if (!p)
+        return 0;
+    p += strlen("--nnodes");
+    if (*p != '=' && *p != ' ')
+        return 0;
+    while (*p == '=' || *p == ' ')
+        p++;
+    return count_value(p, strcspn(p, " \t\n;&|\"'")) > 0 ? atoi(p) : 0; /* MIN:MAX: elastic */
+}
+
 int agent_pod_ranks_read(const json_t *pod, agent_pod_ranks_t *out)
 {
     const json_t *md = json_object_get(pod, "metadata");
@@ -171,6 +199,8 @@ int agent_pod_ranks_read(const json_t *pod, agent_pod_ranks_t *out)
             out->gpus += n;
         if (!out->nproc)
             scan_container(c, out);
+        if (!out->nnodes)
+            out->nnodes = nnodes_of(c);
     }
     if (out->nproc == -1) { /* "gpu" / "auto": one process per GPU */
         if (out->gpus > 0) {
@@ -207,4 +237,38 @@ int agent_pod_ranks_choose(int topo, const char *topo_name, const agent_pod_rank
     }
     snprintf(source, len, "the default (one rank per pod)");
     return 1;
+}
+
+int agent_pod_ranks_admit(const json_t *pod, int world_size, char *why, size_t len)
+{
+    agent_pod_ranks_t pr;
+    char source[240];
+    int per;
+    if (agent_pod_ranks_read(pod, &pr) != 0) {
+        snprintf(why, len, "%s", pr.error);
+        return -1;
+    }
+    per = agent_pod_ranks_choose(0, NULL, &pr, source, sizeof(source));
+    if (pr.gpus > 0 && per > pr.gpus) {
+        snprintf(why, len,
+                 "the pod runs %d ranks (%s) but has %d GPU%s (nvidia.com/gpu limits): give it "
+                 "%d GPUs or start %d processes",
+                 per, source, pr.gpus, pr.gpus == 1 ? "" : "s", per, pr.gpus);
+        return -1;
+    }
+    if (pr.annotation > 0 && pr.nproc > 0 && pr.annotation != pr.nproc) {
+        snprintf(why, len,
+                 "annotation " AGENT_ANN_RANKS_PER_POD " says %d ranks but %s starts %d; make "
+                 "them agree",
+                 pr.annotation, pr.nproc_where, pr.nproc);
+        return -1;
+    }
+    if (world_size > 0 && pr.nnodes > 0 && pr.nnodes != world_size) {
+        snprintf(why, len,
+                 "torchrun --nnodes %d in the pod, but its Job runs %d pods (completions and "
+                 "parallelism %d): each pod is one torchrun node, so make --nnodes %d",
+                 pr.nnodes, world_size, world_size, world_size);
+        return -1;
+    }
+    return 0;
 }

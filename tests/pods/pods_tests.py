@@ -15,7 +15,10 @@ Cases (fake API server cases reuse tests/agent/harness.py, the rank program is t
   local_range    LOCAL_RANK 2 in a pod of 2 ranks: refused naming the pod and 0..1
   kill_local     a local rank is SIGKILLed mid all_reduce: every rank's error names its pod, local
                  rank and global rank; the Communicator's lastError and unhealthyMembers too
-  standalone     coll-run --agent --pods 3 --ranks-per-pod 4: collectives exact, one agent per pod
+  standalone     coll-run --agent --pods 3 --ranks-per-pod 4: collectives exact, one agent per pod;
+                 the hierarchical all_reduce with a host per pod (and the flat ring) exact
+  webhook        the admission webhook refuses a pod with more ranks than GPUs, or whose torchrun
+                 --nnodes is not its Job's pods, and admits one that fits
 """
 import argparse
 import json
@@ -352,12 +355,65 @@ def case_standalone(ck, _cl):
             ck(any(x.startswith("[rank %d] %s" % (rank, want)) for x in out.splitlines()),
                "rank %d: %s" % (rank, want))
     ck("WRONG" not in out, "no wrong element")
+    # the hierarchical all_reduce: each pod its own host (shared memory inside, TCP across),
+    # counts that split unevenly, the flat ring beside it
+    for hier in ("64K", "0"):
+        r2 = subprocess.run([ARGS.coll_run, "--pods", "3", "--ranks-per-pod", "4", "--timeout",
+                             "150", "--agent=" + ARGS.agent, ARGS.check, "--count", "100003"],
+                            capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, COLL_HIER_MIN=hier, COLL_SHM_DIRECT_MIN="0",
+                                     COLL_DEBUG="INFO", COLL_DEBUG_SUBSYS="INIT",
+                                     COLL_TEST_HOST_ID_SUFFIX=",".join("p%d" % (r // 4)
+                                                                       for r in range(n))))
+        o2 = r2.stdout + r2.stderr
+        ok2 = sum(1 for rank in range(n) if "[rank %d] all_reduce ok count=100003" % rank in o2)
+        ck(r2.returncode == 0 and ok2 == n and "WRONG" not in o2,
+           "COLL_HIER_MIN=%s, a host per pod: all_reduce of 100003 exact on %d of %d ranks"
+           % (hier, ok2, n), e2e.tail(o2))
+        said = re.search(r"3 pods x 4 ranks: rank 5 is local rank 1 of pod coll-run-pod-1 .*"
+                         r"all_reduce from (\d+) bytes is hierarchical", o2)
+        ck(said and said.group(1) == ("65536" if hier == "64K" else "0"),
+           "rank 5 says where it runs and from how many bytes all_reduce is hierarchical (%s)"
+           % hier, said.group(0) if said else "")
     agents = sorted(set(re.findall(r"^\[agent (\d+)\]", err, re.M)))
     ck(agents == ["0", "1", "2"], "three agents, one per pod (%s)" % agents)
     for p in range(3):
         ck(re.search(r"^\[agent %d\] .* AGENT-STANDALONE pod %d of 3 \(ranks %d\.\.%d of 12, 4 "
                      r"per pod\)" % (p, p, 4 * p, 4 * p + 3), err, re.M),
            "agent %d serves pod %d: ranks %d..%d" % (p, p, 4 * p, 4 * p + 3))
+
+
+def case_webhook(ck, cl):
+    """The admission webhook checks a pod's ranks: no more ranks than its GPUs, torchrun's
+    --nnodes equal to the Job's pods; a pod that fits is admitted."""
+    cl.add(topology("podhook-topo"))
+
+    def trainer(nproc, gpus, nnodes=None):
+        def edit(i, p):
+            c = p["spec"]["containers"][0]
+            c["command"] = ["torchrun", "--nproc-per-node", str(nproc)]
+            if nnodes is not None:
+                c["command"] += ["--nnodes", str(nnodes)]
+            c["command"] += ["train.py"]
+            c["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        return edit
+    for name, edit, want in (
+            ("podhook-gpus", trainer(8, 4), r"the pod runs 8 ranks \(torchrun --nproc-per-node 8 "
+             r"in container trainer\) but has 4 GPUs \(nvidia.com/gpu limits\)"),
+            ("podhook-nnodes", trainer(4, 4, nnodes=5), r"torchrun --nnodes 5 in the pod, but "
+             r"its Job runs 3 pods"),
+            ("podhook-ok", trainer(4, 4, nnodes=3), None)):
+        try:
+            cl.add_job(name, 3, pod_edit=edit)
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        if want is None:
+            ck(err is None, "%s: 4 ranks on 4 GPUs, --nnodes 3 in a Job of 3 pods: admitted"
+               % name, err or "")
+        else:
+            ck(err is not None and re.search(want, err), "%s: the webhook refuses the pod: %s"
+               % (name, (err or "admitted")[:300]), err or "")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
