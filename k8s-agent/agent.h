@@ -134,6 +134,9 @@ typedef struct agent_ctx {
 /* Publish the facts (state READY) or a fatal condition (state FAILED); wakes hello waiters. */
 void agent_set_ready(agent_ctx_t *ctx, const agent_facts_t *facts);
 void agent_set_failed(agent_ctx_t *ctx, const agent_condition_t *cond);
+/* Wait on ctx->cv (mu held) at most 200 ms, never past deadline_ms: callers loop on their
+ * condition. */
+void agent_wait_step(agent_ctx_t *ctx, int64_t deadline_ms);
 /* Record a non-fatal condition (logged, an Event in kube mode). */
 void agent_add_warning(agent_ctx_t *ctx, const agent_condition_t *cond);
 

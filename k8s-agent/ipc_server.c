@@ -118,17 +118,8 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
     agent_state_t st;
     deadline = agent_now_ms() + wait;
     pthread_mutex_lock(&ctx->mu);
-    while (ctx->state == AGENT_STATE_STARTING && agent_remaining_ms(deadline) > 0 && !ctx->stop) {
-        struct timespec ts;
-        int64_t step = agent_remaining_ms(deadline);
-        if (step > 200)
-            step = 200;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(step * 1000000);
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&ctx->cv, &ctx->mu, &ts);
-    }
+    while (ctx->state == AGENT_STATE_STARTING && agent_remaining_ms(deadline) > 0 && !ctx->stop)
+        agent_wait_step(ctx, deadline);
     st = ctx->state;
     fail = ctx->failure;
     pthread_mutex_unlock(&ctx->mu);

@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "agent.h"
 #include "kube.h"
@@ -98,6 +97,23 @@ static json_t *fail_reply(const char *code, const char *text, const agent_facts_
     return colli_proto_hello_failure(code, text, &f, &how, AGENT_VERSION);
 }
 
+/* A process of the pod was refused (code, msg): while the pod's local ranks are not all there,
+ * its hellos still waiting, and later ones, fail with the same message (those already answered
+ * are bootstrapping: the refused process tells the root, which fails them). Once all are there
+ * the job runs and only the refused process fails. */
+static void fail_generation(agent_ctx_t *ctx, int per, const char *code, const char *msg)
+{
+    agent_local_t *l = &ctx->local;
+    agent_error("AGENT-LOCAL-RANK", "%s", msg);
+    pthread_mutex_lock(&ctx->mu);
+    if (l->claimed < per && !l->failed[0]) {
+        snprintf(l->failed, sizeof(l->failed), "%s", msg);
+        snprintf(l->failed_code, sizeof(l->failed_code), "%s", code);
+        pthread_cond_broadcast(&ctx->cv);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
 /* The pod's lowest claimed local rank (it hosts the root when local rank 0 of pod 0 is missing). */
 static int lowest_claimed(const agent_local_t *l, int n)
 {
@@ -122,7 +138,8 @@ static void report_pod_failure(agent_ctx_t *ctx, const agent_facts_t *pod, int r
 {
     colli_proto_report_t rep;
     memset(&rep, 0, sizeof(rep));
-    agent_error(id, "%s", msg);
+    if (id != NULL)
+        agent_error(id, "%s", msg);
     rep.phase = COLLI_PROTO_PHASE_FAILED;
     rep.has_error = 1;
     rep.has_err_rank = 1;
@@ -132,21 +149,6 @@ static void report_pod_failure(agent_ctx_t *ctx, const agent_facts_t *pod, int r
     rep.err_message = msg;
     if (ctx->health)
         agent_health_report(ctx->health, &rep);
-}
-
-static void wait_step(agent_ctx_t *ctx, int64_t until)
-{
-    struct timespec ts;
-    int64_t step = agent_remaining_ms(until);
-    if (step > 200)
-        step = 200;
-    if (step < 1)
-        step = 1;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(step * 1000000);
-    ts.tv_sec += ts.tv_nsec / 1000000000;
-    ts.tv_nsec %= 1000000000;
-    pthread_cond_timedwait(&ctx->cv, &ctx->mu, &ts);
 }
 
 /* The generation's deadline passed with local ranks missing: the message every hello of this
@@ -204,7 +206,7 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "pod runs %d local ranks (ranksPerPod %d: local ranks 0..%d). Start exactly %d "
                  "processes per pod (torchrun --nproc-per-node %d), or set ranksPerPod",
                  pod.pod, pod.rank, pod.nranks, pid, lr, per, per, per - 1, per, per);
-        agent_error("AGENT-LOCAL-RANK", "%s", msg);
+        fail_generation(ctx, per, COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE, msg);
         return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE, msg, &pod, 0, 0, 0, NULL);
     }
     if (lws >= 0 && lws != per) {
@@ -213,7 +215,7 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "LOCAL_WORLD_SIZE %d, but the pod's ranksPerPod is %d. Start %d processes per "
                  "pod (torchrun --nproc-per-node %d), or set ranksPerPod to %d",
                  pod.pod, pid, lr, lws, per, per, per, lws);
-        agent_error("AGENT-LOCAL-RANK", "%s", msg);
+        fail_generation(ctx, per, COLLI_PROTO_CODE_LOCAL_WORLD_MISMATCH, msg);
         return fail_reply(COLLI_PROTO_CODE_LOCAL_WORLD_MISMATCH, msg, &pod, lr, 0, 1, NULL);
     }
     agent_rank_facts(&pod, lr, &f);
@@ -246,16 +248,9 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "first, pid %d second. Give every process of the pod a distinct LOCAL_RANK "
                  "0..%d (torchrun does), or stop the stray process",
                  pod.pod, lr, f.rank, l->pid[lr], pid, per - 1);
-        /* the pod's hellos still waiting fail with it (those answered are bootstrapping: the
-         * refused process tells the root, which fails them) */
-        if (l->claimed < per) {
-            snprintf(l->failed, sizeof(l->failed), "%s", msg);
-            snprintf(l->failed_code, sizeof(l->failed_code), "%s",
-                     COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE);
-            pthread_cond_broadcast(&ctx->cv);
-        }
         pthread_mutex_unlock(&ctx->mu);
-        report_pod_failure(ctx, &pod, f.rank, msg, "AGENT-LOCAL-DUPLICATE");
+        fail_generation(ctx, per, COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg);
+        report_pod_failure(ctx, &pod, f.rank, msg, NULL); /* logged by fail_generation */
         return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg, &pod, lr, 0, 0, NULL);
     }
     if (l->pid[lr] == 0) {
@@ -272,7 +267,7 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     local_deadline = l->first_ms + (int64_t)timeout_s * 1000;
     while (l->claimed < per && !l->failed[0] && !ctx->stop &&
            agent_remaining_ms(deadline < local_deadline ? deadline : local_deadline) > 0)
-        wait_step(ctx, deadline < local_deadline ? deadline : local_deadline);
+        agent_wait_step(ctx, deadline < local_deadline ? deadline : local_deadline);
     if (l->claimed == per) {
         pthread_mutex_unlock(&ctx->mu);
         return colli_proto_hello_reply(&f, AGENT_VERSION);

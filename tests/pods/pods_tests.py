@@ -32,18 +32,18 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "agent"))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
+import agent_tests  # noqa: E402
 import harness  # noqa: E402
 import e2e_tests as e2e  # noqa: E402
 
-ARGS = None
 DROP = ("COLL_UNIQUE_ID", "COLL_RANK", "COLL_NRANKS", "COLL_LOCAL_RANK", "COLL_SOCKET_IFNAME",
         "COLL_TIMEOUT", "COLL_BOOTSTRAP_TIMEOUT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
         "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE")
 
 
-class Procs:
+class Procs(e2e.Ranks):
     """Library processes of several pods: (socket, local rank, local world size) each; output in
-    files."""
+    files. Waiting and killing as e2e's."""
 
     def __init__(self, cl, specs, args, late=()):
         """late: indexes started a second later than the others."""
@@ -59,31 +59,10 @@ class Procs:
                 env["LOCAL_WORLD_SIZE"] = str(lws)
             path = os.path.join(cl.dir, "proc-%d.log" % i)
             with open(path, "w") as f:
-                self.procs[i] = subprocess.Popen([ARGS.check] + list(args), env=env, stdout=f,
+                self.procs[i] = subprocess.Popen([e2e.ARGS.check] + list(args), env=env, stdout=f,
                                                  stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL)
             self.logs[i] = path
-
-    def output(self, i):
-        with open(self.logs[i], errors="replace") as f:
-            return f.read()
-
-    def wait(self, timeout):
-        deadline = time.time() + timeout
-        codes = []
-        for p in self.procs:
-            try:
-                codes.append(p.wait(timeout=max(0.1, deadline - time.time())))
-            except subprocess.TimeoutExpired:
-                codes.append(None)
-        self.kill()
-        return codes
-
-    def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 def topology(name, per=None, boot_s=60, timeout_s=60, local_s=None):
@@ -102,24 +81,14 @@ def comm_object(cl, name):
     return None
 
 
-def per_pod_counts(cl, prefix):
-    out = {}
-    for ua, c in cl.control("/counts").items():
-        m = re.search(r"\(team-a/([^)]*)\)", ua)
-        if m and m.group(1).startswith(prefix):
-            out[m.group(1)] = c
-    return out
-
-
 def job_of_pods(ck, cl, name, npods, per, pod_edit=None, agent_args=()):
     _, pods = cl.add_job(name, npods, pod_edit=pod_edit)
     agents = [cl.start_agent(p, extra_args=list(agent_args)) for p in pods]
     return pods, agents
 
 
-def ready_job(ck, name, npods, per, torchrun, count):
+def ready_job(ck, cl, name, npods, per, torchrun, count):
     """npods pods of per ranks each reach Ready; every collective exact; API load per pod."""
-    cl = CL
     n = npods * per
     if torchrun:  # ranksPerPod from the pod: torchrun's --nproc-per-node and the GPU limit
         cl.add(topology(name + "-topo"))
@@ -169,7 +138,7 @@ def ready_job(ck, name, npods, per, torchrun, count):
     ck(spec.get("nranks") == n and spec.get("pods") == npods and spec.get("ranksPerPod") == per,
        "spec: nranks %d, pods %d, ranksPerPod %d" % (n, npods, per),
        json.dumps({k: spec.get(k) for k in ("nranks", "pods", "ranksPerPod")}))
-    counts = per_pod_counts(cl, name + "-")
+    counts = agent_tests.per_agent_counts(cl, name + "-")
     total = sum(v["requests"] for v in counts.values())
     watches = sum(v["watches"] for v in counts.values())
     print("API: %d agents made %d requests (%.2f per pod), %d watches, for %d ranks" % (
@@ -192,17 +161,16 @@ def ready_job(ck, name, npods, per, torchrun, count):
 
 
 def case_k8s_3x4(ck, cl):
-    ready_job(ck, "pods34", 3, 4, torchrun=True, count=4096)
+    ready_job(ck, cl, "pods34", 3, 4, torchrun=True, count=4096)
 
 
 def case_k8s_4x8(ck, cl):
-    ready_job(ck, "pods48", 4, 8, torchrun=False, count=2048)
+    ready_job(ck, cl, "pods48", 4, 8, torchrun=False, count=2048)
 
 
-def failing_job(ck, name, per, specs_of, local_s=5, late=()):
+def failing_job(ck, cl, name, per, specs_of, local_s=5, late=()):
     """Two pods of per ranks with a topology deadline of local_s for the local ranks; specs_of
     (agents) lists the processes. Returns (procs, codes, pods, elapsed)."""
-    cl = CL
     cl.add(topology(name + "-topo", per=per, boot_s=40, local_s=local_s))
     pods, agents = job_of_pods(ck, cl, name, 2, per)
     t0 = time.time()
@@ -221,7 +189,7 @@ def case_local_missing(ck, cl):
     ranks; the Communicator says so."""
     per = 4
     procs, codes, pods, elapsed = failing_job(
-        ck, "podmiss", per, lambda a: [(a[0]["sock"], lr, per) for lr in range(per)] +
+        ck, cl, "podmiss", per, lambda a: [(a[0]["sock"], lr, per) for lr in range(per)] +
         [(a[1]["sock"], lr, per) for lr in range(per - 1)])
     pod1 = pods[1]["metadata"]["name"]
     ck(codes == [3] * (2 * per - 1), "all 7 processes fail in coll_comm_init_agent (exit 3)")
@@ -233,14 +201,14 @@ def case_local_missing(ck, cl):
        "and 3 missing (%d of 7)" % (pod1, len(named)))
     # pod 1's agent names rank 7 (its local rank 3); pod 0's ranks then report the root's
     # message, which names the same pod and local ranks
-    st, failed = e2e.wait_status(CL, "podmiss", lambda s: s.get("phase") == "Failed" and
+    st, failed = e2e.wait_status(cl, "podmiss", lambda s: s.get("phase") == "Failed" and
                                  want.search((s.get("lastError") or {}).get("message", "")), 20)
     last = st.get("lastError") or {}
     print("Communicator podmiss lastError: %s" % json.dumps(last)[:800])
     ck(failed, "status Failed; lastError names pod %s and its local ranks" % pod1,
        json.dumps(st)[:1500])
     def logged():
-        log = CL.agent_log(CL.agents[1])
+        log = cl.agent_log(cl.agents[1])
         return (re.search(r"AGENT-LOCAL-RANKS-MISSING .*local ranks 3 \(global ranks from 4\) "
                           r"did not", log) and
                 re.search(r"Communicator podmiss status: phase=Failed", log))
@@ -249,7 +217,7 @@ def case_local_missing(ck, cl):
     except AssertionError:
         pass
     ck(logged(), "pod 1's agent logs the missing local rank and writes the Failed status",
-       e2e.tail(CL.agent_log(CL.agents[1]), 1500))
+       e2e.tail(cl.agent_log(cl.agents[1]), 1500))
 
 
 def case_local_duplicate(ck, cl):
@@ -258,7 +226,7 @@ def case_local_duplicate(ck, cl):
     the job fails at once through the bootstrap root."""
     per = 2
     procs, codes, pods, elapsed = failing_job(
-        ck, "poddup", per, lambda a: [(a[0]["sock"], 0, per), (a[0]["sock"], 1, per),
+        ck, cl, "poddup", per, lambda a: [(a[0]["sock"], 0, per), (a[0]["sock"], 1, per),
                                       (a[1]["sock"], 0, per), (a[1]["sock"], 0, per),
                                       (a[1]["sock"], 1, per)], local_s=20, late=(4,))
     pod1 = pods[1]["metadata"]["name"]
@@ -278,12 +246,13 @@ def case_local_duplicate(ck, cl):
 
 
 def case_local_range(ck, cl):
-    """LOCAL_RANK 2 in a pod of 2 ranks: refused naming the pod and local ranks 0..1."""
+    """LOCAL_RANK 2 in a pod of 2 ranks (its local ranks 0 and 1 start a second later): refused
+    naming the pod and local ranks 0..1; every process of the job fails with it."""
     per = 2
     procs, codes, pods, elapsed = failing_job(
-        ck, "podrange", per, lambda a: [(a[0]["sock"], 0, per), (a[0]["sock"], 1, per),
+        ck, cl, "podrange", per, lambda a: [(a[0]["sock"], 0, per), (a[0]["sock"], 1, per),
                                         (a[1]["sock"], 0, per), (a[1]["sock"], 1, per),
-                                        (a[1]["sock"], 2, per)], local_s=20)
+                                        (a[1]["sock"], 2, per)], local_s=20, late=(2, 3))
     pod1 = pods[1]["metadata"]["name"]
     ck(re.search(r"pod %s \(pod rank 1 of 2\): the process with pid %d says LOCAL_RANK 2, but the "
                  r"pod runs 2 local ranks \(ranksPerPod 2: local ranks 0\.\.1\)"
@@ -342,8 +311,8 @@ def case_kill_local(ck, cl):
 def case_standalone(ck, _cl):
     """coll-run --agent --pods 3 --ranks-per-pod 4: one agent per pod, collectives exact."""
     n, count = 12, 4096
-    r = subprocess.run([ARGS.coll_run, "--pods", "3", "--ranks-per-pod", "4", "--timeout", "150",
-                        "--agent=" + ARGS.agent, ARGS.check, "--count", str(count)],
+    r = subprocess.run([e2e.ARGS.coll_run, "--pods", "3", "--ranks-per-pod", "4", "--timeout", "150",
+                        "--agent=" + e2e.ARGS.agent, e2e.ARGS.check, "--count", str(count)],
                        capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL)
     out, err = r.stdout, r.stderr
     ck(r.returncode == 0, "coll-run --pods 3 --ranks-per-pod 4 exits 0", e2e.tail(out + err))
@@ -358,8 +327,8 @@ def case_standalone(ck, _cl):
     # the hierarchical all_reduce: each pod its own host (shared memory inside, TCP across),
     # counts that split unevenly, the flat ring beside it
     for hier in ("64K", "0"):
-        r2 = subprocess.run([ARGS.coll_run, "--pods", "3", "--ranks-per-pod", "4", "--timeout",
-                             "150", "--agent=" + ARGS.agent, ARGS.check, "--count", "100003"],
+        r2 = subprocess.run([e2e.ARGS.coll_run, "--pods", "3", "--ranks-per-pod", "4", "--timeout",
+                             "150", "--agent=" + e2e.ARGS.agent, e2e.ARGS.check, "--count", "100003"],
                             capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL,
                             env=dict(os.environ, COLL_HIER_MIN=hier, COLL_SHM_DIRECT_MIN="0",
                                      COLL_DEBUG="INFO", COLL_DEBUG_SUBSYS="INIT",
@@ -417,42 +386,9 @@ def case_webhook(ck, cl):
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-CL = None
-
-
-def main():
-    global ARGS, CL
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=sorted(CASES))
-    ap.add_argument("--coll-run", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--check", required=True)
-    ap.add_argument("--keep", action="store_true")
-    ARGS = ap.parse_args()
-    e2e.ARGS = ARGS
-    for p in (ARGS.coll_run, ARGS.agent, ARGS.check):
-        if not os.access(p, os.X_OK):
-            harness.skip("%s is not built" % p)
-    ck = e2e.Checks()
-    t0 = time.time()
-
-    def run():
-        global CL
-        if ARGS.case != "standalone":
-            CL = harness.Cluster(ARGS.agent, topologies=())
-        CASES[ARGS.case](ck, CL)
-
-    try:
-        skipped = e2e.guarded(ck, ARGS.case, run)
-    finally:
-        if CL is not None:
-            if ck.failed:
-                for a in CL.agents[:4]:
-                    print("---- %s" % a["log"])
-                    print(e2e.tail(CL.agent_log(a), 2000))
-            CL.close(keep=ARGS.keep or ck.failed > 0)
-    return e2e.finish(ck, ARGS.case, t0, skipped)
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # e2e_tests' driver (arguments, fake API server, checks, logs of a failed case) runs them
+    e2e.CASES = CASES
+    e2e.NEEDS_CLUSTER = set(CASES) - {"standalone"}
+    sys.exit(e2e.main())
