@@ -190,6 +190,8 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     pod = ctx->facts;
     pthread_mutex_unlock(&ctx->mu);
     per = pod.local_size > 0 ? pod.local_size : 1;
+    if (per > AGENT_MAX_RANKS_PER_POD) /* the pipelines never resolve more; never index past */
+        return colli_proto_error_reply(COLLI_PROTO_CODE_INTERNAL, "ranksPerPod out of range");
     pod.local_size = per;
     if (lr < 0 && per > 1) {
         snprintf(msg, sizeof(msg),

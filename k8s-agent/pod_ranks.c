@@ -202,6 +202,11 @@ int agent_pod_ranks_read(const json_t *pod, agent_pod_ranks_t *out)
         if (!out->nnodes)
             out->nnodes = nnodes_of(c);
     }
+    if (out->gpus > AGENT_MAX_PER_POD)
+        set_error(out,
+                  "the pod's containers ask for %d nvidia.com/gpu, more than the %d ranks a pod "
+                  "may run",
+                  out->gpus, AGENT_MAX_PER_POD);
     if (out->nproc == -1) { /* "gpu" / "auto": one process per GPU */
         if (out->gpus > 0) {
             out->nproc = out->gpus;
