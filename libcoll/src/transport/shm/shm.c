@@ -183,27 +183,42 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
     return COLL_SUCCESS;
 }
 
-/* A connecting link became writable: finish the connect and send the hello. */
+/* A connecting link became writable (finish the connect, send the hello) or its challenge
+ * arrived (answer it: the link is ready). */
 coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
 {
     shm_peer_t *pp = &st->peers[p];
     int err = 0;
+    if (pp->link == LINK_HANDSHAKE) {
+        int rc = colli_hs_step(&pp->hs, pp->fd, comm->secret);
+        if (rc == COLLI_HS_AGAIN)
+            return COLL_SUCCESS;
+        if (rc == COLLI_IO_OK) {
+            pp->link = LINK_READY;
+            return COLL_SUCCESS;
+        }
+        err = errno;
+        close(pp->fd);
+        pp->fd = -1;
+        pp->link = LINK_NONE;
+        char who[200];
+        colli_member_desc(comm, p, who, sizeof(who));
+        colli_comm_blame(comm, p);
+        return COLLI_ERR(SHM, COLL_ERR_NETWORK,
+                         "rank %d cannot open its shared-memory link to %s: the handshake failed: "
+                         "%s",
+                         comm->rank, who, colli_hs_str(rc, err));
+    }
     socklen_t len = sizeof(err);
     if (getsockopt(pp->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
     if (err == 0) {
-        colli_hello_t h;
-        coll_result_t status = colli_hello_make(&h, comm->secret, COLLI_HELLO_LINK, comm->rank, p,
-                                                0, (uint32_t)comm->nranks);
-        if (status != COLL_SUCCESS)
-            return status;
-        /* 64 bytes into an empty socket buffer: complete or failed, never partial */
-        ssize_t w = send(pp->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w == (ssize_t)sizeof(h)) {
-            pp->link = LINK_READY;
+        if (colli_hs_begin(&pp->hs, pp->fd, comm->secret, COLLI_HELLO_LINK, comm->rank, p, 0,
+                           (uint32_t)comm->nranks) == COLLI_IO_OK) {
+            pp->link = LINK_HANDSHAKE;
             return COLL_SUCCESS;
         }
-        err = w < 0 ? errno : EIO;
+        err = errno;
     }
     close(pp->fd);
     pp->fd = -1;
