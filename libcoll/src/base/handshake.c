@@ -74,8 +74,7 @@ int colli_hs_begin(colli_hs_t *hs, int fd, const uint8_t secret[16], uint8_t kin
 int colli_hs_step(colli_hs_t *hs, int fd, const uint8_t secret[16])
 {
     while (hs->got < sizeof(hs->chal)) {
-        ssize_t n =
-            recv(fd, (char *)&hs->chal + hs->got, sizeof(hs->chal) - hs->got, MSG_DONTWAIT);
+        ssize_t n = recv(fd, (char *)&hs->chal + hs->got, sizeof(hs->chal) - hs->got, MSG_DONTWAIT);
         if (n == 0)
             return COLLI_IO_EOF;
         if (n < 0)

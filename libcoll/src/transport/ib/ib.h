@@ -132,8 +132,8 @@ typedef struct ib_peer {
     /* the link */
     int fd;
     uint8_t link;
-    bool acceptor; /* the higher rank: it answers */
-    colli_hs_t hs;                               /* the connector's handshake */
+    bool acceptor;                              /* the higher rank: it answers */
+    colli_hs_t hs;                              /* the connector's handshake */
     _Alignas(8) uint8_t out[sizeof(ib_info_t)]; /* our connection record */
     size_t out_len, out_off;
     ib_info_t remote;

@@ -14,9 +14,18 @@
 #include "base/sockutil.h"
 #include "transport/shm/shm.h"
 
+/* Segment names carry a value derived from the secret that never crosses the network (the
+ * communicator tag does, in every hello): a process of another job or user cannot guess them
+ * and create one first. */
+static unsigned long long names_key(const struct coll_comm *comm)
+{
+    static const char label[] = "kcoll-shm-names";
+    return (unsigned long long)colli_siphash64(comm->secret, label, sizeof(label) - 1);
+}
+
 void shm_seg_name(const struct coll_comm *comm, int from, int to, char *buf, size_t len)
 {
-    snprintf(buf, len, "/kcoll-%016llx-%d-%d", (unsigned long long)comm->tag, from, to);
+    snprintf(buf, len, "/kcoll-%016llx-%d-%d", names_key(comm), from, to);
 }
 
 /* The advice every /dev/shm failure ends with. */
@@ -29,8 +38,8 @@ static bool shm_works(const struct coll_comm *comm, char *why, size_t len)
 {
     char name[96];
     /* by rank too: one process may create several ranks of a communicator at once (a group) */
-    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d-%d", (unsigned long long)comm->tag,
-             (int)getpid(), comm->rank);
+    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d-%d", names_key(comm), (int)getpid(),
+             comm->rank);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(why, len, "shm_open(%s): %s", name, strerror(errno));
@@ -423,6 +432,8 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
     const char *bad = NULL;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < SHM_SLOTS_OFF)
         bad = "it is too small";
+    else if (sb.st_uid != geteuid())
+        bad = "another user owns it (ranks of one host must run as one user)";
     else if ((p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
              MAP_FAILED)
         bad = strerror(errno);

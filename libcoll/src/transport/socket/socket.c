@@ -309,8 +309,9 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
     if (c->fd >= 0) {
         /* An established stream is never replaced: its frames are numbered and keyed on this
          * connection, and a second one can only be a fault or an attack. */
-        drop_pending_s(s, p, "a second connection for a stream that is already open (kept the "
-                             "first)");
+        drop_pending_s(s, p,
+                       "a second connection for a stream that is already open (kept the "
+                       "first)");
         return COLL_SUCCESS;
     }
     c->fd = p->fd;
