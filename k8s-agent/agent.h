@@ -111,6 +111,8 @@ typedef struct agent_ctx {
     struct agent_health *health;
     char comm_name[254]; /* Communicator object (kube mode) */
     char comm_uid[64];
+    char nccl_version_pin[32]; /* the topology's ncclVersion ("" = none); set before READY */
+    char nccl_policy[16];      /* its ncclVersionPolicy: Exact (default) or SameMinor */
     agent_metrics_t metrics;
     volatile sig_atomic_t stop;
     int64_t start_ms;
@@ -134,6 +136,20 @@ int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *facts, agent_conditio
 int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond);
 
 /* ---- ipc server (ipc_server.c) ---- */
+
+/* Wait at most wait_ms while the agent is STARTING; the state then, with the facts (READY) or
+ * the fatal condition (FAILED) copied out. */
+agent_state_t agent_wait_facts(agent_ctx_t *ctx, int64_t wait_ms, agent_facts_t *f,
+                               agent_condition_t *fail);
+
+/* ---- NVIDIA NCCL's environment plugin (nccl_env.c) ---- */
+
+/* The topology's ncclVersion and ncclVersionPolicy (spec, or a standalone file's root) into
+ * ctx; -1 with a TopologyInvalid cond when malformed. */
+int agent_nccl_pins(agent_ctx_t *ctx, const json_t *spec, const char *where,
+                    agent_condition_t *cond);
+/* The reply to a "nccl_init" request (proto/nccl_ipc.h): the pins, or a refused version. */
+json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req);
 
 typedef struct agent_ipc agent_ipc_t;
 int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out);
