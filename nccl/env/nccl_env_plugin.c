@@ -141,8 +141,9 @@ static int choose_net(const colli_proto_nccl_facts_t *f, char *msg, size_t msgle
     return 0;
 }
 
-/* Asks the agent; returns NCCL's result (ncclSuccess also when it passes everything through). */
-static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix)
+/* Asks the agent; returns NCCL's result (KCOLL_NCCL_SUCCESS also when it passes everything
+ * through). */
+static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix)
 {
     const char *sock = secure_getenv(COLL_ENV_AGENT_SOCKET);
     const char *on_no_agent = secure_getenv("COLL_NCCL_ENV_ON_NO_AGENT");
@@ -157,7 +158,7 @@ static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const cha
         if (info_wanted())
             say("INFO", "%s is not set (not in a kcoll pod): NCCL's environment is used as it is",
                 COLL_ENV_AGENT_SOCKET);
-        return ncclSuccess;
+        return KCOLL_NCCL_SUCCESS;
     }
     memset(&in, 0, sizeof(in));
     snprintf(in.version, sizeof(in.version), "%u.%u.%u", major, minor, patch);
@@ -169,7 +170,7 @@ static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const cha
     req = colli_proto_nccl_init_request(&in, timeout_ms);
     if (!req) {
         say("WARN", "cannot build the request to the kcoll agent (out of memory?)");
-        return ncclSystemError;
+        return KCOLL_NCCL_SYSTEM_ERROR;
     }
     status = colli_agent_request(sock, timeout_ms, req, COLLI_PROTO_TYPE_NCCL_INIT, &reply);
     json_decref(req);
@@ -178,12 +179,12 @@ static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const cha
             "%s; COLL_NCCL_ENV_ON_NO_AGENT=passthrough: NCCL runs with its own environment "
             "and nothing is pinned or checked",
             colli_agent_last_error());
-        return ncclSuccess;
+        return KCOLL_NCCL_SUCCESS;
     }
     if (status != COLL_SUCCESS) {
-        say("WARN", "NCCL %s refused: %s", in.version, colli_agent_last_error());
-        return status == COLL_ERR_SYSTEM || status == COLL_ERR_TIMEOUT ? ncclSystemError
-                                                                       : ncclInvalidUsage;
+        say("WARN", "NCCL %s cannot start in this pod: %s", in.version, colli_agent_last_error());
+        return status == COLL_ERR_SYSTEM || status == COLL_ERR_TIMEOUT ? KCOLL_NCCL_SYSTEM_ERROR
+                                                                       : KCOLL_NCCL_INVALID_USAGE;
     }
     if (colli_proto_nccl_init_decode(reply, &f, err, sizeof(err)) != 0) {
         json_decref(reply);
@@ -191,7 +192,7 @@ static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const cha
             "the kcoll agent at %s answered an unusable reply (%s); is the sidecar's image "
             "the chart's (kubectl logs POD -c coll-agent)?",
             sock, err);
-        return ncclSystemError;
+        return KCOLL_NCCL_SYSTEM_ERROR;
     }
     json_decref(reply);
 
@@ -205,7 +206,7 @@ static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const cha
         say("WARN", "%s", msg);
         if (colli_agent_report(sock, 2000, COLLI_PROTO_PHASE_FAILED, msg) != COLL_SUCCESS)
             say("WARN", "could not report this to the agent: %s", colli_agent_last_error());
-        return ncclSystemError;
+        return KCOLL_NCCL_SYSTEM_ERROR;
     }
     plugin.facts = f;
     if (info_wanted())
@@ -216,30 +217,31 @@ static ncclResult_t start(uint8_t major, uint8_t minor, uint8_t patch, const cha
             plugin.value[PIN_IFNAME], plugin.value[PIN_NET],
             plugin.value[PIN_IB_HCA][0] ? " NCCL_IB_HCA=" : "", plugin.value[PIN_IB_HCA],
             f.topology);
-    return ncclSuccess;
+    return KCOLL_NCCL_SUCCESS;
 }
 
-static ncclResult_t plugin_init(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix)
+static kcoll_nccl_result_t plugin_init(uint8_t major, uint8_t minor, uint8_t patch,
+                                       const char *suffix)
 {
-    ncclResult_t res;
+    kcoll_nccl_result_t res;
     pthread_mutex_lock(&plugin.mu);
     atomic_store(&plugin.active, 0);
     for (int i = 0; i < NPIN; i++)
         atomic_store(&plugin.warned[i], 0);
     res = start(major, minor, patch, suffix);
-    if (res == ncclSuccess && plugin.value[PIN_IFNAME][0])
+    if (res == KCOLL_NCCL_SUCCESS && plugin.value[PIN_IFNAME][0])
         atomic_store(&plugin.active, 1);
     pthread_mutex_unlock(&plugin.mu);
     return res;
 }
 
-static ncclResult_t plugin_finalize(void)
+static kcoll_nccl_result_t plugin_finalize(void)
 {
     pthread_mutex_lock(&plugin.mu);
     atomic_store(&plugin.active, 0);
     memset(plugin.value, 0, sizeof(plugin.value));
     pthread_mutex_unlock(&plugin.mu);
-    return ncclSuccess;
+    return KCOLL_NCCL_SUCCESS;
 }
 
 /* Does the user's value say the same as the pin ("net1" and "=net1" name one interface)? */
@@ -270,7 +272,7 @@ static const char *plugin_get_env(const char *name)
     return user;
 }
 
-NCCL_ENV_EXPORT const ncclEnv_v1_t ncclEnvPlugin_v1 = {
+NCCL_ENV_EXPORT const kcoll_nccl_env_v1_t ncclEnvPlugin_v1 = {
     .name = "kcoll",
     .init = plugin_init,
     .finalize = plugin_finalize,

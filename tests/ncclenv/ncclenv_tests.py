@@ -1,0 +1,471 @@
+#!/usr/bin/env python3
+"""NVIDIA NCCL's environment plugin (libnccl-env.so) with the kcoll agent. Usage:
+    ncclenv_tests.py CASE --agent coll-agent --plugin libnccl-env.so --direct ncclenv_direct
+                     --hello agent_hello_check [--uid ncclenv_uid] [--keep]
+ncclenv_uid is real NCCL from the CUDA toolkit; cases that need it are SKIPPED without it.
+Exit 0 pass, 1 fail, 77 skipped (with the reason printed)."""
+import argparse
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "agent"))
+import harness  # noqa: E402
+from harness import Cluster, wait_for  # noqa: E402
+
+ARGS = None
+SKIP = 77
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def skip(reason):
+    print("SKIPPED: " + reason)
+    sys.exit(SKIP)
+
+
+def clean_env(extra):
+    """The test's environment without anything NCCL or kcoll, plus extra."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("NCCL_", "COLL_", "KCOLL_"))}
+    e.update(extra)
+    return e
+
+
+def run_direct(version, sock, names=(), env=None, timeout=60):
+    """The plugin driven as NCCL would: (rc of init, {name: value}, stderr, ms)."""
+    e = clean_env({"COLL_AGENT_SOCKET": sock} if sock else {})
+    e.update(env or {})
+    r = subprocess.run([ARGS.direct, ARGS.plugin, version] + list(names), env=e,
+                       capture_output=True, text=True, timeout=timeout)
+    check(r.returncode == 0, "ncclenv_direct crashed (%d): %s" % (r.returncode, r.stderr))
+    lines = r.stdout.splitlines()
+    m = re.match(r"init=(-?\d+) ms=(\d+)", lines[0])
+    vals = dict(line.split("=", 1) for line in lines[1:])
+    return int(m.group(1)), vals, r.stderr, int(m.group(2))
+
+
+def run_uid(sock, env=None, plugin=True):
+    """Real NCCL's ncclGetUniqueId with the plugin: ({rc, err, addr, ...}, stderr)."""
+    if not ARGS.uid:
+        skip("real NCCL (nccl.h and libnccl.so.2 of the CUDA toolkit) was not found at build "
+             "time, so ncclenv_uid was not built")
+    e = clean_env({"NCCL_ENV_PLUGIN": ARGS.plugin if plugin else "none"})
+    if sock:
+        e["COLL_AGENT_SOCKET"] = sock
+    e.update(env or {})
+    r = subprocess.run([ARGS.uid], env=e, capture_output=True, text=True, timeout=90)
+    check(r.returncode == 0, "ncclenv_uid crashed (%d): %s" % (r.returncode, r.stderr))
+    line = r.stdout.strip().splitlines()[-1]
+    out = dict(kv.split("=", 1) for kv in re.findall(r"(\w+=\S+)", line))
+    out["err"] = re.search(r"err=(.*?) addr=", line).group(1)
+    return out, r.stderr
+
+
+class Standalone:
+    """coll-agent --topology FILE for one rank, in a temporary directory."""
+
+    def __init__(self, topo, rank=0, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+        path = os.path.join(self.dir, "topology.json")
+        with open(path, "w") as f:
+            json.dump(topo, f)
+        self.sock = os.path.join(self.dir, "agent.sock")
+        self.log = os.path.join(self.dir, "agent.log")
+        self.proc = subprocess.Popen(
+            [ARGS.agent, "--topology", path, "--rank", str(rank), "--socket", self.sock,
+             "--health-port", "0", "--min-shm-mb", "0"] + list(extra),
+            env=clean_env({}), stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(self.sock), 20, "the agent's socket")
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+
+def topology(**kw):
+    t = {"job": "ncclenv", "port": 29777, "secret": "00112233445566778899aabbccddeeff",
+         "transport": "Socket",
+         "ranks": [{"rank": 0, "interface": "lo", "address": "127.0.0.1", "node": "host-a",
+                    "pod": "train-0"}]}
+    t.update(kw)
+    return t
+
+
+def other_ipv4_interface():
+    """(name, address) of an interface other than lo with an IPv4 address, or None."""
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[1] != "lo":
+            return f[1], f[3].split("/")[0]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+def case_uid_pin(_):
+    """Real NCCL binds ncclGetUniqueId's bootstrap to the interface the agent pins (lo), even
+    though NCCL_SOCKET_IFNAME in the environment names another; one WARN says so."""
+    other = other_ipv4_interface()
+    user_if = other[0] if other else "bond0"
+    if other:
+        # control: without the plugin NCCL obeys the environment
+        out, _ = run_uid(None, {"NCCL_SOCKET_IFNAME": "=" + other[0]}, plugin=False)
+        check(out["rc"] == "0" and out["addr"] == other[1],
+              "without the plugin NCCL should bind %s: %s" % (other, out))
+    ag = Standalone(topology())
+    try:
+        out, err = run_uid(ag.sock, {"NCCL_SOCKET_IFNAME": user_if, "NCCL_DEBUG": "WARN"})
+        print("with the plugin:", out)
+        check(out["rc"] == "0", "ncclGetUniqueId failed: %s %s" % (out, err))
+        check(out["addr"] == "127.0.0.1" and out["family"] == "2",
+              "the id carries %s, not the pinned 127.0.0.1" % out["addr"])
+        warns = [ln for ln in err.splitlines() if "overridden" in ln]
+        check(len(warns) == 1 and "NCCL_SOCKET_IFNAME=%s" % user_if in warns[0] and
+              "=lo" in warns[0], "one WARN naming the override, got: %s" % err)
+        check("AGENT-NCCL-INIT NCCL 2.28" in ag.text() or "AGENT-NCCL-INIT NCCL 2." in ag.text(),
+              "the agent did not log NCCL's version")
+        # same setting spelled without '=': no warning
+        out, err = run_uid(ag.sock, {"NCCL_SOCKET_IFNAME": "lo"})
+        check(out["rc"] == "0" and "overridden" not in err, "a matching setting warned: " + err)
+    finally:
+        ag.close()
+
+
+def case_uid_require_ib(_):
+    """RequireIB where libibverbs is missing: NCCL's init fails with kcoll's message, from the
+    agent's pre-flight (no /dev/infiniband, memlock too low) or, where the pod passes it, from
+    the plugin's own verbs probe; PreferIB falls back to NCCL_NET=Socket with one WARN."""
+    env = {"COLL_TEST_IB_VERBS_LIB": "/nonexistent/libibverbs.so.1"}
+    ag = Standalone(topology(transport="RequireIB"), extra=["--ib-dev-dir", "/nonexistent"])
+    try:
+        rc, _, err, _ = run_direct("2.28.9", ag.sock, env=env)
+        print(err.strip())
+        check(rc == 5 and "kcoll" in err and ("IBDeviceMissing" in err or "MemlockTooLow" in err),
+              "pre-flight: no kcoll message naming the missing device: " + err)
+    finally:
+        ag.close()
+    devdir = tempfile.mkdtemp(prefix="kcoll-fake-ib-")
+    open(os.path.join(devdir, "uverbs0"), "w").close()
+    ag = Standalone(topology(transport="PreferIB"), extra=["--ib-dev-dir", devdir])
+    try:
+        rc, vals, err, _ = run_direct("2.28.9", ag.sock, ["NCCL_NET"],
+                                      env=dict(env, NCCL_NET="IB"))
+        check(rc == 0 and vals["NCCL_NET"] == "Socket" and "PreferIB" in err and
+              "NCCL_NET=IB in the environment is overridden with Socket" in err,
+              "PreferIB without verbs: %d %s %s" % (rc, vals, err))
+    finally:
+        ag.close()
+    # an agent whose pod passed the pre-flight (answered here by a stand-in, since the
+    # pre-flight needs an unlimited memlock this machine may not grant): the plugin's own probe
+    ack = frame({"v": 1, "type": "ack", "ok": True})
+    d = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+    runs = [("direct", None)] + ([("real NCCL", "uid")] if ARGS.uid else [])
+    for i, (what, kind) in enumerate(runs):
+        sock = os.path.join(d, "ib%d.sock" % i)
+        srv = fake_agent(sock, [frame(good_reply(transport="RequireIB", pod="train-0")), ack])
+        try:
+            if kind == "uid":
+                out, err = run_uid(sock, env)
+                rc = int(out["rc"])
+            else:
+                rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_NET"], env=env)
+                check(vals["NCCL_NET"] == "(null)", "NCCL_NET pinned after a failed init")
+            print(what + ":", err.strip())
+            check(rc == 2 and "RequireIB" in err and "/nonexistent/libibverbs.so.1" in err and
+                  "train-0" in err, "%s: no kcoll message naming the policy: %s" % (what, err))
+        finally:
+            srv.close()
+
+
+def case_versions(_):
+    """Version drift across pods (fake API server, Indexed Job of 3): rank 0's init never waits;
+    a rank with another version is refused at once naming both pods and versions; the
+    Communicator shows VersionsConsistent=False and one Event; real NCCL is refused too."""
+    cl = Cluster(ARGS.agent)
+    ok = False
+    try:
+        _, pods = cl.add_job("mixed", 3)
+        agents = [cl.start_agent(p) for p in pods]
+        names = [p["metadata"]["name"] for p in pods]
+        rc, out = harness.hello(ARGS.hello, [a["sock"] for a in agents], check=3)
+        check(rc == 0, "bootstrap failed: " + out)
+        # rank 0 first, alone: it must not wait for ranks 1 and 2
+        rc0, _, err0, ms0 = run_direct("2.28.9", agents[0]["sock"], ["NCCL_SOCKET_IFNAME"])
+        check(rc0 == 0, "rank 0 refused: " + err0)
+        check(ms0 < 5000, "rank 0's init took %d ms: it waited for other ranks" % ms0)
+        rc1, vals1, err1, ms1 = run_direct("2.28.9", agents[1]["sock"], ["NCCL_SOCKET_IFNAME"])
+        check(rc1 == 0 and vals1["NCCL_SOCKET_IFNAME"] == "=lo", "rank 1 refused: " + err1)
+        rc2, _, err2, ms2 = run_direct("2.19.3", agents[2]["sock"])
+        print(err2.strip())
+        check(rc2 == 5, "rank 2 with 2.19.3 got %d, not ncclInvalidUsage" % rc2)
+        check(ms2 < 10000, "the refusal took %d ms" % ms2)
+        for want in (names[2], names[0], "2.19.3", "2.28.9"):
+            check(want in err2, "the refusal does not name %s: %s" % (want, err2))
+
+        def failed():
+            c = [o for o in cl.objects("communicators") if o["metadata"]["name"] == "mixed"]
+            st = (c[0].get("status") or {}) if c else {}
+            conds = {x["type"]: x for x in st.get("conditions", [])}
+            v = conds.get("VersionsConsistent")
+            return st if v and v["status"] == "False" and st.get("phase") == "Failed" else None
+        st = wait_for(failed, 20, "VersionsConsistent=False and phase Failed")
+        v = [x for x in st["conditions"] if x["type"] == "VersionsConsistent"][0]
+        print(json.dumps(v))
+        check(v["reason"] == "NcclVersionMismatch" and names[2] in v["message"],
+              "condition reason/message")
+        members = st.get("ncclMembers", {})
+        check(members.get("0", {}).get("version") == "2.28.9" and
+              members.get("2", {}).get("version") == "2.19.3" and
+              members["2"].get("verdict") == "Refused" and members["0"]["interface"] == "lo",
+              "ncclMembers: %s" % members)
+        time.sleep(1.5)  # Events are posted by the agent's writer thread
+        evs = [e for e in cl.objects("events") if e["involvedObject"]["kind"] == "Communicator"
+               and "2.19.3" in e["message"]]
+        check(len(evs) == 1, "%d Events on the Communicator, not one" % len(evs))
+        # real NCCL on a rank of another version than rank 0's (2.19.3 here)
+        if ARGS.uid:
+            _, pods2 = cl.add_job("mixed-real", 2)
+            ag2 = [cl.start_agent(p) for p in pods2]
+            rc, out = harness.hello(ARGS.hello, [a["sock"] for a in ag2], check=2)
+            check(rc == 0, "bootstrap failed: " + out)
+            rc0, _, err0, _ = run_direct("2.19.3", ag2[0]["sock"])
+            check(rc0 == 0, "rank 0 refused: " + err0)
+            out, err = run_uid(ag2[1]["sock"])
+            print("real NCCL:", out["err"], "|", [ln for ln in err.splitlines() if "kcoll" in ln])
+            check(out["rc"] == "5" and "2.19.3" in err and pods2[0]["metadata"]["name"] in err,
+                  "real NCCL was not refused naming rank 0's pod and version: %s %s" % (out, err))
+        ok = True
+    finally:
+        if not ok:
+            for a in cl.agents[:3]:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2000:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
+def case_pin(_):
+    """The topology's ncclVersion pin: every rank, rank 0 included, compares itself at once;
+    SameMinor accepts another patch level, refuses another minor; a malformed pin is refused."""
+    ag = Standalone(topology(ncclVersion="2.19.3"))
+    try:
+        rc, _, err, ms = run_direct("2.28.9", ag.sock)
+        check(rc == 5 and "2.19.3" in err and "2.28.9" in err and "train-0" in err,
+              "rank 0 with 2.28.9 against a 2.19.3 pin: %d %s" % (rc, err))
+        check(ms < 5000, "a pinned check took %d ms" % ms)
+        if ARGS.uid:
+            out, err = run_uid(ag.sock)
+            check(out["rc"] == "5" and "2.19.3" in err, "real NCCL not refused: %s" % err)
+        rc, _, err, _ = run_direct("2.19.3", ag.sock)
+        check(rc == 0, "the pinned version was refused: " + err)
+    finally:
+        ag.close()
+    ag = Standalone(topology(ncclVersion="2.28.3", ncclVersionPolicy="SameMinor"))
+    try:
+        rc, _, err, _ = run_direct("2.28.9", ag.sock)
+        check(rc == 0, "SameMinor refused 2.28.9 against 2.28.3: " + err)
+        rc, _, err, _ = run_direct("2.27.7", ag.sock)
+        check(rc == 5 and "SameMinor" in err, "SameMinor accepted 2.27.7: " + err)
+    finally:
+        ag.close()
+    for bad in ({"ncclVersion": "2.28"}, {"ncclVersion": "latest"},
+                {"ncclVersionPolicy": "Loose"}):
+        ag = Standalone(topology(**bad))
+        try:
+            rc, _, err, _ = run_direct("2.28.9", ag.sock)
+            check(rc != 0 and "TopologyInvalid" in err and "ncclVersion" in err,
+                  "bad pin %s: %d %s" % (bad, rc, err))
+        finally:
+            ag.close()
+
+
+def case_no_agent(_):
+    """No agent on the socket: one clear line and a failed init (within the deadline), or pass
+    through when COLL_NCCL_ENV_ON_NO_AGENT=passthrough; no COLL_AGENT_SOCKET: pass through."""
+    d = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+    sock = os.path.join(d, "absent.sock")
+    t0 = time.time()
+    rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_SOCKET_IFNAME"],
+                                  {"COLL_NCCL_ENV_TIMEOUT_MS": "1500",
+                                   "NCCL_SOCKET_IFNAME": "eth9"})
+    took = time.time() - t0
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    print(lines)
+    check(rc == 2 and len(lines) == 1 and sock in lines[0] and "coll-agent" in lines[0],
+          "no agent: want one line naming the socket, got %d: %s" % (rc, err))
+    check(took < 10, "gave up after %.1f s with a 1.5 s deadline" % took)
+    rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_SOCKET_IFNAME"],
+                                  {"COLL_NCCL_ENV_TIMEOUT_MS": "500",
+                                   "COLL_NCCL_ENV_ON_NO_AGENT": "passthrough",
+                                   "NCCL_SOCKET_IFNAME": "eth9"})
+    check(rc == 0 and vals["NCCL_SOCKET_IFNAME"] == "eth9" and "passthrough" in err,
+          "passthrough: %d %s %s" % (rc, vals, err))
+    rc, vals, err, _ = run_direct("2.28.9", None, ["NCCL_SOCKET_IFNAME", "NCCL_ALGO"],
+                                  {"NCCL_SOCKET_IFNAME": "eth9", "NCCL_ALGO": "Ring"})
+    check(rc == 0 and vals == {"NCCL_SOCKET_IFNAME": "eth9", "NCCL_ALGO": "Ring",
+                               "getenv(NULL)": "(null)", "finalize": "0"},
+          "outside a kcoll pod: %s" % vals)
+
+
+def fake_agent(sock, answers):
+    """A unix socket that answers each connection with the next raw bytes of answers."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock)
+    srv.listen(8)
+
+    def serve():
+        for ans in answers:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.settimeout(5)
+            try:
+                hdr = c.recv(4)
+                if len(hdr) == 4:
+                    n = struct.unpack(">I", hdr)[0]
+                    got = b""
+                    while len(got) < n:
+                        chunk = c.recv(n - len(got))
+                        if not chunk:
+                            break
+                        got += chunk
+                if ans is not None:
+                    c.sendall(ans)
+                    time.sleep(0.2)
+                else:
+                    time.sleep(3)  # never answers
+            except OSError:
+                pass
+            c.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv
+
+
+def frame(obj):
+    b = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return struct.pack(">I", len(b)) + b
+
+
+def good_reply(**kw):
+    r = {"v": 1, "type": "nccl_init", "ok": True, "rank": 0, "nranks": 2, "interface": "lo",
+         "address": "127.0.0.1", "ib_device": "", "transport": "Socket", "pod": "p-0",
+         "node": "n-0", "topology": "t", "nccl_version_pin": "", "nccl_version_policy": "Exact",
+         "nccl_reference": ""}
+    r.update(kw)
+    return r
+
+
+def case_hostile_agent(_):
+    """An agent that answers garbage, oversized names, wrong types or nothing: a clear one-line
+    error each time, never a crash, a hang past the deadline or a pin NCCL cannot hold."""
+    cases = [
+        ("not JSON", frame(b"\x00\xffgarbage{"), "not a JSON object"),
+        ("huge length", b"\xff\xff\xff\xff" + b"x" * 16, "out of range"),
+        ("zero length", b"\x00\x00\x00\x00", "out of range"),
+        ("truncated", struct.pack(">I", 100) + b"{\"v\":1", "truncated"),
+        ("wrong type", frame({"v": 1, "type": "hello", "ok": True}), "unexpected reply type"),
+        ("interface too long", frame(good_reply(interface="i" * 40)), "interface"),
+        ("interface with a comma", frame(good_reply(interface="lo,eth0")), "interface"),
+        ("device with a space", frame(good_reply(ib_device="mlx5 0")), "ib_device"),
+        ("device too long", frame(good_reply(ib_device="m" * 300)), "ib_device"),
+        ("rank out of range", frame(good_reply(rank=5)), "rank"),
+        ("bad transport", frame(good_reply(transport="Carrier-Pigeon")), "transport"),
+        ("bad pin", frame(good_reply(nccl_version_pin="2.x")), "pin"),
+        ("error without text", frame({"v": 1, "type": "error", "ok": False}), "error"),
+        ("no answer", None, "no reply"),
+    ]
+    d = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+    for i, (what, ans, want) in enumerate(cases):
+        sock = os.path.join(d, "a%d.sock" % i)
+        srv = fake_agent(sock, [ans])
+        try:
+            t0 = time.time()
+            rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_SOCKET_IFNAME"],
+                                          {"COLL_NCCL_ENV_TIMEOUT_MS": "1500",
+                                           "NCCL_SOCKET_IFNAME": "eth7"})
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            print("%-24s rc=%d %s" % (what, rc, lines[0] if lines else "(nothing)"))
+            check(rc != 0, "%s: init succeeded" % what)
+            check(len(lines) == 1 and want in lines[0] and "kcoll" in lines[0],
+                  "%s: want one line containing %r, got: %s" % (what, want, err))
+            check(vals["NCCL_SOCKET_IFNAME"] == "eth7", "%s: a failed init still pinned" % what)
+            check(time.time() - t0 < 10, "%s: took %.1f s" % (what, time.time() - t0))
+        finally:
+            srv.close()
+    # a name longer than any buffer, and the good reply: the pin is "=lo" and fits NCCL
+    sock = os.path.join(d, "good.sock")
+    srv = fake_agent(sock, [frame(good_reply())])
+    try:
+        rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_SOCKET_IFNAME", "N" * 5000])
+        check(rc == 0 and vals["NCCL_SOCKET_IFNAME"] == "=lo", "good reply: %s %s" % (vals, err))
+    finally:
+        srv.close()
+
+
+def case_webhook(_):
+    """Delivery is tested with the webhook (tests/deploy); here: the agent serves nccl_init in
+    Kubernetes mode with the topology's pin read from the CollectiveTopology."""
+    topo = harness.fixture("topology-train.json")
+    topo["spec"]["ncclVersion"] = "2.28.9"
+    topo["spec"]["ncclVersionPolicy"] = "SameMinor"
+    topo["metadata"]["name"] = "team-a-pinned"
+    cl = Cluster(ARGS.agent, topologies=())
+    ok = False
+    try:
+        cl.add(topo)
+        _, pods = cl.add_job("pinned", 2)
+        agents = [cl.start_agent(p) for p in pods]
+        rc1, _, err1, ms1 = run_direct("2.27.1", agents[1]["sock"])
+        check(rc1 == 5 and "team-a-pinned" in err1 and "2.28.9" in err1,
+              "rank 1 with 2.27.1 against the topology's 2.28.9: %d %s" % (rc1, err1))
+        rc0, _, err0, _ = run_direct("2.28.1", agents[0]["sock"])
+        check(rc0 == 0, "rank 0 with 2.28.1 under SameMinor 2.28.9 refused: " + err0)
+        ok = True
+    finally:
+        cl.close(keep=ARGS.keep or not ok)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(CASES))
+    for a in ("--agent", "--plugin", "--direct", "--hello"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--uid")
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    for p in (ARGS.agent, ARGS.plugin, ARGS.direct, ARGS.hello):
+        if not os.path.exists(p):
+            skip("%s is not built" % p)
+    try:
+        CASES[ARGS.case](ARGS)
+    except AssertionError as e:
+        print("FAIL: %s" % e)
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
