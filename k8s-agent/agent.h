@@ -148,6 +148,13 @@ agent_state_t agent_wait_facts(agent_ctx_t *ctx, int64_t wait_ms, agent_facts_t 
  * ctx; -1 with a TopologyInvalid cond when malformed. */
 int agent_nccl_pins(agent_ctx_t *ctx, const json_t *spec, const char *where,
                     agent_condition_t *cond);
+/* The webhook's kcoll.io/nccl-env-conflict annotation on pod (container env contradicting the
+ * pins, spec.nccl: native) becomes a warning condition NcclEnvConflict: a log line and Event. */
+void agent_nccl_conflicts(agent_ctx_t *ctx, const json_t *pod);
+/* The pins as NCCL's conf file (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET), for NCCL without
+ * environment plugins and for tools that read it: nccl.conf beside lib_dir (the shared volume,
+ * where the webhook points NCCL_CONF_FILE), written atomically once the facts are READY. */
+int agent_nccl_write_conf(agent_ctx_t *ctx, const char *lib_dir);
 /* The reply to a "nccl_init" request (proto/nccl_ipc.h): the pins, or a refused version. */
 json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req);
 

@@ -137,7 +137,8 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
     static const char *const lib[] = {"libcoll.so", "libcoll_cuda.so", NULL};
     static const char *const nccl[] = {"libnccl.so", NULL};
     static const char *const plugin[] = {"libcoll_cuda.so", NULL};
-    int copied = 0, ncopied = 0;
+    static const char *const envplugin[] = {"libnccl-env", NULL};
+    int copied = 0, ncopied = 0, ecopied = 0;
     memset(cond, 0, sizeof(*cond));
     cond->fatal = 1;
     snprintf(cond->type, sizeof(cond->type), "LibraryCopyFailed");
@@ -165,7 +166,19 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
         return -1;
     if (ncopied > 0 && copy_matching(src_dir, ndst, plugin, 0, &ncopied, cond) != 0)
         return -1;
-    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s%s%s", copied, src_dir,
-               dst_dir, ncopied > 0 ? "; kcoll's libnccl.so.2 to " : "", ncopied > 0 ? ndst : "");
+    /* NVIDIA NCCL's environment plugin (SRC/kcoll-nccl-env) in DST/../nccl-env, where the
+     * webhook points NCCL_ENV_PLUGIN (CollectiveTopology spec.nccl: native) */
+    char esrc[PATH_MAX], edst[PATH_MAX];
+    if (agent_fmt(esrc, sizeof(esrc), "%s/kcoll-nccl-env", src_dir) < 0 ||
+        agent_fmt(edst, sizeof(edst), "%.*s/nccl-env", plen, slash != NULL ? dst_dir : ".") < 0) {
+        snprintf(cond->message, sizeof(cond->message), "library path too long: %s", dst_dir);
+        return -1;
+    }
+    if (copy_matching(esrc, edst, envplugin, 1, &ecopied, cond) != 0)
+        return -1;
+    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s%s%s%s%s", copied,
+               src_dir, dst_dir, ncopied > 0 ? "; kcoll's libnccl.so.2 to " : "",
+               ncopied > 0 ? ndst : "", ecopied > 0 ? "; NCCL's env plugin to " : "",
+               ecopied > 0 ? edst : "");
     return 0;
 }

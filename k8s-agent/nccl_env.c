@@ -6,11 +6,14 @@
  * version rank 0 recorded in the Communicator's status. A refusal is this rank's failure:
  * VersionsConsistent=False, phase Failed and one Event through health.c. */
 #define _GNU_SOURCE
+#include "annotations.h"
 #include "kube.h"
 #include "nccl_ipc.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define COMM_PATH       "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s"
 #define LISTED_RANKS    64    /* ranks recorded in status.ncclMembers (and every refused one) */
@@ -38,6 +41,68 @@ int agent_nccl_pins(agent_ctx_t *ctx, const json_t *spec, const char *where,
     snprintf(ctx->nccl_version_pin, sizeof(ctx->nccl_version_pin), "%s", pin ? pin : "");
     snprintf(ctx->nccl_policy, sizeof(ctx->nccl_policy), "%s",
              policy ? policy : COLLI_PROTO_NCCL_POLICY_EXACT);
+    return 0;
+}
+
+void agent_nccl_conflicts(agent_ctx_t *ctx, const json_t *pod)
+{
+    const char *c = json_string_value(
+        json_object_get(agent_json_path(pod, "metadata.annotations"), AGENT_ANN_NCCL_ENV_CONFLICT));
+    agent_condition_t cond;
+    if (!c || !c[0])
+        return;
+    memset(&cond, 0, sizeof(cond));
+    snprintf(cond.type, sizeof(cond.type), "NcclEnvConflict");
+    snprintf(cond.message, sizeof(cond.message),
+             "%.700s: NCCL's environment plugin overrides NCCL_* for NCCL >= 2.28.7, but an older "
+             "NCCL (reading %s/nccl.conf) and PyTorch's Gloo take these settings over the pins; "
+             "remove them from the pod spec",
+             c, "/var/run/kcoll");
+    agent_add_warning(ctx, &cond);
+}
+
+int agent_nccl_write_conf(agent_ctx_t *ctx, const char *lib_dir)
+{
+    char path[4096], tmp[4200], body[1024];
+    const char *slash = strrchr(lib_dir, '/');
+    agent_facts_t f;
+    FILE *out;
+    int n, ok;
+    pthread_mutex_lock(&ctx->mu);
+    f = ctx->facts;
+    pthread_mutex_unlock(&ctx->mu);
+    if (agent_fmt(path, sizeof(path), "%.*s/nccl.conf", slash ? (int)(slash - lib_dir) : 1,
+                  slash ? lib_dir : ".") < 0 ||
+        agent_fmt(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) < 0)
+        return -1;
+    /* NCCL's own syntax: "=" before a name is an exact match (net1 would also match net10);
+     * PreferIB leaves NCCL_NET to NCCL, which uses IB where it works */
+    int ib = f.ib_device[0] && strcmp(f.transport, COLLI_PROTO_TRANSPORT_SOCKET) != 0;
+    const char *net = strcmp(f.transport, COLLI_PROTO_TRANSPORT_SOCKET) == 0       ? "Socket"
+                      : strcmp(f.transport, COLLI_PROTO_TRANSPORT_REQUIRE_IB) == 0 ? "IB"
+                                                                                   : NULL;
+    n = snprintf(body, sizeof(body),
+                 "# written by coll-agent from CollectiveTopology %s for pod %s (rank %d); "
+                 "variables set in the pod's env win over this file\n"
+                 "NCCL_SOCKET_IFNAME==%s\n%s%s%s%s%s%s",
+                 f.topology[0] ? f.topology : "(file)", f.pod, f.rank, f.ifname,
+                 ib ? "NCCL_IB_HCA==" : "", ib ? f.ib_device : "", ib ? "\n" : "",
+                 net ? "NCCL_NET=" : "", net ? net : "", net ? "\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(body))
+        return -1;
+    out = fopen(tmp, "w");
+    if (!out) {
+        agent_warn("AGENT-NCCL-CONF-FAIL", "cannot write %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    ok = fputs(body, out) >= 0;
+    ok = (fclose(out) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        agent_warn("AGENT-NCCL-CONF-FAIL", "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    agent_info("AGENT-NCCL-CONF", "wrote %s (NCCL_SOCKET_IFNAME==%s)", path, f.ifname);
     return 0;
 }
 

@@ -420,24 +420,98 @@ def case_hostile_agent(_):
         srv.close()
 
 
+def env_of(container):
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
 def case_webhook(_):
-    """Delivery is tested with the webhook (tests/deploy); here: the agent serves nccl_init in
-    Kubernetes mode with the topology's pin read from the CollectiveTopology."""
+    """spec.nccl: native through the real webhook and the sidecar: the pod gets NCCL_ENV_PLUGIN,
+    NCCL_CONF_FILE and GLOO_SOCKET_IFNAME; settings that contradict the pins become an admission
+    warning, an annotation and one NcclEnvConflict Event; the sidecar copies the plugin and
+    writes nccl.conf; real NCCL then binds the pinned interface through the delivered plugin,
+    and through the conf file alone (NCCL without env plugins); the topology's ncclVersion pin
+    with SameMinor is applied in Kubernetes mode."""
     topo = harness.fixture("topology-train.json")
-    topo["spec"]["ncclVersion"] = "2.28.9"
-    topo["spec"]["ncclVersionPolicy"] = "SameMinor"
-    topo["metadata"]["name"] = "team-a-pinned"
+    topo["metadata"]["name"] = "team-a-native"
+    topo["spec"].update({"nccl": "native", "ncclVersion": "2.28.9",
+                         "ncclVersionPolicy": "SameMinor", "network": {"interface": "lo"}})
     cl = Cluster(ARGS.agent, topologies=())
     ok = False
     try:
         cl.add(topo)
-        _, pods = cl.add_job("pinned", 2)
-        agents = [cl.start_agent(p) for p in pods]
-        rc1, _, err1, ms1 = run_direct("2.27.1", agents[1]["sock"])
-        check(rc1 == 5 and "team-a-pinned" in err1 and "2.28.9" in err1,
+
+        def user_env(i, p):
+            if i == 1:
+                p["spec"]["containers"][0]["env"] += [
+                    {"name": "NCCL_SOCKET_IFNAME", "value": "bond0"},
+                    {"name": "NCCL_NET", "value": "IB"}]
+        _, pods = cl.add_job("native", 2, pod_edit=user_env)
+        for i, p in enumerate(pods):
+            ann = p["metadata"]["annotations"]
+            env = env_of(p["spec"]["containers"][0])
+            check(ann.get("kcoll.io/nccl") == "native", "annotation kcoll.io/nccl: %s" % ann)
+            check(env.get("NCCL_ENV_PLUGIN") == "/var/run/kcoll/nccl-env/libnccl-env.so" and
+                  env.get("NCCL_CONF_FILE") == "/var/run/kcoll/nccl.conf" and
+                  env.get("GLOO_SOCKET_IFNAME") == "lo" and "LD_PRELOAD" not in env,
+                  "pod %d env: %s" % (i, env))
+        conflict = pods[1]["metadata"]["annotations"].get("kcoll.io/nccl-env-conflict", "")
+        print("conflict:", conflict)
+        check("NCCL_SOCKET_IFNAME=bond0" in conflict and "NCCL_NET=IB" in conflict and
+              "kcoll.io/nccl-env-conflict" not in pods[0]["metadata"]["annotations"],
+              "conflict annotation: %s" % conflict)
+        # the sidecar: the image's plugin copied beside the library, nccl.conf written
+        src = os.path.join(cl.dir, "image-lib")
+        os.makedirs(os.path.join(src, "kcoll-nccl-env"))
+        open(os.path.join(src, "libcoll.so.0"), "w").close()
+        with open(ARGS.plugin, "rb") as f, \
+                open(os.path.join(src, "kcoll-nccl-env", "libnccl-env.so"), "wb") as g:
+            g.write(f.read())
+        runs = [os.path.join(cl.dir, "run%d" % i) for i in range(2)]
+        for r in runs:
+            os.makedirs(r)  # the emptyDir
+        agents = [cl.start_agent(p, ["--lib-src", src, "--lib-dir", os.path.join(r, "lib")])
+                  for p, r in zip(pods, runs)]
+        rc, out = harness.hello(ARGS.hello, [a["sock"] for a in agents], check=2)
+        check(rc == 0, "bootstrap failed: " + out)
+        plugin = os.path.join(runs[1], "nccl-env", "libnccl-env.so")
+        conf = os.path.join(runs[1], "nccl.conf")
+        wait_for(lambda: os.path.exists(conf), 10, "nccl.conf")
+        text = open(conf).read()
+        print(text.strip())
+        check("NCCL_SOCKET_IFNAME==lo" in text and "NCCL_NET=Socket" in text, "nccl.conf")
+        check(os.path.exists(plugin), "the plugin was not delivered")
+
+        def conflict_events():
+            return [e for e in cl.objects("events") if e["reason"] == "KcollNcclEnvConflict"]
+        evs = wait_for(conflict_events, 10, "the NcclEnvConflict Event")
+        time.sleep(1)
+        kinds = sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"])
+                       for e in conflict_events())
+        # on the pod; also on the Communicator when the agent knew it when the Event was posted
+        check(kinds in ([("Pod", pods[1]["metadata"]["name"])],
+                        [("Communicator", "native"), ("Pod", pods[1]["metadata"]["name"])]) and
+              "bond0" in evs[0]["message"], "one Event on pod 1: %s" % kinds)
+        # the delivered plugin with the pins of Kubernetes mode: SameMinor against 2.28.9
+        rc1, _, err1, _ = run_direct("2.27.1", agents[1]["sock"])
+        check(rc1 == 5 and "team-a-native" in err1 and "2.28.9" in err1,
               "rank 1 with 2.27.1 against the topology's 2.28.9: %d %s" % (rc1, err1))
         rc0, _, err0, _ = run_direct("2.28.1", agents[0]["sock"])
         check(rc0 == 0, "rank 0 with 2.28.1 under SameMinor 2.28.9 refused: " + err0)
+        if ARGS.uid:
+            other = other_ipv4_interface()
+            env = {"NCCL_ENV_PLUGIN": plugin, "NCCL_SOCKET_IFNAME": "bond0"}
+            out, err = run_uid(agents[0]["sock"], env)
+            check(out["rc"] == "0" and out["addr"] == "127.0.0.1",
+                  "real NCCL through the delivered plugin: %s %s" % (out, err))
+            # NCCL without the plugin reads the conf file the sidecar wrote
+            out, err = run_uid(None, {"NCCL_CONF_FILE": conf}, plugin=False)
+            check(out["rc"] == "0" and out["addr"] == "127.0.0.1",
+                  "real NCCL with only NCCL_CONF_FILE: %s %s" % (out, err))
+            if other:
+                out, _ = run_uid(None, {"NCCL_CONF_FILE": conf,
+                                        "NCCL_SOCKET_IFNAME": "=" + other[0]}, plugin=False)
+                check(out["addr"] == other[1], "the pod's env should win over the conf file "
+                      "(the reason for the conflict Event): %s" % out)
         ok = True
     finally:
         cl.close(keep=ARGS.keep or not ok)
