@@ -137,7 +137,7 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
     static const char *const lib[] = {"libcoll.so", "libcoll_cuda.so", NULL};
     static const char *const nccl[] = {"libnccl.so", NULL};
     static const char *const plugin[] = {"libcoll_cuda.so", NULL};
-    static const char *const envplugin[] = {"libnccl-env", NULL};
+    static const char *const envplugin[] = {"libnccl-env", "libjansson.so", NULL};
     int copied = 0, ncopied = 0, ecopied = 0;
     memset(cond, 0, sizeof(*cond));
     cond->fatal = 1;
@@ -167,7 +167,8 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
     if (ncopied > 0 && copy_matching(src_dir, ndst, plugin, 0, &ncopied, cond) != 0)
         return -1;
     /* NVIDIA NCCL's environment plugin (SRC/kcoll-nccl-env) in DST/../nccl-env, where the
-     * webhook points NCCL_ENV_PLUGIN (CollectiveTopology spec.nccl: native) */
+     * webhook points NCCL_ENV_PLUGIN (CollectiveTopology spec.nccl: native), with the
+     * libjansson.so.4 the image puts beside it (the training image need not have it) */
     char esrc[PATH_MAX], edst[PATH_MAX];
     if (agent_fmt(esrc, sizeof(esrc), "%s/kcoll-nccl-env", src_dir) < 0 ||
         agent_fmt(edst, sizeof(edst), "%.*s/nccl-env", plen, slash != NULL ? dst_dir : ".") < 0) {

@@ -466,6 +466,12 @@ def case_webhook(_):
         with open(ARGS.plugin, "rb") as f, \
                 open(os.path.join(src, "kcoll-nccl-env", "libnccl-env.so"), "wb") as g:
             g.write(f.read())
+        ldd = subprocess.run(["ldd", ARGS.plugin], capture_output=True, text=True).stdout
+        jansson = re.search(r"libjansson\.so\.4 => (\S+)", ldd)
+        check(jansson, "the plugin does not load libjansson.so.4: " + ldd)
+        with open(jansson.group(1), "rb") as f, \
+                open(os.path.join(src, "kcoll-nccl-env", "libjansson.so.4"), "wb") as g:
+            g.write(f.read())
         runs = [os.path.join(cl.dir, "run%d" % i) for i in range(2)]
         for r in runs:
             os.makedirs(r)  # the emptyDir
@@ -479,7 +485,9 @@ def case_webhook(_):
         text = open(conf).read()
         print(text.strip())
         check("NCCL_SOCKET_IFNAME==lo" in text and "NCCL_NET=Socket" in text, "nccl.conf")
-        check(os.path.exists(plugin), "the plugin was not delivered")
+        check(os.path.exists(plugin) and
+              os.path.exists(os.path.join(runs[1], "nccl-env", "libjansson.so.4")),
+              "the plugin (with its libjansson) was not delivered")
 
         def conflict_events():
             return [e for e in cl.objects("events") if e["reason"] == "KcollNcclEnvConflict"]
