@@ -240,6 +240,19 @@ def case_versions(_):
         evs = [e for e in cl.objects("events") if e["involvedObject"]["kind"] == "Communicator"
                and "2.19.3" in e["message"]]
         check(len(evs) == 1, "%d Events on the Communicator, not one" % len(evs))
+        # what a user sees: real kubectl describe (each pod's NCCL version and interface)
+        kubectl = harness.find_kubectl()
+        if kubectl:
+            r = subprocess.run([kubectl, "describe", "communicator", "mixed"],
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, KUBECONFIG=cl.kubeconfig(), HOME=cl.dir))
+            print(r.stdout)
+            check(r.returncode == 0, "kubectl describe failed: " + r.stderr[-2000:])
+            for want in ("Nccl Members", "2.19.3", "2.28.9", "Refused", "Interface:", names[2],
+                         "NcclVersionMismatch", "KcollBootstrapFailed"):
+                check(want in r.stdout, "describe output lacks %r" % want)
+        else:
+            print("note: kubectl v1.33+ not found in PATH or .deps/bin: describe not checked")
         # real NCCL on a rank of another version than rank 0's (2.19.3 here)
         if ARGS.uid:
             _, pods2 = cl.add_job("mixed-real", 2)
