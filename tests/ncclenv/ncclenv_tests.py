@@ -226,7 +226,10 @@ def case_versions(_):
             conds = {x["type"]: x for x in st.get("conditions", [])}
             v = conds.get("VersionsConsistent")
             return st if v and v["status"] == "False" and st.get("phase") == "Failed" else None
+        t_refused = time.time()
         st = wait_for(failed, 20, "VersionsConsistent=False and phase Failed")
+        print("rank 0's init %d ms, rank 1's %d ms, rank 2 refused in %d ms, Communicator Failed "
+              "%.2f s after the refusal" % (ms0, ms1, ms2, time.time() - t_refused))
         v = [x for x in st["conditions"] if x["type"] == "VersionsConsistent"][0]
         print(json.dumps(v))
         check(v["reason"] == "NcclVersionMismatch" and names[2] in v["message"],
