@@ -541,6 +541,97 @@ def case_webhook(_):
         cl.close(keep=ARGS.keep or not ok)
 
 
+def case_netns_seed(_):
+    """Three "nodes" (network namespaces) shaped like the seed: everyone sets
+    NCCL_SOCKET_IFNAME=bond0, which is the backend network on node1 and node2 but the management
+    network on the spare server node3 (whose backend is ens5). Without the plugin node3's NCCL
+    binds the management address; with it (an agent per node, pinning each node's backend
+    interface) every node's ncclGetUniqueId carries its backend address."""
+    if not ARGS.uid:
+        skip("real NCCL was not found at build time (ncclenv_uid not built)")
+    if os.geteuid() != 0:
+        skip("needs root to create network namespaces and veth links")
+    tag = "kne%d" % os.getpid()
+    nodes = [tag + "n1", tag + "n2", tag + "n3"]
+    sw = tag + "sw"
+    made = []
+
+    def ip(*a):
+        r = subprocess.run(["ip"] + list(a), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("ip %s: %s" % (" ".join(a), r.stderr.strip()))
+
+    # (node, interface, address, network): backend 10.77.1.0/24 on a bridge, management
+    # 10.37.12.0/24 on another
+    links = [(0, "bond0", "10.77.1.1", "be"), (0, "eth0", "10.37.12.1", "mg"),
+             (1, "bond0", "10.77.1.2", "be"), (1, "eth0", "10.37.12.2", "mg"),
+             (2, "ens5", "10.77.1.3", "be"), (2, "bond0", "10.37.12.3", "mg")]
+    agents = []
+    try:
+        try:
+            for ns in nodes + [sw]:
+                ip("netns", "add", ns)
+                made.append(ns)
+                ip("-n", ns, "link", "set", "lo", "up")
+            for br in ("be", "mg"):
+                ip("-n", sw, "link", "add", br, "type", "bridge")
+                ip("-n", sw, "link", "set", br, "up")
+            for k, (n, ifname, addr, br) in enumerate(links):
+                peer = "p%d" % k
+                ip("link", "add", ifname, "netns", nodes[n], "type", "veth", "peer", "name",
+                   peer, "netns", sw)
+                ip("-n", sw, "link", "set", peer, "master", br)
+                ip("-n", sw, "link", "set", peer, "up")
+                ip("-n", nodes[n], "addr", "add", addr + "/24", "dev", ifname)
+                ip("-n", nodes[n], "link", "set", ifname, "up")
+        except RuntimeError as e:
+            skip("could not build the namespace lab: %s" % e)
+        backend = {0: ("bond0", "10.77.1.1"), 1: ("bond0", "10.77.1.2"), 2: ("ens5", "10.77.1.3")}
+        # the bug, as NCCL has it: node3 binds its management address
+        e = clean_env({"NCCL_ENV_PLUGIN": "none", "NCCL_SOCKET_IFNAME": "bond0"})
+        r = subprocess.run(["ip", "netns", "exec", nodes[2], ARGS.uid], env=e,
+                           capture_output=True, text=True, timeout=60)
+        check("addr=10.37.12.3" in r.stdout,
+              "without the plugin node3 should bind its management bond0: " + r.stdout)
+        d = tempfile.mkdtemp(prefix="kcoll-ncclenv-netns-")
+        topo = topology(ranks=[{"rank": n, "interface": backend[n][0], "node": "node%d" % (n + 1),
+                                "pod": "train-%d" % n} for n in range(3)])
+        topo["root"] = {"host": "10.77.1.1", "port": 29778}
+        path = os.path.join(d, "topology.json")
+        with open(path, "w") as f:
+            json.dump(topo, f)
+        for n in range(3):
+            sock = os.path.join(d, "agent%d.sock" % n)
+            log = open(os.path.join(d, "agent%d.log" % n), "w")
+            agents.append(subprocess.Popen(
+                ["ip", "netns", "exec", nodes[n], ARGS.agent, "--topology", path, "--rank", str(n),
+                 "--socket", sock, "--health-port", "0", "--min-shm-mb", "0"],
+                env=clean_env({}), stdout=log, stderr=subprocess.STDOUT))
+        for n in range(3):
+            sock = os.path.join(d, "agent%d.sock" % n)
+            wait_for(lambda: os.path.exists(sock), 20, "agent %d's socket" % n)
+            e = clean_env({"NCCL_ENV_PLUGIN": ARGS.plugin, "NCCL_SOCKET_IFNAME": "bond0",
+                           "COLL_AGENT_SOCKET": sock})
+            r = subprocess.run(["ip", "netns", "exec", nodes[n], ARGS.uid], env=e,
+                               capture_output=True, text=True, timeout=60)
+            print("node%d: %s" % (n + 1, r.stdout.strip()))
+            check("rc=0 " in r.stdout and "addr=%s " % backend[n][1] in r.stdout,
+                  "node%d's id does not carry its backend address %s: %s %s" %
+                  (n + 1, backend[n][1], r.stdout, r.stderr))
+            overrides = [ln for ln in r.stderr.splitlines() if "overridden" in ln]
+            check(len(overrides) == (1 if n == 2 else 0),
+                  "node%d: override warnings %s" % (n + 1, overrides))
+    finally:
+        for a in agents:
+            a.terminate()
+            try:
+                a.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                a.kill()
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 
