@@ -118,9 +118,10 @@ static void job_stamp(const agent_facts_t *f, char out[17])
 
 /* status.ncclMembers.RANK = what this rank loaded (a merge patch of one key: no conflicts with
  * the other ranks' records). Best effort, bounded. */
-static void record_member(agent_ctx_t *ctx, const agent_facts_t *f, const char *version,
-                          const char *verdict)
+static void record_member(agent_ctx_t *ctx, const agent_facts_t *f,
+                          const colli_proto_nccl_init_t *in, const char *verdict)
 {
+    const char *version = in->version;
     char path[800], key[16], stamp[17];
     agent_kube_resp_t r;
     json_t *patch;
@@ -129,9 +130,9 @@ static void record_member(agent_ctx_t *ctx, const agent_facts_t *f, const char *
     job_stamp(f, stamp);
     snprintf(key, sizeof(key), "%d", f->rank);
     snprintf(path, sizeof(path), COMM_PATH "/status", f->ns, ctx->comm_name);
-    patch = json_pack("{s{s{s{ss ss ss ss ss ss ss}}}}", "status", "ncclMembers", key, "pod",
+    patch = json_pack("{s{s{s{ss ss ss ss ss ss ss ss}}}}", "status", "ncclMembers", key, "pod",
                       f->pod, "node", f->node, "version", version, "interface", f->ifname,
-                      "address", f->address, "verdict", verdict, "job", stamp);
+                      "address", f->address, "verdict", verdict, "job", stamp, "gpu", in->gpu);
     if (!patch)
         return;
     if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
@@ -187,7 +188,7 @@ static int root_version(agent_ctx_t *ctx, const agent_facts_t *f, int64_t deadli
 }
 
 /* This rank's refusal: the Communicator's condition, phase and Event, and the error reply. */
-static json_t *refuse(agent_ctx_t *ctx, const agent_facts_t *f, const char *version,
+static json_t *refuse(agent_ctx_t *ctx, const agent_facts_t *f, const colli_proto_nccl_init_t *in,
                       const char *msg)
 {
     colli_proto_report_t rep;
@@ -201,7 +202,7 @@ static json_t *refuse(agent_ctx_t *ctx, const agent_facts_t *f, const char *vers
                                   .reason = "NcclVersionMismatch",
                                   .message = msg};
     agent_warn("AGENT-NCCL-VERSION-MISMATCH", "%s", msg);
-    record_member(ctx, f, version, "Refused");
+    record_member(ctx, f, in, "Refused");
     if (ctx->health)
         agent_health_report(ctx->health, &rep);
     return colli_proto_error_reply(COLLI_PROTO_CODE_VERSION_MISMATCH, msg);
@@ -243,9 +244,10 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
     snprintf(nf.policy, sizeof(nf.policy), "%s",
              ctx->nccl_policy[0] ? ctx->nccl_policy : COLLI_PROTO_NCCL_POLICY_EXACT);
     agent_info("AGENT-NCCL-INIT",
-               "NCCL %s%s (host %s, pid %d, CUDA driver %d) in rank %d: interface %s, transport %s",
-               in.version, in.suffix, in.host[0] ? in.host : "-", in.pid, in.cuda_driver, f.rank,
-               f.ifname, f.transport);
+               "NCCL %s%s (host %s, pid %d, local rank %d, GPU %s, CUDA driver %d) in rank %d: "
+               "interface %s, transport %s",
+               in.version, in.suffix, in.host[0] ? in.host : "-", in.pid, in.local_rank,
+               in.gpu[0] ? in.gpu : "-", in.cuda_driver, f.rank, f.ifname, f.transport);
 
     if (nf.version_pin[0]) {
         if (!colli_proto_nccl_versions_agree(in.version, nf.version_pin, nf.policy)) {
@@ -255,7 +257,7 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
                      "on this pod, or change spec.ncclVersion",
                      f.rank, f.pod, f.node, in.version, nf.topology, nf.version_pin, nf.policy,
                      nf.version_pin);
-            return refuse(ctx, &f, in.version, msg);
+            return refuse(ctx, &f, &in, msg);
         }
         snprintf(nf.reference, sizeof(nf.reference), "%s (pinned by %s)", nf.version_pin,
                  nf.topology);
@@ -280,13 +282,13 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
                      "CollectiveTopology %s",
                      f.rank, f.pod, f.node, in.version, root.pod, root.node, root.version,
                      nf.policy, f.topology);
-            return refuse(ctx, &f, in.version, msg);
+            return refuse(ctx, &f, &in, msg);
         } else {
             snprintf(nf.reference, sizeof(nf.reference), "%s (rank 0, pod %s)", root.version,
                      root.pod);
         }
     }
     if (f.rank < LISTED_RANKS)
-        record_member(ctx, &f, in.version, "Accepted");
+        record_member(ctx, &f, &in, "Accepted");
     return colli_proto_nccl_init_reply(&nf);
 }

@@ -96,11 +96,12 @@ static int int_member(const json_t *o, const char *key, int *out)
 
 json_t *colli_proto_nccl_init_request(const colli_proto_nccl_init_t *r, int timeout_ms)
 {
-    return json_pack("{si ss si ss ss ss si si}", COLLI_PROTO_KEY_V, COLLI_PROTO_IPC_VERSION,
+    return json_pack("{si ss si ss ss ss si si ss si}", COLLI_PROTO_KEY_V, COLLI_PROTO_IPC_VERSION,
                      COLLI_PROTO_KEY_TYPE, COLLI_PROTO_TYPE_NCCL_INIT, COLLI_PROTO_KEY_TIMEOUT_MS,
                      timeout_ms, COLLI_PROTO_KEY_NCCL_VERSION, r->version,
                      COLLI_PROTO_KEY_NCCL_SUFFIX, r->suffix, COLLI_PROTO_KEY_HOST, r->host,
-                     COLLI_PROTO_KEY_PID, r->pid, COLLI_PROTO_KEY_CUDA_DRIVER, r->cuda_driver);
+                     COLLI_PROTO_KEY_PID, r->pid, COLLI_PROTO_KEY_CUDA_DRIVER, r->cuda_driver,
+                     COLLI_PROTO_KEY_GPU, r->gpu, COLLI_PROTO_KEY_LOCAL_RANK, r->local_rank);
 }
 
 int colli_proto_nccl_init_parse(const json_t *msg, colli_proto_nccl_init_t *out, char *err,
@@ -109,6 +110,7 @@ int colli_proto_nccl_init_parse(const json_t *msg, colli_proto_nccl_init_t *out,
     colli_proto_nccl_init_t r;
     int v[3];
     memset(&r, 0, sizeof(r));
+    r.local_rank = -1;
     if (take(msg, COLLI_PROTO_KEY_NCCL_VERSION, r.version, sizeof(r.version), 1, "0123456789.") ||
         colli_proto_nccl_version_parse(r.version, v) != 0) {
         set_err(err, errlen,
@@ -116,11 +118,18 @@ int colli_proto_nccl_init_parse(const json_t *msg, colli_proto_nccl_init_t *out,
         return -1;
     }
     if (take(msg, COLLI_PROTO_KEY_NCCL_SUFFIX, r.suffix, sizeof(r.suffix), 0, NULL) ||
-        take(msg, COLLI_PROTO_KEY_HOST, r.host, sizeof(r.host), 0, NULL)) {
+        take(msg, COLLI_PROTO_KEY_HOST, r.host, sizeof(r.host), 0, NULL) ||
+        take(msg, COLLI_PROTO_KEY_GPU, r.gpu, sizeof(r.gpu), 0, NULL)) {
         set_err(err, errlen,
-                "\"" COLLI_PROTO_KEY_NCCL_SUFFIX "\" or \"" COLLI_PROTO_KEY_HOST
-                "\" is not a printable string within %zu bytes",
-                sizeof(r.suffix) - 1);
+                "\"" COLLI_PROTO_KEY_NCCL_SUFFIX "\", \"" COLLI_PROTO_KEY_HOST
+                "\" or \"" COLLI_PROTO_KEY_GPU "\" is not a printable string within its limit "
+                "(%zu, %zu, %zu bytes)",
+                sizeof(r.suffix) - 1, sizeof(r.host) - 1, sizeof(r.gpu) - 1);
+        return -1;
+    }
+    if (json_object_get(msg, COLLI_PROTO_KEY_LOCAL_RANK) &&
+        (int_member(msg, COLLI_PROTO_KEY_LOCAL_RANK, &r.local_rank) || r.local_rank < -1)) {
+        set_err(err, errlen, "\"" COLLI_PROTO_KEY_LOCAL_RANK "\" must be an integer >= -1");
         return -1;
     }
     if (json_object_get(msg, COLLI_PROTO_KEY_PID) && int_member(msg, COLLI_PROTO_KEY_PID, &r.pid)) {

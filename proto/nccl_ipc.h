@@ -22,6 +22,8 @@ struct json_t;
 #define COLLI_PROTO_KEY_NCCL_SUFFIX  "nccl_suffix"  /* NCCL's version suffix, may be "" */
 #define COLLI_PROTO_KEY_HOST         "host"
 #define COLLI_PROTO_KEY_CUDA_DRIVER  "cuda_driver" /* cuDriverGetVersion, 0 = unknown */
+#define COLLI_PROTO_KEY_GPU          "gpu"         /* the GPUs the process sees, "" = unknown */
+#define COLLI_PROTO_KEY_LOCAL_RANK   "local_rank"  /* the launcher's LOCAL_RANK, -1 = unknown */
 /* reply (beside rank, nranks, interface, address, ib_device, transport, pod, node, topology of
  * agent_ipc.h) */
 #define COLLI_PROTO_KEY_NCCL_PIN       "nccl_version_pin"    /* "" = not pinned */
@@ -41,8 +43,10 @@ typedef struct {
     char version[32]; /* MAJOR.MINOR.PATCH, checked by colli_proto_nccl_version_parse */
     char suffix[64];
     char host[254];
+    char gpu[128]; /* CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES as the process has it */
     int pid;
     int cuda_driver; /* 0 = unknown */
+    int local_rank;  /* -1 = unknown */
 } colli_proto_nccl_init_t;
 
 typedef struct {
@@ -69,7 +73,7 @@ int colli_proto_nccl_policy_valid(const char *policy);
 int colli_proto_nccl_versions_agree(const char *a, const char *b, const char *policy);
 
 /* {"v", "type": "nccl_init", "timeout_ms", "nccl_version", "nccl_suffix", "host", "pid",
- * "cuda_driver"}. */
+ * "cuda_driver", "gpu", "local_rank"}. */
 struct json_t *colli_proto_nccl_init_request(const colli_proto_nccl_init_t *r, int timeout_ms);
 /* Reads a request (type already checked); -1 with err naming the bad field. */
 int colli_proto_nccl_init_parse(const struct json_t *msg, colli_proto_nccl_init_t *out, char *err,

@@ -83,6 +83,18 @@ static int env_timeout_ms(void)
     return (int)v;
 }
 
+/* The launcher's LOCAL_RANK (torchrun, the training operator), -1 when unknown. */
+static int env_local_rank(void)
+{
+    const char *v = getenv("LOCAL_RANK");
+    char *end;
+    long r;
+    if (!v || !*v)
+        return -1;
+    r = strtol(v, &end, 10);
+    return *end || r < 0 || r > 65535 ? -1 : (int)r;
+}
+
 /* The CUDA driver version when libcuda is already loaded in the process (never loads it). */
 static int cuda_driver_version(void)
 {
@@ -150,6 +162,7 @@ static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, co
     colli_proto_nccl_init_t in;
     colli_proto_nccl_facts_t f;
     json_t *req, *reply = NULL;
+    const char *gpus;
     char err[256], msg[1024];
     coll_result_t status;
     int timeout_ms = env_timeout_ms();
@@ -167,6 +180,11 @@ static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, co
         in.host[0] = '\0';
     in.pid = (int)getpid();
     in.cuda_driver = cuda_driver_version();
+    in.local_rank = env_local_rank();
+    gpus = getenv("CUDA_VISIBLE_DEVICES");
+    if (!gpus)
+        gpus = getenv("NVIDIA_VISIBLE_DEVICES");
+    snprintf(in.gpu, sizeof(in.gpu), "%s", gpus ? gpus : "");
     req = colli_proto_nccl_init_request(&in, timeout_ms);
     if (!req) {
         say("WARN", "cannot build the request to the kcoll agent (out of memory?)");

@@ -26,8 +26,8 @@ static void request(const json_t *msg)
     }
     if (colli_proto_nccl_version_parse(r.version, v) != 0)
         fuzz_fail("nccl_init parse accepted a version that does not parse");
-    if (r.cuda_driver < 0)
-        fuzz_fail("nccl_init parse accepted a negative CUDA driver version");
+    if (r.cuda_driver < 0 || r.local_rank < -1)
+        fuzz_fail("nccl_init parse accepted a negative CUDA driver version or local rank");
     json_t *built = colli_proto_nccl_init_request(&r, 1000);
     if (built == NULL)
         fuzz_fail("an accepted request cannot be encoded");
@@ -35,7 +35,8 @@ static void request(const json_t *msg)
     if (colli_proto_nccl_init_parse(built, &s, err, sizeof(err)) != 0)
         fuzz_fail("an encoded request does not parse");
     if (strcmp(r.version, s.version) != 0 || strcmp(r.suffix, s.suffix) != 0 ||
-        strcmp(r.host, s.host) != 0 || r.pid != s.pid || r.cuda_driver != s.cuda_driver)
+        strcmp(r.host, s.host) != 0 || strcmp(r.gpu, s.gpu) != 0 || r.pid != s.pid ||
+        r.cuda_driver != s.cuda_driver || r.local_rank != s.local_rank)
         fuzz_fail("nccl_init request differs after encode and parse");
     json_decref(built);
 }
@@ -75,16 +76,14 @@ static void versions(const json_t *msg)
     if (a && colli_proto_nccl_version_parse(a, va) == 0) {
         if (!colli_proto_nccl_versions_agree(a, a, COLLI_PROTO_NCCL_POLICY_EXACT))
             fuzz_fail("a version does not agree with itself");
-        if (va[0] < 0 || va[0] > 65535 || va[1] < 0 || va[1] > 65535 || va[2] < 0 ||
-            va[2] > 65535)
+        if (va[0] < 0 || va[0] > 65535 || va[1] < 0 || va[1] > 65535 || va[2] < 0 || va[2] > 65535)
             fuzz_fail("a parsed version part is out of range");
     }
     if (a && b && colli_proto_nccl_versions_agree(a, b, COLLI_PROTO_NCCL_POLICY_EXACT) &&
         !colli_proto_nccl_versions_agree(a, b, COLLI_PROTO_NCCL_POLICY_SAME_MINOR))
         fuzz_fail("versions that agree exactly disagree under SameMinor");
     if (a && b &&
-        colli_proto_nccl_versions_agree(a, b, NULL) !=
-            colli_proto_nccl_versions_agree(b, a, NULL))
+        colli_proto_nccl_versions_agree(a, b, NULL) != colli_proto_nccl_versions_agree(b, a, NULL))
         fuzz_fail("agreement is not symmetric");
 }
 

@@ -213,7 +213,8 @@ def case_versions(_):
         check(ms0 < 5000, "rank 0's init took %d ms: it waited for other ranks" % ms0)
         rc1, vals1, err1, ms1 = run_direct("2.28.9", agents[1]["sock"], ["NCCL_SOCKET_IFNAME"])
         check(rc1 == 0 and vals1["NCCL_SOCKET_IFNAME"] == "=lo", "rank 1 refused: " + err1)
-        rc2, _, err2, ms2 = run_direct("2.19.3", agents[2]["sock"])
+        rc2, _, err2, ms2 = run_direct("2.19.3", agents[2]["sock"],
+                                       env={"CUDA_VISIBLE_DEVICES": "GPU-5d0c1e2f", "LOCAL_RANK": "0"})
         print(err2.strip())
         check(rc2 == 5, "rank 2 with 2.19.3 got %d, not ncclInvalidUsage" % rc2)
         check(ms2 < 10000, "the refusal took %d ms" % ms2)
@@ -237,7 +238,8 @@ def case_versions(_):
         members = st.get("ncclMembers", {})
         check(members.get("0", {}).get("version") == "2.28.9" and
               members.get("2", {}).get("version") == "2.19.3" and
-              members["2"].get("verdict") == "Refused" and members["0"]["interface"] == "lo",
+              members["2"].get("verdict") == "Refused" and members["0"]["interface"] == "lo" and
+              members["2"].get("gpu") == "GPU-5d0c1e2f",
               "ncclMembers: %s" % members)
         time.sleep(1.5)  # Events are posted by the agent's writer thread
         evs = [e for e in cl.objects("events") if e["involvedObject"]["kind"] == "Communicator"
