@@ -2,7 +2,6 @@
 #include "nccl_ipc.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,17 +9,8 @@
 
 #include "agent_ipc.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* err is required by the parsers of this file (nccl_ipc.h) */
+#define set_err(err, errlen, ...) snprintf((err), (errlen), __VA_ARGS__)
 
 int colli_proto_nccl_version_parse(const char *s, int v[3])
 {

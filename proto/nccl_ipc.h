@@ -75,14 +75,15 @@ int colli_proto_nccl_versions_agree(const char *a, const char *b, const char *po
 /* {"v", "type": "nccl_init", "timeout_ms", "nccl_version", "nccl_suffix", "host", "pid",
  * "cuda_driver", "gpu", "local_rank"}. */
 struct json_t *colli_proto_nccl_init_request(const colli_proto_nccl_init_t *r, int timeout_ms);
-/* Reads a request (type already checked); -1 with err naming the bad field. */
+/* Reads a request (type already checked); -1 with err (required) naming the bad field. */
 int colli_proto_nccl_init_parse(const struct json_t *msg, colli_proto_nccl_init_t *out, char *err,
                                 size_t errlen);
 /* The ok reply carrying f. */
 struct json_t *colli_proto_nccl_init_reply(const colli_proto_nccl_facts_t *f);
 /* Reads and checks an ok reply (type already checked): strings within their buffers, an
  * interface name NCCL can hold made of [A-Za-z0-9_.-], a device name of [A-Za-z0-9_.:-], a known
- * transport and policy, rank within nranks. 0 with *out, else -1 with err (*out untouched). */
+ * transport and policy, rank within nranks. 0 with *out, else -1 with err (required; *out
+ * untouched). */
 int colli_proto_nccl_init_decode(const struct json_t *reply, colli_proto_nccl_facts_t *out,
                                  char *err, size_t errlen);
 
