@@ -50,6 +50,7 @@ enum { AGENT_WEBHOOK_NCCL_NVIDIA = 0, AGENT_WEBHOOK_NCCL_KCOLL = 1, AGENT_WEBHOO
 struct agent_webhook_nccl_pins {
     char ifname[16];    /* spec.network.interface ("" when an attachment is pinned) */
     char transport[16]; /* spec.transport (default PreferIB) */
+    int pass_through;   /* spec.ncclAgentUnreachable: PassThrough (default Fail) */
 };
 
 /* Reads one API object for the webhook: GET path (".../jobs/NAME"), answering before deadline_ms

@@ -392,8 +392,11 @@ static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
                         AGENT_WEBHOOK_NCCL_ENV_PLUGIN) != 0 ||
           env_if_absent(m, cname, base, env, fresh, "NCCL_CONF_FILE", AGENT_WEBHOOK_NCCL_CONF) !=
               0 ||
-          (m->pins.ifname[0] && env_if_absent(m, cname, base, env, fresh, "GLOO_SOCKET_IFNAME",
-                                              m->pins.ifname) != 0)))) {
+          (m->pins.ifname[0] &&
+           env_if_absent(m, cname, base, env, fresh, "GLOO_SOCKET_IFNAME", m->pins.ifname) != 0) ||
+          (m->pins.pass_through &&
+           env_if_absent(m, cname, base, env, fresh, "COLL_NCCL_ENV_ON_NO_AGENT", "passthrough") !=
+               0)))) {
         json_decref(fresh);
         return -1;
     }

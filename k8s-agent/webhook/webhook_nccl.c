@@ -22,6 +22,8 @@ void agent_webhook_nccl_pins_read(const json_t *spec, struct agent_webhook_nccl_
         snprintf(pins->ifname, sizeof(pins->ifname), "%s", ifname);
     snprintf(pins->transport, sizeof(pins->transport), "%s",
              t != NULL && strlen(t) < sizeof(pins->transport) ? t : "PreferIB");
+    const char *u = json_string_value(json_object_get(spec, "ncclAgentUnreachable"));
+    pins->pass_through = u != NULL && strcmp(u, "PassThrough") == 0;
 }
 
 /* Does an interface setting (NCCL's syntax: "=eth1", "eth1", a list, "^" exclusions) say

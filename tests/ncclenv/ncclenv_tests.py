@@ -203,6 +203,10 @@ def case_versions(_):
     ok = False
     try:
         _, pods = cl.add_job("mixed", 3)
+        # a topology without spec.nccl: native changes nothing of NCCL's in the pod
+        check(not any(k.startswith(("NCCL_", "GLOO_")) for k in env_of(pods[0]["spec"]["containers"][0]))
+              and "kcoll.io/nccl" not in pods[0]["metadata"]["annotations"],
+              "a topology without nccl: native set NCCL variables: %s" % pods[0]["spec"])
         agents = [cl.start_agent(p) for p in pods]
         names = [p["metadata"]["name"] for p in pods]
         rc, out = harness.hello(ARGS.hello, [a["sock"] for a in agents], check=3)
@@ -452,7 +456,8 @@ def case_webhook(_):
     topo = harness.fixture("topology-train.json")
     topo["metadata"]["name"] = "team-a-native"
     topo["spec"].update({"nccl": "native", "ncclVersion": "2.28.9",
-                         "ncclVersionPolicy": "SameMinor", "network": {"interface": "lo"}})
+                         "ncclVersionPolicy": "SameMinor", "network": {"interface": "lo"},
+                         "ncclAgentUnreachable": "PassThrough"})
     cl = Cluster(ARGS.agent, topologies=())
     ok = False
     try:
@@ -470,7 +475,8 @@ def case_webhook(_):
             check(ann.get("kcoll.io/nccl") == "native", "annotation kcoll.io/nccl: %s" % ann)
             check(env.get("NCCL_ENV_PLUGIN") == "/var/run/kcoll/nccl-env/libnccl-env.so" and
                   env.get("NCCL_CONF_FILE") == "/var/run/kcoll/nccl.conf" and
-                  env.get("GLOO_SOCKET_IFNAME") == "lo" and "LD_PRELOAD" not in env,
+                  env.get("GLOO_SOCKET_IFNAME") == "lo" and "LD_PRELOAD" not in env and
+                  env.get("COLL_NCCL_ENV_ON_NO_AGENT") == "passthrough",
                   "pod %d env: %s" % (i, env))
         conflict = pods[1]["metadata"]["annotations"].get("kcoll.io/nccl-env-conflict", "")
         print("conflict:", conflict)
