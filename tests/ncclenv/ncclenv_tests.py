@@ -43,6 +43,13 @@ def clean_env(extra):
     return e
 
 
+def check_rbac(cl):
+    """Every agent stayed within the chart's RBAC rules (the fixture's allow-list)."""
+    forbidden = {ua: c["forbidden"] for ua, c in cl.control("/counts").items()
+                 if c.get("forbidden")}
+    check(not forbidden, "requests outside the chart's RBAC rules: %s" % forbidden)
+
+
 def run_direct(version, sock, names=(), env=None, timeout=60):
     """The plugin driven as NCCL would: (rc of init, {name: value}, stderr, ms)."""
     e = clean_env({"COLL_AGENT_SOCKET": sock} if sock else {})
@@ -274,6 +281,18 @@ def case_versions(_):
             print("real NCCL:", out["err"], "|", [ln for ln in err.splitlines() if "kcoll" in ln])
             check(out["rc"] == "5" and "2.19.3" in err and pods2[0]["metadata"]["name"] in err,
                   "real NCCL was not refused naming rank 0's pod and version: %s %s" % (out, err))
+        # rank 0 never recorded a version (its agent could not): rank 1 is let through, before
+        # its plugin's own deadline, with AGENT-NCCL-UNCHECKED in its agent's log
+        _, pods3 = cl.add_job("norecord", 2)
+        ag3 = [cl.start_agent(p) for p in pods3]
+        rc, out = harness.hello(ARGS.hello, [a["sock"] for a in ag3], check=2)
+        check(rc == 0, "bootstrap failed: " + out)
+        rc1, _, err1, ms1 = run_direct("2.28.9", ag3[1]["sock"],
+                                       env={"COLL_NCCL_ENV_TIMEOUT_MS": "2000"})
+        check(rc1 == 0 and 1000 <= ms1 < 2000, "rank 1 without rank 0's record: %d in %d ms %s"
+              % (rc1, ms1, err1))
+        check("AGENT-NCCL-UNCHECKED" in cl.agent_log(ag3[1]), "no AGENT-NCCL-UNCHECKED line")
+        check_rbac(cl)
         ok = True
     finally:
         if not ok:
@@ -544,6 +563,7 @@ def case_webhook(_):
                                         "NCCL_SOCKET_IFNAME": "=" + other[0]}, plugin=False)
                 check(out["addr"] == other[1], "the pod's env should win over the conf file "
                       "(the reason for the conflict Event): %s" % out)
+        check_rbac(cl)
         ok = True
     finally:
         cl.close(keep=ARGS.keep or not ok)
