@@ -65,9 +65,8 @@ RUN case "${CUDA}" in \
  && cmake --build /build --parallel \
  && cmake --install /build \
  && rm -f /opt/kcoll/lib/libcoll.a \
- && if [ -e /opt/kcoll/lib/kcoll-nccl-env/libnccl-env.so ]; then \
-      cp -P /usr/lib/*-linux-gnu/libjansson.so.4* /opt/kcoll/lib/kcoll-nccl-env/; \
-    fi \
+ && test -e /opt/kcoll/lib/kcoll-nccl-env/libnccl-env.so \
+ && cp -P /usr/lib/*-linux-gnu/libjansson.so.4* /opt/kcoll/lib/kcoll-nccl-env/ \
  && test -x /opt/kcoll/bin/coll-agent \
  && test -x /opt/kcoll/bin/coll-run \
  && test -x /opt/kcoll/bin/coll-perf \
