@@ -281,6 +281,11 @@ static const char *plugin_get_env(const char *name)
     for (int i = 0; i < NPIN; i++) {
         if (strcmp(name, pin_names[i]) != 0 || !plugin.value[i][0])
             continue;
+        /* InfiniBand through a net plugin the user chose (SHARP's IBext, a vendor's): kept, as
+         * it is InfiniBand too; only "Socket" contradicts an IB pin */
+        if (i == PIN_NET && user && strcmp(plugin.value[i], "IB") == 0 &&
+            strcasecmp(user, "Socket") != 0)
+            return user;
         if (user && !same_setting(i, user, plugin.value[i]) &&
             atomic_exchange(&plugin.warned[i], 1) == 0)
             say("WARN", "%s=%s in the environment is overridden with %s: %s", name, user,

@@ -200,6 +200,26 @@ def case_uid_require_ib(_):
                   "train-0" in err, "%s: no kcoll message naming the policy: %s" % (what, err))
         finally:
             srv.close()
+    # where verbs work (the fake provider of tests/ib: fake_roce0, port 1 active): IB and the
+    # pinned HCA; a user's net plugin for IB (SHARP's IBext) is kept, Socket is overridden
+    if not ARGS.fake_verbs:
+        print("note: tests/ib's fake verbs provider is not built: the IB-usable answers are not "
+              "checked")
+        return
+    venv = {"COLL_TEST_IB_VERBS_LIB": ARGS.fake_verbs}
+    for i, (policy, user, want_net, warned) in enumerate((
+            ("RequireIB", None, "IB", False), ("PreferIB", "Socket", "IB", True),
+            ("PreferIB", "IBext_v8", "IBext_v8", False))):
+        sock = os.path.join(d, "ok%d.sock" % i)
+        srv = fake_agent(sock, [frame(good_reply(transport=policy, ib_device="fake_roce0"))])
+        try:
+            e = dict(venv, **({"NCCL_NET": user} if user else {}))
+            rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_NET", "NCCL_IB_HCA"], env=e)
+            check(rc == 0 and vals["NCCL_NET"] == want_net and
+                  vals["NCCL_IB_HCA"] == "=fake_roce0" and ("overridden" in err) == warned,
+                  "%s with verbs, NCCL_NET=%s: %s %s" % (policy, user, vals, err))
+        finally:
+            srv.close()
 
 
 def case_versions(_):
@@ -670,6 +690,7 @@ def main():
     for a in ("--agent", "--plugin", "--direct", "--hello"):
         ap.add_argument(a, required=True)
     ap.add_argument("--uid")
+    ap.add_argument("--fake-verbs")
     ap.add_argument("--keep", action="store_true")
     ARGS = ap.parse_args()
     for p in (ARGS.agent, ARGS.plugin, ARGS.direct, ARGS.hello):
