@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -23,6 +24,13 @@ from harness import Cluster, wait_for  # noqa: E402
 
 ARGS = None
 SKIP = 77
+SCRATCH = []  # temporary directories, removed at exit (kept with --keep)
+
+
+def scratch(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    SCRATCH.append(d)
+    return d
 
 
 def check(cond, msg):
@@ -84,7 +92,7 @@ class Standalone:
     """coll-agent --topology FILE for one rank, in a temporary directory."""
 
     def __init__(self, topo, rank=0, extra=()):
-        self.dir = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+        self.dir = scratch("kcoll-ncclenv-")
         path = os.path.join(self.dir, "topology.json")
         with open(path, "w") as f:
             json.dump(topo, f)
@@ -169,7 +177,7 @@ def case_uid_require_ib(_):
               "pre-flight: no kcoll message naming the missing device: " + err)
     finally:
         ag.close()
-    devdir = tempfile.mkdtemp(prefix="kcoll-fake-ib-")
+    devdir = scratch("kcoll-fake-ib-")
     open(os.path.join(devdir, "uverbs0"), "w").close()
     ag = Standalone(topology(transport="PreferIB"), extra=["--ib-dev-dir", devdir])
     try:
@@ -183,7 +191,7 @@ def case_uid_require_ib(_):
     # an agent whose pod passed the pre-flight (answered here by a stand-in, since the
     # pre-flight needs an unlimited memlock this machine may not grant): the plugin's own probe
     ack = frame({"v": 1, "type": "ack", "ok": True})
-    d = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+    d = scratch("kcoll-ncclenv-")
     runs = [("direct", None)] + ([("real NCCL", "uid")] if ARGS.uid else [])
     for i, (what, kind) in enumerate(runs):
         sock = os.path.join(d, "ib%d.sock" % i)
@@ -359,7 +367,7 @@ def case_pin(_):
 def case_no_agent(_):
     """No agent on the socket: one clear line and a failed init (within the deadline), or pass
     through when COLL_NCCL_ENV_ON_NO_AGENT=passthrough; no COLL_AGENT_SOCKET: pass through."""
-    d = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+    d = scratch("kcoll-ncclenv-")
     sock = os.path.join(d, "absent.sock")
     t0 = time.time()
     rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_SOCKET_IFNAME"],
@@ -453,7 +461,7 @@ def case_hostile_agent(_):
         ("error without text", frame({"v": 1, "type": "error", "ok": False}), "error"),
         ("no answer", None, "no reply"),
     ]
-    d = tempfile.mkdtemp(prefix="kcoll-ncclenv-")
+    d = scratch("kcoll-ncclenv-")
     for i, (what, ans, want) in enumerate(cases):
         sock = os.path.join(d, "a%d.sock" % i)
         srv = fake_agent(sock, [ans])
@@ -641,7 +649,7 @@ def case_netns_seed(_):
                            capture_output=True, text=True, timeout=60)
         check("addr=10.37.12.3" in r.stdout,
               "without the plugin node3 should bind its management bond0: " + r.stdout)
-        d = tempfile.mkdtemp(prefix="kcoll-ncclenv-netns-")
+        d = scratch("kcoll-ncclenv-netns-")
         topo = topology(ranks=[{"rank": n, "interface": backend[n][0], "node": "node%d" % (n + 1),
                                 "pod": "train-%d" % n} for n in range(3)])
         topo["root"] = {"host": "10.77.1.1", "port": 29778}
@@ -701,6 +709,12 @@ def main():
     except AssertionError as e:
         print("FAIL: %s" % e)
         return 1
+    finally:
+        for d in SCRATCH:
+            if ARGS.keep:
+                print("kept " + d)
+            else:
+                shutil.rmtree(d, ignore_errors=True)
     print("PASS")
     return 0
 
