@@ -3,7 +3,6 @@
  * torchrun's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE: rank 0 hosts the bootstrap root on
  * MASTER_ADDR:MASTER_PORT (COLL_MASTER_PORT overrides the port: under torchrun its TCPStore holds
  * MASTER_PORT), and the job's secret comes from COLL_JOB_SECRET. */
-#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
+#include "base/sockutil.h"
 #include "base/util.h"
 #include "core/core.h"
 #include "hex.h" /* proto/ */
@@ -82,24 +82,6 @@ static coll_result_t job_secret(const char *addr, long port, long world, long ra
     return COLL_SUCCESS;
 }
 
-static coll_result_t resolve(const char *host, long port, struct sockaddr_storage *out)
-{
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%ld", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc != 0 || res == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_NETWORK,
-                         "coll_comm_init_env: MASTER_ADDR=%s does not resolve: %s (it must name "
-                         "rank 0's host, as for torchrun)",
-                         host, gai_strerror(rc));
-    memset(out, 0, sizeof(*out));
-    memcpy(out, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return COLL_SUCCESS;
-}
-
 /* Rank 0: the root on MASTER_ADDR's address when it is this host's, else on every address. */
 static coll_result_t host_root(const struct sockaddr_storage *root, const uint8_t secret[16],
                                double timeout, const char *port_var, pthread_t *thread)
@@ -140,7 +122,9 @@ static coll_result_t from_master(coll_comm_t *out, const char *addr)
         return status;
     colli_create_t c = {.nranks = (int)world, .rank = (int)rank};
     if ((status = job_secret(addr, port, world, rank, c.secret)) != COLL_SUCCESS ||
-        (status = resolve(addr, port, &c.root)) != COLL_SUCCESS)
+        (status = colli_sock_resolve(addr, (int)port, &c.root, "MASTER_ADDR:port",
+                                     " (MASTER_ADDR must name rank 0's host, as for "
+                                     "torchrun)")) != COLL_SUCCESS)
         return status;
     colli_config_t cfg;
     if ((status = colli_config_load(&cfg)) != COLL_SUCCESS)

@@ -327,14 +327,8 @@ static void hello_arrived(struct coll_comm *comm, sock_state_t *s, sock_pending_
     }
     if (!hello_only(h->kind))
         return; /* a notice: its MAC over the text follows, checked once it is whole */
-    if (colli_challenge_make(comm->secret, h, &p->chal) != COLL_SUCCESS) {
-        drop_pending_s(s, p, "no random bytes for the challenge");
-        return;
-    }
-    /* 32 bytes into the empty buffer of a fresh socket: sent whole or failed */
-    ssize_t w = send(p->fd, &p->chal, sizeof(p->chal), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w != (ssize_t)sizeof(p->chal))
-        drop_pending_s(s, p, w < 0 ? strerror(errno) : "could not send the challenge");
+    if (!colli_challenge_send(p->fd, comm->secret, h, &p->chal, &why))
+        drop_pending_s(s, p, why);
 }
 
 static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
