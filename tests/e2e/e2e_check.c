@@ -9,7 +9,8 @@
  * Output, one line each, for the driver to assert on:
  *   init ok rank=R nranks=N
  *   init failed result=ERR_VERSION msg=...              (exit 3)
- *   all_reduce ok count=N | all_gather ok ... | broadcast ok ... | all_to_all ok ...
+ *   all_reduce ok count=N | all_reduce avg ok count=N | all_gather ok ... | broadcast ok ... |
+ *   all_to_all ok ...
  *   WRONG all_reduce i=I got=G want=W                     (exit 1)
  *   looping rank=R                                        (loop mode, after the first iteration)
  *   collective failed op=all_reduce result=ERR_REMOTE msg=...   (exit 4)
@@ -98,6 +99,22 @@ static int check_collectives(coll_comm_t comm, int rank, int nranks, size_t coun
         if (!bad)
             printf("all_reduce ok count=%zu\n", n);
     }
+
+    /* average: rank + i % 5 everywhere, so the mean (nranks-1)/2 + i % 5 is exact in float */
+    float *avg = malloc(count * sizeof(*avg));
+    if (avg == NULL) {
+        printf("out of memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < count; i++)
+        avg[i] = (float)rank + (float)(i % 5);
+    RUN(comm, "all_reduce", coll_all_reduce(avg, avg, count, COLL_FLOAT32, COLL_AVG, comm, NULL));
+    for (size_t i = 0; i < count && !bad; i++)
+        if (avg[i] != (float)(nranks - 1) / 2.0f + (float)(i % 5))
+            bad = wrong("all_reduce avg", i, avg[i], (nranks - 1) / 2.0 + (double)(i % 5));
+    free(avg);
+    if (!bad)
+        printf("all_reduce avg ok count=%zu\n", count);
 
     size_t per = count / (size_t)nranks > 0 ? count / (size_t)nranks : 1;
     uint32_t *mine = malloc(per * sizeof(*mine));

@@ -335,10 +335,11 @@ def case_standalone(ck, _cl):
                                      COLL_TEST_HOST_ID_SUFFIX=",".join("p%d" % (r // 4)
                                                                        for r in range(n))))
         o2 = r2.stdout + r2.stderr
-        ok2 = sum(1 for rank in range(n) if "[rank %d] all_reduce ok count=100003" % rank in o2)
+        ok2 = sum(1 for rank in range(n) if "[rank %d] all_reduce ok count=100003" % rank in o2 and
+                  "[rank %d] all_reduce avg ok count=100003" % rank in o2)
         ck(r2.returncode == 0 and ok2 == n and "WRONG" not in o2,
-           "COLL_HIER_MIN=%s, a host per pod: all_reduce of 100003 exact on %d of %d ranks"
-           % (hier, ok2, n), e2e.tail(o2))
+           "COLL_HIER_MIN=%s, a host per pod: all_reduce (sum, avg) of 100003 exact on %d of %d "
+           "ranks" % (hier, ok2, n), e2e.tail(o2))
         said = re.search(r"3 pods x 4 ranks: rank 5 is local rank 1 of pod coll-run-pod-1 .*"
                          r"all_reduce from (\d+) bytes is hierarchical", o2)
         ck(said and said.group(1) == ("65536" if hier == "64K" else "0"),
