@@ -100,18 +100,21 @@ static json_t *fail_reply(const char *code, const char *text, const agent_facts_
 /* A process of the pod was refused (code, msg): while the pod's local ranks are not all there,
  * its hellos still waiting, and later ones, fail with the same message (those already answered
  * are bootstrapping: the refused process tells the root, which fails them). Once all are there
- * the job runs and only the refused process fails. */
-static void fail_generation(agent_ctx_t *ctx, int per, const char *code, const char *msg)
+ * the job runs and only the refused process fails. Returns 1 when the pod's bootstrap failed. */
+static int fail_generation(agent_ctx_t *ctx, int per, const char *code, const char *msg)
 {
     agent_local_t *l = &ctx->local;
+    int failed = 0;
     agent_error("AGENT-LOCAL-RANK", "%s", msg);
     pthread_mutex_lock(&ctx->mu);
     if (l->claimed < per && !l->failed[0]) {
         snprintf(l->failed, sizeof(l->failed), "%s", msg);
         snprintf(l->failed_code, sizeof(l->failed_code), "%s", code);
         pthread_cond_broadcast(&ctx->cv);
+        failed = 1;
     }
     pthread_mutex_unlock(&ctx->mu);
+    return failed; /* 1: the pod's bootstrap fails with it */
 }
 
 /* The pod's lowest claimed local rank (it hosts the root when local rank 0 of pod 0 is missing). */
@@ -251,8 +254,10 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
                  "0..%d (torchrun does), or stop the stray process",
                  pod.pod, lr, f.rank, l->pid[lr], pid, per - 1);
         pthread_mutex_unlock(&ctx->mu);
-        fail_generation(ctx, per, COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg);
-        report_pod_failure(ctx, &pod, f.rank, msg, NULL); /* logged by fail_generation */
+        /* the Communicator says so when the pod's bootstrap fails with it (a stray process
+         * after the pod started is refused alone) */
+        if (fail_generation(ctx, per, COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg))
+            report_pod_failure(ctx, &pod, f.rank, msg, NULL); /* logged by fail_generation */
         return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE, msg, &pod, lr, 0, 0, NULL);
     }
     if (l->pid[lr] == 0) {
@@ -281,12 +286,13 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     lowest = lr == lowest_claimed(l, per);
     if (!l->failed[0]) {
         char miss[256];
+        int claimed = l->claimed;
         ranges(l, per, 0, miss, sizeof(miss));
         pthread_mutex_unlock(&ctx->mu);
         snprintf(msg, sizeof(msg),
                  "pod %s: local ranks %s have not said hello yet (%d of %d did); this hello's "
                  "deadline passed first",
-                 pod.pod, miss, l->claimed, per);
+                 pod.pod, miss, claimed, per);
         return colli_proto_error_reply(COLLI_PROTO_CODE_NOT_READY, msg);
     }
     snprintf(msg, sizeof(msg), "%s", l->failed);
