@@ -11,7 +11,8 @@
 #      hierarchically; both results are checked (coll-perf -c 1)
 #
 # usage: pods_lab.sh <coll-agent> <e2e_check> <coll-perf> [BYTES]   (root only: exits 77 otherwise)
-# PODS_LAB_PER=2 PODS_LAB_BYTES=64M pods_lab.sh ... runs the benchmark of docs/benchmarks.md.
+# PODS_LAB_PER=2 PODS_LAB_BYTES=64M pods_lab.sh ... runs the benchmark of docs/benchmarks.md;
+# PODS_LAB_RATE=1gbit limits each pod's egress (tc tbf) to a link slower than memory.
 set -u
 
 AGENT=${1:-}
@@ -75,7 +76,18 @@ setup() {
             ip -n "${TAG}p$i" link set eth0 up || return 1
     done
 }
-setup >"$WORK/setup.log" 2>&1 || {
+# PODS_LAB_RATE=1gbit: each pod's egress limited (tc tbf), a link slower than memory between pods
+if [ -n "${PODS_LAB_RATE:-}" ]; then
+    setup_rate() {
+        for i in $(seq 0 $((NPODS - 1))); do
+            tc -n "${TAG}p$i" qdisc add dev eth0 root tbf rate "$PODS_LAB_RATE" burst 256kb \
+                latency 50ms || return 1
+        done
+    }
+else
+    setup_rate() { :; }
+fi
+{ setup && setup_rate; } >"$WORK/setup.log" 2>&1 || {
     cat "$WORK/setup.log"
     skip "could not build the namespace topology (veth/bridge support?)"
 }
@@ -149,7 +161,7 @@ chmod 755 "$WORK/pod.sh"
 export PER
 
 N=$((NPODS * PER))
-note "$NPODS pods x $PER ranks on 10.78.1.1-$NPODS (shared memory inside a pod, TCP across)"
+note "$NPODS pods x $PER ranks on 10.78.1.1-$NPODS (shared memory inside a pod, TCP across${PODS_LAB_RATE:+, egress of every pod limited to $PODS_LAB_RATE})"
 
 # ---- 1: correctness ----
 if run_job check timeout 150 "$CHECK" --count 262144; then
