@@ -118,6 +118,7 @@ typedef struct agent_ctx {
     agent_facts_t facts;       /* written once before state becomes READY; the pod's facts:
                                 * rank/nranks count pods, local_size is ranksPerPod */
     agent_local_t local;       /* under mu */
+    char ranks_source[240];    /* where facts.local_size came from (set before READY) */
     char pod_uid[64];          /* this pod's uid (kube mode): Events name it */
     agent_condition_t failure; /* valid when state == FAILED */
     agent_condition_t warnings[8];

@@ -198,9 +198,11 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     pod.local_size = per;
     if (lr < 0 && per > 1) {
         snprintf(msg, sizeof(msg),
-                 "pod %s runs %d ranks (ranksPerPod %d) but the process with pid %d said no local "
-                 "rank: start each process with LOCAL_RANK=0..%d (torchrun sets it)",
-                 pod.pod, per, per, pid, per - 1);
+                 "pod %s runs %d ranks (ranksPerPod %d, from %s) but the process with pid %d "
+                 "said no local rank: start each process with LOCAL_RANK=0..%d (torchrun sets "
+                 "it); one process that drives all the pod's GPUs needs ranksPerPod 1 "
+                 "(annotation kcoll.io/ranks-per-pod: \"1\", or the topology's spec.ranksPerPod)",
+                 pod.pod, per, per, ctx->ranks_source[0] ? ctx->ranks_source : "?", pid, per - 1);
         return colli_proto_error_reply(COLLI_PROTO_CODE_LOCAL_RANK_UNKNOWN, msg);
     }
     if (lr < 0)
@@ -208,9 +210,10 @@ json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline)
     if (lr >= per) {
         snprintf(msg, sizeof(msg),
                  "pod %s (pod rank %d of %d): the process with pid %d says LOCAL_RANK %d, but the "
-                 "pod runs %d local ranks (ranksPerPod %d: local ranks 0..%d). Start exactly %d "
-                 "processes per pod (torchrun --nproc-per-node %d), or set ranksPerPod",
-                 pod.pod, pod.rank, pod.nranks, pid, lr, per, per, per - 1, per, per);
+                 "pod runs %d local ranks (ranksPerPod %d from %s: local ranks 0..%d). Start "
+                 "exactly %d processes per pod (torchrun --nproc-per-node %d), or set ranksPerPod",
+                 pod.pod, pod.rank, pod.nranks, pid, lr, per, per,
+                 ctx->ranks_source[0] ? ctx->ranks_source : "?", per - 1, per, per);
         fail_generation(ctx, per, COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE, msg);
         return fail_reply(COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE, msg, &pod, 0, 0, 0, NULL);
     }

@@ -122,6 +122,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
         goto out;
     }
     f.local_size = per;
+    snprintf(ctx->ranks_source, sizeof(ctx->ranks_source), "ranksPerPod in %s", path);
     f.gpu = int_field(root, "gpusPerPod", 0);
     if (ctx->opt.local_timeout_s == 0)
         ctx->opt.local_timeout_s = int_field(root, "localRanksTimeoutSeconds", 0);

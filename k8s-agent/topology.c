@@ -455,6 +455,7 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
                f->topology, f->transport, f->library_version[0] ? f->library_version : "(unpinned)",
                f->ifname, f->address, f->ib_device[0] ? f->ib_device : "-", f->local_size,
                pi->ranks_source, f->gpu);
+    snprintf(ctx->ranks_source, sizeof(ctx->ranks_source), "%s", pi->ranks_source);
     if (ctx->opt.local_timeout_s == 0) {
         json_t *lt = agent_json_path(match, "spec.localRanksTimeoutSeconds");
         if (json_is_integer(lt) && json_integer_value(lt) > 0 && json_integer_value(lt) <= 86400)

@@ -255,7 +255,8 @@ def case_local_range(ck, cl):
                                         (a[1]["sock"], 2, per)], local_s=20, late=(2, 3))
     pod1 = pods[1]["metadata"]["name"]
     ck(re.search(r"pod %s \(pod rank 1 of 2\): the process with pid %d says LOCAL_RANK 2, but the "
-                 r"pod runs 2 local ranks \(ranksPerPod 2: local ranks 0\.\.1\)"
+                 r"pod runs 2 local ranks \(ranksPerPod 2 from CollectiveTopology podrange-topo "
+                 r"spec.ranksPerPod: local ranks 0\.\.1\)"
                  % (pod1, procs.procs[4].pid), procs.output(4)),
        "the stray process is refused naming pod %s, its pid, LOCAL_RANK 2 and 0..1" % pod1,
        e2e.tail(procs.output(4), 800))
