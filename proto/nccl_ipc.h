@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "agent_ipc.h"
+
 struct json_t;
 
 #define COLLI_PROTO_TYPE_NCCL_INIT "nccl_init" /* request and reply */
@@ -23,7 +25,7 @@ struct json_t;
 #define COLLI_PROTO_KEY_HOST         "host"
 #define COLLI_PROTO_KEY_CUDA_DRIVER  "cuda_driver" /* cuDriverGetVersion, 0 = unknown */
 #define COLLI_PROTO_KEY_GPU          "gpu"         /* the GPUs the process sees, "" = unknown */
-#define COLLI_PROTO_KEY_LOCAL_RANK   "local_rank"  /* the launcher's LOCAL_RANK, -1 = unknown */
+/* and COLLI_PROTO_KEY_LOCAL_RANK of agent_ipc.h: the launcher's LOCAL_RANK, -1 = unknown */
 /* reply (beside rank, nranks, interface, address, ib_device, transport, pod, node, topology of
  * agent_ipc.h) */
 #define COLLI_PROTO_KEY_NCCL_PIN       "nccl_version_pin"    /* "" = not pinned */
