@@ -1,0 +1,11 @@
+# The fuzz targets, by what they link (tests/fuzz/CMakeLists.txt builds them with libFuzzer,
+# tests/diag/CMakeLists.txt builds fuzz_replay_<t> for each, tests/fuzz/run.sh and scripts/fuzz.sh
+# run them; their corpora are tests/fuzz/corpus/<t>/).
+# libcoll's pure functions
+set(FUZZ_LIB_TARGETS uniqueid wire config)
+# libcoll's stateful listeners, driven by fake peers (each includes its .c file)
+set(FUZZ_LIB_INTERNAL_TARGETS root listener)
+# the agent socket: agent_ipc (both sides' decoders), agent_reply (the library's client)
+set(FUZZ_IPC_TARGETS agent_ipc agent_reply)
+# coll-agent's parsers, with the Kubernetes API answered from the input (fake_kube.c)
+set(FUZZ_AGENT_TARGETS webhook kubeconfig standalone pod comm)
