@@ -5,7 +5,8 @@
 set(FUZZ_LIB_TARGETS uniqueid wire config)
 # libcoll's stateful listeners, driven by fake peers (each includes its .c file)
 set(FUZZ_LIB_INTERNAL_TARGETS root listener)
-# the agent socket: agent_ipc (both sides' decoders), agent_reply (the library's client)
-set(FUZZ_IPC_TARGETS agent_ipc agent_reply)
+# the agent socket: agent_ipc (both sides' decoders), nccl_ipc (NCCL's env plugin), agent_reply
+# (the library's client)
+set(FUZZ_IPC_TARGETS agent_ipc nccl_ipc agent_reply)
 # coll-agent's parsers, with the Kubernetes API answered from the input (fake_kube.c)
 set(FUZZ_AGENT_TARGETS webhook kubeconfig standalone pod comm)

@@ -268,6 +268,22 @@ static int log_has(const char *path, const char *needle)
     return found;
 }
 
+/* The data listener's port from a rank's INFO line "rank R of N: 127.0.0.1:PORT on ..." */
+static int log_port(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int port = 0;
+    while (f != NULL && port == 0 && fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strstr(line, " of 2: 127.0.0.1:");
+        if (p != NULL)
+            port = atoi(p + strlen(" of 2: 127.0.0.1:"));
+    }
+    if (f != NULL)
+        fclose(f);
+    return port;
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -279,6 +295,7 @@ int main(void)
     setenv("COLL_SOCKET_IFNAME", "lo", 1);
     setenv("COLL_SHM_DISABLE", "1", 1); /* the ranks talk TCP: the connections to record */
     setenv("COLL_BOOTSTRAP_TIMEOUT", "30", 1);
+    setenv("COLL_DEBUG", "INFO", 1); /* the ranks name their listeners */
     coll_unique_id_t id;
     char str[COLL_UNIQUE_ID_STRLEN], addr[64] = "";
     int root_port = 0;
@@ -318,13 +335,20 @@ int main(void)
         usleep(10000);
     check(atomic_load(&sh->iters[0]) >= 1, "the replayed bootstrap did not stop the job: "
                                            "both ranks bootstrapped and all-reduced");
+    /* only connections to our ranks' listeners ("rank R of 2: 127.0.0.1:PORT on lo", INFO):
+     * other programs on this machine may talk kcoll on lo too */
+    int ports[2] = {log_port(logs[0]), log_port(logs[1])};
+    check(ports[0] > 0 && ports[1] > 0, "found both ranks' data listeners in their logs");
     stream_t *data = NULL;
-    for (int i = 0; i < nst && data == NULL; i++)
-        if (streams[i].len >= HELLO + RESP + FRAME && memcmp(streams[i].data, "KCHL", 4) == 0 &&
-            streams[i].data[6] == 2)
-            data = &streams[i];
-    if (data == NULL)
-        data = record(sn, streams, &nst, 0, 2, HELLO + RESP + FRAME, now() + 10);
+    for (int k = 0; k < 2 && data == NULL && ports[k] > 0; k++) {
+        for (int i = 0; i < nst && data == NULL; i++)
+            if (streams[i].dport == ports[k] && streams[i].len >= HELLO + RESP + FRAME &&
+                memcmp(streams[i].data, "KCHL", 4) == 0 && streams[i].data[6] == 2)
+                data = &streams[i];
+        if (data == NULL)
+            data =
+                record(sn, streams, &nst, (uint16_t)ports[k], 2, HELLO + RESP + FRAME, now() + 5);
+    }
     check(data != NULL, "recorded a data connection's first bytes");
     int target = data != NULL ? data->data[20] : 0; /* the hello's to_rank */
     if (data != NULL) {

@@ -147,6 +147,8 @@ again:;
                            comm->rank, msg);
         goto err_close;
     }
+    if (msg[0] != '\0') /* differences that do not stop the job: said once, by rank 0 */
+        colli_log(comm->rank == 0 ? COLLI_LOG_WARN : COLLI_LOG_INFO, COLLI_SUB_BOOT, "%s", msg);
     comm->members = calloc((size_t)comm->nranks, sizeof(colli_member_t));
     if (comm->members == NULL) {
         free(wire);

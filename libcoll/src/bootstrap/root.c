@@ -76,6 +76,7 @@ typedef struct {
     unsigned long dropped, warned;
     double warn_at;
     char last_stranger[80];
+    char notice[1024];  /* version differences that do not stop the job, told to the ranks */
     uint8_t digest[16]; /* of the member table, once every rank is in (colli_digest_step) */
     bool have_digest;
 } root_t;
@@ -361,48 +362,21 @@ static void admit(root_t *r, pending_t *p)
     }
 }
 
-/* "kcoll 0.1.0 (wire protocol 2)", plus ", CUDA runtime 12.4, driver 12.6" for a CUDA build
- * (a protocol 1 record has no CUDA fields: shown without them) */
-static void describe_build(const colli_wire_member_t *m, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "kcoll %s (wire protocol %u)", m->version, m->proto);
-    if (m->proto >= 2 && (m->cuda_runtime || m->cuda_driver) && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ", CUDA runtime %u.%u, driver %u.%u",
-                 m->cuda_runtime / 1000, m->cuda_runtime % 1000 / 10, m->cuda_driver / 1000,
-                 m->cuda_driver % 1000 / 10);
-}
-
 static void check_versions(root_t *r)
 {
-    const colli_wire_member_t *ref = &r->slots[0].rec;
-    char msg[ROOT_MSG_MAX], build[160];
-    size_t used = 0;
-    int bad = 0, cuda = 0;
-    for (int i = 1; i < r->nranks; i++) {
-        const colli_wire_member_t *m = &r->slots[i].rec;
-        bool same_cuda = m->cuda_runtime == ref->cuda_runtime && m->cuda_driver == ref->cuda_driver;
-        if (strcmp(m->version, ref->version) == 0 && m->proto == ref->proto && same_cuda)
-            continue;
-        cuda += !same_cuda;
-        if (bad++ == 0)
-            used = (size_t)snprintf(msg, sizeof(msg), "version mismatch: ");
-        if (bad <= 8 && used < sizeof(msg)) {
-            describe_build(m, build, sizeof(build));
-            int n = snprintf(msg + used, sizeof(msg) - used, "%srank %d (pid %d on %s) has %s",
-                             bad > 1 ? "; " : "", i, m->pid, m->hostname, build);
-            used += n > 0 ? (size_t)n : 0;
-        }
-    }
-    if (bad == 0)
+    const colli_wire_member_t **recs = malloc(sizeof(*recs) * (size_t)r->nranks);
+    if (recs == NULL) {
+        fail_all(r, COLL_ERR_SYSTEM, "bootstrap root: out of memory checking versions");
         return;
-    describe_build(ref, build, sizeof(build));
-    if (used < sizeof(msg))
-        snprintf(msg + used, sizeof(msg) - used,
-                 "%s, but rank 0 (pid %d on %s) has %s, which the job pins. Run one library build "
-                 "on every node%s.",
-                 bad > 8 ? " and more" : "", ref->pid, ref->hostname, build,
-                 cuda ? ", with one CUDA runtime and driver version" : "");
-    fail_all(r, COLL_ERR_VERSION, msg);
+    }
+    for (int i = 0; i < r->nranks; i++)
+        recs[i] = &r->slots[i].rec;
+    char msg[ROOT_MSG_MAX];
+    coll_result_t st =
+        colli_versions_check(recs, r->nranks, msg, sizeof(msg), r->notice, sizeof(r->notice));
+    free(recs);
+    if (st != COLL_SUCCESS)
+        fail_all(r, st, msg);
 }
 
 static void timeout_fail(root_t *r)
@@ -532,7 +506,7 @@ static void serve(root_t *r)
         timeout_fail(r);
     if (r->fail_code == COLL_SUCCESS) {
         for (int i = 0; i < r->nranks; i++) {
-            reply(r, r->slots[i].fd, &r->slots[i].ak, COLL_SUCCESS, "");
+            reply(r, r->slots[i].fd, &r->slots[i].ak, COLL_SUCCESS, r->notice);
             close(r->slots[i].fd);
             r->slots[i].fd = -1;
         }
