@@ -381,7 +381,9 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
         }
     }
     if (nmatch == 0) {
-        char *l = json_dumps(podlabels ? podlabels : json_object(), JSON_COMPACT | JSON_SORT_KEYS);
+        json_t *none = podlabels ? NULL : json_object();
+        char *l = json_dumps(podlabels ? podlabels : none, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(none);
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "TopologyNotFound");
         snprintf(cond->message, sizeof(cond->message),
