@@ -4,6 +4,7 @@
 #include "kube.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,18 +80,20 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
     const char *secret = json_string_value(json_object_get(spec, "secret"));
     const char *topo = json_string_value(json_object_get(spec, "topology"));
     json_t *n = json_object_get(spec, "nranks");
+    json_int_t nr;
     int nranks;
     if (!ep || !secret || !json_is_integer(n))
         return 1; /* not published yet */
-    nranks = (int)json_integer_value(n);
+    nr = json_integer_value(n);
+    nranks = nr > 0 && nr <= INT_MAX ? (int)nr : 0; /* never wrapped into another world size */
     if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 ||
         colli_proto_hex_decode(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "CommunicatorInvalid");
         snprintf(cond->message, sizeof(cond->message),
-                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %d, secret "
-                 "of %zu characters); delete it so that rank 0 recreates it",
-                 f->ns, f->job, ep, nranks, strlen(secret));
+                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %lld, "
+                 "secret of %zu characters); delete it so that rank 0 recreates it",
+                 f->ns, f->job, ep, (long long)nr, strlen(secret));
         return -1;
     }
     if (nranks_known && nranks != f->nranks) {

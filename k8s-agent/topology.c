@@ -4,6 +4,7 @@
 #include "annotations.h"
 #include "kube.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,10 +309,12 @@ static int apply_pins(const char *name, const json_t *spec, agent_pod_info_t *pi
     snprintf(f->transport, sizeof(f->transport), "%s", t);
     agent_json_str(spec, "libraryVersion", f->library_version, sizeof(f->library_version));
     agent_json_str(spec, "topologyKey", pi->topology_key, sizeof(pi->topology_key));
+    if ((json_is_integer(bt) &&
+         (json_integer_value(bt) <= 0 || json_integer_value(bt) > INT_MAX)) ||
+        (json_is_integer(ct) && (json_integer_value(ct) <= 0 || json_integer_value(ct) > INT_MAX)))
+        return invalid(cond, name, "timeouts must be positive (and below 2^31 seconds)");
     f->bootstrap_timeout_s = json_is_integer(bt) ? (int)json_integer_value(bt) : 300;
     f->timeout_s = json_is_integer(ct) ? (int)json_integer_value(ct) : 1800;
-    if (f->bootstrap_timeout_s <= 0 || f->timeout_s <= 0)
-        return invalid(cond, name, "timeouts must be positive");
     (void)hcas; /* applied after the network is resolved */
     return 0;
 }

@@ -2,10 +2,14 @@
 #define _GNU_SOURCE
 #include "fake_kube.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -27,8 +31,11 @@ static const uint8_t *in;
 static size_t in_len, in_pos;
 static int served;
 
+static void serve_join(void);
+
 void fake_kube_load(const uint8_t *data, size_t size)
 {
+    serve_join();
     in = data;
     in_len = size;
     in_pos = 0;
@@ -178,38 +185,60 @@ void agent_condition_from_resp(agent_condition_t *cond, const char *what,
     snprintf(cond->message, sizeof(cond->message), "%s: HTTP %ld %s", what, r->code, r->message);
 }
 
-/* ---- watch streams: libcurl reads the answer from a socketpair ---- */
+/* ---- watch streams: libcurl reads the answer from a fake server ----
+ * A thread accepts one connection on an abstract Unix socket, reads the request's headers and
+ * answers with the status line and the body, then closes: libcurl reads it as plain HTTP. (An
+ * already-connected socket handed to libcurl through CURLOPT_OPENSOCKETFUNCTION does not work
+ * with libcurl 7.88, which connects it anyway.) */
 
-static curl_socket_t stream_fd = CURL_SOCKET_BAD;
+static int srv_fd = -1;
+static char srv_name[64];
+static pthread_t srv_thread;
+static int srv_running;
 
-static curl_socket_t open_stream(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+typedef struct {
+    char *resp;
+    size_t len;
+} serve_t;
+
+static void *serve_one(void *arg)
 {
-    (void)arg;
-    (void)purpose;
-    (void)addr;
-    curl_socket_t fd = stream_fd;
-    stream_fd = CURL_SOCKET_BAD;
-    return fd;
-}
-
-static int already_connected(void *arg, curl_socket_t fd, curlsocktype purpose)
-{
-    (void)arg;
-    (void)fd;
-    (void)purpose;
-    return CURL_SOCKOPT_ALREADY_CONNECTED;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return -1;
-        p = (const char *)p + w;
-        n -= (size_t)w;
+    serve_t *sv = arg;
+    struct pollfd p = {.fd = srv_fd, .events = POLLIN};
+    if (poll(&p, 1, 5000) == 1) {
+        int fd = accept4(srv_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            char req[8192];
+            size_t got = 0;
+            while (got < sizeof(req) - 1) { /* the request's headers, up to the blank line */
+                ssize_t n = read(fd, req + got, sizeof(req) - 1 - got);
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+                req[got] = '\0';
+                if (strstr(req, "\r\n\r\n"))
+                    break;
+            }
+            for (size_t off = 0; off < sv->len;) {
+                ssize_t w = send(fd, sv->resp + off, sv->len - off, MSG_NOSIGNAL);
+                if (w <= 0)
+                    break;
+                off += (size_t)w;
+            }
+            close(fd);
+        }
     }
-    return 0;
+    free(sv->resp);
+    free(sv);
+    return NULL;
+}
+
+static void serve_join(void)
+{
+    if (srv_running) {
+        pthread_join(srv_thread, NULL);
+        srv_running = 0;
+    }
 }
 
 void *agent_kube_easy(agent_kube_t *k, const char *url_path, long timeout_ms, void **headers)
@@ -219,38 +248,51 @@ void *agent_kube_easy(agent_kube_t *k, const char *url_path, long timeout_ms, vo
     long code;
     const char *b;
     size_t n;
-    int sv[2];
+    serve_join();
     if (fake_kube_next(&code, &b, &n) != 0)
         return NULL;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        return NULL;
-    int big = 4 << 20;
-    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    if (srv_fd < 0) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(srv_name, sizeof(srv_name), "kcoll-fuzz-kube-%d", (int)getpid());
+        memcpy(a.sun_path + 1, srv_name, strlen(srv_name));
+        socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(srv_name));
+        srv_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (srv_fd < 0 || bind(srv_fd, (struct sockaddr *)&a, alen) != 0 ||
+            listen(srv_fd, 4) != 0) {
+            fprintf(stderr, "fuzz: cannot listen as the fake API server\n");
+            abort();
+        }
+    }
+    serve_t *sv = malloc(sizeof(*sv));
     char head[160];
     int hl = snprintf(head, sizeof(head),
                       "HTTP/1.1 %ld Fuzz\r\nContent-Type: application/json\r\n"
                       "Connection: close\r\n\r\n",
                       code);
-    if (write_all(sv[1], head, (size_t)hl) != 0 || write_all(sv[1], b, n) != 0) {
-        close(sv[0]);
-        close(sv[1]);
+    if (sv == NULL || (sv->resp = malloc((size_t)hl + n + 1)) == NULL) {
+        free(sv);
         return NULL;
     }
-    close(sv[1]);
+    memcpy(sv->resp, head, (size_t)hl);
+    memcpy(sv->resp + hl, b, n);
+    sv->len = (size_t)hl + n;
+    if (pthread_create(&srv_thread, NULL, serve_one, sv) != 0) {
+        free(sv->resp);
+        free(sv);
+        return NULL;
+    }
+    srv_running = 1;
     CURL *h = curl_easy_init();
-    if (h == NULL) {
-        close(sv[0]);
+    if (h == NULL)
         return NULL;
-    }
-    if (stream_fd != CURL_SOCKET_BAD)
-        close(stream_fd);
-    stream_fd = sv[0];
     char url[2100];
-    snprintf(url, sizeof(url), "http://127.0.0.1:9%s", url_path);
+    snprintf(url, sizeof(url), "http://fake-apiserver%s", url_path);
     curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_ABSTRACT_UNIX_SOCKET, srv_name);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_stream);
-    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, already_connected);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
+    if (getenv("FUZZ_VERBOSE"))
+        curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                     timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
     return h;
 }

@@ -5,8 +5,8 @@
  * (agent_kube_easy); an answer that starts with three digits and a space has that HTTP status,
  * any other is a 200 with the whole answer as its body. When the answers run out a request gets
  * no response (code 0) and a watch cannot connect, so every pipeline ends.
- * Watch streams are real: the body is served as plain HTTP over a socketpair that libcurl reads
- * (CURLOPT_OPENSOCKETFUNCTION), so watch.c splits and parses it as it would a server's.
+ * Watch streams are real HTTP: a fake server thread answers libcurl with the status and body, so
+ * watch.c splits and parses the stream as it would a server's.
  */
 #ifndef FUZZ_FAKE_KUBE_H
 #define FUZZ_FAKE_KUBE_H

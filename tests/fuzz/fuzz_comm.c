@@ -16,6 +16,30 @@
 #include "fuzz.h"
 #include "kube.h"
 
+/* Is v the spec.nranks of a Communicator in the answers (a whole answer, or one line of a watch
+ * stream, as the object or the event's object)? */
+static int said(const uint8_t *d, size_t n, long long v)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t e = i;
+        while (e < n && d[e] != 0 && d[e] != '\n')
+            e++;
+        size_t s = i;
+        if (e - s >= 4 && d[s + 3] == ' ' && d[s] >= '1' && d[s] <= '5')
+            s += 4;
+        json_t *o = json_loadb((const char *)d + s, e - s, 0, NULL);
+        json_t *c = json_object_get(o, "object") ? json_object_get(o, "object") : o;
+        json_t *nr = json_object_get(json_object_get(c, "spec"), "nranks");
+        int hit = json_is_integer(nr) && json_integer_value(nr) == v;
+        json_decref(o);
+        if (hit)
+            return 1;
+        i = e + 1;
+    }
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -52,6 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     f.timeout_s = 300;
     int64_t deadline = agent_now_ms() + 60000;
     if (agent_rendezvous(&ctx, deadline, &pi, &f, &cond) != 0) {
+        if (getenv("FUZZ_VERBOSE"))
+            fprintf(stderr, "%s: %s\n", cond.type, cond.message);
         if (cond.type[0] == '\0' || cond.message[0] == '\0')
             fuzz_fail("a failed rendezvous without a named condition");
         return 0;
@@ -66,5 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_decref(reply);
     if (pi.nranks > 0 && f.nranks != pi.nranks)
         fuzz_fail("the world size changed in the rendezvous");
+    if (pi.nranks == 0 && !said(data + 1, size - 1, f.nranks))
+        fuzz_fail("the world size learned is no Communicator's spec.nranks (wrapped to int?)");
     return 0;
 }

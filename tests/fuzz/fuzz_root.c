@@ -153,8 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          (int)getpid());
         laddr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
         lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (lfd < 0 || bind(lfd, (struct sockaddr *)&laddr, laddr_len) != 0 ||
-            listen(lfd, 64) != 0)
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&laddr, laddr_len) != 0 || listen(lfd, 64) != 0)
             fuzz_fail("cannot listen as the root");
     }
     root_t *r = root_new(secret, 10.0);

@@ -45,9 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pthread_mutex_init(&ctx.mu, NULL);
     pthread_cond_init(&ctx.cv, NULL);
     ctx.opt.topology_file = file_path;
-    ctx.opt.standalone_rank = size > 8 && data[0] == '#' && data[7] >= '0' && data[7] <= '9'
-                                  ? data[7] - '0'
-                                  : 1;
+    ctx.opt.standalone_rank =
+        size > 8 && data[0] == '#' && data[7] >= '0' && data[7] <= '9' ? data[7] - '0' : 1;
     ctx.opt.shm_path = "/dev/shm";
     ctx.opt.ib_dev_dir = "/nonexistent";
     int rc = agent_standalone_run(&ctx);

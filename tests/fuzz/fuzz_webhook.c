@@ -56,7 +56,8 @@ static void check_reply(const struct agent_webhook_reply *rep, const char *body,
         if (!json_is_object(resp) || !json_is_boolean(json_object_get(resp, "allowed")))
             fuzz_fail("a 200 reply without response.allowed");
         json_t *req = json_loadb(body, len, 0, NULL);
-        const char *uid = json_string_value(json_object_get(json_object_get(req, "request"), "uid"));
+        const char *uid =
+            json_string_value(json_object_get(json_object_get(req, "request"), "uid"));
         const char *ruid = json_string_value(json_object_get(resp, "uid"));
         if (uid == NULL || ruid == NULL || strcmp(uid, ruid) != 0)
             fuzz_fail("a 200 reply that does not echo request.uid");
@@ -110,8 +111,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(body, data, blen);
     struct agent_webhook_reply rep;
     memset(&rep, 0, sizeof(rep));
-    enum agent_webhook_scope scope = (size & 1) ? AGENT_WEBHOOK_SCOPE_NAMESPACE
-                                                : AGENT_WEBHOOK_SCOPE_POD;
+    enum agent_webhook_scope scope =
+        (size & 1) ? AGENT_WEBHOOK_SCOPE_NAMESPACE : AGENT_WEBHOOK_SCOPE_POD;
     if (agent_webhook_review(&cfg, scope, body, blen, &rep) != 0)
         fuzz_fail("agent_webhook_review failed (only out of memory may)");
     check_reply(&rep, body, blen);
