@@ -9,28 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "fuzz.h"
 #include "kube.h"
-
-static int file_fd = -1;
-static char file_path[64];
-
-/* The input as a file the agent can open by name (a memfd under /proc/self/fd). */
-static int as_file(const uint8_t *data, size_t size)
-{
-    if (file_fd < 0) {
-        file_fd = memfd_create("kubeconfig", MFD_CLOEXEC);
-        if (file_fd < 0)
-            fuzz_fail("memfd_create");
-        snprintf(file_path, sizeof(file_path), "/proc/self/fd/%d", file_fd);
-    }
-    if (ftruncate(file_fd, 0) != 0 || pwrite(file_fd, data, size, 0) != (ssize_t)size)
-        fuzz_fail("cannot write the input to its memfd");
-    return 0;
-}
 
 static void yaml(const uint8_t *data, size_t size)
 {
@@ -51,7 +32,7 @@ static void yaml(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     yaml(data, size);
-    as_file(data, size);
+    const char *file_path = fuzz_as_file(data, size);
     agent_kube_creds_t c;
     char err[512] = "";
     memset(&c, 0x5a, sizeof(c));

@@ -21,9 +21,6 @@
 #include "fuzz.h"
 #include "transport/socket/socket.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,18 +40,8 @@ static socklen_t laddr_len;
 
 static void listen_once(void)
 {
-    if (lfd >= 0)
-        return;
-    signal(SIGPIPE, SIG_IGN);
-    memset(&laddr, 0, sizeof(laddr));
-    laddr.sun_family = AF_UNIX;
-    /* abstract name: nothing on disk, gone with the process */
-    int n = snprintf(laddr.sun_path + 1, sizeof(laddr.sun_path) - 1, "kcoll-fuzz-listener-%d",
-                     (int)getpid());
-    laddr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-    lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&laddr, laddr_len) != 0 || listen(lfd, 64) != 0)
-        fuzz_fail("cannot listen for the fake peer");
+    if (lfd < 0)
+        lfd = fuzz_listen("listener", &laddr, &laddr_len);
 }
 
 typedef struct {

@@ -17,7 +17,6 @@
  */
 #include "bootstrap/root.c"
 
-#include <signal.h>
 #include <sys/un.h>
 
 #include "fuzz.h"
@@ -146,16 +145,8 @@ static void *peer(void *arg)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (lfd < 0) {
-        signal(SIGPIPE, SIG_IGN);
-        laddr.sun_family = AF_UNIX;
-        int n = snprintf(laddr.sun_path + 1, sizeof(laddr.sun_path) - 1, "kcoll-fuzz-root-%d",
-                         (int)getpid());
-        laddr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-        lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (lfd < 0 || bind(lfd, (struct sockaddr *)&laddr, laddr_len) != 0 || listen(lfd, 64) != 0)
-            fuzz_fail("cannot listen as the root");
-    }
+    if (lfd < 0)
+        lfd = fuzz_listen("root", &laddr, &laddr_len);
     root_t *r = root_new(secret, 10.0);
     if (r == NULL)
         fuzz_fail("out of memory");

@@ -10,14 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "agent.h"
 #include "fuzz.h"
-
-static int file_fd = -1;
-static char file_path[64];
 
 static void check_number(const json_t *o, const char *key, int served)
 {
@@ -31,20 +26,11 @@ static void check_number(const json_t *o, const char *key, int served)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (file_fd < 0) {
-        file_fd = memfd_create("topology", MFD_CLOEXEC);
-        if (file_fd < 0)
-            fuzz_fail("memfd_create");
-        snprintf(file_path, sizeof(file_path), "/proc/self/fd/%d", file_fd);
-    }
-    if (ftruncate(file_fd, 0) != 0 || pwrite(file_fd, data, size, 0) != (ssize_t)size)
-        fuzz_fail("cannot write the input to its memfd");
-
     agent_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));
     pthread_mutex_init(&ctx.mu, NULL);
     pthread_cond_init(&ctx.cv, NULL);
-    ctx.opt.topology_file = file_path;
+    ctx.opt.topology_file = fuzz_as_file(data, size);
     ctx.opt.standalone_rank =
         size > 8 && data[0] == '#' && data[7] >= '0' && data[7] <= '9' ? data[7] - '0' : 1;
     ctx.opt.shm_path = "/dev/shm";
