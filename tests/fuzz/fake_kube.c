@@ -16,11 +16,11 @@
 
 #include "kube.h"
 
-/* Every agent target: quiet logs (errors only) and the downward-API variables the sidecar reads
+/* Every agent target: no logs (a rejected input would print a line) and the downward-API variables the sidecar reads
  * (POD_NAME, POD_NAMESPACE; no RANK or WORLD_SIZE, so that the pod's own conventions decide). */
 __attribute__((constructor)) static void fake_kube_setup(void)
 {
-    agent_log_init("error", "fuzz");
+    agent_log_init("off", "fuzz");
     setenv("POD_NAME", "train-1", 1);
     setenv("POD_NAMESPACE", "ml", 1);
     unsetenv("RANK");
