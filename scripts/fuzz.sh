@@ -53,7 +53,7 @@ for t in "${FUZZ_TARGETS[@]}"; do
     cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
     ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
     secs=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", b - a}')
-    rate=$(awk -v e="${execs:-0}" -v s="$secs" 'BEGIN {printf "%.0f", s > 0 ? e / s : 0}')
+    rate=$(awk -v e="${execs:-0}" -v s="$secs" 'BEGIN {printf "%.0f", (s > 0 ? e / s : 0)}')
     printf '%-12s %12s %8s %10s %7s %7s %s\n' "$t" "${execs:-0}" "$secs" "$rate" "${cov:-0}" \
         "${ft:-0}" "$result"
 done

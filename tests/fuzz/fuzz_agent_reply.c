@@ -59,6 +59,11 @@ static void *fake_agent(void *arg)
     return NULL;
 }
 
+static void remove_socket(void)
+{
+    unlink(sock_path);
+}
+
 static void start_agent(void)
 {
     static int lfd = -1;
@@ -67,6 +72,7 @@ static void start_agent(void)
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(sock_path, sizeof(sock_path), "/tmp/kcoll-fuzz-agent-%d.sock", (int)getpid());
     unlink(sock_path);
+    atexit(remove_socket);
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
     lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 16) != 0)
