@@ -16,8 +16,9 @@
 
 #include "kube.h"
 
-/* Every agent target: no logs (a rejected input would print a line) and the downward-API variables the sidecar reads
- * (POD_NAME, POD_NAMESPACE; no RANK or WORLD_SIZE, so that the pod's own conventions decide). */
+/* Every agent target: no logs (a rejected input would print a line), and the downward-API
+ * variables the sidecar reads (POD_NAME, POD_NAMESPACE; no RANK or WORLD_SIZE, so that the pod's
+ * own conventions decide). */
 __attribute__((constructor)) static void fake_kube_setup(void)
 {
     agent_log_init("off", "fuzz");
