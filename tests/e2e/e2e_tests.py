@@ -287,6 +287,10 @@ def case_version_pin(ck, cl):
        "does not hide this bootstrap's failure)", json.dumps(st)[:2000])
     ck("9.9.9" in err and version in err and "version mismatch" in err,
        "status.lastError.message names both versions", err)
+    conds = {c.get("type"): c for c in st.get("conditions") or []}
+    vc = conds.get("VersionsConsistent") or {}
+    ck(vc.get("status") == "False" and vc.get("reason") == "VersionMismatch",
+       "condition VersionsConsistent=False with reason VersionMismatch", json.dumps(vc))
     reasons = comm_event_reasons(cl, 10)  # the agents post Events after their status writes
     print("Event reasons on the Communicator: %s" % reasons)
     ck(reasons == ["KcollBootstrapFailed"],
@@ -366,6 +370,10 @@ def case_rank_failure(ck, cl):
                                                                          st.get("readyRanks")))
     ck(st.get("phase") in ("Failed", "Degraded"), "status.phase is Failed or Degraded (%s)"
        % st.get("phase"))
+    healthy = {c.get("type"): c for c in st.get("conditions") or []}.get("Healthy") or {}
+    ck(healthy.get("status") == "False" and healthy.get("reason") in (
+        "PeerFailed", "PeerUnreachable", "CollectiveTimeout"),
+       "condition Healthy=False with the failure's class as its reason", json.dumps(healthy))
     r = kubectl_describe(cl, "e2efail")
     if r is None:
         raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "

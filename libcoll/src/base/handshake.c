@@ -30,6 +30,20 @@ coll_result_t colli_challenge_make(const uint8_t secret[16], const colli_hello_t
     return COLL_SUCCESS;
 }
 
+bool colli_challenge_send(int fd, const uint8_t secret[16], const colli_hello_t *h,
+                          colli_challenge_t *c, const char **why)
+{
+    if (colli_challenge_make(secret, h, c) != COLL_SUCCESS) {
+        *why = "no random bytes for the challenge";
+        return false;
+    }
+    ssize_t w = send(fd, c, sizeof(*c), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == (ssize_t)sizeof(*c))
+        return true;
+    *why = w < 0 ? strerror(errno) : "could not send the challenge";
+    return false;
+}
+
 bool colli_response_ok(const uint8_t secret[16], const colli_hello_t *h, const colli_challenge_t *c,
                        const uint8_t resp[COLLI_RESPONSE_SIZE])
 {

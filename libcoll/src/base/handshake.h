@@ -30,6 +30,10 @@ _Static_assert(sizeof(colli_challenge_t) == 32, "challenge is 32 bytes");
 /* Acceptor: a fresh challenge for the verified hello h. */
 coll_result_t colli_challenge_make(const uint8_t secret[16], const colli_hello_t *h,
                                    colli_challenge_t *c);
+/* Acceptor: make a fresh challenge for hello h and send it on the accepted socket fd (32 bytes
+ * into the empty buffer of a fresh socket: sent whole or failed). False with *why on failure. */
+bool colli_challenge_send(int fd, const uint8_t secret[16], const colli_hello_t *h,
+                          colli_challenge_t *c, const char **why);
 /* Acceptor: is resp the answer to challenge c for hello h? */
 bool colli_response_ok(const uint8_t secret[16], const colli_hello_t *h, const colli_challenge_t *c,
                        const uint8_t resp[COLLI_RESPONSE_SIZE]);

@@ -226,14 +226,8 @@ static void hello_arrived(root_t *r, pending_t *p)
             drop_r(r, p, "an error report of an older wire protocol (not authenticated)");
         return;
     }
-    if (colli_challenge_make(r->secret, h, &p->chal) != COLL_SUCCESS) {
-        drop_r(r, p, "no random bytes for the challenge");
-        return;
-    }
-    /* 32 bytes into the empty buffer of a fresh socket: sent whole or failed */
-    ssize_t w = send(p->fd, &p->chal, sizeof(p->chal), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w != (ssize_t)sizeof(p->chal))
-        drop_r(r, p, w < 0 ? strerror(errno) : "could not send the challenge");
+    if (!colli_challenge_send(p->fd, r->secret, h, &p->chal, &why))
+        drop_r(r, p, why);
 }
 
 /* Bytes arrived on p: act at the end of the hello, of the response, and of the whole. */

@@ -1,17 +1,74 @@
 /* coll_comm_init_agent: a communicator whose rank, world, root endpoint, network, transport
  * policy, timeouts and pinned version come from the pod's coll-agent (operator pin > COLL_*
  * environment > default). Rank 0 hosts the bootstrap root at the endpoint its agent published. */
-#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sockutil.h"
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
 #include "core/core.h"
 
 #define AGENT_REPORT_MS 1000
+
+/* The Communicator condition a failure sets False, with a machine-readable reason: what failed
+ * (boot: during creation), from its code and, where one code covers several causes, its text. */
+static void failure_condition(coll_result_t code, bool boot, const char *msg, const char **type,
+                              const char **reason)
+{
+    *type = "Healthy";
+    switch (code) {
+    case COLL_ERR_VERSION:
+        *type = "VersionsConsistent";
+        *reason = strstr(msg, "CUDA driver too old") ? "CudaDriverTooOld" : "VersionMismatch";
+        return;
+    case COLL_ERR_NETWORK:
+        if (strstr(msg, "failed authentication") != NULL) {
+            *reason = "FrameAuthenticationFailed";
+            return;
+        }
+        *type = "Reachable";
+        *reason = strstr(msg, "bootstrap root") ? "RootUnreachable" : "PeerUnreachable";
+        return;
+    case COLL_ERR_TIMEOUT:
+        if (boot)
+            *type = "Reachable";
+        *reason = boot ? "BootstrapTimeout" : "CollectiveTimeout";
+        return;
+    case COLL_ERR_MISMATCH:
+        *reason = "CollectiveMismatch";
+        return;
+    case COLL_ERR_REMOTE:
+        *reason = "PeerFailed";
+        return;
+    case COLL_ERR_INVALID_USAGE:
+        if (boot && (strstr(msg, "COLL_SOCKET_IFNAME") || strstr(msg, "interface"))) {
+            *type = "NetworkConsistent";
+            *reason = "InterfaceNotFound";
+            return;
+        }
+        *reason = "InvalidUsage";
+        return;
+    default:
+        *reason = boot ? "CreationFailed" : "Failed";
+        return;
+    }
+}
+
+/* A failed phase with its condition; the error names err_rank (-1: this rank) and its pod and
+ * node when known. Best effort. */
+static void report_failed(const char *path, coll_result_t code, bool boot, const char *msg,
+                          int err_rank, const char *pod, const char *node)
+{
+    const char *type, *reason;
+    failure_condition(code, boot, msg, &type, &reason);
+    if (colli_agent_report_ex(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, -1, err_rank, pod,
+                              node, msg, type, 0, reason, msg) != COLL_SUCCESS)
+        coll_debug(AGENT, "could not report the failure to the agent: %s",
+                   colli_agent_last_error());
+}
 
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
 {
@@ -22,11 +79,8 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
     int blame = comm->blame_rank;
     const colli_member_t *m =
         blame >= 0 && blame < comm->nranks && comm->members ? &comm->members[blame] : NULL;
-    if (colli_agent_report_ex(comm->agent_socket, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, -1,
-                              m ? blame : -1, m ? m->pod : NULL, m ? m->node : NULL, msg, NULL, 0,
-                              NULL, NULL) != COLL_SUCCESS)
-        coll_debug(AGENT, "could not report the failure to the agent: %s",
-                   colli_agent_last_error());
+    report_failed(comm->agent_socket, __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE), false,
+                  msg, m ? blame : -1, m ? m->pod : NULL, m ? m->node : NULL);
 }
 
 coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_facts_t *f)
@@ -58,19 +112,7 @@ coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_fact
 
 static coll_result_t resolve(const char *host, int port, struct sockaddr_storage *out)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc != 0 || res == NULL)
-        return COLLI_ERR(AGENT, COLL_ERR_NETWORK,
-                         "the agent's root endpoint %s:%d does not resolve: %s", host, port,
-                         gai_strerror(rc));
-    memset(out, 0, sizeof(*out));
-    memcpy(out, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return COLL_SUCCESS;
+    return colli_sock_resolve(host, port, out, "the agent's root endpoint", "");
 }
 
 /* The library version the agent pins, against this build's: COLL_ERR_VERSION (reported to the
@@ -93,7 +135,7 @@ static coll_result_t check_version(const char *path, const colli_proto_facts_t *
                  "topology pins %s. Run the build it pins, or change the pin (coll-run "
                  "--pin-version, or libraryVersion in the topology file).",
                  f->rank, f->pod, f->node, COLL_VERSION_STRING_BUILD, f->library_version);
-    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, msg);
+    report_failed(path, COLL_ERR_VERSION, true, msg, -1, NULL, NULL);
     return COLLI_ERR(AGENT, COLL_ERR_VERSION, "%s", msg);
 }
 
@@ -141,7 +183,7 @@ void colli_agent_created(const colli_create_t *c, coll_result_t status)
     }
     char msg[2048];
     snprintf(msg, sizeof(msg), "%s", colli_last_error());
-    (void)colli_agent_report(c->agent_socket, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, msg);
+    report_failed(c->agent_socket, status, true, msg, -1, NULL, NULL);
     colli_set_last_error(msg);
 }
 
@@ -215,7 +257,7 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
 report : {
     char msg[2048];
     snprintf(msg, sizeof(msg), "%s", colli_last_error());
-    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_FAILED, msg);
+    report_failed(path, status, true, msg, -1, NULL, NULL);
     colli_set_last_error(msg);
 }
 out:

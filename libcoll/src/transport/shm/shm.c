@@ -179,8 +179,14 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
     if (colli_sock_connect_start(&comm->members[p].addr, &st->bind_addr, &pp->fd) != COLLI_IO_OK) {
         int e = errno;
         pp->fd = -1;
-        char who[200];
+        char who[200], advice[512] = "";
         colli_member_desc(comm, p, who, sizeof(who));
+        if (e == EMFILE || e == ENFILE) {
+            colli_fd_advice(comm, advice, sizeof(advice));
+            return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                             "rank %d cannot open its shared-memory link to %s: %s; %s", comm->rank,
+                             who, strerror(e), advice);
+        }
         colli_comm_blame(comm, p);
         return COLLI_ERR(SHM, COLL_ERR_NETWORK,
                          "rank %d cannot open its shared-memory link to %s: %s (the link is a "
@@ -349,11 +355,18 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
     const size_t bytes = SHM_SLOTS_OFF + (size_t)st->nslots * stride;
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
+        const int e = errno;
+        char advice[520] = "";
         colli_member_desc(comm, peer, who, sizeof(who));
+        if (e == EEXIST)
+            snprintf(advice, sizeof(advice), " (another process uses this name)");
+        else if (e == EMFILE || e == ENFILE) {
+            memcpy(advice, "; ", 3);
+            colli_fd_advice(comm, advice + 2, sizeof(advice) - 2);
+        }
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot create the shared-memory segment %s for %s: %s%s",
-                         comm->rank, name, who, strerror(errno),
-                         errno == EEXIST ? " (another process uses this name)" : "");
+                         comm->rank, name, who, strerror(e), advice);
     }
     r->named = true;
     /* the sign that we live, for the sweep of other processes (a failure only costs that) */
@@ -421,6 +434,15 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
         if (status != COLL_SUCCESS)
             return status;
         errno = ENOENT;
+    }
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        const int e = errno;
+        char advice[512];
+        colli_fd_advice(comm, advice, sizeof(advice));
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot open the shared-memory segment %s that %s announced: "
+                         "%s; %s",
+                         comm->rank, name, who, strerror(e), advice);
     }
     if (fd < 0)
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,

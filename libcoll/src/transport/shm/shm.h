@@ -89,7 +89,7 @@ typedef struct shm_peer {
     int gone_err; /* errno of the failure, 0 for end of stream */
     double since; /* first connect attempt */
     double retry_at;
-    int pfd; /* index of the link in the current wait's poll set, or -1 */
+    int pfd;       /* index of the link in the current wait's poll set, or -1 */
     colli_hs_t hs; /* the link's handshake (the lower rank connects) */
     shm_ring_t out, in;
 } shm_peer_t;

@@ -35,23 +35,13 @@ static coll_result_t sock_can_connect(struct coll_comm *comm, int tp, const coll
     return COLL_SUCCESS;
 }
 
-/* Peers this rank reaches over sockets (the others: shared memory or InfiniBand). */
-static int sock_peers(const struct coll_comm *comm, const sock_state_t *s)
-{
-    int n = 0;
-    for (int p = 0; p < comm->nranks; p++)
-        n += p != comm->rank && comm->peer_tp[p] == s->tp;
-    return n;
-}
-
 /* Every peer may need a connection each way per stream (all-to-all): check the descriptor limit
- * up front, raise the soft limit if the hard one allows, and say how many are needed if not. */
-static void check_fd_limit(const struct coll_comm *comm, const sock_state_t *s, int nstreams)
+ * up front (colli_fd_need, the one estimate), raise the soft limit if the hard one allows, and
+ * say how many are needed if not. */
+static void check_fd_limit(const struct coll_comm *comm)
 {
     struct rlimit rl;
-    /* + one liveness link per shared-memory peer */
-    rlim_t need = (rlim_t)sock_peers(comm, s) * 2 * (rlim_t)nstreams +
-                  (rlim_t)(comm->nranks - 1 - sock_peers(comm, s)) + 64;
+    rlim_t need = (rlim_t)colli_fd_need(comm, NULL, NULL, NULL);
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
         return;
     rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
@@ -61,20 +51,17 @@ static void check_fd_limit(const struct coll_comm *comm, const sock_state_t *s, 
                   (unsigned long long)rl.rlim_cur, (unsigned long long)want, comm->nranks);
         return;
     }
-    coll_warn(NET,
-              "the open-file limit (ulimit -n) is %llu (hard %llu) but an all-to-all over %d "
-              "ranks with %d streams needs about %llu descriptors; raise it (ulimit -n %llu, "
-              "or the container's nofile limit) or such collectives will fail",
-              (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
-              sock_peers(comm, s) + 1, nstreams, (unsigned long long)need,
-              (unsigned long long)need);
+    char advice[512];
+    colli_fd_advice(comm, advice, sizeof(advice));
+    coll_warn(NET, "%s; until then collectives that reach every peer (all_to_all) will fail",
+              advice);
 }
 
 static coll_result_t sock_comm_ready(struct coll_comm *comm, int tp)
 {
     sock_state_t *s = comm->tp[tp].state;
     s->nstreams = (int)comm->members[0].nstreams;
-    check_fd_limit(comm, s, s->nstreams);
+    check_fd_limit(comm);
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
     s->out = calloc(n, sizeof(sock_conn_t));
     s->in = calloc(n, sizeof(sock_conn_t));
@@ -151,18 +138,12 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
 }
 
 /* Out of descriptors: say how many this communicator needs. */
-static coll_result_t fd_exhausted(struct coll_comm *comm, const sock_state_t *s, const char *what,
-                                  int err)
+static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int err)
 {
-    struct rlimit rl = {0, 0};
-    (void)getrlimit(RLIMIT_NOFILE, &rl);
-    unsigned long long need =
-        (unsigned long long)sock_peers(comm, s) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
-    return COLLI_ERR(NET, COLL_ERR_SYSTEM,
-                     "rank %d cannot %s: %s; the open-file limit is %llu but this communicator "
-                     "may need about %llu descriptors: raise it (ulimit -n %llu, or the "
-                     "container's nofile limit)",
-                     comm->rank, what, strerror(err), (unsigned long long)rl.rlim_cur, need, need);
+    char advice[512];
+    colli_fd_advice(comm, advice, sizeof(advice));
+    return COLLI_ERR(NET, COLL_ERR_SYSTEM, "rank %d cannot %s: %s; %s", comm->rank, what,
+                     strerror(err), advice);
 }
 
 /* A connection that is not a peer's: closed; the first few are named, then one line every 10 s
@@ -346,14 +327,8 @@ static void hello_arrived(struct coll_comm *comm, sock_state_t *s, sock_pending_
     }
     if (!hello_only(h->kind))
         return; /* a notice: its MAC over the text follows, checked once it is whole */
-    if (colli_challenge_make(comm->secret, h, &p->chal) != COLL_SUCCESS) {
-        drop_pending_s(s, p, "no random bytes for the challenge");
-        return;
-    }
-    /* 32 bytes into the empty buffer of a fresh socket: sent whole or failed */
-    ssize_t w = send(p->fd, &p->chal, sizeof(p->chal), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w != (ssize_t)sizeof(p->chal))
-        drop_pending_s(s, p, w < 0 ? strerror(errno) : "could not send the challenge");
+    if (!colli_challenge_send(p->fd, comm->secret, h, &p->chal, &why))
+        drop_pending_s(s, p, why);
 }
 
 static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
@@ -436,7 +411,7 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
                     if (s->pend[i].fd >= 0 && !member_ip(comm, &s->pend[i].from))
                         victim = i;
                 if (victim < 0)
-                    return fd_exhausted(comm, s, "accept a connection", e);
+                    return fd_exhausted(comm, "accept a connection", e);
                 drop_pending_s(s, &s->pend[victim],
                                "out of file descriptors while connections that are not peers "
                                "were pending: the oldest is dropped");
@@ -523,7 +498,7 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
             int e = errno;
             c->fd = -1;
             if (e == EMFILE || e == ENFILE)
-                return fd_exhausted(comm, s, "connect", e);
+                return fd_exhausted(comm, "connect", e);
             return unreachable(comm, s, peer, e);
         }
         if (c->state == SOCK_NONE && c->since == 0)
