@@ -23,7 +23,8 @@ static void named(const agent_condition_t *c)
         fuzz_fail("a failure without a named condition");
 }
 
-/* The topology that matched, from the list answer (the second). */
+/* The topology that matched, from the list answer (the second); NULL when its name is not unique
+ * (the API server never lists two objects of one name). */
 static json_t *matched_spec(const uint8_t *data, size_t size, const char *name)
 {
     const uint8_t *nul = memchr(data, 0, size);
@@ -37,13 +38,18 @@ static json_t *matched_spec(const uint8_t *data, size_t size, const char *name)
     }
     json_t *list = json_loadb((const char *)s, n, 0, NULL), *it, *spec = NULL;
     size_t i;
+    int found = 0;
     json_array_foreach(json_object_get(list, "items"), i, it)
     {
         const char *nm = json_string_value(agent_json_path(it, "metadata.name"));
-        if (nm && strcmp(nm, name) == 0 && spec == NULL)
+        if (nm && strcmp(nm, name) == 0 && found++ == 0)
             spec = json_incref(json_object_get(it, "spec"));
     }
     json_decref(list);
+    if (found > 1) {
+        json_decref(spec);
+        return NULL;
+    }
     return spec;
 }
 

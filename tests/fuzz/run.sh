@@ -5,13 +5,13 @@
 # tests/fuzz/corpus/<target>/ so that the fuzz_replay_* tests keep checking it.
 #   tests/fuzz/run.sh <build dir configured with CC=clang -DCOLL_FUZZ=ON> [seconds per target]
 #                     [target...]
-# CI (scripts/test.sh) gives each target KCOLL_FUZZ_SECONDS (25); scripts/fuzz.sh runs longer.
+# CI (scripts/test.sh) gives each target KCOLL_FUZZ_SECONDS (20); scripts/fuzz.sh runs longer.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=targets.sh
 . "$HERE/targets.sh"
 BUILD=${1:?usage: run.sh <build dir> [seconds] [target...]}
-SECS=${2:-25}
+SECS=${2:-20}
 shift $(($# >= 2 ? 2 : $#))
 [ $# -gt 0 ] && FUZZ_TARGETS=("$@")
 OUT=$(mktemp -d /tmp/kcoll-fuzz.XXXXXX)

@@ -228,3 +228,21 @@ write("listener", "stuck", bytes([0x16, 2, 1, 0, 4, 3]) + b"0 3")
 write("listener", "status-bad-mac", bytes([0x07, 2, 1, 0, 4, 2]) + b"17" + bytes(16))
 write("listener", "wrong-rank", bytes([0x0c, 1, 1, 0, 4, 0x0c, 0, 2, 0, 4, 0x0c, 0, 1, 5, 4]))
 write("listener", "stranger", b"\x00" + b"SSH-2.0-OpenSSH\r\n".ljust(80, b"\0"))
+
+# ---- agent_server: what a container writes on the agent's socket (frames, one connection) ----
+hreq = {"v": 1, "type": "hello", "timeout_ms": 5000, "library_version": "0.1.0", "pid": 42}
+with open(os.path.join(HERE, "corpus", "nccl_ipc", "request"), "rb") as f:
+    nccl = f.read()
+write("agent_server", "hello", frame(j(hreq)))
+write("agent_server", "hello-report-nccl",
+      frame(j(hreq)) + frame(j({"v": 1, "type": "report", "phase": "Ready", "ready_ranks": 4})) + nccl)
+write("agent_server", "report-failed", frame(j(
+    {"v": 1, "type": "report", "phase": "Failed",
+     "error": {"rank": 2, "pod": "p", "node": "n", "message": "boom"},
+     "conditions": [{"type": "Reachable", "status": "False", "reason": "PeerUnreachable",
+                     "message": "x"}]})))
+write("agent_server", "length-zero", b"\0\0\0\0" + frame(j(hreq)))
+write("agent_server", "length-huge", b"\x7f\xff\xff\xff{}")
+write("agent_server", "truncated", frame(j(hreq))[:30])
+write("agent_server", "version-2", frame(j({"v": 2, "type": "hello"})))
+write("agent_server", "unknown-type", frame(j({"v": 1, "type": "bye"})) + frame(b"[1]"))
