@@ -82,9 +82,22 @@ typedef struct {
     int exit_after_ready; /* for tests/bench: exit once facts are served (0 = keep running) */
     const char *lib_src;  /* libcoll.so* in the image */
     const char *lib_dir;  /* copied here (shared volume) before the socket opens; NULL = no copy */
+    int local_timeout_s;  /* a pod's local ranks all say hello within this of the first (0 = 60) */
 } agent_options_t;
 
 typedef enum { AGENT_STATE_STARTING = 0, AGENT_STATE_READY, AGENT_STATE_FAILED } agent_state_t;
+
+/* The processes of this pod that said hello, one slot per local rank (local_ranks.c). */
+#define AGENT_MAX_RANKS_PER_POD 256
+typedef struct {
+    int pid[AGENT_MAX_RANKS_PER_POD]; /* 0 = local rank not claimed in this generation */
+    int restart;                      /* the launcher's restart count of this generation */
+    int claimed;
+    int64_t first_ms;  /* the generation's first hello (its deadline runs from here) */
+    char failed[1024]; /* the generation failed (local ranks missing, a local rank claimed
+                        * twice): every hello of the pod not yet answered gets this */
+    char failed_code[32];
+} agent_local_t;
 
 struct agent_kube;
 struct agent_health;
@@ -102,7 +115,10 @@ typedef struct agent_ctx {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     agent_state_t state;       /* under mu */
-    agent_facts_t facts;       /* written once before state becomes READY */
+    agent_facts_t facts;       /* written once before state becomes READY; the pod's facts:
+                                * rank/nranks count pods, local_size is ranksPerPod */
+    agent_local_t local;       /* under mu */
+    char ranks_source[240];    /* where facts.local_size came from (set before READY) */
     char pod_uid[64];          /* this pod's uid (kube mode): Events name it */
     agent_condition_t failure; /* valid when state == FAILED */
     agent_condition_t warnings[8];
@@ -121,6 +137,9 @@ typedef struct agent_ctx {
 /* Publish the facts (state READY) or a fatal condition (state FAILED); wakes hello waiters. */
 void agent_set_ready(agent_ctx_t *ctx, const agent_facts_t *facts);
 void agent_set_failed(agent_ctx_t *ctx, const agent_condition_t *cond);
+/* Wait on ctx->cv (mu held) at most 200 ms, never past deadline_ms: callers loop on their
+ * condition. */
+void agent_wait_step(agent_ctx_t *ctx, int64_t deadline_ms);
 /* Record a non-fatal condition (logged, an Event in kube mode). */
 void agent_add_warning(agent_ctx_t *ctx, const agent_condition_t *cond);
 
@@ -134,6 +153,18 @@ int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *facts, agent_conditio
 
 /* Copy libcoll.so* (files and symlinks) from src_dir into dst_dir; -1 with cond on failure. */
 int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond);
+
+/* ---- several ranks per pod (local_ranks.c) ---- */
+
+/* The facts of local rank lr of the pod whose facts are pod (rank/nranks in pods, local_size =
+ * ranksPerPod): rank = pod rank * ranksPerPod + lr, and the GPU it binds. */
+void agent_rank_facts(const agent_facts_t *pod, int lr, agent_facts_t *out);
+/* The hello of one process once the pod's facts are READY: its local rank (from the request)
+ * claimed, then all of the pod's local ranks awaited until the generation's deadline (at most
+ * deadline_ms). Returns the reply (facts, or an error naming pod, local ranks and pids). */
+json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline_ms);
+/* The local rank of the process with pid that said hello in this generation; -1 when none did. */
+int agent_local_rank_of(agent_ctx_t *ctx, int pid);
 
 /* ---- ipc server (ipc_server.c) ---- */
 

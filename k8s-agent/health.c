@@ -48,14 +48,25 @@ struct agent_health {
     int lib_ready; /* this pod's library reported Ready: later failures are collective ones */
     event_t events[MAX_EVENTS_QUEUED];
     int nevents;
-    json_t *cached; /* last Communicator seen (writer thread only) */
-    json_t *seed;   /* the Communicator as created (under mu): saves the first GET */
-    char since[40]; /* RFC 3339 start of this agent: later failures belong to its bootstrap */
+    json_t *cached;   /* last Communicator seen (writer thread only) */
+    json_t *seed;     /* the Communicator as created (under mu): saves the first GET */
+    char since[40];   /* RFC 3339 start of this agent: later failures belong to its bootstrap */
+    char written[16]; /* the phase of the last status patch, sent or being sent (under mu) */
 };
 
 static void take_string(char *dst, size_t len, const char *v)
 {
     snprintf(dst, len, "%s", v ? v : "");
+}
+
+/* Several ranks per pod: a member's entry names its local rank (rank = pod rank x ranksPerPod +
+ * local rank). */
+static json_t *with_local(agent_health_t *h, json_t *o, int rank)
+{
+    int per = h->ctx->facts.local_size;
+    if (o && per > 1 && rank >= 0)
+        json_object_set_new(o, "localRank", json_integer(rank % per));
+    return o;
 }
 
 /* Build the merged status from the server's current one and the pending update. */
@@ -131,9 +142,11 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
     }
     if (unhealthy) {
         if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
-            json_array_append_new(members,
-                                  json_pack("{si ss ss ss ss}", "rank", err_rank, "pod", err_pod,
-                                            "node", err_node, "message", err_msg, "time", now));
+            json_array_append_new(
+                members, with_local(h,
+                                    json_pack("{si ss ss ss ss}", "rank", err_rank, "pod", err_pod,
+                                              "node", err_node, "message", err_msg, "time", now),
+                                    err_rank));
         if (!listed)
             count++;
     }
@@ -142,9 +155,12 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
     json_object_set_new(st, "unhealthyMembers", members);
     json_object_set_new(st, "unhealthyCount", json_integer(count));
     if (has_error)
-        json_object_set_new(st, "lastError",
-                            json_pack("{si ss ss ss ss}", "rank", err_rank, "pod", err_pod, "node",
-                                      err_node, "message", err_msg, "time", now));
+        json_object_set_new(
+            st, "lastError",
+            with_local(h,
+                       json_pack("{si ss ss ss ss}", "rank", err_rank, "pod", err_pod, "node",
+                                 err_node, "message", err_msg, "time", now),
+                       err_rank));
     else if (json_object_get(cur_status, "lastError"))
         json_object_set(st, "lastError", json_object_get(cur_status, "lastError"));
     (void)h;
@@ -171,6 +187,8 @@ static void write_status(agent_health_t *h)
     snprintf(err_node, sizeof(err_node), "%s", h->err_node);
     snprintf(err_msg, sizeof(err_msg), "%s", h->err_message);
     h->dirty = 0;
+    if (h->phase[0])
+        snprintf(h->written, sizeof(h->written), "%s", h->phase);
     h->phase[0] = '\0';
     h->ready_ranks = -1;
     memset(h->conds, 0, sizeof(h->conds));
@@ -221,6 +239,7 @@ static void write_status(agent_health_t *h)
         h->cached = NULL;
         if (r.code == 200) {
             h->cached = r.body;
+
             agent_info("AGENT-STATUS-PATCHED", "Communicator %s status: phase=%s", ctx->comm_name,
                        phase[0] ? phase : "(unchanged)");
             return;
@@ -388,7 +407,13 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
 {
     agent_ctx_t *ctx = h->ctx;
     const char *phase = colli_proto_phase_name(rep->phase);
-    int is_root = ctx->facts.is_root, update = 0;
+    int is_root = ctx->facts.is_root, update = 0, per = ctx->facts.local_size;
+    int own = 0; /* the error is of one of this pod's ranks */
+    int lr = per > 1 ? agent_local_rank_of(ctx, rep->pid) : 0; /* the reporter's, -1 unknown */
+    /* several ranks per pod: rank 0's pod takes Bootstrapping/Ready from rank 0's process only
+     * (its other local ranks report the same bootstrap) */
+    if (per > 1 && lr > 0)
+        is_root = 0;
     char msg[MAX_MSG] = "";
 
     ctx->metrics.reports++;
@@ -401,12 +426,17 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
     /* A failure before this library was ever Ready happened during bootstrap (a version pin, a
      * missing interface, a rank that never arrived), whatever phase the report carries. */
     int boot = !h->lib_ready;
-    if (phase && (is_root || rep->phase == COLLI_PROTO_PHASE_FAILED ||
-                  rep->phase == COLLI_PROTO_PHASE_DEGRADED)) {
+    /* the library's Bootstrapping after the agent's own (or another local rank's) is no news */
+    int again = rep->phase == COLLI_PROTO_PHASE_BOOTSTRAPPING && phase &&
+                (strcmp(h->phase, phase) == 0 || (!h->phase[0] && strcmp(h->written, phase) == 0));
+    if (phase && !again &&
+        (is_root || rep->phase == COLLI_PROTO_PHASE_FAILED ||
+         rep->phase == COLLI_PROTO_PHASE_DEGRADED)) {
         snprintf(h->phase, sizeof(h->phase), "%s", phase);
         update = 1;
         if (is_root && rep->phase == COLLI_PROTO_PHASE_READY) {
-            h->ready_ranks = rep->has_ready_ranks ? rep->ready_ranks : ctx->facts.nranks;
+            h->ready_ranks =
+                rep->has_ready_ranks ? rep->ready_ranks : ctx->facts.nranks * (per > 0 ? per : 1);
             for (int k = 0; k < NCOND; k++) {
                 snprintf(h->conds[k].status, sizeof(h->conds[k].status), "True");
                 snprintf(h->conds[k].reason, sizeof(h->conds[k].reason), "BootstrapComplete");
@@ -432,18 +462,25 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
         cond_t *healthy = &h->conds[COLLI_PROTO_COND_HEALTHY];
         h->has_error = 1;
         h->unhealthy = 1;
-        h->err_rank = rep->has_err_rank ? rep->err_rank : ctx->facts.rank;
+        /* ranks count pods x ranksPerPod; a report without a rank is of this pod's first */
+        h->err_rank = rep->has_err_rank ? rep->err_rank
+                                        : ctx->facts.rank * (per > 1 ? per : 1) + (lr > 0 ? lr : 0);
+        own = per > 1 ? h->err_rank / per == ctx->facts.rank : h->err_rank == ctx->facts.rank;
         take_string(h->err_pod, sizeof(h->err_pod), rep->err_pod);
         take_string(h->err_node, sizeof(h->err_node), rep->err_node);
         take_string(h->err_message, sizeof(h->err_message), rep->err_message);
         if (!h->err_message[0]) /* the CRD requires a non-empty message */
             snprintf(h->err_message, sizeof(h->err_message), "(the library gave no message)");
-        if (!h->err_pod[0] && h->err_rank == ctx->facts.rank)
+        if (!h->err_pod[0] && own)
             snprintf(h->err_pod, sizeof(h->err_pod), "%s", ctx->facts.pod);
-        if (!h->err_node[0] && h->err_rank == ctx->facts.rank)
+        if (!h->err_node[0] && own)
             snprintf(h->err_node, sizeof(h->err_node), "%s", ctx->facts.node);
-        snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s): %s", h->err_rank, h->err_pod,
-                 h->err_node, h->err_message);
+        if (per > 1)
+            snprintf(msg, sizeof(msg), "rank %d (local rank %d of pod %s, node %s): %s",
+                     h->err_rank, h->err_rank % per, h->err_pod, h->err_node, h->err_message);
+        else
+            snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s): %s", h->err_rank, h->err_pod,
+                     h->err_node, h->err_message);
         if (!healthy->status[0]) { /* Healthy: False, unless the report said otherwise */
             snprintf(healthy->status, sizeof(healthy->status), "False");
             snprintf(healthy->reason, sizeof(healthy->reason), "MemberUnhealthy");

@@ -74,8 +74,11 @@ char *agent_health_metrics(agent_ctx_t *ctx)
     metric(&b, "kcoll_agent_failed", "gauge", "1 when a fatal condition stops the agent",
            st == AGENT_STATE_FAILED);
     if (st == AGENT_STATE_READY) {
-        metric(&b, "kcoll_agent_rank", "gauge", "this pod's rank", f.rank);
-        metric(&b, "kcoll_agent_nranks", "gauge", "the job's number of ranks", f.nranks);
+        int per = f.local_size > 0 ? f.local_size : 1;
+        metric(&b, "kcoll_agent_rank", "gauge", "this pod's rank (of its first local rank)",
+               f.rank * per);
+        metric(&b, "kcoll_agent_nranks", "gauge", "the job's number of ranks", f.nranks * per);
+        metric(&b, "kcoll_agent_ranks_per_pod", "gauge", "ranks (processes) this pod runs", per);
     }
     sb_printf(&b, "# HELP kcoll_agent_condition named conditions of this agent (1 = present)\n"
                   "# TYPE kcoll_agent_condition gauge\n");

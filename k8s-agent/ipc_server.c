@@ -118,17 +118,8 @@ agent_state_t agent_wait_facts(agent_ctx_t *ctx, int64_t wait_ms, agent_facts_t 
     int64_t deadline = agent_now_ms() + wait_ms;
     agent_state_t st;
     pthread_mutex_lock(&ctx->mu);
-    while (ctx->state == AGENT_STATE_STARTING && agent_remaining_ms(deadline) > 0 && !ctx->stop) {
-        struct timespec ts;
-        int64_t step = agent_remaining_ms(deadline);
-        if (step > 200)
-            step = 200;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(step * 1000000);
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&ctx->cv, &ctx->mu, &ts);
-    }
+    while (ctx->state == AGENT_STATE_STARTING && agent_remaining_ms(deadline) > 0 && !ctx->stop)
+        agent_wait_step(ctx, deadline);
     st = ctx->state;
     *f = ctx->facts;
     *fail = ctx->failure;
@@ -141,6 +132,7 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
     int64_t wait = colli_proto_hello_wait_ms(req);
     agent_facts_t f;
     agent_condition_t fail;
+    int64_t deadline = agent_now_ms() + wait;
     agent_state_t st = agent_wait_facts(ctx, wait, &f, &fail);
     if (st == AGENT_STATE_FAILED)
         return error_reply(fail.type, "%s", fail.message);
@@ -149,7 +141,7 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
                            "the agent is still resolving this pod's rank and root endpoint after "
                            "%lld ms; retry, or read the agent's log (AGENT-* lines)",
                            (long long)wait);
-    return colli_proto_hello_reply(&f, AGENT_VERSION);
+    return agent_local_hello(ctx, req, deadline);
 }
 
 static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)

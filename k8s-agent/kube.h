@@ -125,6 +125,7 @@ typedef struct {
     int jobset_global_index; /* or -1 */
     json_t *network_status;  /* parsed Multus annotation (array) or NULL */
     char topology_key[320];  /* the selecting topology's spec.topologyKey node label ("" = none) */
+    char ranks_source[240];  /* where ranksPerPod came from (f->local_size), for messages */
 } agent_pod_info_t;
 
 /* Read the pod, its owner and rank hints (1 GET). */

@@ -52,6 +52,9 @@ static void usage(FILE *to)
                 "$COLL_AGENT_LIB_DIR; unset = no copy)\n"
                 "  --exit-after-ready       exit 0 once facts are resolved (tests), 1 on a fatal "
                 "condition\n"
+                "  --local-ranks-timeout S  a pod's local ranks all say hello within S of the "
+                "first (default 60,\n"
+                "                           at most bootstrapTimeoutSeconds)\n"
                 "  --log-level debug|info|warn|error\n"
                 "  --version --help\n");
 }
@@ -76,6 +79,7 @@ enum {
     OPT_LIB_SRC,
     OPT_LIB_DIR,
     OPT_LOG_LEVEL,
+    OPT_LOCAL_TIMEOUT,
     OPT_VERSION,
     OPT_HELP
 };
@@ -117,6 +121,7 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
         {"lib-src", required_argument, 0, OPT_LIB_SRC},
         {"lib-dir", required_argument, 0, OPT_LIB_DIR},
         {"log-level", required_argument, 0, OPT_LOG_LEVEL},
+        {"local-ranks-timeout", required_argument, 0, OPT_LOCAL_TIMEOUT},
         {"version", no_argument, 0, OPT_VERSION},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
@@ -202,6 +207,10 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
             break;
         case OPT_LOG_LEVEL:
             o->log_level = optarg;
+            break;
+        case OPT_LOCAL_TIMEOUT:
+            if (parse_int(optarg, "--local-ranks-timeout", 1, 86400, &o->local_timeout_s))
+                return -1;
             break;
         case OPT_VERSION:
             printf("coll-agent %s (protocol v%d)\n", AGENT_VERSION, COLLI_PROTO_IPC_VERSION);

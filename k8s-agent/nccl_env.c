@@ -230,6 +230,20 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
         return colli_proto_error_reply(COLLI_PROTO_CODE_NOT_READY,
                                        "the agent is still resolving this pod's rank and network; "
                                        "read the agent's log (AGENT-* lines)");
+    if (f.local_size > 1) { /* several ranks per pod: this NCCL process's own rank */
+        agent_facts_t pod = f;
+        if (in.local_rank < 0 || in.local_rank >= pod.local_size) {
+            snprintf(msg, sizeof(msg),
+                     "pod %s runs %d ranks (ranksPerPod) but this NCCL process (pid %d) says "
+                     "LOCAL_RANK %d: start each with LOCAL_RANK 0..%d (torchrun sets it)",
+                     pod.pod, pod.local_size, in.pid, in.local_rank, pod.local_size - 1);
+            return colli_proto_error_reply(in.local_rank < 0
+                                               ? COLLI_PROTO_CODE_LOCAL_RANK_UNKNOWN
+                                               : COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE,
+                                           msg);
+        }
+        agent_rank_facts(&pod, in.local_rank, &f);
+    }
     memset(&nf, 0, sizeof(nf));
     nf.rank = f.rank;
     nf.nranks = f.nranks;

@@ -79,13 +79,18 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
     const char *ep = json_string_value(json_object_get(spec, "rootEndpoint"));
     const char *secret = json_string_value(json_object_get(spec, "secret"));
     const char *topo = json_string_value(json_object_get(spec, "topology"));
-    json_t *n = json_object_get(spec, "nranks");
-    json_int_t nr;
-    int nranks;
+    json_t *n = json_object_get(spec, "nranks"), *np = json_object_get(spec, "pods");
+    json_t *nper = json_object_get(spec, "ranksPerPod");
+    json_int_t nr, pp;
+    int nranks, per;
     if (!ep || !secret || !json_is_integer(n))
         return 1; /* not published yet */
-    nr = json_integer_value(n);
-    nranks = nr > 0 && nr <= INT_MAX ? (int)nr : 0; /* never wrapped into another world size */
+    /* f counts pods; spec.nranks counts ranks (pods x ranksPerPod); never wrapped into another
+     * int (0 is refused below) */
+    nr = json_is_integer(np) ? json_integer_value(np) : json_integer_value(n);
+    nranks = nr > 0 && nr <= INT_MAX ? (int)nr : 0;
+    pp = json_is_integer(nper) ? json_integer_value(nper) : 1;
+    per = pp > 0 && pp <= INT_MAX ? (int)pp : 0;
     if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 ||
         colli_proto_hex_decode(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
         cond->fatal = 1;
@@ -96,11 +101,24 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
                  f->ns, f->job, ep, (long long)nr, strlen(secret));
         return -1;
     }
+    if (per != (f->local_size > 0 ? f->local_size : 1)) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "RanksPerPodMismatch");
+        snprintf(cond->message, sizeof(cond->message),
+                 "rank 0's pod %s runs %d ranks per pod but this pod runs %d; every pod of job %s "
+                 "must start the same number of processes (torchrun --nproc-per-node, or "
+                 "ranksPerPod in the CollectiveTopology)",
+                 json_string_value(json_object_get(spec, "rootPod"))
+                     ? json_string_value(json_object_get(spec, "rootPod"))
+                     : "?",
+                 per, f->local_size, f->job);
+        return -1;
+    }
     if (nranks_known && nranks != f->nranks) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "WorldSizeMismatch");
         snprintf(cond->message, sizeof(cond->message),
-                 "rank 0 published %d ranks but this pod's labels say %d", nranks, f->nranks);
+                 "rank 0 published %d pods but this pod's labels say %d", nranks, f->nranks);
         return -1;
     }
     f->nranks = nranks;
@@ -162,13 +180,15 @@ static json_t *comm_object(agent_pod_info_t *pi, const agent_facts_t *f, const c
                            const char *secret_hex)
 {
     json_t *o = json_pack(
-        "{ss ss s{ss ss s{ss}} s{ss ss si ss ss ss ss ss ss ss si si}}", "apiVersion",
+        "{ss ss s{ss ss s{ss}} s{ss ss si si si ss ss ss ss ss ss ss si si}}", "apiVersion",
         "kcoll.io/v1alpha1", "kind", "Communicator", "metadata", "name", f->job, "namespace", f->ns,
         "labels", "kcoll.io/job", f->job, "spec", "jobName", f->job, "jobKind",
-        pi->job_kind[0] ? pi->job_kind : "Pod", "nranks", f->nranks, "rootEndpoint", endpoint,
-        "secret", secret_hex, "rootPod", f->pod, "rootNode", f->node, "topology", f->topology,
-        "transport", f->transport, "libraryVersion", f->library_version, "bootstrapTimeoutSeconds",
-        f->bootstrap_timeout_s, "timeoutSeconds", f->timeout_s);
+        pi->job_kind[0] ? pi->job_kind : "Pod", "nranks",
+        f->nranks * (f->local_size > 0 ? f->local_size : 1), "pods", f->nranks, "ranksPerPod",
+        f->local_size > 0 ? f->local_size : 1, "rootEndpoint", endpoint, "secret", secret_hex,
+        "rootPod", f->pod, "rootNode", f->node, "topology", f->topology, "transport", f->transport,
+        "libraryVersion", f->library_version, "bootstrapTimeoutSeconds", f->bootstrap_timeout_s,
+        "timeoutSeconds", f->timeout_s);
     if (o && pi->job_uid[0] && pi->job_api_version[0]) {
         json_t *ref =
             json_pack("[{ss ss ss ss sb}]", "apiVersion", pi->job_api_version, "kind", pi->job_kind,

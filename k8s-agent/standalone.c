@@ -67,7 +67,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
     json_t *root, *ranks, *me = NULL, *r0 = NULL, *it;
     agent_facts_t f;
     agent_condition_t fatal;
-    int rank = ctx->opt.standalone_rank, rc = -1, chk;
+    int rank = ctx->opt.standalone_rank, rc = -1, chk, per, pods;
 
     memset(&f, 0, sizeof(f));
     memset(&fatal, 0, sizeof(fatal));
@@ -80,12 +80,23 @@ int agent_standalone_run(agent_ctx_t *ctx)
         free(data);
         return fail(ctx, "TopologyFileInvalid", "%s: %s", path, err);
     }
-    ranks = json_object_get(root, "ranks");
+    /* several ranks per pod: "pods" lists the pods ({podRank, address, interface, ...}) and
+     * --rank N is the pod's index; else "ranks" lists one-rank pods */
+    per = int_field(root, "ranksPerPod", 1);
+    ranks = json_object_get(root, "pods");
+    pods = ranks != NULL;
+    if (!pods)
+        ranks = json_object_get(root, "ranks");
     if (!json_is_array(ranks) || json_array_size(ranks) == 0) {
         fail(ctx, "TopologyFileInvalid",
-             "%s: \"ranks\" must be a non-empty list of {rank, "
+             "%s: \"ranks\" (or \"pods\") must be a non-empty list of {rank (podRank), "
              "address, interface}",
              path);
+        goto out;
+    }
+    if (per < 1 || per > AGENT_MAX_RANKS_PER_POD) {
+        fail(ctx, "TopologyFileInvalid", "%s: \"ranksPerPod\" must be 1..%d", path,
+             AGENT_MAX_RANKS_PER_POD);
         goto out;
     }
     if (rank < 0) {
@@ -94,18 +105,33 @@ int agent_standalone_run(agent_ctx_t *ctx)
     }
     json_array_foreach(ranks, i, it)
     {
-        int rr = int_field(it, "rank", (int)i);
+        int rr = int_field(it, pods ? "podRank" : "rank", (int)i);
         if (rr == rank)
             me = it;
         if (rr == 0)
             r0 = it;
     }
-    f.nranks = int_field(root, "nranks", (int)json_array_size(ranks));
-    if (!me || !r0 || rank >= f.nranks) {
-        fail(ctx, "RankOutOfRange", "%s has no entry for rank %d (or for rank 0) among %d ranks",
-             path, rank, f.nranks);
+    /* f counts pods; the ranks are pods x ranksPerPod */
+    f.nranks =
+        pods ? (int)json_array_size(ranks) : int_field(root, "nranks", (int)json_array_size(ranks));
+    if (pods && json_object_get(root, "nranks") &&
+        int_field(root, "nranks", -1) != f.nranks * per) {
+        fail(ctx, "TopologyFileInvalid",
+             "%s: \"nranks\" is %d but %d pods x ranksPerPod %d are %d ranks; drop \"nranks\" "
+             "or make it agree",
+             path, int_field(root, "nranks", -1), f.nranks, per, f.nranks * per);
         goto out;
     }
+    if (!me || !r0 || rank >= f.nranks) {
+        fail(ctx, "RankOutOfRange", "%s has no entry for %s %d (or for %s 0) among %d %s", path,
+             pods ? "pod" : "rank", rank, pods ? "pod" : "rank", f.nranks, pods ? "pods" : "ranks");
+        goto out;
+    }
+    f.local_size = per;
+    snprintf(ctx->ranks_source, sizeof(ctx->ranks_source), "ranksPerPod in %s", path);
+    f.gpu = int_field(root, "gpusPerPod", 0);
+    if (ctx->opt.local_timeout_s == 0)
+        ctx->opt.local_timeout_s = int_field(root, "localRanksTimeoutSeconds", 0);
     f.rank = rank;
     f.is_root = rank == 0;
     agent_json_str(me, "interface", f.ifname, sizeof(f.ifname));
@@ -118,7 +144,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
     /* the topology group (switch/rack) of this rank's node: rings are ordered by it */
     agent_json_str(me, "group", f.group, sizeof(f.group));
     if (!f.pod[0])
-        snprintf(f.pod, sizeof(f.pod), "rank-%d", rank);
+        snprintf(f.pod, sizeof(f.pod), "%s-%d", pods ? "pod" : "rank", rank);
     agent_json_str(root, "job", f.job, sizeof(f.job));
     if (!f.job[0])
         snprintf(f.job, sizeof(f.job), "standalone");
@@ -194,8 +220,15 @@ int agent_standalone_run(agent_ctx_t *ctx)
         agent_set_failed(ctx, &fatal);
         goto out;
     }
-    agent_info("AGENT-STANDALONE", "rank %d of %d from %s: interface %s address %s root %s:%d",
-               f.rank, f.nranks, path, f.ifname, f.address, f.root_host, f.root_port);
+    if (per == 1)
+        agent_info("AGENT-STANDALONE", "rank %d of %d from %s: interface %s address %s root %s:%d",
+                   f.rank, f.nranks, path, f.ifname, f.address, f.root_host, f.root_port);
+    else
+        agent_info("AGENT-STANDALONE",
+                   "pod %d of %d (ranks %d..%d of %d, %d per pod) from %s: interface %s address "
+                   "%s root %s:%d",
+                   f.rank, f.nranks, f.rank * per, f.rank * per + per - 1, f.nranks * per, per,
+                   path, f.ifname, f.address, f.root_host, f.root_port);
     agent_set_ready(ctx, &f);
     rc = 0;
 out:

@@ -1,7 +1,9 @@
 /* The agent's state as the library sees it: READY with the facts, FAILED with a condition, and
  * warning conditions (each one logged and emitted as a pod Event). */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "agent.h"
 #include "kube.h"
@@ -29,6 +31,21 @@ void agent_set_failed(agent_ctx_t *ctx, const agent_condition_t *cond)
     agent_error("AGENT-CONDITION", "%s: %s", cond->type, cond->message);
     snprintf(reason, sizeof(reason), "Kcoll%s", cond->type);
     agent_health_event(ctx, "Warning", reason, cond->message);
+}
+
+void agent_wait_step(agent_ctx_t *ctx, int64_t deadline_ms)
+{
+    struct timespec ts;
+    int64_t step = agent_remaining_ms(deadline_ms);
+    if (step > 200)
+        step = 200;
+    if (step < 1)
+        step = 1;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(step * 1000000);
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(&ctx->cv, &ctx->mu, &ts);
 }
 
 void agent_add_warning(agent_ctx_t *ctx, const agent_condition_t *cond)

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "annotations.h"
 #include "kube.h"
+#include "pod_ranks.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -293,6 +294,42 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
     return 0;
 }
 
+/* Several ranks per pod: spec.ranksPerPod, else what the pod says (pod_ranks.h). */
+static int ranks_per_pod(const char *name, const json_t *spec, agent_pod_info_t *pi,
+                         agent_facts_t *f, agent_condition_t *cond)
+{
+    json_t *rpp = json_object_get(spec, "ranksPerPod");
+    agent_pod_ranks_t pr;
+    int topo = 0;
+    if (rpp) {
+        if (!json_is_integer(rpp) || json_integer_value(rpp) < 1 ||
+            json_integer_value(rpp) > AGENT_MAX_PER_POD)
+            return invalid(cond, name, "spec.ranksPerPod must be an integer 1..256");
+        topo = (int)json_integer_value(rpp);
+    }
+    if (agent_pod_ranks_read(pi->pod, &pr) != 0 && topo == 0) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "RanksPerPodInvalid");
+        snprintf(cond->message, sizeof(cond->message),
+                 "cannot tell how many ranks pod %s runs: %s. Fix it, or set spec.ranksPerPod "
+                 "in CollectiveTopology %s",
+                 f->pod, pr.error, name);
+        return -1;
+    }
+    f->local_size =
+        agent_pod_ranks_choose(topo, name, &pr, pi->ranks_source, sizeof(pi->ranks_source));
+    f->gpu = pr.gpus; /* the pod's GPUs: local rank r binds GPU r of them */
+    if (pr.nproc > 0 && pr.nproc != f->local_size) {
+        cond->fatal = 1;
+        snprintf(cond->type, sizeof(cond->type), "RanksPerPodMismatch");
+        snprintf(cond->message, sizeof(cond->message),
+                 "pod %s starts %d processes (%s) but %s says ranksPerPod %d; make them agree",
+                 f->pod, pr.nproc, pr.nproc_where, pi->ranks_source, f->local_size);
+        return -1;
+    }
+    return 0;
+}
+
 static int apply_pins(const char *name, const json_t *spec, agent_pod_info_t *pi, agent_facts_t *f,
                       agent_condition_t *cond)
 {
@@ -316,7 +353,7 @@ static int apply_pins(const char *name, const json_t *spec, agent_pod_info_t *pi
     f->bootstrap_timeout_s = json_is_integer(bt) ? (int)json_integer_value(bt) : 300;
     f->timeout_s = json_is_integer(ct) ? (int)json_integer_value(ct) : 1800;
     (void)hcas; /* applied after the network is resolved */
-    return 0;
+    return ranks_per_pod(name, spec, pi, f, cond);
 }
 
 int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
@@ -418,9 +455,17 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
     }
     agent_node_group(ctx, deadline, pi->topology_key, f);
     agent_info("AGENT-TOPOLOGY-RESOLVED",
-               "topology %s: transport=%s version=%s interface=%s address=%s ib=%s", f->topology,
-               f->transport, f->library_version[0] ? f->library_version : "(unpinned)", f->ifname,
-               f->address, f->ib_device[0] ? f->ib_device : "-");
+               "topology %s: transport=%s version=%s interface=%s address=%s ib=%s ranksPerPod=%d "
+               "(%s) gpus=%d",
+               f->topology, f->transport, f->library_version[0] ? f->library_version : "(unpinned)",
+               f->ifname, f->address, f->ib_device[0] ? f->ib_device : "-", f->local_size,
+               pi->ranks_source, f->gpu);
+    snprintf(ctx->ranks_source, sizeof(ctx->ranks_source), "%s", pi->ranks_source);
+    if (ctx->opt.local_timeout_s == 0) {
+        json_t *lt = agent_json_path(match, "spec.localRanksTimeoutSeconds");
+        if (json_is_integer(lt) && json_integer_value(lt) > 0 && json_integer_value(lt) <= 86400)
+            ctx->opt.local_timeout_s = (int)json_integer_value(lt);
+    }
     rc = 0;
 done:
     json_decref(nslabels);

@@ -124,6 +124,43 @@ json_t *colli_proto_hello_request(int timeout_ms, const char *library_version, i
                      COLLI_PROTO_KEY_PID, pid);
 }
 
+int colli_proto_hello_set_local(json_t *req, int local_rank, int local_world_size,
+                                int restart_count)
+{
+    const struct {
+        const char *key;
+        int v;
+    } f[] = {{COLLI_PROTO_KEY_LOCAL_RANK, local_rank},
+             {COLLI_PROTO_KEY_LOCAL_WORLD_SIZE, local_world_size},
+             {COLLI_PROTO_KEY_RESTART_COUNT, restart_count}};
+    if (!json_is_object(req))
+        return -1;
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].v >= 0 && json_object_set_new(req, f[i].key, json_integer(f[i].v)) != 0)
+            return -1;
+    return 0;
+}
+
+int colli_proto_hello_local(const json_t *req, int *local_rank, int *local_world_size,
+                            int *restart_count, char *err, size_t errlen)
+{
+    const char *keys[] = {COLLI_PROTO_KEY_LOCAL_RANK, COLLI_PROTO_KEY_LOCAL_WORLD_SIZE,
+                          COLLI_PROTO_KEY_RESTART_COUNT};
+    int *dst[] = {local_rank, local_world_size, restart_count};
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *v = json_object_get(req, keys[i]);
+        *dst[i] = -1;
+        if (v == NULL || json_is_null(v))
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65535) {
+            set_err(err, errlen, "hello's \"%s\" must be an integer in 0..65535", keys[i]);
+            return -1;
+        }
+        *dst[i] = (int)json_integer_value(v);
+    }
+    return 0;
+}
+
 int64_t colli_proto_hello_wait_ms(const json_t *req)
 {
     const json_t *t = json_object_get(req, COLLI_PROTO_KEY_TIMEOUT_MS);
@@ -144,20 +181,34 @@ json_t *colli_proto_hello_reply(const colli_proto_facts_t *f, const char *agent_
         snprintf(root, sizeof(root), "[%s]:%d", f->root_host, f->root_port);
     else
         snprintf(root, sizeof(root), "%s:%d", f->root_host, f->root_port);
-    return json_pack("{si ss sb si si ss ss si ss sb ss ss ss ss ss si si ss ss ss ss ss ss ss}",
-                     COLLI_PROTO_KEY_V, COLLI_PROTO_IPC_VERSION, COLLI_PROTO_KEY_TYPE,
-                     COLLI_PROTO_TYPE_HELLO, COLLI_PROTO_KEY_OK, 1, COLLI_PROTO_KEY_RANK, f->rank,
-                     COLLI_PROTO_KEY_NRANKS, f->nranks, COLLI_PROTO_KEY_ROOT, root,
-                     COLLI_PROTO_KEY_ROOT_HOST, f->root_host, COLLI_PROTO_KEY_ROOT_PORT,
-                     f->root_port, COLLI_PROTO_KEY_SECRET, secret, COLLI_PROTO_KEY_IS_ROOT,
-                     f->is_root, COLLI_PROTO_KEY_INTERFACE, f->ifname, COLLI_PROTO_KEY_ADDRESS,
-                     f->address, COLLI_PROTO_KEY_IB_DEVICE, f->ib_device, COLLI_PROTO_KEY_TRANSPORT,
-                     f->transport, COLLI_PROTO_KEY_LIBRARY_VERSION, f->library_version,
-                     COLLI_PROTO_KEY_BOOTSTRAP_TIMEOUT_S, f->bootstrap_timeout_s,
-                     COLLI_PROTO_KEY_TIMEOUT_S, f->timeout_s, COLLI_PROTO_KEY_POD, f->pod,
-                     COLLI_PROTO_KEY_NODE, f->node, COLLI_PROTO_KEY_NAMESPACE, f->ns,
-                     COLLI_PROTO_KEY_JOB, f->job, COLLI_PROTO_KEY_TOPOLOGY, f->topology,
-                     COLLI_PROTO_KEY_GROUP, f->group, COLLI_PROTO_KEY_AGENT_VERSION, agent_version);
+    json_t *r = json_pack(
+        "{si ss sb si si ss ss si ss sb ss ss ss ss ss si si ss ss ss ss ss ss ss}",
+        COLLI_PROTO_KEY_V, COLLI_PROTO_IPC_VERSION, COLLI_PROTO_KEY_TYPE, COLLI_PROTO_TYPE_HELLO,
+        COLLI_PROTO_KEY_OK, 1, COLLI_PROTO_KEY_RANK, f->rank, COLLI_PROTO_KEY_NRANKS, f->nranks,
+        COLLI_PROTO_KEY_ROOT, root, COLLI_PROTO_KEY_ROOT_HOST, f->root_host,
+        COLLI_PROTO_KEY_ROOT_PORT, f->root_port, COLLI_PROTO_KEY_SECRET, secret,
+        COLLI_PROTO_KEY_IS_ROOT, f->is_root, COLLI_PROTO_KEY_INTERFACE, f->ifname,
+        COLLI_PROTO_KEY_ADDRESS, f->address, COLLI_PROTO_KEY_IB_DEVICE, f->ib_device,
+        COLLI_PROTO_KEY_TRANSPORT, f->transport, COLLI_PROTO_KEY_LIBRARY_VERSION,
+        f->library_version, COLLI_PROTO_KEY_BOOTSTRAP_TIMEOUT_S, f->bootstrap_timeout_s,
+        COLLI_PROTO_KEY_TIMEOUT_S, f->timeout_s, COLLI_PROTO_KEY_POD, f->pod, COLLI_PROTO_KEY_NODE,
+        f->node, COLLI_PROTO_KEY_NAMESPACE, f->ns, COLLI_PROTO_KEY_JOB, f->job,
+        COLLI_PROTO_KEY_TOPOLOGY, f->topology, COLLI_PROTO_KEY_GROUP, f->group,
+        COLLI_PROTO_KEY_AGENT_VERSION, agent_version);
+    /* several ranks per pod; a one-rank pod's facts (local_size 0 or 1) are local 0 of 1 */
+    int lsize = f->local_size > 0 ? f->local_size : 1;
+    if (r && (json_object_set_new(r, COLLI_PROTO_KEY_LOCAL_RANK, json_integer(f->local_rank)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_LOCAL_WORLD_SIZE, json_integer(lsize)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_POD_RANK,
+                                  json_integer(f->local_size > 0 ? f->pod_rank : f->rank)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_PODS,
+                                  json_integer(f->local_size > 0 ? f->npods : f->nranks)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_GPU,
+                                  json_integer(f->local_size > 0 ? f->gpu : -1)))) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
 }
 
 /* 1 with *out when j is an integer that an int holds, else 0. */
@@ -241,6 +292,80 @@ int colli_proto_hello_decode(const json_t *r, colli_proto_facts_t *out, char *er
                 f.root_port);
         return -1;
     }
+    /* several ranks per pod (an agent before them sends none: local 0 of 1) */
+    const struct {
+        const char *key;
+        int *dst;
+        int def;
+    } local[] = {{COLLI_PROTO_KEY_LOCAL_RANK, &f.local_rank, 0},
+                 {COLLI_PROTO_KEY_LOCAL_WORLD_SIZE, &f.local_size, 1},
+                 {COLLI_PROTO_KEY_POD_RANK, &f.pod_rank, f.rank},
+                 {COLLI_PROTO_KEY_PODS, &f.npods, f.nranks},
+                 {COLLI_PROTO_KEY_GPU, &f.gpu, -1}};
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
+        const json_t *v = json_object_get(r, local[i].key);
+        *local[i].dst = local[i].def;
+        if (v != NULL && !int_value(v, local[i].dst)) {
+            set_err(err, errlen, "hello reply's \"%s\" is not an integer", local[i].key);
+            return -1;
+        }
+    }
+    if (f.local_size < 1 || f.local_rank < 0 || f.local_rank >= f.local_size || f.pod_rank < 0 ||
+        f.npods < 1 || f.gpu < -1 || (long long)f.npods * f.local_size != f.nranks ||
+        (long long)f.pod_rank * f.local_size + f.local_rank != f.rank) {
+        set_err(err, errlen,
+                "inconsistent facts (rank %d of %d is not local rank %d of %d in pod %d of %d)",
+                f.rank, f.nranks, f.local_rank, f.local_size, f.pod_rank, f.npods);
+        return -1;
+    }
+    *out = f;
+    return 0;
+}
+
+json_t *colli_proto_hello_failure(const char *code, const char *text, const colli_proto_facts_t *f,
+                                  const colli_proto_failure_t *how, const char *agent_version)
+{
+    json_t *r = colli_proto_error_reply(code, text);
+    json_t *facts = f ? colli_proto_hello_reply(f, agent_version) : NULL;
+    json_t *missing = json_array();
+    int bad = !r || !missing;
+    for (int i = 0; !bad && how && i < how->nmissing && i < COLLI_PROTO_MAX_MISSING; i++)
+        bad = json_array_append_new(missing, json_integer(how->missing[i])) != 0;
+    if (!bad && facts && how)
+        bad = json_object_set_new(r, COLLI_PROTO_KEY_FACTS, facts) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_HOST_ROOT, json_boolean(how->host_root)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_OWN_RANK, json_boolean(how->own_rank)) ||
+              json_object_set_new(r, COLLI_PROTO_KEY_MISSING_RANKS, json_incref(missing));
+    else
+        json_decref(facts);
+    json_decref(missing);
+    if (bad) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+int colli_proto_hello_failure_facts(const json_t *reply, colli_proto_facts_t *out,
+                                    colli_proto_failure_t *how)
+{
+    const json_t *facts = json_object_get(reply, COLLI_PROTO_KEY_FACTS);
+    const json_t *missing = json_object_get(reply, COLLI_PROTO_KEY_MISSING_RANKS), *m;
+    colli_proto_facts_t f;
+    char err[160];
+    size_t i;
+    if (!json_is_object(facts) || colli_proto_hello_decode(facts, &f, err, sizeof(err)) != 0)
+        return -1;
+    memset(how, 0, sizeof(*how));
+    how->host_root = json_is_true(json_object_get(reply, COLLI_PROTO_KEY_HOST_ROOT));
+    how->own_rank = json_is_true(json_object_get(reply, COLLI_PROTO_KEY_OWN_RANK));
+    json_array_foreach(missing, i, m)
+    {
+        int r;
+        if (how->nmissing == COLLI_PROTO_MAX_MISSING || !int_value(m, &r) || r < 0 || r >= f.nranks)
+            break; /* at most the ranks of one pod, each a rank of the job */
+        how->missing[how->nmissing++] = r;
+    }
     *out = f;
     return 0;
 }
@@ -283,6 +408,8 @@ json_t *colli_proto_report_build(const colli_proto_report_t *r)
         json_object_set_new(msg, COLLI_PROTO_KEY_PROGRESS, json_string(r->progress));
     if (r->has_ready_ranks)
         json_object_set_new(msg, COLLI_PROTO_KEY_READY_RANKS, json_integer(r->ready_ranks));
+    if (r->pid > 0)
+        json_object_set_new(msg, COLLI_PROTO_KEY_PID, json_integer(r->pid));
     if (r->has_error) {
         json_t *e =
             json_pack("{ss}", COLLI_PROTO_KEY_MESSAGE, r->err_message ? r->err_message : "");
@@ -334,6 +461,13 @@ int colli_proto_report_parse(const json_t *msg, colli_proto_report_t *out, char 
     out->progress = json_string_value(json_object_get(msg, COLLI_PROTO_KEY_PROGRESS));
     out->has_ready_ranks = json_is_integer(rr);
     out->ready_ranks = ready;
+    {
+        const json_t *pid = json_object_get(msg, COLLI_PROTO_KEY_PID);
+        out->pid = json_is_integer(pid) && json_integer_value(pid) > 0 &&
+                           json_integer_value(pid) < (1 << 30)
+                       ? (int)json_integer_value(pid)
+                       : 0;
+    }
     out->has_error = json_is_object(e);
     out->has_err_rank = out->has_error && json_is_integer(r);
     out->err_rank = out->has_err_rank ? rank : 0;

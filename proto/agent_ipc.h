@@ -47,6 +47,27 @@ unsigned char *colli_proto_frame_encode(const struct json_t *msg, size_t *len);
 #define COLLI_PROTO_KEY_TIMEOUT_MS      "timeout_ms"
 #define COLLI_PROTO_KEY_LIBRARY_VERSION "library_version" /* the caller's; in the reply the pin */
 #define COLLI_PROTO_KEY_PID             "pid"
+/* hello request, optional (several ranks per pod): the process's LOCAL_RANK, its
+ * LOCAL_WORLD_SIZE and TORCHELASTIC_RESTART_COUNT as its launcher set them; absent = local rank 0
+ * of a one-rank pod. In the reply, local_rank and local_world_size (ranksPerPod) are the
+ * agent's, and pod_rank/pods place the pod: rank = pod_rank * local_world_size + local_rank. */
+#define COLLI_PROTO_KEY_LOCAL_RANK       "local_rank"
+#define COLLI_PROTO_KEY_LOCAL_WORLD_SIZE "local_world_size"
+#define COLLI_PROTO_KEY_RESTART_COUNT    "restart_count"
+#define COLLI_PROTO_KEY_POD_RANK         "pod_rank"
+#define COLLI_PROTO_KEY_PODS             "pods"
+#define COLLI_PROTO_KEY_GPU              "gpu" /* reply: the GPU ordinal this rank uses, -1 none */
+/* error reply to a hello, optional: the facts the process would have had (so that it can fail
+ * the job's other ranks through the bootstrap root at once), whether it hosts the root for that
+ * (the pod's lowest local rank that said hello, when local rank 0 of pod 0 is missing), and
+ * whether the facts' rank is its own (false for a process refused as a duplicate or out of range:
+ * it reports as no rank) */
+#define COLLI_PROTO_KEY_FACTS     "facts"
+#define COLLI_PROTO_KEY_HOST_ROOT "host_root"
+#define COLLI_PROTO_KEY_OWN_RANK  "own_rank"
+/* ... and the ranks of its pod that never said hello, which it reports to the root too (so that
+ * the root, which waits for every rank to check in or be reported, ends at once) */
+#define COLLI_PROTO_KEY_MISSING_RANKS "missing_ranks"
 /* hello reply: the facts (colli_proto_facts_t) */
 #define COLLI_PROTO_KEY_RANK                "rank" /* also in a report's error */
 #define COLLI_PROTO_KEY_NRANKS              "nranks"
@@ -104,6 +125,13 @@ const char *colli_proto_type(const struct json_t *msg);
 #define COLLI_PROTO_CODE_NETWORK_STATUS_INCOMPLETE "NetworkStatusIncomplete"
 #define COLLI_PROTO_CODE_RENDEZVOUS_TIMEOUT        "RendezvousTimeout"
 #define COLLI_PROTO_CODE_API_UNAVAILABLE           "APIUnavailable"
+/* Several ranks per pod: a hello whose local rank is out of range, claimed twice, or missing
+ * when ranksPerPod > 1; the pod's other local ranks that never said hello. */
+#define COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE "LocalRankOutOfRange"
+#define COLLI_PROTO_CODE_LOCAL_RANK_DUPLICATE    "LocalRankDuplicate"
+#define COLLI_PROTO_CODE_LOCAL_RANK_UNKNOWN      "LocalRankUnknown"
+#define COLLI_PROTO_CODE_LOCAL_RANKS_MISSING     "LocalRanksMissing"
+#define COLLI_PROTO_CODE_LOCAL_WORLD_MISMATCH    "LocalWorldSizeMismatch"
 
 typedef enum {
     COLLI_PROTO_CLASS_USAGE = 0, /* everything else: configuration, malformed, unknown */
@@ -156,10 +184,25 @@ typedef struct {
     char job[254];      /* the job the communicator belongs to */
     char topology[254]; /* the CollectiveTopology that selected the pod ("" standalone) */
     char group[64];     /* topology group of this pod's node (its topologyKey label value), or "" */
+    /* several ranks per pod: rank = pod_rank * local_size + local_rank, nranks = npods *
+     * local_size (a one-rank pod: local 0 of 1, pod_rank = rank, npods = nranks) */
+    int local_rank;
+    int local_size; /* ranksPerPod */
+    int pod_rank;
+    int npods;
+    int gpu; /* GPU ordinal among the process's visible GPUs, -1 = none */
 } colli_proto_facts_t;
 
 /* {"v", "type": "hello", "timeout_ms", "library_version", "pid"}. */
 struct json_t *colli_proto_hello_request(int timeout_ms, const char *library_version, int pid);
+/* Adds a process's local rank, LOCAL_WORLD_SIZE and restart count (each only when >= 0) to a hello
+ * request; 0, or -1 when req is not an object. */
+int colli_proto_hello_set_local(struct json_t *req, int local_rank, int local_world_size,
+                                int restart_count);
+/* Reads them back: -1 (absent) for each field the request does not carry; returns -1 with err
+ * when one is present but not an integer in 0..65535. */
+int colli_proto_hello_local(const struct json_t *req, int *local_rank, int *local_world_size,
+                            int *restart_count, char *err, size_t errlen);
 /* How long a hello request asks the agent to wait for the facts: its timeout_ms (default
  * COLLI_PROTO_HELLO_DEFAULT_WAIT_MS), within 0..COLLI_PROTO_HELLO_MAX_WAIT_MS. */
 int64_t colli_proto_hello_wait_ms(const struct json_t *req);
@@ -170,6 +213,25 @@ struct json_t *colli_proto_hello_reply(const colli_proto_facts_t *f, const char 
  * what is wrong (*out untouched). */
 int colli_proto_hello_decode(const struct json_t *reply, colli_proto_facts_t *out, char *err,
                              size_t errlen);
+
+/* An error reply to a hello that carries the facts the process would have had and whether it
+ * hosts the bootstrap root to tell the others (see COLLI_PROTO_KEY_FACTS). */
+#define COLLI_PROTO_MAX_MISSING 256
+typedef struct {
+    int host_root; /* this process hosts the bootstrap root to tell the others */
+    int own_rank;  /* the facts' rank is this process's (else it reports as no rank) */
+    int nmissing;
+    int missing[COLLI_PROTO_MAX_MISSING]; /* ranks it reports for: they never said hello */
+} colli_proto_failure_t;
+
+struct json_t *colli_proto_hello_failure(const char *code, const char *text,
+                                         const colli_proto_facts_t *f,
+                                         const colli_proto_failure_t *how,
+                                         const char *agent_version);
+/* The facts of such an error reply: 0 with *out and *how, -1 when it carries none or they do not
+ * decode. */
+int colli_proto_hello_failure_facts(const struct json_t *reply, colli_proto_facts_t *out,
+                                    colli_proto_failure_t *how);
 
 /* ---- report ---- */
 
@@ -226,6 +288,9 @@ typedef struct {
     /* Building: every slot with a type is sent, in order. Parsing: slot k holds the last
      * condition of type colli_proto_cond_name(k); conditions of other types are ignored. */
     colli_proto_condition_t conds[COLLI_PROTO_NCOND];
+    /* the reporting process (COLLI_PROTO_KEY_PID; 0 = absent): in a pod of several ranks the
+     * agent knows its local rank from its hello */
+    int pid;
 } colli_proto_report_t;
 
 /* The report message (NULL when r->phase is not a phase). An error is sent with its message

@@ -114,8 +114,21 @@ static void print_header(struct ctx *c, int argc, char **argv)
             else
                 printf("# env: %s\n", *e);
         }
-        for (int i = 0; i < c->nranks; i++)
-            printf("#  Rank %3d Pid %7d on %s\n", (int)all[i].rank, (int)all[i].pid, all[i].host);
+        for (int i = 0; i < c->nranks; i++) {
+            coll_rank_place_t pl;
+            if (coll_comm_rank_place(c->comm, i, &pl) == COLL_SUCCESS && pl.pod[0] != '\0') {
+                char gpu[16] = "-";
+                if (pl.gpu >= 0)
+                    snprintf(gpu, sizeof(gpu), "%d", pl.gpu);
+                /* as the agent placed it: pod, local rank of the pod's ranks, GPU */
+                printf("#  Rank %3d Pid %7d on %s pod %s local %d/%d node %s gpu %s\n",
+                       (int)all[i].rank, (int)all[i].pid, all[i].host, pl.pod, pl.local_rank,
+                       pl.local_size, pl.node[0] ? pl.node : "?", gpu);
+            } else {
+                printf("#  Rank %3d Pid %7d on %s\n", (int)all[i].rank, (int)all[i].pid,
+                       all[i].host);
+            }
+        }
         fflush(stdout);
     }
     free(all);

@@ -345,13 +345,18 @@ void run_write_topology(struct run *run, const char *spec, const char *pin_versi
     fprintf(f, "  \"bootstrapTimeoutSeconds\": %d,\n  \"timeoutSeconds\": %d,\n",
             env_seconds(ENV_BOOT_TIMEOUT, DEFAULT_BOOT_S),
             env_seconds(ENV_TIMEOUT, DEFAULT_TIMEOUT_S));
-    fprintf(f, "  \"nranks\": %d,\n  \"ranks\": [\n", run->nranks);
-    for (int r = 0; r < run->nranks; r++) {
-        fprintf(f, "    {\"rank\": %d, \"address\": \"%s\", \"interface\": ", r, addr);
+    if (run->local_env) /* --pods/--ranks-per-pod: one entry per pod */
+        fprintf(f, "  \"ranksPerPod\": %d,\n  \"pods\": [\n", run->ranks_per_pod);
+    else
+        fprintf(f, "  \"nranks\": %d,\n  \"ranks\": [\n", run->nranks);
+    for (int r = 0; r < run->npods; r++) {
+        fprintf(f, "    {\"%s\": %d, \"address\": \"%s\", \"interface\": ",
+                run->local_env ? "podRank" : "rank", r, addr);
         json_str(f, ifname);
         fprintf(f, ", \"node\": ");
         json_str(f, host);
-        fprintf(f, ", \"pod\": \"coll-run-rank-%d\"}%s\n", r, r + 1 < run->nranks ? "," : "");
+        fprintf(f, ", \"pod\": \"coll-run-%s-%d\"}%s\n", run->local_env ? "pod" : "rank", r,
+                r + 1 < run->npods ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     if (ferror(f) != 0 || fclose(f) != 0) {
@@ -361,10 +366,10 @@ void run_write_topology(struct run *run, const char *spec, const char *pin_versi
     }
 }
 
-/* One coll-agent per rank, each with its own socket. */
+/* One coll-agent per pod (per rank without --pods), each with its own socket. */
 void run_prepare_agents(struct run *run)
 {
-    for (int r = 0; r < run->nranks; r++) {
+    for (int r = 0; r < run->npods; r++) {
         struct rank *a = &run->ranks[run->nranks + r];
         char **argv = run_xcalloc(10, sizeof(*argv));
 

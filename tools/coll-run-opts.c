@@ -20,7 +20,8 @@ static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: coll-run -n N [--ifname SPEC] [--timeout SEC] [--agent[=PATH] [--pin-version V]]\n"
+        "usage: coll-run -n N [--ifname SPEC] [--timeout SEC] [--agent[=PATH] [--pin-version V]\n"
+        "                [--pods P --ranks-per-pod R]]\n"
         "                [--nnodes H --node-rank K [--id ID]] [--] program [args...]\n"
         "\n"
         "Start N ranks of program on this host. Each rank gets the parent's environment plus\n"
@@ -42,6 +43,10 @@ static void usage(FILE *f)
         "\"\n"
         "  --pin-version V    with --agent: the libraryVersion the topology pins (default: this\n"
         "                     coll-run's library, %s; \"\" pins none)\n"
+        "  --pods P --ranks-per-pod R\n"
+        "                     with --agent: P \"pods\" of R ranks each (-n P*R, or leave -n out);\n"
+        "                     one agent per pod serves its R ranks, which get LOCAL_RANK 0..R-1\n"
+        "                     and LOCAL_WORLD_SIZE R as torchrun sets them (rank = pod*R + local)\n"
         "  --nnodes H         the job spans H hosts, -n ranks on each (ranks K*n..K*n+n-1 on\n"
         "                     node K); node 0 makes the unique id, serves the bootstrap root\n"
         "                     and prints the command for the others. The interface is chosen\n"
@@ -122,6 +127,8 @@ static void parse_options(int argc, char **argv, struct run_opts *o)
         {"nnodes", required_argument, NULL, 'N'},
         {"node-rank", required_argument, NULL, 'K'},
         {"id", required_argument, NULL, 'I'},
+        {"pods", required_argument, NULL, 'P'},
+        {"ranks-per-pod", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -157,6 +164,12 @@ static void parse_options(int argc, char **argv, struct run_opts *o)
             break;
         case 'K':
             o->node_rank = parse_count("--node-rank", optarg, 0, MAX_RANKS - 1);
+            break;
+        case 'P':
+            o->npods = parse_count("--pods", optarg, 1, MAX_RANKS);
+            break;
+        case 'R':
+            o->ranks_per_pod = parse_count("--ranks-per-pod", optarg, 1, 256);
             break;
         case 'I':
             if (*optarg == '\0')
@@ -211,6 +224,23 @@ void run_parse_args(int argc, char **argv, struct run_opts *o)
 {
     memset(o, 0, sizeof(*o));
     parse_options(argc, argv, o);
+    if ((o->npods > 0 || o->ranks_per_pod > 0) && !o->agent_mode)
+        usage_error("--pods and --ranks-per-pod need --agent (one agent serves each pod's ranks)");
+    if (o->npods > 0 || o->ranks_per_pod > 0) {
+        long per = o->ranks_per_pod > 0 ? o->ranks_per_pod : 1;
+        long pods = o->npods > 0 ? o->npods : (o->nranks > 0 ? o->nranks / per : 0);
+        if (pods < 1 || (o->nranks > 0 && o->nranks != pods * per))
+            usage_error("-n %d does not match --pods %ld x --ranks-per-pod %ld; give -n P*R or "
+                        "leave it out",
+                        o->nranks, pods, per);
+        if (pods * per > MAX_RANKS)
+            usage_error("--pods %ld x --ranks-per-pod %ld is more than %d ranks", pods, per,
+                        MAX_RANKS);
+        o->nranks = (int)(pods * per);
+        o->npods = (int)pods;
+        if (o->ranks_per_pod == 0)
+            o->ranks_per_pod = 1;
+    }
     if (o->nranks == 0)
         usage_error("missing -n N (the number of ranks)");
     if (o->pin_version != NULL && !o->agent_mode)

@@ -138,15 +138,21 @@ char **run_build_env(int rank, int nranks, int local_rank, const char *id_str, c
 }
 
 /* With --agent: the rank learns rank, world size and root from its agent, as in a pod. */
-char **run_build_agent_rank_env(int rank, const char *sock_path)
+char **run_build_agent_rank_env(int rank, const char *sock_path, int local_rank, int local_size)
 {
-    static const char *const drop[] = {COLL_ENV_UNIQUE_ID, COLL_ENV_RANK,    COLL_ENV_NRANKS,
-                                       ENV_LOCAL_RANK,     ENV_AGENT_SOCKET, NULL};
-    char *add[2];
+    static const char *const drop[] = {COLL_ENV_UNIQUE_ID, COLL_ENV_RANK,     COLL_ENV_NRANKS,
+                                       ENV_LOCAL_RANK,     ENV_AGENT_SOCKET,  ENV_POD_LOCAL,
+                                       ENV_POD_LOCAL_WS,   ENV_RESTART_COUNT, NULL};
+    char *add[4];
+    size_t nadd = 0;
 
-    add[0] = run_xasprintf("%s=%s", ENV_AGENT_SOCKET, sock_path);
-    add[1] = run_xasprintf("%s=%d", ENV_LOCAL_RANK, rank);
-    return make_env(drop, add, 2);
+    add[nadd++] = run_xasprintf("%s=%s", ENV_AGENT_SOCKET, sock_path);
+    add[nadd++] = run_xasprintf("%s=%d", ENV_LOCAL_RANK, rank);
+    if (local_size > 0) { /* several ranks per pod: the process's place in it, as torchrun */
+        add[nadd++] = run_xasprintf("%s=%d", ENV_POD_LOCAL, local_rank);
+        add[nadd++] = run_xasprintf("%s=%d", ENV_POD_LOCAL_WS, local_size);
+    }
+    return make_env(drop, add, nadd);
 }
 
 /* The agents: no library copy (that is for pods), rank and socket come from the command line. */

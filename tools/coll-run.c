@@ -100,7 +100,10 @@ static void init_run(struct run *run, const struct run_opts *o)
 {
     memset(run, 0, sizeof(*run));
     run->nranks = o->nranks;
-    run->nprocs = o->agent_mode ? 2 * o->nranks : o->nranks;
+    run->ranks_per_pod = o->ranks_per_pod > 0 ? o->ranks_per_pod : 1;
+    run->npods = o->nranks / run->ranks_per_pod;
+    run->local_env = o->ranks_per_pod > 0;
+    run->nprocs = o->agent_mode ? o->nranks + run->npods : o->nranks;
     run->timeout_s = o->timeout_s;
     run->argv = o->argv;
     run->prog_path = o->prog_path;
@@ -119,7 +122,9 @@ static void prepare_ranks(struct run *run, const struct run_opts *o, const char 
         r->out.fd = -1;
         r->err.fd = -1;
         r->envp = run->agent_mode
-                      ? run_build_agent_rank_env(i, run->ranks[run->nranks + i].sock_path)
+                      ? run_build_agent_rank_env(
+                            i, run->ranks[run->nranks + i / run->ranks_per_pod].sock_path,
+                            i % run->ranks_per_pod, run->local_env ? run->ranks_per_pod : 0)
                       : run_build_env(first + i, world, i, id_str, o->ifname, o->override_ifname);
     }
 }

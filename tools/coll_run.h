@@ -25,6 +25,9 @@
 #define ENV_SOCKET_IFNAME "COLL_SOCKET_IFNAME"
 #define DEFAULT_IFNAME    "lo"
 #define ENV_AGENT_SOCKET  "COLL_AGENT_SOCKET"
+#define ENV_POD_LOCAL     "LOCAL_RANK" /* torchrun's: a rank's place in its pod (agent hello) */
+#define ENV_POD_LOCAL_WS  "LOCAL_WORLD_SIZE"
+#define ENV_RESTART_COUNT "TORCHELASTIC_RESTART_COUNT"
 #define ENV_BOOT_TIMEOUT  "COLL_BOOTSTRAP_TIMEOUT"
 #define ENV_TIMEOUT       "COLL_TIMEOUT"
 #define AGENT_NAME        "coll-agent"
@@ -45,6 +48,8 @@ struct run_opts {
     bool agent_mode;
     const char *agent_arg;   /* --agent=PATH, NULL for the default places */
     const char *pin_version; /* --pin-version, NULL when not given */
+    int npods;               /* --pods P (with --agent): one agent per pod, 0 = one per rank */
+    int ranks_per_pod;       /* --ranks-per-pod R: nranks = P x R; 0 = not given */
     char **argv;             /* the program and its arguments */
     char *prog_path;         /* resolved path of the program */
     char *agent_path;        /* resolved coll-agent, with --agent */
@@ -75,8 +80,11 @@ struct rank {
 
 struct run {
     int nranks;
-    int nprocs;         /* nranks, plus nranks agents with --agent */
-    struct rank *ranks; /* ranks[0..nranks), then the agents: ranks[nranks + r] serves rank r */
+    int nprocs;         /* nranks, plus npods agents with --agent */
+    struct rank *ranks; /* ranks[0..nranks), then the agents: ranks[nranks + p] serves pod p */
+    int npods;          /* --agent: pods (one agent each); rank r is local rank r % per of pod */
+    int ranks_per_pod;  /* r / per; 1 without --ranks-per-pod */
+    bool local_env;     /* --ranks-per-pod given: ranks get LOCAL_RANK and LOCAL_WORLD_SIZE */
     char *prog_path;    /* resolved path of the program */
     char **argv;        /* program argv (argv[0] as the user wrote it) */
     double timeout_s;   /* 0: none */
@@ -128,7 +136,7 @@ void run_close_stream(struct run *run, struct rank *r, struct stream *s);
 char *run_resolve_program(const char *prog);
 char **run_build_env(int rank, int nranks, int local_rank, const char *id_str, const char *ifname,
                      bool override_ifname);
-char **run_build_agent_rank_env(int rank, const char *sock_path);
+char **run_build_agent_rank_env(int rank, const char *sock_path, int local_rank, int local_size);
 char **run_build_agent_env(void);
 void run_free_env(char **envp);
 int run_start_rank(struct run *run, struct rank *r, const sigset_t *orig_mask);

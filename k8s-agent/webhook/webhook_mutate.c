@@ -9,6 +9,7 @@
 #include "webhook.h"
 
 #include "annotations.h"
+#include "pod_ranks.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -475,6 +476,14 @@ static int mutate_pod(struct mutation *m, const json_t *pod)
     if (annots == NULL || agent_webhook_pod_facts(m->cfg, m->ns, pod, annots, m->warnings) != 0) {
         json_decref(annots);
         return -1;
+    }
+    /* several ranks per pod: no more ranks than GPUs, torchrun's --nnodes = the job's pods */
+    char why[700];
+    const char *ws = str_at(annots, AGENT_ANN_WORLD_SIZE);
+    if (agent_pod_ranks_admit(pod, ws != NULL ? atoi(ws) : 0, why, sizeof(why)) != 0) {
+        set_deny(m, "kcoll: %s", why);
+        json_decref(annots);
+        return 0;
     }
     /* kcoll as NCCL: when the pod's CollectiveTopology says spec.nccl: kcoll, every container
      * preloads the sidecar's libnccl.so.2 (it wins over the NCCL a framework loads by path) */

@@ -222,6 +222,19 @@ COLL_API coll_result_t coll_comm_get_async_error(coll_comm_t comm, coll_result_t
 COLL_API coll_result_t coll_comm_count(const coll_comm_t comm, int *count);
 COLL_API coll_result_t coll_comm_user_rank(const coll_comm_t comm, int *rank);
 
+/** Where a rank runs, as its kcoll agent placed it (coll_comm_init_agent). */
+typedef struct coll_rank_place {
+    char pod[128];  /**< its pod ("" without an agent) */
+    char node[128]; /**< its node ("" without an agent) */
+    int local_rank; /**< its place in its pod: rank = pod rank x local_size + local_rank */
+    int local_size; /**< ranks in its pod (the agent's ranksPerPod); 1 without an agent */
+    int gpu;        /**< the GPU ordinal it binds among its visible GPUs, -1 for none */
+} coll_rank_place_t;
+
+/** Where rank `rank` of comm runs: its pod, node, local rank and GPU. */
+COLL_API coll_result_t coll_comm_rank_place(const coll_comm_t comm, int rank,
+                                            coll_rank_place_t *place);
+
 /* ---- reduction operators made at run time ---- */
 
 /** Where the scalar of a PreMulSum operator is read. */

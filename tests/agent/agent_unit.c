@@ -2,6 +2,7 @@
  * base64/hex helpers and interface checks. */
 #define _GNU_SOURCE
 #include "kube.h"
+#include "pod_ranks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,10 @@ static void test_proto(void)
     snprintf(f.group, sizeof(f.group), "rack-1");
     f.bootstrap_timeout_s = 300;
     f.timeout_s = 1800;
+    f.local_size = 1; /* one rank per pod: local 0 of 1, pod rank = rank */
+    f.pod_rank = 1;
+    f.npods = 4;
+    f.gpu = -1;
     m = colli_proto_hello_reply(&f, AGENT_VERSION);
     EXPECT(m && strcmp(json_string_value(json_object_get(m, "root")), "[fd00::1]:29555") == 0);
     EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) == 0 &&
@@ -246,6 +251,131 @@ static void test_proto(void)
     EXPECT(colli_proto_code_class(NULL) == COLLI_PROTO_CLASS_USAGE);
 }
 
+/* Several ranks per pod: the hello's local fields, the reply's, and an error reply's facts. */
+static void test_local_ranks(void)
+{
+    agent_facts_t pod, f, g;
+    colli_proto_failure_t how = {.host_root = 0, .own_rank = 1, .nmissing = 2, .missing = {7, 6}},
+                          back;
+    char err[256];
+    int lr, lws, rc;
+    json_t *req = colli_proto_hello_request(1000, "0.1.0", 42), *m;
+
+    EXPECT(colli_proto_hello_local(req, &lr, &lws, &rc, err, sizeof(err)) == 0 && lr == -1 &&
+           lws == -1 && rc == -1); /* an older library: no local fields */
+    EXPECT(colli_proto_hello_set_local(req, 3, 4, -1) == 0 &&
+           colli_proto_hello_local(req, &lr, &lws, &rc, err, sizeof(err)) == 0 && lr == 3 &&
+           lws == 4 && rc == -1);
+    json_object_set_new(req, "local_rank", json_string("3"));
+    EXPECT(colli_proto_hello_local(req, &lr, &lws, &rc, err, sizeof(err)) != 0 &&
+           strstr(err, "\"local_rank\" must be an integer") != NULL);
+    json_object_set_new(req, "local_rank", json_integer(70000));
+    EXPECT(colli_proto_hello_local(req, &lr, &lws, &rc, err, sizeof(err)) != 0);
+    json_decref(req);
+
+    /* pod 1 of 3 with 4 ranks and 4 GPUs: local rank 2 is rank 6 of 12 on GPU 2 */
+    memset(&pod, 0, sizeof(pod));
+    pod.rank = 1;
+    pod.nranks = 3;
+    pod.local_size = 4;
+    pod.gpu = 4;
+    snprintf(pod.root_host, sizeof(pod.root_host), "10.0.0.1");
+    pod.root_port = 4000;
+    snprintf(pod.ifname, sizeof(pod.ifname), "eth0");
+    snprintf(pod.address, sizeof(pod.address), "10.0.0.2");
+    snprintf(pod.transport, sizeof(pod.transport), "%s", COLLI_PROTO_TRANSPORT_SOCKET);
+    agent_rank_facts(&pod, 2, &f);
+    EXPECT(f.rank == 6 && f.nranks == 12 && !f.is_root && f.local_rank == 2 && f.local_size == 4 &&
+           f.pod_rank == 1 && f.npods == 3 && f.gpu == 2);
+    m = colli_proto_hello_reply(&f, AGENT_VERSION);
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) == 0 &&
+           memcmp(&f, &g, sizeof(f)) == 0);
+    json_object_set_new(m, "local_rank", json_integer(4)); /* not below local_world_size */
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) != 0 &&
+           strstr(err, "is not local rank 4 of 4 in pod 1 of 3") != NULL);
+    json_object_set_new(m, "local_rank", json_integer(1)); /* 1*4+1 is not rank 6 */
+    EXPECT(colli_proto_hello_decode(m, &g, err, sizeof(err)) != 0);
+    json_decref(m);
+    pod.rank = 0; /* pod 0: only local rank 0 is the root */
+    pod.is_root = 1;
+    agent_rank_facts(&pod, 0, &f);
+    EXPECT(f.rank == 0 && f.is_root);
+    agent_rank_facts(&pod, 3, &f);
+    EXPECT(f.rank == 3 && !f.is_root && f.gpu == 3);
+    pod.gpu = 0;
+    agent_rank_facts(&pod, 3, &f);
+    EXPECT(f.gpu == -1); /* a pod without GPUs */
+
+    m = colli_proto_hello_failure("LocalRanksMissing", "pod p-1 ...", &f, &how, AGENT_VERSION);
+    EXPECT(m && strcmp(json_string_value(json_object_get(m, "type")), "error") == 0);
+    EXPECT(colli_proto_hello_failure_facts(m, &g, &back) == 0 && g.rank == 3 &&
+           back.own_rank == 1 && back.host_root == 0 && back.nmissing == 2 &&
+           back.missing[0] == 7 && back.missing[1] == 6);
+    json_object_set_new(m, "missing_ranks", json_pack("[i i]", 5, 99)); /* 99: not a rank */
+    EXPECT(colli_proto_hello_failure_facts(m, &g, &back) == 0 && back.nmissing == 1);
+    json_object_del(m, "facts");
+    EXPECT(colli_proto_hello_failure_facts(m, &g, &back) != 0);
+    json_decref(m);
+}
+
+/* ranksPerPod from a pod: `spec` is the JSON of its containers, `ann` its annotation (or NULL). */
+static int per_pod(const char *containers, const char *ann, int topo, char *source, char *error)
+{
+    agent_pod_ranks_t pr;
+    char pod[2048];
+    json_t *p;
+    int n = -1;
+    snprintf(pod, sizeof(pod),
+             "{\"metadata\": {\"annotations\": {%s%s%s}}, \"spec\": {\"containers\": %s}}",
+             ann ? "\"kcoll.io/ranks-per-pod\": \"" : "", ann ? ann : "", ann ? "\"" : "",
+             containers);
+    p = json_loads(pod, 0, NULL);
+    error[0] = '\0';
+    if (p && agent_pod_ranks_read(p, &pr) != 0 && topo == 0)
+        snprintf(error, 300, "%s", pr.error);
+    else if (p)
+        n = agent_pod_ranks_choose(topo, "topo", &pr, source, 240);
+    json_decref(p);
+    return n;
+}
+
+static void test_pod_ranks(void)
+{
+    char src[240], err[300];
+    EXPECT(per_pod("[{\"name\": \"t\", \"command\": [\"torchrun\", \"--nproc-per-node\", \"8\", "
+                   "\"train.py\"]}]",
+                   NULL, 0, src, err) == 8 &&
+           strcmp(src, "torchrun --nproc-per-node 8 in container t") == 0);
+    EXPECT(per_pod("[{\"name\": \"t\", \"command\": [\"bash\", \"-c\", \"python -m "
+                   "torch.distributed.run --nproc_per_node=4 --nnodes 3 x.py\"]}]",
+                   NULL, 0, src, err) == 4);
+    EXPECT(per_pod("[{\"name\": \"t\", \"args\": [\"--nproc-per-node=gpu\"], \"resources\": "
+                   "{\"limits\": {\"nvidia.com/gpu\": \"2\"}}}]",
+                   NULL, 0, src, err) == 2);
+    EXPECT(per_pod("[{\"name\": \"t\", \"env\": [{\"name\": \"PET_NPROC_PER_NODE\", \"value\": "
+                   "\"6\"}]}]",
+                   NULL, 0, src, err) == 6 &&
+           strstr(src, "PET_NPROC_PER_NODE=6") != NULL);
+    EXPECT(per_pod("[{\"name\": \"t\", \"resources\": {\"limits\": {\"nvidia.com/gpu\": 8}}}]",
+                   NULL, 0, src, err) == 8 &&
+           strstr(src, "nvidia.com/gpu limit") != NULL);
+    EXPECT(per_pod("[{\"name\": \"t\"}]", NULL, 0, src, err) == 1);
+    EXPECT(per_pod("[{\"name\": \"t\", \"resources\": {\"limits\": {\"nvidia.com/gpu\": 8}}}]", "4",
+                   0, src, err) == 4); /* the annotation over the GPU count */
+    EXPECT(per_pod("[{\"name\": \"t\"}]", "4", 2, src, err) == 2 &&
+           strcmp(src, "CollectiveTopology topo spec.ranksPerPod") == 0);
+    EXPECT(per_pod("[{\"name\": \"t\", \"command\": [\"torchrun\", \"--nproc-per-node\", "
+                   "\"eight\"]}]",
+                   NULL, 0, src, err) == -1 &&
+           strstr(err, "--nproc-per-node \"eight\" is not a count") != NULL);
+    EXPECT(per_pod("[{\"name\": \"t\", \"args\": [\"--nproc-per-node\", \"gpu\"]}]", NULL, 0, src,
+                   err) == -1 &&
+           strstr(err, "no nvidia.com/gpu limit") != NULL);
+    EXPECT(per_pod("[{\"name\": \"t\"}]", "0", 0, src, err) == -1 &&
+           strstr(err, "kcoll.io/ranks-per-pod is \"0\"") != NULL);
+    EXPECT(per_pod("[{\"name\": \"t\"}]", "9999", 0, src, err) == -1);
+}
+
 int main(void)
 {
     agent_log_init("error", NULL);
@@ -254,6 +384,8 @@ int main(void)
     test_kubeconfig();
     test_helpers();
     test_proto();
+    test_local_ranks();
+    test_pod_ranks();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;

@@ -9,7 +9,8 @@
  * Output, one line each, for the driver to assert on:
  *   init ok rank=R nranks=N
  *   init failed result=ERR_VERSION msg=...              (exit 3)
- *   all_reduce ok count=N | all_gather ok ... | broadcast ok ...
+ *   all_reduce ok count=N | all_reduce avg ok count=N | all_gather ok ... | broadcast ok ... |
+ *   all_to_all ok ...
  *   WRONG all_reduce i=I got=G want=W                     (exit 1)
  *   looping rank=R                                        (loop mode, after the first iteration)
  *   collective failed op=all_reduce result=ERR_REMOTE msg=...   (exit 4)
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *result_name(coll_result_t r)
 {
@@ -98,6 +100,22 @@ static int check_collectives(coll_comm_t comm, int rank, int nranks, size_t coun
             printf("all_reduce ok count=%zu\n", n);
     }
 
+    /* average: rank + i % 5 everywhere, so the mean (nranks-1)/2 + i % 5 is exact in float */
+    float *avg = malloc(count * sizeof(*avg));
+    if (avg == NULL) {
+        printf("out of memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < count; i++)
+        avg[i] = (float)rank + (float)(i % 5);
+    RUN(comm, "all_reduce", coll_all_reduce(avg, avg, count, COLL_FLOAT32, COLL_AVG, comm, NULL));
+    for (size_t i = 0; i < count && !bad; i++)
+        if (avg[i] != (float)(nranks - 1) / 2.0f + (float)(i % 5))
+            bad = wrong("all_reduce avg", i, avg[i], (nranks - 1) / 2.0 + (double)(i % 5));
+    free(avg);
+    if (!bad)
+        printf("all_reduce avg ok count=%zu\n", count);
+
     size_t per = count / (size_t)nranks > 0 ? count / (size_t)nranks : 1;
     uint32_t *mine = malloc(per * sizeof(*mine));
     uint32_t *all = malloc(per * (size_t)nranks * sizeof(*all));
@@ -127,6 +145,26 @@ static int check_collectives(coll_comm_t comm, int rank, int nranks, size_t coun
             bad = wrong("broadcast", i, all[i], (double)(uint32_t)(i * 2654435761u));
     if (!bad)
         printf("broadcast ok count=%zu root=%d\n", per * (size_t)nranks, root);
+
+    /* all_to_all: block j of rank r goes to rank j, which finds r's block at r */
+    uint32_t *recv = malloc(per * (size_t)nranks * sizeof(*recv));
+    if (recv == NULL) {
+        printf("out of memory\n");
+        exit(2);
+    }
+    for (int j = 0; j < nranks; j++)
+        for (size_t i = 0; i < per; i++)
+            all[(size_t)j * per + i] = (uint32_t)rank * 65599u + (uint32_t)j * 131u + (uint32_t)i;
+    RUN(comm, "all_to_all", coll_all_to_all(all, recv, per, COLL_UINT32, comm, NULL));
+    for (int r = 0; r < nranks && !bad; r++)
+        for (size_t i = 0; i < per && !bad; i++) {
+            uint32_t want = (uint32_t)r * 65599u + (uint32_t)rank * 131u + (uint32_t)i;
+            if (recv[(size_t)r * per + i] != want)
+                bad = wrong("all_to_all", (size_t)r * per + i, recv[(size_t)r * per + i], want);
+        }
+    if (!bad)
+        printf("all_to_all ok per_rank=%zu\n", per);
+    free(recv);
     free(mine);
     free(all);
     fflush(stdout);
@@ -198,6 +236,8 @@ int main(int argc, char **argv)
     }
     g_rank = rank;
     printf("init ok rank=%d nranks=%d\n", rank, nranks);
+    if (getenv("LOCAL_RANK") != NULL) /* several ranks per pod: which process this is */
+        printf("local rank=%d local_rank=%s pid=%d\n", rank, getenv("LOCAL_RANK"), (int)getpid());
     fflush(stdout);
 
     int bad = strcmp(mode, "check") == 0 ? check_collectives(comm, rank, nranks, count)

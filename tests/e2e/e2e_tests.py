@@ -83,7 +83,8 @@ def rank_env(sock):
     """A pod's environment as the webhook leaves it: COLL_AGENT_SOCKET, no launcher variables."""
     e = dict(os.environ)
     for k in ("COLL_UNIQUE_ID", "COLL_RANK", "COLL_NRANKS", "COLL_LOCAL_RANK",
-              "COLL_SOCKET_IFNAME", "COLL_TIMEOUT", "COLL_BOOTSTRAP_TIMEOUT"):
+              "COLL_SOCKET_IFNAME", "COLL_TIMEOUT", "COLL_BOOTSTRAP_TIMEOUT", "LOCAL_RANK",
+              "LOCAL_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
         e.pop(k, None)
     e["COLL_AGENT_SOCKET"] = sock
     return e
@@ -92,14 +93,16 @@ def rank_env(sock):
 class Ranks:
     """Library processes, one per agent socket, output in files (64 pipes could fill up)."""
 
-    def __init__(self, cl, socks, args, env=None):
+    def __init__(self, cl, socks, args, env=None, envs=None):
+        """envs: one dict per process on top of env (a pod's LOCAL_RANK, ...)."""
         self.procs, self.logs = [], []
         for i, sock in enumerate(socks):
             path = os.path.join(cl.dir, "rank-%d.log" % i)
             f = open(path, "w")
             self.logs.append(path)
             self.procs.append(subprocess.Popen([ARGS.check] + list(args),
-                                               env=dict(rank_env(sock), **(env or {})),
+                                               env=dict(rank_env(sock), **(env or {}),
+                                                        **(envs[i] if envs else {})),
                                                stdout=f, stderr=subprocess.STDOUT,
                                                stdin=subprocess.DEVNULL))
             f.close()
@@ -527,7 +530,14 @@ def case_walkthrough(ck, cl):
     ck(ann.get("kcoll.io/world-size") == str(n),
        "the webhook wrote the world size %d from the Job" % n, json.dumps(ann)[:1000])
     agents = [cl.start_agent(p) for p in pods]
-    ranks = Ranks(cl, [a["sock"] for a in agents], ["--count", "65536"])
+    # the example's trainer is torchrun --nproc-per-node PER: PER processes per pod, each with
+    # its LOCAL_RANK, as torchrun starts them (issue 20: several ranks per pod)
+    argv = trainer.get("command", []) + trainer.get("args", [])
+    per = int(argv[argv.index("--nproc-per-node") + 1]) if "--nproc-per-node" in argv else 1
+    ranks = Ranks(cl, [a["sock"] for a in agents for _ in range(per)], ["--count", "65536"],
+                  envs=[{"LOCAL_RANK": str(lr), "LOCAL_WORLD_SIZE": str(per)}
+                        for _ in agents for lr in range(per)])
+    n *= per
     codes = ranks.wait(120)
     ck(codes == [0] * n, "the %d ranks of the example Job exit 0 (%s)" % (n, codes),
        "" if codes == [0] * n else tail(ranks.output(next(i for i, c in enumerate(codes)

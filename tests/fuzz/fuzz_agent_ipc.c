@@ -1,9 +1,10 @@
 /*
  * Bytes from the coll-agent socket (proto/agent_ipc.c), both directions: a frame header's length,
  * then the JSON through every decoder a side runs on what it receives (colli_proto_header,
- * hello_wait_ms and report_parse on the agent's side; hello_decode, error_fields and code_class on
- * the library's). Whatever a decoder accepts must survive its encoder unchanged: decode(encode(x))
- * gives x back, so that no field is truncated or widened on the way.
+ * hello_wait_ms, hello_local and report_parse on the agent's side; hello_decode, error_fields,
+ * code_class and hello_failure_facts on the library's). Whatever a decoder accepts must survive its
+ * encoder unchanged: decode(encode(x)) gives x back, so that no field is truncated or widened on
+ * the way.
  */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -92,7 +93,8 @@ static void report(const json_t *msg)
         s.has_ready_ranks != r.has_ready_ranks || s.ready_ranks != r.ready_ranks ||
         s.has_error != r.has_error || s.has_err_rank != r.has_err_rank ||
         s.err_rank != r.err_rank || !same_str(s.err_pod, r.err_pod) ||
-        !same_str(s.err_node, r.err_node) || !same_str(s.err_message, r.err_message))
+        !same_str(s.err_node, r.err_node) || !same_str(s.err_message, r.err_message) ||
+        s.pid != r.pid)
         fuzz_fail("report fields differ after build and parse");
     for (int k = 0; k < COLLI_PROTO_NCOND; k++)
         if ((s.conds[k].type == NULL) != (r.conds[k].type == NULL) ||
@@ -101,6 +103,49 @@ static void report(const json_t *msg)
                                  !same_str(s.conds[k].message, r.conds[k].message))))
             fuzz_fail("report conditions differ after build and parse");
     json_decref(built);
+}
+
+/* A hello's local rank, local world size and restart count (several ranks per pod). */
+static void local(const json_t *msg)
+{
+    int lr, lws, rc, a, b, c;
+    char err[256] = "";
+    if (colli_proto_hello_local(msg, &lr, &lws, &rc, err, sizeof(err)) != 0) {
+        if (err[0] == '\0')
+            fuzz_fail("hello local fields rejected without saying why");
+        return;
+    }
+    if (lr < -1 || lr > 65535 || lws < -1 || lws > 65535 || rc < -1 || rc > 65535)
+        fuzz_fail("hello local fields outside -1..65535");
+    json_t *req = colli_proto_hello_request(1000, "fuzz", 1);
+    if (req == NULL || colli_proto_hello_set_local(req, lr, lws, rc) != 0 ||
+        colli_proto_hello_local(req, &a, &b, &c, err, sizeof(err)) != 0 || a != lr || b != lws ||
+        c != rc)
+        fuzz_fail("hello local fields differ after set and read");
+    json_decref(req);
+}
+
+/* The facts an error reply to a refused hello carries. */
+static void failure(const json_t *msg)
+{
+    colli_proto_facts_t f, g;
+    colli_proto_failure_t how, back;
+    if (colli_proto_hello_failure_facts(msg, &f, &how) != 0)
+        return;
+    if (how.nmissing < 0 || how.nmissing > COLLI_PROTO_MAX_MISSING)
+        fuzz_fail("more missing ranks than the bound");
+    for (int i = 0; i < how.nmissing; i++)
+        if (how.missing[i] < 0 || how.missing[i] >= f.nranks)
+            fuzz_fail("a missing rank outside the job");
+    json_t *r = colli_proto_hello_failure("LocalRanksMissing", "fuzz", &f, &how, "fuzz");
+    memset(&g, 0x5a, sizeof(g));
+    if (r == NULL || colli_proto_hello_failure_facts(r, &g, &back) != 0)
+        fuzz_fail("a failure reply made of accepted facts is rejected");
+    if (memcmp(&f, &g, sizeof(f)) != 0 || back.nmissing != how.nmissing ||
+        back.host_root != how.host_root || back.own_rank != how.own_rank ||
+        memcmp(back.missing, how.missing, sizeof(int) * (size_t)how.nmissing) != 0)
+        fuzz_fail("failure facts differ after encode and decode");
+    json_decref(r);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -124,6 +169,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)colli_proto_type(msg);
     frame(msg);
     hello(msg);
+    local(msg);
+    failure(msg);
     report(msg);
     json_decref(msg);
     return 0;

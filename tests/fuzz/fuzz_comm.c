@@ -16,8 +16,8 @@
 #include "fuzz.h"
 #include "kube.h"
 
-/* Is v the spec.nranks of a Communicator in the answers (a whole answer, or one line of a watch
- * stream, as the object or the event's object)? */
+/* Is v the world size in pods of a Communicator in the answers (spec.pods, else spec.nranks; a
+ * whole answer, or one line of a watch stream, as the object or the event's object)? */
 static int said(const uint8_t *d, size_t n, long long v)
 {
     size_t i = 0;
@@ -30,7 +30,8 @@ static int said(const uint8_t *d, size_t n, long long v)
             s += 4;
         json_t *o = json_loadb((const char *)d + s, e - s, 0, NULL);
         json_t *c = json_object_get(o, "object") ? json_object_get(o, "object") : o;
-        json_t *nr = json_object_get(json_object_get(c, "spec"), "nranks");
+        json_t *spec = json_object_get(c, "spec");
+        json_t *nr = json_object_get(spec, json_object_get(spec, "pods") ? "pods" : "nranks");
         int hit = json_is_integer(nr) && json_integer_value(nr) == v;
         json_decref(o);
         if (hit)
@@ -48,6 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fake_kube_load(data + 1, size - 1);
     agent_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));
+    pthread_mutex_init(&ctx.mu, NULL);
+    pthread_cond_init(&ctx.cv, NULL);
     ctx.opt.root_port = 29500;
     agent_pod_info_t pi;
     memset(&pi, 0, sizeof(pi));
@@ -82,7 +85,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_fail("a failed rendezvous without a named condition");
         return 0;
     }
-    json_t *reply = colli_proto_hello_reply(&f, "fuzz");
+    /* what the agent answers a one-rank pod's hello (agent_local_hello) */
+    ctx.facts = f;
+    ctx.state = AGENT_STATE_READY;
+    json_t *req = colli_proto_hello_request(1000, "0.1.0", 4242);
+    json_t *reply = agent_local_hello(&ctx, req, agent_now_ms() + 1000);
+    json_decref(req);
     colli_proto_facts_t back;
     char err[256] = "";
     if (reply == NULL || colli_proto_hello_decode(reply, &back, err, sizeof(err)) != 0) {

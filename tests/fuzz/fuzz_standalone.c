@@ -40,7 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ctx.state != AGENT_STATE_READY)
             fuzz_fail("standalone returned 0 without serving facts");
         char err[256] = "";
-        json_t *reply = colli_proto_hello_reply(&ctx.facts, "fuzz");
+        /* what the agent answers a one-rank pod's hello (agent_local_hello) */
+        json_t *req = colli_proto_hello_request(1000, "0.1.0", 4242);
+        json_t *reply = agent_local_hello(&ctx, req, agent_now_ms() + 1000);
+        json_decref(req);
         colli_proto_facts_t back;
         if (reply == NULL)
             fuzz_fail("the facts of an accepted file cannot be encoded");

@@ -8,5 +8,6 @@ set(FUZZ_LIB_INTERNAL_TARGETS root listener)
 # the agent socket: agent_ipc (both sides' decoders), nccl_ipc (NCCL's env plugin), agent_reply
 # (the library's client)
 set(FUZZ_IPC_TARGETS agent_ipc nccl_ipc agent_reply)
+# (pod_ranks, k8s-agent/pod_ranks.c, is built on its own in both files)
 # coll-agent's parsers, with the Kubernetes API answered from the input (fake_kube.c)
 set(FUZZ_AGENT_TARGETS agent_server webhook kubeconfig standalone pod comm)

@@ -2,4 +2,4 @@
 # tests/fuzz/targets.cmake, which builds them.
 # shellcheck disable=SC2034
 FUZZ_TARGETS=(uniqueid wire config root listener agent_ipc nccl_ipc agent_reply agent_server webhook
-    kubeconfig standalone pod comm)
+    kubeconfig standalone pod pod_ranks comm)

@@ -79,6 +79,11 @@ coll_result_t colli_direct_try(struct coll_comm *comm, const colli_coll_args_t *
 void colli_direct_fini(struct coll_comm *comm);
 
 coll_result_t colli_ring_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
+/* Pods of several ranks each (hier.c): true with the ranks per pod and the pods when every pod
+ * has the same number of local ranks, rank = pod x per + local rank, at least 2 of each. */
+bool colli_hier_layout(const struct coll_comm *comm, int *per, int *pods);
+/* All-reduce as reduce-scatter in each pod, all-reduce between the pods, all-gather in each pod. */
+coll_result_t colli_hier_all_reduce(colli_op_t *op, const colli_coll_args_t *a, int per, int pods);
 coll_result_t colli_rd_all_reduce(colli_op_t *op, const colli_coll_args_t *a);
 coll_result_t colli_ring_all_gather(colli_op_t *op, const colli_coll_args_t *a);
 coll_result_t colli_ring_reduce_scatter(colli_op_t *op, const colli_coll_args_t *a);

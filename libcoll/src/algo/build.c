@@ -32,10 +32,15 @@ coll_result_t colli_build_collective(colli_op_t *op, const colli_coll_args_t *a,
         return COLL_SUCCESS;
     }
     switch (a->coll) {
-    case COLLI_COLL_ALL_REDUCE:
+    case COLLI_COLL_ALL_REDUCE: {
+        int per, pods;
         if (a->count * e <= comm->members[0].small_threshold)
             return colli_rd_all_reduce(op, a);
+        if (comm->cfg.hier_min > 0 && a->count * e >= comm->cfg.hier_min &&
+            colli_hier_layout(comm, &per, &pods))
+            return colli_hier_all_reduce(op, a, per, pods);
         return colli_ring_all_reduce(op, a);
+    }
     case COLLI_COLL_ALL_GATHER:
         return colli_ring_all_gather(op, a);
     case COLLI_COLL_REDUCE_SCATTER:

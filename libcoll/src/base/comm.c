@@ -91,7 +91,10 @@ void colli_member_desc(const struct coll_comm *comm, int rank, char *buf, size_t
     const colli_member_t *m = &comm->members[rank];
     char a[80];
     colli_sockaddr_str(&m->addr, a, sizeof(a));
-    if (m->pod[0])
+    if (m->pod[0] && m->local_size > 1)
+        snprintf(buf, len, "rank %d (local rank %d of %d in pod %s on node %s, pid %d, %s)", rank,
+                 m->local_rank, m->local_size, m->pod, m->node[0] ? m->node : "?", m->pid, a);
+    else if (m->pod[0])
         snprintf(buf, len, "rank %d (pod %s on node %s, pid %d, %s)", rank, m->pod,
                  m->node[0] ? m->node : "?", m->pid, a);
     else

@@ -280,6 +280,12 @@ static const param_t params[] = {
      "1: the single-copy path also takes buffers not from coll_mem_alloc, reading and writing "
      "them with process_vm_readv/writev (cross-memory attach); 0: only coll_mem_alloc buffers",
      parse_bool, OFF(shm_cma)},
+    {"COLL_HIER_MIN", "64K",
+     "all-reduce of at least this many bytes on a communicator of pods with several ranks each "
+     "(the kcoll agent's ranksPerPod) is hierarchical: reduce-scatter inside each pod, "
+     "all-reduce of each slice between the pods, all-gather inside each pod, so that only "
+     "(pods-1)/pods of the data per local rank crosses pods; 0 = the flat ring",
+     parse_threshold, OFF(hier_min)},
     {"COLL_CUDA_PLUGIN", "",
      "the GPU plugin that moves device buffers (a path or a name); empty: libcoll_cuda.so.0 "
      "beside libcoll, loaded when the process uses CUDA",

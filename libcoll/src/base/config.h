@@ -50,6 +50,7 @@ typedef struct colli_config {
     int shm_nslots;         /* slots per ring */
     size_t shm_direct_min;  /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes */
     int shm_cma;            /* COLL_SHM_CMA: 1 = single copy on malloc buffers too */
+    size_t hier_min;        /* COLL_HIER_MIN: hierarchical all-reduce from this many bytes */
     colli_source_t src[32]; /* source of each parameter, indexed like the table */
 } colli_config_t;
 

@@ -49,6 +49,10 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
     copy_str(w->group, sizeof(w->group), m->group, sizeof(m->group));
     w->cuda_runtime = m->cuda_runtime;
     w->cuda_driver = m->cuda_driver;
+    w->local_rank = m->local_rank;
+    w->local_size = (uint16_t)(m->local_size > 0 && m->local_size < 65536 ? m->local_size : 0);
+    w->gpu = (int16_t)(m->gpu >= -1 && m->gpu < 32768 ? m->gpu : -1);
+    w->hier_min = m->hier_min;
 }
 
 coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_t *m)
@@ -67,6 +71,12 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
     copy_str(m->group, sizeof(m->group), w->group, sizeof(w->group));
     m->cuda_runtime = w->cuda_runtime;
     m->cuda_driver = w->cuda_driver;
+    m->local_size = w->local_size;
+    m->local_rank = m->local_size > 0 && w->local_rank >= 0 && w->local_rank < m->local_size
+                        ? w->local_rank
+                        : 0;
+    m->gpu = m->local_size > 0 && w->gpu >= -1 ? w->gpu : -1;
+    m->hier_min = w->hier_min;
     if (w->family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&m->addr;
         in->sin_family = AF_INET;

@@ -30,6 +30,11 @@ typedef struct colli_member {
     char pod[128];
     char node[128];
     char group[64];
+    /* several ranks per pod: its place in its pod (local_size 0 = not known) and GPU (-1 none) */
+    int local_rank;
+    int local_size;
+    int gpu;
+    uint64_t hier_min; /* hierarchical all-reduce from this many bytes, 0 = never (tuning) */
     /* CUDA runtime and driver versions (CUDART_VERSION form: 12040 = 12.4), 0 without CUDA */
     uint32_t cuda_runtime;
     uint32_t cuda_driver;

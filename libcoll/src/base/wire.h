@@ -104,7 +104,11 @@ typedef struct colli_wire_member {
     uint32_t cuda_driver;  /* the driver's cuDriverGetVersion in a CUDA build, else 0 */
     uint8_t reserved0[4];
     uint64_t direct_min; /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes, 0 = never */
-    uint8_t reserved[16];
+    /* several ranks per pod (zero from builds before them: local rank 0 of an unknown count) */
+    int32_t local_rank;  /* the rank's place in its pod */
+    uint16_t local_size; /* ranks in its pod; 0 = not known */
+    int16_t gpu;         /* GPU ordinal it binds among its visible GPUs, -1 = none */
+    uint64_t hier_min;   /* COLL_HIER_MIN (rank 0's is adopted); 0 from builds before it */
 } colli_wire_member_t;
 _Static_assert(sizeof(colli_wire_member_t) == 640, "member record size");
 /* Size of a wire protocol 1 member record: a root reads that much from an old rank, enough to

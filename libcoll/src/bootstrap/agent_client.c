@@ -31,6 +31,20 @@ const char *colli_agent_last_error(void)
     return agent_err;
 }
 
+/* The facts an error reply to this thread's last hello carried (LocalRanksMissing, ...). */
+static _Thread_local colli_proto_facts_t failed_facts;
+static _Thread_local colli_proto_failure_t failed_how;
+static _Thread_local int failed_facts_valid;
+
+int colli_agent_failed_facts(colli_proto_facts_t *out, colli_proto_failure_t *how)
+{
+    if (!failed_facts_valid)
+        return -1;
+    *out = failed_facts;
+    *how = failed_how;
+    return 0;
+}
+
 #ifdef COLL_HAVE_JANSSON
 #include <jansson.h>
 
@@ -203,18 +217,48 @@ static coll_result_t check_reply(const char *path, json_t *r, const char *want_t
     return COLL_SUCCESS;
 }
 
+/* A launcher's variable (LOCAL_RANK, ...) as a number 0..65535 into *out (-1 when unset); -1
+ * with the message set when it is not one. */
+static int env_count(const char *name, int *out)
+{
+    const char *v = secure_getenv(name);
+    char *end;
+    long x;
+    *out = -1;
+    if (v == NULL || *v == '\0')
+        return 0;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || x < 0 || x > 65535) {
+        set_err("%s=\"%.32s\" is not a number in 0..65535; the launcher (torchrun) sets it to "
+                "the process's place in its pod",
+                name, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
 coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_proto_facts_t *out)
 {
     json_t *req, *r = NULL;
     char err[256];
     coll_result_t status;
+    int lr, lws, restart;
 
+    failed_facts_valid = 0;
     if (!socket_path || !socket_path[0] || !out || timeout_ms <= 0) {
         set_err("colli_agent_hello: socket path, output and a positive timeout are required");
         return COLL_ERR_INVALID_ARGUMENT;
     }
+    /* several ranks per pod: the process's place in it, as torchrun (or any launcher) says */
+    if (env_count(COLL_ENV_LOCAL_RANK_POD, &lr) != 0 ||
+        env_count(COLL_ENV_LOCAL_WORLD_SIZE, &lws) != 0 ||
+        env_count(COLL_ENV_RESTART_COUNT, &restart) != 0)
+        return COLL_ERR_INVALID_USAGE;
     req = colli_proto_hello_request(timeout_ms, coll_get_version_string(), (int)getpid());
-    if (!req) {
+    if (!req || colli_proto_hello_set_local(req, lr, lws, restart) != 0) {
+        json_decref(req);
         set_err("agent: cannot build hello");
         return COLL_ERR_INTERNAL;
     }
@@ -223,6 +267,9 @@ coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_p
     if (status != COLL_SUCCESS)
         return status;
     status = check_reply(socket_path, r, COLLI_PROTO_TYPE_HELLO);
+    if (status != COLL_SUCCESS &&
+        colli_proto_hello_failure_facts(r, &failed_facts, &failed_how) == 0)
+        failed_facts_valid = 1;
     if (status == COLL_SUCCESS && colli_proto_hello_decode(r, out, err, sizeof(err)) != 0) {
         set_err("kcoll agent at %s: %s", socket_path, err);
         status = COLL_ERR_INVALID_USAGE;
@@ -247,6 +294,7 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
         .err_pod = err_rank >= 0 ? err_pod : NULL,
         .err_node = err_rank >= 0 ? err_node : NULL,
         .err_message = error_message,
+        .pid = (int)getpid(),
         .conds = {{.type = cond_type,
                    .status = cond_ok ? COLLI_PROTO_STATUS_TRUE : COLLI_PROTO_STATUS_FALSE,
                    .reason = cond_reason ? cond_reason : (cond_ok ? "Ok" : "Failed"),

@@ -46,6 +46,20 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                                     const char *error_message, const char *cond_type, int cond_ok,
                                     const char *cond_reason, const char *cond_message);
 
+/** Several ranks per pod: the variables a hello takes the process's place in its pod from (as
+ * torchrun sets them): its local rank, the number of local ranks, the launcher's restart count. */
+#define COLL_ENV_LOCAL_RANK_POD   "LOCAL_RANK"
+#define COLL_ENV_LOCAL_WORLD_SIZE "LOCAL_WORLD_SIZE"
+#define COLL_ENV_RESTART_COUNT    "TORCHELASTIC_RESTART_COUNT"
+
+/**
+ * When the last colli_agent_hello on this thread failed with an error that carried the job's
+ * facts (a pod whose local ranks did not all start, a local rank claimed twice or out of range):
+ * 0 with those facts and how to tell the job's other ranks (colli_proto_failure_t: host the
+ * bootstrap root, report as out->rank or as no rank, and for which missing ranks); -1 otherwise.
+ */
+int colli_agent_failed_facts(colli_proto_facts_t *out, colli_proto_failure_t *how);
+
 /**
  * One request of another kind (e.g. proto/nccl_ipc.h's nccl_init): sends req (not consumed) and
  * returns the reply of type want_type in *reply (a new reference), or, like colli_agent_hello,

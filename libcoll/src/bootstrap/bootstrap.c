@@ -183,8 +183,12 @@ void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uin
     char host[64] = "?";
     if (gethostname(host, sizeof(host) - 1) != 0)
         snprintf(host, sizeof(host), "?");
-    snprintf(out.text, sizeof(out.text), "rank %d (pid %d on %s) cannot start: %s", rank,
-             (int)getpid(), host, msg);
+    if (rank >= 0)
+        snprintf(out.text, sizeof(out.text), "rank %d (pid %d on %s) cannot start: %s", rank,
+                 (int)getpid(), host, msg);
+    else /* a process that is no rank (its agent refused it) */
+        snprintf(out.text, sizeof(out.text), "a process of this job (pid %d on %s) was refused: %s",
+                 (int)getpid(), host, msg);
     int fd = -1;
     double deadline = colli_now() + 2.0;
     if (colli_sock_connect(root, NULL, deadline, true, &fd) != COLLI_IO_OK)

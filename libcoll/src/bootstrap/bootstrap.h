@@ -43,6 +43,13 @@ coll_result_t colli_root_start_on(int listen_fd, const uint8_t secret[16], doubl
  * has answered every rank (or does so now) and is joined; on failure it is left to finish on its
  * own, so that the error returns at once. */
 void colli_root_finish(pthread_t root, coll_result_t status);
+/* The rank that hosts the root failed (msg says why) while the root may still be waiting for
+ * ranks: it reports itself to the root (at addr), which then fails every rank that checks in,
+ * and stays until each rank checked in or was reported (at most the root's deadline), so that no
+ * rank is left to find the root gone and wait for its bootstrap timeout. Returns at once when the
+ * root has already finished. */
+void colli_root_finish_failed(pthread_t root, const struct sockaddr_storage *addr,
+                              const uint8_t secret[16], int rank, int nranks, const char *msg);
 
 /* Rank side: send self to the root at `root`, receive the table into comm->members.
  * shared_root: the root shares another communicator's listener (coll_comm_shrink), so a

@@ -594,6 +594,15 @@ coll_result_t colli_root_start_on(int listen_fd, const uint8_t secret[16], doubl
     return start(r, joinable);
 }
 
+void colli_root_finish_failed(pthread_t root, const struct sockaddr_storage *addr,
+                              const uint8_t secret[16], int rank, int nranks, const char *msg)
+{
+    if (pthread_tryjoin_np(root, NULL) == 0)
+        return;
+    colli_bootstrap_report_error(addr, secret, rank, nranks, msg);
+    pthread_join(root, NULL);
+}
+
 void colli_root_finish(pthread_t root, coll_result_t status)
 {
     if (status == COLL_SUCCESS)

@@ -110,6 +110,30 @@ coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_fact
     return status;
 }
 
+int colli_agent_gpu(const colli_proto_facts_t *f)
+{
+    if (f->gpu < 0)
+        return -1;
+    const char *cvd = secure_getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd == NULL)
+        return f->gpu;
+    int n = 0;
+    for (const char *p = cvd; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || (len == 2 && strncmp(p, "-1", 2) == 0) ||
+            (len == 10 && strncmp(p, "NoDevFiles", 10) == 0) ||
+            (len == 4 && strncmp(p, "void", 4) == 0))
+            break; /* CUDA stops at the first invalid entry */
+        n++;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (n == 0)
+        return -1;
+    return n == 1 ? 0 : f->gpu % n;
+}
+
 static coll_result_t resolve(const char *host, int port, struct sockaddr_storage *out)
 {
     return colli_sock_resolve(host, port, out, "the agent's root endpoint", "");
@@ -149,11 +173,22 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f)
     if (status != COLL_SUCCESS)
         return status;
     status = colli_agent_hello(path, (int)(env.bootstrap_timeout * 1000.0), f);
-    if (status != COLL_SUCCESS)
-        return COLLI_ERR(AGENT, status,
-                         "%s (%s is set, so this communicator takes the pod's pins from its "
-                         "kcoll agent; unset it to run without the agent)",
-                         colli_agent_last_error(), COLL_ENV_AGENT_SOCKET);
+    if (status != COLL_SUCCESS) {
+        colli_proto_failure_t how;
+        bool tell = colli_agent_failed_facts(f, &how) == 0;
+        status = COLLI_ERR(AGENT, status,
+                           "%s (%s is set, so this communicator takes the pod's pins from its "
+                           "kcoll agent; unset it to run without the agent)",
+                           colli_agent_last_error(), COLL_ENV_AGENT_SOCKET);
+        if (tell) { /* the agent refused this process of its pod: fail the others now */
+            char msg[1600];
+            snprintf(msg, sizeof(msg), "%s", colli_last_error());
+            colli_bootstrap_report_error(&c->root, c->secret, how.own_rank ? c->rank : -1,
+                                         c->nranks, msg);
+            colli_set_last_error(msg);
+        }
+        return status;
+    }
     if ((status = check_version(path, f)) != COLL_SUCCESS) {
         /* the caller's id names the root: every rank fails now, not at the bootstrap timeout */
         char msg[1600];
@@ -189,9 +224,13 @@ void colli_agent_created(const colli_create_t *c, coll_result_t status)
 
 /* This rank cannot start (its last error says why): the root, at the endpoint the agent serves,
  * fails every rank with that message within seconds instead of letting them wait for the
- * bootstrap timeout; the rank that hosts the root starts it for that and stays until the others
- * were told. Best effort, bounded by the bootstrap timeout. */
-static void tell_root(const colli_proto_facts_t *f, double env_timeout)
+ * bootstrap timeout; the process that hosts the root (rank 0, or the lowest local rank of pod 0
+ * its agent named) starts it for that and stays until the others were told. A process the agent
+ * refused as no rank reports as none; the one the agent asks to also reports the pod's ranks that
+ * never started, so that the root does not wait for them. Best effort, bounded by the bootstrap
+ * timeout. */
+static void tell_root(const colli_proto_facts_t *f, const colli_proto_failure_t *how,
+                      double env_timeout)
 {
     char msg[1600];
     snprintf(msg, sizeof(msg), "%s", colli_last_error());
@@ -202,12 +241,18 @@ static void tell_root(const colli_proto_facts_t *f, double env_timeout)
     }
     pthread_t thread;
     bool hosts = false;
-    if (f->is_root) {
+    if (how->host_root) {
         struct sockaddr_storage bound;
         double bt = f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : env_timeout;
         hosts = colli_root_start(&root, f->secret, bt, &bound, &thread) == COLL_SUCCESS;
     }
-    colli_bootstrap_report_error(&root, f->secret, f->rank, f->nranks, msg);
+    colli_bootstrap_report_error(&root, f->secret, how->own_rank ? f->rank : -1, f->nranks, msg);
+    for (int i = 0; i < how->nmissing; i++) {
+        char why[1800];
+        snprintf(why, sizeof(why), "rank %d never started (reported by its pod's agent): %s",
+                 how->missing[i], msg);
+        colli_bootstrap_report_error(&root, f->secret, how->missing[i], f->nranks, why);
+    }
     if (hosts)
         colli_root_finish(thread, COLL_SUCCESS); /* until every rank got the message */
     colli_set_last_error(msg);
@@ -230,11 +275,21 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
     COLL_CHECK_GOTO(colli_config_load(&env), out);
     colli_proto_facts_t f;
     status = colli_agent_hello(path, (int)(env.bootstrap_timeout * 1000.0), &f);
-    if (status != COLL_SUCCESS)
-        return COLLI_ERR(AGENT, status, "%s", colli_agent_last_error());
+    if (status != COLL_SUCCESS) {
+        colli_proto_failure_t how;
+        status = COLLI_ERR(AGENT, status, "%s", colli_agent_last_error());
+        /* the agent refused this process but named the job (a pod whose local ranks did not
+         * all start, a local rank claimed twice): fail the job's other ranks now */
+        if (colli_agent_failed_facts(&f, &how) == 0) {
+            how.host_root = how.host_root || (f.is_root && how.own_rank);
+            tell_root(&f, &how, env.bootstrap_timeout);
+        }
+        return status;
+    }
     colli_log_set_rank(f.rank);
     if ((status = check_version(path, &f)) != COLL_SUCCESS) {
-        tell_root(&f, env.bootstrap_timeout);
+        colli_proto_failure_t how = {.host_root = f.is_root, .own_rank = 1};
+        tell_root(&f, &how, env.bootstrap_timeout);
         goto out;
     }
     colli_create_t c = {.nranks = f.nranks, .rank = f.rank, .agent = &f, .agent_socket = path};
@@ -248,8 +303,14 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
     }
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_BOOTSTRAPPING, NULL);
     status = colli_comm_create(&c, out);
-    if (f.is_root)
+    if (f.is_root && status == COLL_SUCCESS) {
         colli_root_finish(root, status);
+    } else if (f.is_root) { /* tell the ranks still to come before the root goes */
+        char msg[1600];
+        snprintf(msg, sizeof(msg), "%s", colli_last_error());
+        colli_root_finish_failed(root, &c.root, f.secret, f.rank, f.nranks, msg);
+        colli_set_last_error(msg);
+    }
     if (status != COLL_SUCCESS)
         goto report;
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_READY, NULL);

@@ -142,11 +142,36 @@ static void describe_self(const struct coll_comm *comm, const colli_create_t *c,
     copy_name(self->pod, sizeof(self->pod), pm ? pm->pod : f ? f->pod : "");
     copy_name(self->node, sizeof(self->node), pm ? pm->node : f ? f->node : "");
     copy_name(self->group, sizeof(self->group), pm ? pm->group : f ? f->group : "");
+    self->local_rank = pm ? pm->local_rank : f ? f->local_rank : 0;
+    self->local_size = pm ? pm->local_size : f ? f->local_size : 0;
+    self->gpu = pm ? pm->gpu : f ? colli_agent_gpu(f) : -1;
     self->nstreams = (uint32_t)comm->cfg.nstreams;
     self->chunk_size = comm->cfg.chunk_size;
     self->small_threshold = comm->cfg.small_threshold;
     self->direct_min = comm->cfg.shm_direct_min;
+    self->hier_min = comm->cfg.hier_min;
     colli_cuda_versions(&comm->test, comm->rank, &self->cuda_runtime, &self->cuda_driver);
+}
+
+/* Several ranks per pod: this rank's place and whether all-reduce is hierarchical. */
+static void log_pods(const struct coll_comm *comm)
+{
+    const colli_member_t *me = &comm->members[comm->rank];
+    int per, pods;
+    if (me->local_size < 2)
+        return;
+    if (colli_hier_layout(comm, &per, &pods))
+        coll_info(INIT,
+                  "%d pods x %d ranks: rank %d is local rank %d of pod %s (node %s), GPU %d; "
+                  "all_reduce from %zu bytes is hierarchical (COLL_HIER_MIN; 0 = flat ring)",
+                  pods, per, comm->rank, me->local_rank, me->pod, me->node[0] ? me->node : "?",
+                  me->gpu, comm->cfg.hier_min);
+    else
+        coll_info(INIT,
+                  "rank %d is local rank %d of %d of pod %s (node %s), GPU %d; the pods are not "
+                  "all alike, so all_reduce runs the flat ring",
+                  comm->rank, me->local_rank, me->local_size, me->pod, me->node[0] ? me->node : "?",
+                  me->gpu);
 }
 
 /* Every rank runs rank 0's tuning, so that all choose the same algorithms. */
@@ -154,16 +179,19 @@ static void adopt_tuning(struct coll_comm *comm, const colli_member_t *self)
 {
     const colli_member_t *m0 = &comm->members[0];
     if (m0->nstreams != self->nstreams || m0->chunk_size != self->chunk_size ||
-        m0->small_threshold != self->small_threshold || m0->direct_min != self->direct_min)
+        m0->small_threshold != self->small_threshold || m0->direct_min != self->direct_min ||
+        m0->hier_min != self->hier_min)
         coll_info(CONFIG,
                   "adopting rank 0's tuning: streams %u, chunk %llu, small threshold %llu, "
-                  "single-copy minimum %llu",
+                  "single-copy minimum %llu, hierarchical minimum %llu",
                   m0->nstreams, (unsigned long long)m0->chunk_size,
-                  (unsigned long long)m0->small_threshold, (unsigned long long)m0->direct_min);
+                  (unsigned long long)m0->small_threshold, (unsigned long long)m0->direct_min,
+                  (unsigned long long)m0->hier_min);
     comm->cfg.nstreams = (int)m0->nstreams;
     comm->cfg.chunk_size = m0->chunk_size;
     comm->cfg.small_threshold = m0->small_threshold;
     comm->cfg.shm_direct_min = m0->direct_min;
+    comm->cfg.hier_min = m0->hier_min;
     for (int i = 0; i < comm->nranks; i++)
         if (strcmp(comm->members[i].host_id, self->host_id) == 0)
             comm->local_ranks++;
@@ -220,6 +248,7 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
                     err_free);
     adopt_tuning(comm, &self);
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
+    log_pods(comm);
     COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
     COLL_CHECK_GOTO(alloc_peer_state(comm), err_free);
     COLL_CHECK_GOTO(colli_tp_ready(comm), err_free);
@@ -365,6 +394,26 @@ coll_result_t coll_comm_count(const coll_comm_t handle, int *count)
     if (count == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "coll_comm_count: count is NULL");
     *count = comm->nranks;
+    return COLL_SUCCESS;
+}
+
+coll_result_t coll_comm_rank_place(const coll_comm_t handle, int rank, coll_rank_place_t *place)
+{
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (place == NULL || rank < 0 || rank >= comm->nranks)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_comm_rank_place: rank %d is not in 0..%d, or place is NULL", rank,
+                         comm->nranks - 1);
+    const colli_member_t *m = &comm->members[rank];
+    memset(place, 0, sizeof(*place));
+    snprintf(place->pod, sizeof(place->pod), "%s", m->pod);
+    snprintf(place->node, sizeof(place->node), "%s", m->node);
+    place->local_size = m->local_size > 0 ? m->local_size : 1;
+    place->local_rank = m->local_size > 0 ? m->local_rank : 0;
+    place->gpu = m->local_size > 0 ? m->gpu : -1;
     return COLL_SUCCESS;
 }
 

@@ -88,6 +88,10 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f);
 void colli_agent_created(const colli_create_t *c, coll_result_t status);
 /* agent_init.c: tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
+/* The GPU ordinal (among this process's visible GPUs) a rank of several per pod binds: local
+ * rank r uses GPU r of the pod's GPUs, unless CUDA_VISIBLE_DEVICES leaves the process one GPU (it
+ * was pinned: ordinal 0) or none (-1). -1 when the pod has no GPUs. */
+int colli_agent_gpu(const colli_proto_facts_t *f);
 /* agent_init.c: the operator's pins from the agent's facts over cfg (source "agent pin"): the
  * network's interface (exact name), transport policy, RDMA device, timeouts. Each value goes
  * through the same parser as the environment's, so a bad pin is named like a bad variable. */

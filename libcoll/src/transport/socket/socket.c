@@ -450,6 +450,11 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
             if (st != COLL_SUCCESS)
                 return st;
             *progressed = true;
+        } else if (p->fd >= 0 && p->got == 0 && s->npend >= SOCK_MAX_PENDING / 2 &&
+                   colli_now() - p->since > 1.0) {
+            /* a peer sends its hello as soon as it is connected: under pressure, a silent
+             * connection makes room after a second */
+            drop_pending_s(s, p, "sent nothing within 1 s while the listener is crowded");
         } else if (p->fd >= 0 && colli_now() - p->since > 10.0) {
             drop_pending_s(s, p, "no complete hello within 10 s");
         }
