@@ -55,7 +55,7 @@ format_check() {
 
 # The fuzz targets only (the library and the agent compiled again with coverage and sanitizers),
 # without CUDA, then a fixed time on each (tests/fuzz/run.sh works on a copy of the checked-in
-# corpus; a crash, leak, hang or broken invariant fails the stage). 14 targets x 20 s: about 5
+# corpus; a crash, leak, hang or broken invariant fails the stage). 15 targets x 20 s: about 5.5
 # minutes of fuzzing plus the build.
 fuzz_budget() {
     local dir="$ROOT/build-fuzz"
