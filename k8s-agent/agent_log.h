@@ -16,7 +16,7 @@ typedef enum {
     AGENT_LOG_ERROR
 } agent_log_level_t;
 
-/* level_name: debug, info, warn or error (NULL keeps the level; default info); pod: the
+/* level_name: debug, info, warn, error or off (NULL keeps the level; default info); pod: the
  * pod=NAME field (NULL keeps it; default none). */
 void agent_log_init(const char *level_name, const char *pod);
 void agent_log(agent_log_level_t level, const char *id, const char *fmt, ...)

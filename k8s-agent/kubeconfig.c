@@ -185,6 +185,11 @@ int agent_creds_kubeconfig(const char *path, agent_kube_creds_t *out, char *err,
     len = strlen(out->server);
     while (len > 0 && out->server[len - 1] == '/')
         out->server[--len] = '\0';
+    if (len <= 8) {
+        snprintf(err, errlen, "kubeconfig %s: cluster \"%s\" server \"%s\" names no host", path,
+                 cname, s);
+        goto done;
+    }
     if (json_is_true(json_object_get(cluster, "insecure-skip-tls-verify"))) {
         snprintf(err, errlen,
                  "kubeconfig %s: insecure-skip-tls-verify is set; the agent always verifies TLS: "

@@ -23,6 +23,8 @@ void agent_log_init(const char *level_name, const char *pod)
             log_level = AGENT_LOG_WARN;
         else if (strcasecmp(level_name, "error") == 0)
             log_level = AGENT_LOG_ERROR;
+        else if (strcasecmp(level_name, "off") == 0) /* nothing (the fuzz targets) */
+            log_level = (agent_log_level_t)(AGENT_LOG_ERROR + 1);
         else
             log_level = AGENT_LOG_INFO;
     }

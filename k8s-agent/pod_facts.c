@@ -161,6 +161,15 @@ static int derive_rank(agent_pod_info_t *pi, agent_facts_t *f, agent_condition_t
         pi->rank_known = 1;
         if (parse_index(ws) > 0) /* else rank 0 names the problem; others learn it from rank 0 */
             pi->nranks = parse_index(ws);
+        if (pi->nranks > 0 && f->rank >= pi->nranks) {
+            cond->fatal = 1;
+            snprintf(cond->type, sizeof(cond->type), "RankOutOfRange");
+            snprintf(cond->message, sizeof(cond->message),
+                     "completion index %d is not below the world size %d (annotation %s): was "
+                     "the pod created by hand, or the annotation edited?",
+                     f->rank, pi->nranks, AGENT_ANN_WORLD_SIZE);
+            return -1;
+        }
         return 0;
     }
     if (env_rank || env_world) {

@@ -4,6 +4,7 @@
 #include "kube.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,19 +81,24 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
     const char *topo = json_string_value(json_object_get(spec, "topology"));
     json_t *n = json_object_get(spec, "nranks"), *np = json_object_get(spec, "pods");
     json_t *nper = json_object_get(spec, "ranksPerPod");
-    int nranks, per = json_is_integer(nper) ? (int)json_integer_value(nper) : 1;
+    json_int_t nr, pp;
+    int nranks, per;
     if (!ep || !secret || !json_is_integer(n))
         return 1; /* not published yet */
-    /* f counts pods; spec.nranks counts ranks (pods x ranksPerPod) */
-    nranks = json_is_integer(np) ? (int)json_integer_value(np) : (int)json_integer_value(n);
+    /* f counts pods; spec.nranks counts ranks (pods x ranksPerPod); never wrapped into another
+     * int (0 is refused below) */
+    nr = json_is_integer(np) ? json_integer_value(np) : json_integer_value(n);
+    nranks = nr > 0 && nr <= INT_MAX ? (int)nr : 0;
+    pp = json_is_integer(nper) ? json_integer_value(nper) : 1;
+    per = pp > 0 && pp <= INT_MAX ? (int)pp : 0;
     if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 ||
         colli_proto_hex_decode(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "CommunicatorInvalid");
         snprintf(cond->message, sizeof(cond->message),
-                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %d, secret "
-                 "of %zu characters); delete it so that rank 0 recreates it",
-                 f->ns, f->job, ep, nranks, strlen(secret));
+                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %lld, "
+                 "secret of %zu characters); delete it so that rank 0 recreates it",
+                 f->ns, f->job, ep, (long long)nr, strlen(secret));
         return -1;
     }
     if (per != (f->local_size > 0 ? f->local_size : 1)) {

@@ -4,6 +4,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,16 +40,21 @@ static void derive_secret(const char *data, size_t len, unsigned char out[16])
     }
 }
 
+/* An int field (a number or a decimal string), def when absent; INT_MIN when it does not fit an
+ * int (never wrapped into another value: the checks after it then name the field). */
 static int int_field(const json_t *o, const char *key, int def)
 {
     json_t *v = json_object_get(o, key);
     if (json_is_integer(v))
-        return (int)json_integer_value(v);
+        return json_integer_value(v) >= INT_MIN && json_integer_value(v) <= INT_MAX
+                   ? (int)json_integer_value(v)
+                   : INT_MIN;
     if (json_is_string(v)) {
         char *end;
+        errno = 0;
         long x = strtol(json_string_value(v), &end, 10);
         if (!*end)
-            return (int)x;
+            return errno == 0 && x >= INT_MIN && x <= INT_MAX ? (int)x : INT_MIN;
     }
     return def;
 }
@@ -158,6 +164,11 @@ int agent_standalone_run(agent_ctx_t *ctx)
     }
     f.bootstrap_timeout_s = int_field(root, "bootstrapTimeoutSeconds", 300);
     f.timeout_s = int_field(root, "timeoutSeconds", 1800);
+    if (f.bootstrap_timeout_s <= 0 || f.timeout_s <= 0) {
+        fail(ctx, "TopologyFileInvalid",
+             "%s: bootstrapTimeoutSeconds and timeoutSeconds must be positive whole seconds", path);
+        goto out;
+    }
     /* root endpoint: explicit, else rank 0's address and "port" */
     agent_json_str(json_object_get(root, "root"), "host", f.root_host, sizeof(f.root_host));
     f.root_port = int_field(json_object_get(root, "root"), "port", int_field(root, "port", 0));

@@ -5,6 +5,7 @@
 #include "kube.h"
 #include "pod_ranks.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,10 +346,12 @@ static int apply_pins(const char *name, const json_t *spec, agent_pod_info_t *pi
     snprintf(f->transport, sizeof(f->transport), "%s", t);
     agent_json_str(spec, "libraryVersion", f->library_version, sizeof(f->library_version));
     agent_json_str(spec, "topologyKey", pi->topology_key, sizeof(pi->topology_key));
+    if ((json_is_integer(bt) &&
+         (json_integer_value(bt) <= 0 || json_integer_value(bt) > INT_MAX)) ||
+        (json_is_integer(ct) && (json_integer_value(ct) <= 0 || json_integer_value(ct) > INT_MAX)))
+        return invalid(cond, name, "timeouts must be positive (and below 2^31 seconds)");
     f->bootstrap_timeout_s = json_is_integer(bt) ? (int)json_integer_value(bt) : 300;
     f->timeout_s = json_is_integer(ct) ? (int)json_integer_value(ct) : 1800;
-    if (f->bootstrap_timeout_s <= 0 || f->timeout_s <= 0)
-        return invalid(cond, name, "timeouts must be positive");
     (void)hcas; /* applied after the network is resolved */
     return ranks_per_pod(name, spec, pi, f, cond);
 }
@@ -418,7 +421,9 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
         }
     }
     if (nmatch == 0) {
-        char *l = json_dumps(podlabels ? podlabels : json_object(), JSON_COMPACT | JSON_SORT_KEYS);
+        json_t *none = podlabels ? NULL : json_object();
+        char *l = json_dumps(podlabels ? podlabels : none, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(none);
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "TopologyNotFound");
         snprintf(cond->message, sizeof(cond->message),

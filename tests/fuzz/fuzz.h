@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -11,5 +13,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 /* An invariant of the code under test does not hold: report and crash, so that libFuzzer keeps
  * the input. */
 void fuzz_fail(const char *what) __attribute__((noreturn));
+
+/* A non-blocking listener on the abstract Unix socket "kcoll-fuzz-<what>-<pid>" (nothing on disk,
+ * gone with the process) for a target's fake peers; its address in *addr and *len. SIGPIPE is
+ * ignored from then on (a peer may close first). */
+int fuzz_listen(const char *what, struct sockaddr_un *addr, socklen_t *len);
+
+/* The input as a file the code under test opens by name: a memfd, rewritten on each call; returns
+ * its path (/proc/self/fd/N). */
+const char *fuzz_as_file(const uint8_t *data, size_t size);
 
 #endif

@@ -4,7 +4,9 @@
  * tests/fuzz/corpus/<target>/.
  *   fuzz_replay_<target> <file or directory>...
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,100 @@
+/*
+ * What the sidecar reads about its own pod and the topology that selects it, as the API server
+ * answers (fake_kube.h: the input is the answers, cut at NUL bytes): the Pod (labels, the
+ * webhook's annotations kcoll.io/world-size, job-uid, namespace-labels and their *-error twins,
+ * Indexed Job and JobSet rank conventions, ownerReferences, the Multus network-status annotation
+ * and its deprecated spelling), then the CollectiveTopology list (namespace and pod selectors,
+ * pins, spec.network against the network-status), then the Node (its topology label).
+ * k8s-agent/pod_facts.c, topology.c, node_group.c. A rejection names its condition; accepted
+ * facts are consistent and say what the objects say (no int wrapped on the way).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_kube.h"
+#include "fuzz.h"
+#include "kube.h"
+
+static void named(const agent_condition_t *c)
+{
+    if (c->type[0] == '\0' || c->message[0] == '\0')
+        fuzz_fail("a failure without a named condition");
+}
+
+/* The topology that matched, from the list answer (the second); NULL when its name is not unique
+ * (the API server never lists two objects of one name). */
+static json_t *matched_spec(const uint8_t *data, size_t size, const char *name)
+{
+    const uint8_t *nul = memchr(data, 0, size);
+    if (nul == NULL)
+        return NULL;
+    const uint8_t *s = nul + 1, *end = memchr(s, 0, size - (size_t)(s - data));
+    size_t n = end ? (size_t)(end - s) : size - (size_t)(s - data);
+    if (n >= 4 && s[3] == ' ') {
+        s += 4;
+        n -= 4;
+    }
+    json_t *list = json_loadb((const char *)s, n, 0, NULL), *it, *spec = NULL;
+    size_t i;
+    int found = 0;
+    json_array_foreach(json_object_get(list, "items"), i, it)
+    {
+        const char *nm = json_string_value(agent_json_path(it, "metadata.name"));
+        if (nm && strcmp(nm, name) == 0 && found++ == 0)
+            spec = json_incref(json_object_get(it, "spec"));
+    }
+    json_decref(list);
+    if (found > 1) {
+        json_decref(spec);
+        return NULL;
+    }
+    return spec;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fake_kube_load(data, size);
+    agent_ctx_t ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    agent_pod_info_t pi;
+    agent_facts_t f;
+    agent_condition_t cond;
+    memset(&f, 0, sizeof(f));
+    memset(&cond, 0, sizeof(cond));
+    int64_t deadline = agent_now_ms() + 60000;
+    if (agent_pod_read(&ctx, deadline, &pi, &f, &cond) != 0) {
+        named(&cond);
+        agent_pod_info_free(&pi);
+        return 0;
+    }
+    if (f.rank < 0 || (pi.rank_known && pi.nranks > 0 && f.rank >= pi.nranks))
+        fuzz_fail("pod read accepted a rank outside the world");
+    if (pi.network_status != NULL && !json_is_array(pi.network_status))
+        fuzz_fail("a network-status that is not an array was kept");
+    if (pi.rank_known || pi.jobset_global_index >= 0) {
+        if (agent_pod_world_size(&pi, &f, &cond) != 0) {
+            named(&cond);
+        } else if (pi.nranks <= 0 || f.rank < 0 || f.rank >= pi.nranks) {
+            fuzz_fail("world size accepted a rank outside the world");
+        }
+    }
+    memset(&cond, 0, sizeof(cond));
+    if (agent_topology_resolve(&ctx, deadline, &pi, &f, &cond) != 0) {
+        named(&cond);
+    } else {
+        if (!colli_proto_transport_valid(f.transport) || f.bootstrap_timeout_s <= 0 ||
+            f.timeout_s <= 0 || f.ifname[0] == '\0')
+            fuzz_fail("a resolved topology with an invalid transport, timeout or interface");
+        json_t *spec = matched_spec(data, size, f.topology);
+        json_t *bt = json_object_get(spec, "bootstrapTimeoutSeconds");
+        json_t *ct = json_object_get(spec, "timeoutSeconds");
+        if ((json_is_integer(bt) && json_integer_value(bt) != f.bootstrap_timeout_s) ||
+            (json_is_integer(ct) && json_integer_value(ct) != f.timeout_s))
+            fuzz_fail("the facts' timeouts are not the topology's (wrapped to int?)");
+        json_decref(spec);
+    }
+    agent_pod_info_free(&pi);
+    return 0;
+}
