@@ -28,6 +28,7 @@ void colli_testhook_load(colli_testhook_t *t)
     read_str("COLL_TEST_HOST_ID_SUFFIX", t->host_id_suffix, sizeof(t->host_id_suffix));
     read_str("COLL_TEST_CUDA_VERSIONS", t->cuda_versions, sizeof(t->cuda_versions));
     read_str("COLL_TEST_IB_VERBS_LIB", t->ib_verbs_lib, sizeof(t->ib_verbs_lib));
+    read_str("COLL_TEST_IB_QP_ERROR", t->ib_qp_error, sizeof(t->ib_qp_error));
     const char *copy = secure_getenv("COLL_TEST_DEV_FAIL_COPY");
     long n = 0;
     if (copy != NULL && *copy != '\0' && !colli_parse_long(copy, 0, 1000000, &n))

@@ -73,15 +73,19 @@ static coll_result_t wc_error(struct coll_comm *comm, ib_state_t *st, colli_op_t
     const char *what = kind == WR_DATA     ? "an RDMA write to"
                        : kind == WR_CREDIT ? "a credit message to"
                                            : "a receive from";
+    const bool flushed = wc->status == IBV_WC_WR_FLUSH_ERR;
     return COLLI_ERR(IB, COLL_ERR_NETWORK,
                      "InfiniBand work completion error on rank %d: %s (status %d, vendor error "
-                     "0x%x) for %s %s on %s port %d (QP %d of %d, qp_num 0x%x) in %s #%llu. Check "
-                     "the link of both hosts (ibstat, the switch), COLL_IB_HCA and "
+                     "0x%x) for %s %s on %s port %d (QP %d of %d, qp_num 0x%x) in %s #%llu%s. "
+                     "Check the link of both hosts (ibstat, the switch), COLL_IB_HCA and "
                      "COLL_IB_GID_INDEX; a retry-exceeded error also follows a peer that hung.",
                      comm->rank, st->v.wc_status_str(wc->status), (int)wc->status,
                      (unsigned)wc->vendor_err, what, who, st->port.dev, st->port.port, q,
                      st->peers[p].nqps, wc->qp_num, colli_op_desc(op, d, sizeof(d)),
-                     colli_op_seq(op));
+                     colli_op_seq(op),
+                     flushed ? ": the queue pair is in the error state (an earlier error on it, "
+                               "or the HCA moved it there), so every request on it is flushed"
+                             : "");
 }
 
 static coll_result_t proto_error(struct coll_comm *comm, ib_state_t *st, int p, const char *what,
@@ -272,6 +276,12 @@ COLLI_SLOT_OP coll_result_t tx_publish(struct coll_comm *comm, void *stp, int pe
                        *bad = NULL;
     wr.wr.rdma.remote_addr = pp->r_addr + slot;
     wr.wr.rdma.rkey = pp->r_rkey;
+    if (++st->writes == st->qp_error_at) { /* COLL_TEST_IB_QP_ERROR */
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        int mrc = st->v.modify_qp(pp->qp[q], &a, IBV_QP_STATE);
+        coll_warn(IB, "rank %d: test hook: QP %d to rank %d forced into the error state (%s)",
+                  comm->rank, q, peer, mrc == 0 ? "done" : strerror(mrc));
+    }
     int rc = pp->qp[q]->context->ops.post_send(pp->qp[q], &wr, &bad);
     if (rc != 0) {
         char who[200];
