@@ -12,7 +12,7 @@
 #             spinning (every wait sleeps on the completion channel)
 #   node0, node1  two guests joined by qemu's UDP socket netdev, rxe on eth0, 2 ranks each
 #             (shared memory inside a guest, RoCE between): coll-perf over coll-run --nnodes 2,
-#             every collective x datatype (small sizes) and x op (float32, up to 4 MiB), each
+#             every collective x datatype (64 B to 4 KiB) and x op (float32, 1 MiB), each
 #             result checked exactly; node 0 hands the unique id to node 1 through the job
 #             directory
 #   faults    rank killed mid-transfer; a QP forced into the error state; registration above
@@ -134,7 +134,9 @@ pair() {
     # every row checked (coll-perf exits 1 on a wrong value), and RoCE carried the cross pairs
     if [ "$rc" -eq 0 ] && { [ "$NAME" != node0 ] || grep -q 'Out of bounds values : 0 OK' "$out"; } &&
         grep -qE 'rank [0-9]+: [0-9]+ peers? over shared memory, [1-9][0-9]* over InfiniBand, 0 over sockets' "$out"; then
-        ok "$tag ($((SECONDS - start)) s): $(grep -cE '^\[rank [0-9]+\] +[0-9]+ +[0-9]+ ' "$out") checked rows"
+        local rows="ranks 2 and 3 joined"
+        [ "$NAME" = node0 ] && rows="$(grep -cE '^\[rank 0\] +[0-9]+ +[0-9]+ ' "$out") checked rows"
+        ok "$tag ($((SECONDS - start)) s): $rows"
     else
         bad "$tag: exit $rc after $((SECONDS - start)) s; last lines:"
         tail -25 "$out"
@@ -154,8 +156,8 @@ loopback)
     ;;
 node0 | node1)
     export COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT
-    pair perf_dtypes 240 "$PERF" -C all -d all -o sum -b 8 -e 64K -f 8 -w 1 -n 2
-    pair perf_ops 240 "$PERF" -C all -d float32 -o all -b 256K -e 2M -f 8 -w 1 -n 2
+    pair perf_dtypes 240 "$PERF" -C all -d all -o sum -b 64 -e 4K -f 8 -w 1 -n 2
+    pair perf_ops 240 "$PERF" -C all -d float32 -o all -b 1M -e 1M -w 1 -n 2
     ;;
 smoke)
     run p2p_2 200 env COLL_TEST_HOST_ID_SUFFIX=a,b "$B/tests/mp/mp_p2p" 2
