@@ -46,6 +46,13 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                                     const char *error_message, const char *cond_type, int cond_ok,
                                     const char *cond_reason, const char *cond_message);
 
+/**
+ * Report Ready with the transports this rank uses (transport: "InfiniBand, shared memory"; the
+ * rank-0 agent shows its rank's in the Communicator's status.transport).
+ */
+coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
+                                       const char *transport);
+
 /** The message of the last failed colli_agent_* call on this thread ("" if none). */
 const char *colli_agent_last_error(void);
 
