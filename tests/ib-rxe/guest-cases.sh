@@ -6,7 +6,8 @@
 # groups (COLL_TRANSPORT=RequireIB unless said otherwise; COLL_TEST_HOST_ID_SUFFIX makes the
 # ranks of one guest different "hosts" where InfiniBand must carry every pair):
 #   loopback  one guest, one rxe device on a dummy interface, RoCE loopback: the devices and
-#             ports as verbs sees them; mp_p2p over 2 ranks; every collective x datatype x op x
+#             ports as verbs sees them; the transport's unit test (test_ib: the real library
+#             with a device); mp_p2p over 2 ranks; every collective x datatype x op x
 #             count (to 1 Mi + 3 elements) over 2 ranks; the same without the large count over 4
 #             ranks; shared memory and InfiniBand in one op (hosts a,b,a,b, 1 QP per peer); no
 #             spinning (every wait sleeps on the completion channel)
@@ -146,6 +147,7 @@ pair() {
 case "$GROUP" in
 loopback)
     ibv_devinfo -v -d rxe0 | grep -E 'max_qp_wr|max_cqe|max_mr_size|active_mtu|link_layer|GID' | head -12
+    run test_ib 60 "$B/tests/unit/test_ib"
     run p2p_2 120 env COLL_TEST_HOST_ID_SUFFIX=a,b "$B/tests/mp/mp_p2p" 2
     run conf_all_2 300 env COLL_TEST_HOST_ID_SUFFIX=a,b "$B/tests/mp/mp_conformance" all 2
     run conf_all_4 300 env COLL_TEST_HOST_ID_SUFFIX=a,b,c,d "$B/tests/mp/mp_conformance" all 4 0
