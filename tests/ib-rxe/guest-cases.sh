@@ -64,9 +64,11 @@ else
 fi
 ulimit -l unlimited
 cd /tmp || exit 1
-# COLL_IB_TIMEOUT=14 (67 ms): the qemu socket link drops packets under load, and at the default
-# (20: 4.3 s per retransmission, for lossless fabrics) every loss stalls a transfer for seconds
-export COLL_SOCKET_IFNAME=$DEV COLL_TIMEOUT=60 COLL_BOOTSTRAP_TIMEOUT=60 COLL_TRANSPORT=RequireIB COLL_IB_TIMEOUT=14
+# COLL_IB_TIMEOUT=16 (268 ms): the qemu socket link drops packets under load, and at the default
+# (20: 4.3 s per retransmission, for lossless fabrics) every loss stalls a transfer for seconds;
+# 14 (67 ms, 7 retries: 0.5 s in all) failed a QP with retry-exceeded when the loaded host
+# stalled a guest for longer
+export COLL_SOCKET_IFNAME=$DEV COLL_TIMEOUT=60 COLL_BOOTSTRAP_TIMEOUT=60 COLL_TRANSPORT=RequireIB COLL_IB_TIMEOUT=16
 export MP_DEADLINE=280
 
 # run <name> <timeout s> <cmd...>: passes when the command exits 0 (coll-perf exits 1 on a wrong

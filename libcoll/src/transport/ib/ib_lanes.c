@@ -2,6 +2,7 @@
  * loop (transport/slots.h) moves them, completion polling and waiting (see ib.h). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -142,6 +143,35 @@ coll_result_t ib_async_events(struct coll_comm *comm, ib_state_t *st, colli_op_t
     return COLL_SUCCESS;
 }
 
+/* A flushed request only says that its QP is in the error state: the completion that put it
+ * there (a retry-exceeded write, a remote access error) may come later in the CQ, after the
+ * flushes of the other queue. Look for it among the completions already polled (rest), then in
+ * the CQ for at most 200 ms, and report it; the flush itself when none comes. */
+static coll_result_t flushed_error(struct coll_comm *comm, ib_state_t *st, colli_op_t *op,
+                                   const struct ibv_wc *flush, const struct ibv_wc *rest, int nrest)
+{
+    struct ibv_wc wc[32];
+    double deadline = colli_now() + 0.2;
+    for (;;) {
+        for (int i = 0; i < nrest; i++) {
+            int p = (int)(rest[i].wr_id >> 16), q = (int)((rest[i].wr_id >> 8) & 0xff);
+            if (rest[i].status != IBV_WC_SUCCESS && rest[i].status != IBV_WC_WR_FLUSH_ERR &&
+                p >= 0 && p < comm->nranks && st->peers[p].used && q < IB_MAX_QPS)
+                return wc_error(comm, st, op, &rest[i], p, q, (int)(rest[i].wr_id & 0xff));
+        }
+        if (colli_now() >= deadline)
+            break;
+        nrest = st->cq->context->ops.poll_cq(st->cq, 32, wc);
+        if (nrest < 0)
+            break;
+        rest = wc;
+        if (nrest == 0)
+            sched_yield();
+    }
+    int p = (int)(flush->wr_id >> 16), q = (int)((flush->wr_id >> 8) & 0xff);
+    return wc_error(comm, st, op, flush, p, q, (int)(flush->wr_id & 0xff));
+}
+
 coll_result_t ib_poll(struct coll_comm *comm, ib_state_t *st, bool *progressed)
 {
     colli_op_t *op = comm->cur_op;
@@ -169,6 +199,8 @@ coll_result_t ib_poll(struct coll_comm *comm, ib_state_t *st, bool *progressed)
                         pp->sq_used[q]--;
                     continue;
                 }
+                if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+                    return flushed_error(comm, st, op, &wc[i], wc + i + 1, n - i - 1);
                 return wc_error(comm, st, op, &wc[i], p, q, kind);
             }
             *progressed = true;
