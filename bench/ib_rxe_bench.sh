@@ -6,7 +6,7 @@
 # Each guest runs one rank (2 ranks); per round, IB and sockets alternate: coll-perf sendrecv and
 # all_reduce at 8 B (latency: time per call) and 16 MiB (bandwidth: algbw), results checked.
 # TCG makes every figure 4-20x slower than native and the qemu UDP link drops packets under load
-# (COLL_IB_TIMEOUT=16 here: 67 ms per retransmission): compare figures only within one run.
+# (COLL_IB_TIMEOUT=16 here: 268 ms per retransmission): compare figures only within one run.
 set -euo pipefail
 BUILD=$(cd "${1:?usage: ib_rxe_bench.sh <build-dir> [rounds]}" && pwd)
 ROUNDS=${2:-2}
