@@ -65,6 +65,8 @@ RUN case "${CUDA}" in \
  && cmake --build /build --parallel \
  && cmake --install /build \
  && rm -f /opt/kcoll/lib/libcoll.a \
+ && test -e /opt/kcoll/lib/kcoll-nccl-env/libnccl-env.so \
+ && cp -P /usr/lib/*-linux-gnu/libjansson.so.4* /opt/kcoll/lib/kcoll-nccl-env/ \
  && test -x /opt/kcoll/bin/coll-agent \
  && test -x /opt/kcoll/bin/coll-run \
  && test -x /opt/kcoll/bin/coll-perf \
@@ -97,7 +99,8 @@ RUN apt-get update \
  && groupadd --system --gid 10001 kcoll \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin kcoll
-# bin/, lib/ (libcoll.so*, libcoll_cuda.so*, kcoll-nccl/) and include/coll.h, in one layer
+# bin/, lib/ (libcoll.so*, libcoll_cuda.so*, kcoll-nccl/, kcoll-nccl-env/: NVIDIA NCCL's env
+# plugin with the libjansson it loads from beside itself) and include/coll.h, in one layer
 COPY --from=build /opt/kcoll/ /opt/kcoll/
 ARG KCOLL_VERSION=0.1.0
 ARG CUDA=ON

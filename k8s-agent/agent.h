@@ -111,6 +111,8 @@ typedef struct agent_ctx {
     struct agent_health *health;
     char comm_name[254]; /* Communicator object (kube mode) */
     char comm_uid[64];
+    char nccl_version_pin[32]; /* the topology's ncclVersion ("" = none); set before READY */
+    char nccl_policy[16];      /* its ncclVersionPolicy: Exact (default) or SameMinor */
     agent_metrics_t metrics;
     volatile sig_atomic_t stop;
     int64_t start_ms;
@@ -134,6 +136,27 @@ int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *facts, agent_conditio
 int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond);
 
 /* ---- ipc server (ipc_server.c) ---- */
+
+/* Wait at most wait_ms while the agent is STARTING; the state then, with the facts (READY) or
+ * the fatal condition (FAILED) copied out. */
+agent_state_t agent_wait_facts(agent_ctx_t *ctx, int64_t wait_ms, agent_facts_t *f,
+                               agent_condition_t *fail);
+
+/* ---- NVIDIA NCCL's environment plugin (nccl_env.c) ---- */
+
+/* The topology's ncclVersion and ncclVersionPolicy (spec, or a standalone file's root) into
+ * ctx; -1 with a TopologyInvalid cond when malformed. */
+int agent_nccl_pins(agent_ctx_t *ctx, const json_t *spec, const char *where,
+                    agent_condition_t *cond);
+/* The webhook's kcoll.io/nccl-env-conflict annotation on pod (container env contradicting the
+ * pins, spec.nccl: native) becomes a warning condition NcclEnvConflict: a log line and Event. */
+void agent_nccl_conflicts(agent_ctx_t *ctx, const json_t *pod);
+/* The pins as NCCL's conf file (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET), for NCCL without
+ * environment plugins and for tools that read it: nccl.conf beside lib_dir (the shared volume,
+ * where the webhook points NCCL_CONF_FILE), written atomically once the facts are READY. */
+int agent_nccl_write_conf(agent_ctx_t *ctx, const char *lib_dir);
+/* The reply to a "nccl_init" request (proto/nccl_ipc.h): the pins, or a refused version. */
+json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req);
 
 typedef struct agent_ipc agent_ipc_t;
 int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out);

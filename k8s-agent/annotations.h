@@ -18,4 +18,8 @@
 #define AGENT_ANN_NAMESPACE_LABELS       "kcoll.io/namespace-labels"
 #define AGENT_ANN_NAMESPACE_LABELS_ERROR "kcoll.io/namespace-labels-error"
 
+/* Container env settings that contradict the topology's pins (spec.nccl: native), as text; the
+ * sidecar turns it into an NcclEnvConflict Event. */
+#define AGENT_ANN_NCCL_ENV_CONFLICT "kcoll.io/nccl-env-conflict"
+
 #endif /* AGENT_ANNOTATIONS_H */

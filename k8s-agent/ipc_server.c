@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "kube.h"
+#include "nccl_ipc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,13 +112,11 @@ static json_t *error_reply(const char *code, const char *fmt, ...)
     return colli_proto_error_reply(code, msg);
 }
 
-static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
+agent_state_t agent_wait_facts(agent_ctx_t *ctx, int64_t wait_ms, agent_facts_t *f,
+                               agent_condition_t *fail)
 {
-    int64_t wait = colli_proto_hello_wait_ms(req), deadline;
-    agent_facts_t f;
-    agent_condition_t fail;
+    int64_t deadline = agent_now_ms() + wait_ms;
     agent_state_t st;
-    deadline = agent_now_ms() + wait;
     pthread_mutex_lock(&ctx->mu);
     while (ctx->state == AGENT_STATE_STARTING && agent_remaining_ms(deadline) > 0 && !ctx->stop) {
         struct timespec ts;
@@ -131,9 +130,18 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
         pthread_cond_timedwait(&ctx->cv, &ctx->mu, &ts);
     }
     st = ctx->state;
-    f = ctx->facts;
-    fail = ctx->failure;
+    *f = ctx->facts;
+    *fail = ctx->failure;
     pthread_mutex_unlock(&ctx->mu);
+    return st;
+}
+
+static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
+{
+    int64_t wait = colli_proto_hello_wait_ms(req);
+    agent_facts_t f;
+    agent_condition_t fail;
+    agent_state_t st = agent_wait_facts(ctx, wait, &f, &fail);
     if (st == AGENT_STATE_FAILED)
         return error_reply(fail.type, "%s", fail.message);
     if (st != AGENT_STATE_READY)
@@ -181,10 +189,12 @@ static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)
                 agent_health_report(ctx->health, &rep);
             reply = colli_proto_ack();
         }
+    } else if (strcmp(type, COLLI_PROTO_TYPE_NCCL_INIT) == 0) {
+        reply = agent_nccl_init(ctx, req);
     } else {
         reply = error_reply(COLLI_PROTO_CODE_UNKNOWN_TYPE,
                             "unknown message type \"%.64s\" (known: " COLLI_PROTO_TYPE_HELLO
-                            ", " COLLI_PROTO_TYPE_REPORT ")",
+                            ", " COLLI_PROTO_TYPE_REPORT ", " COLLI_PROTO_TYPE_NCCL_INIT ")",
                             type);
     }
     json_decref(req);

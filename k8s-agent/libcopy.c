@@ -132,12 +132,30 @@ static int copy_matching(const char *src_dir, const char *dst_dir, const char *c
     return 0;
 }
 
+/* The optional SRC/sub into a directory beside DST (DST/../name, written to dst_out, PATH_MAX
+ * bytes): the files whose names start with one of prefixes. */
+static int copy_beside(const char *src_dir, const char *sub, const char *dst_dir, const char *name,
+                       const char *const *prefixes, char *dst_out, int *copied,
+                       agent_condition_t *cond)
+{
+    char src[PATH_MAX];
+    const char *slash = strrchr(dst_dir, '/');
+    int plen = slash != NULL ? (int)(slash - dst_dir) : 1;
+    if (agent_fmt(src, sizeof(src), "%s/%s", src_dir, sub) < 0 ||
+        agent_fmt(dst_out, PATH_MAX, "%.*s/%s", plen, slash != NULL ? dst_dir : ".", name) < 0) {
+        snprintf(cond->message, sizeof(cond->message), "library path too long: %s", dst_dir);
+        return -1;
+    }
+    return copy_matching(src, dst_out, prefixes, 1, copied, cond);
+}
+
 int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond)
 {
     static const char *const lib[] = {"libcoll.so", "libcoll_cuda.so", NULL};
     static const char *const nccl[] = {"libnccl.so", NULL};
     static const char *const plugin[] = {"libcoll_cuda.so", NULL};
-    int copied = 0, ncopied = 0;
+    static const char *const envplugin[] = {"libnccl-env", "libjansson.so", NULL};
+    int copied = 0, ncopied = 0, ecopied = 0;
     memset(cond, 0, sizeof(*cond));
     cond->fatal = 1;
     snprintf(cond->type, sizeof(cond->type), "LibraryCopyFailed");
@@ -153,19 +171,20 @@ int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition
      * library directory, in DST/../nccl, with the GPU plugin it looks up beside itself: not on
      * LD_LIBRARY_PATH, so that it replaces NVIDIA's NCCL only where the webhook preloads it
      * (CollectiveTopology spec.nccl: kcoll) */
-    char nsrc[PATH_MAX], ndst[PATH_MAX];
-    const char *slash = strrchr(dst_dir, '/');
-    int plen = slash != NULL ? (int)(slash - dst_dir) : 1;
-    if (agent_fmt(nsrc, sizeof(nsrc), "%s/kcoll-nccl", src_dir) < 0 ||
-        agent_fmt(ndst, sizeof(ndst), "%.*s/nccl", plen, slash != NULL ? dst_dir : ".") < 0) {
-        snprintf(cond->message, sizeof(cond->message), "library path too long: %s", dst_dir);
-        return -1;
-    }
-    if (copy_matching(nsrc, ndst, nccl, 1, &ncopied, cond) != 0)
+    char ndst[PATH_MAX], edst[PATH_MAX];
+    if (copy_beside(src_dir, "kcoll-nccl", dst_dir, "nccl", nccl, ndst, &ncopied, cond) != 0)
         return -1;
     if (ncopied > 0 && copy_matching(src_dir, ndst, plugin, 0, &ncopied, cond) != 0)
         return -1;
-    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s%s%s", copied, src_dir,
-               dst_dir, ncopied > 0 ? "; kcoll's libnccl.so.2 to " : "", ncopied > 0 ? ndst : "");
+    /* NVIDIA NCCL's environment plugin (SRC/kcoll-nccl-env) in DST/../nccl-env, where the
+     * webhook points NCCL_ENV_PLUGIN (CollectiveTopology spec.nccl: native), with the
+     * libjansson.so.4 the image puts beside it (the training image need not have it) */
+    if (copy_beside(src_dir, "kcoll-nccl-env", dst_dir, "nccl-env", envplugin, edst, &ecopied,
+                    cond) != 0)
+        return -1;
+    agent_info("AGENT-LIB-COPIED", "copied %d libcoll file(s) from %s to %s%s%s%s%s", copied,
+               src_dir, dst_dir, ncopied > 0 ? "; kcoll's libnccl.so.2 to " : "",
+               ncopied > 0 ? ndst : "", ecopied > 0 ? "; NCCL's env plugin to " : "",
+               ecopied > 0 ? edst : "");
     return 0;
 }

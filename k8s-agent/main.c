@@ -284,6 +284,8 @@ static void *pipeline(void *arg)
         agent_standalone_run(ctx);
     else if (open_kube(ctx, &creds) == 0)
         agent_kube_run(ctx);
+    if (ctx->state == AGENT_STATE_READY && ctx->opt.lib_dir)
+        agent_nccl_write_conf(ctx, ctx->opt.lib_dir);
     return NULL;
 }
 

@@ -126,6 +126,10 @@ int agent_standalone_run(agent_ctx_t *ctx)
         goto out;
     }
     agent_json_str(root, "libraryVersion", f.library_version, sizeof(f.library_version));
+    if (agent_nccl_pins(ctx, root, path, &fatal) != 0) {
+        agent_set_failed(ctx, &fatal);
+        goto out;
+    }
     f.bootstrap_timeout_s = int_field(root, "bootstrapTimeoutSeconds", 300);
     f.timeout_s = int_field(root, "timeoutSeconds", 1800);
     /* root endpoint: explicit, else rank 0's address and "port" */

@@ -400,8 +400,10 @@ int agent_topology_resolve(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t 
                  f->ns, f->pod, nmatch, names);
         goto done;
     }
-    if (apply_pins(names, json_object_get(match, "spec"), pi, f, cond) != 0)
+    if (apply_pins(names, json_object_get(match, "spec"), pi, f, cond) != 0 ||
+        agent_nccl_pins(ctx, json_object_get(match, "spec"), names, cond) != 0)
         goto done;
+    agent_nccl_conflicts(ctx, pi->pod);
     if (resolve_network(json_object_get(match, "spec"), pi, f, cond) != 0)
         goto done;
     if (!f->ib_device[0]) {

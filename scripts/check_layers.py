@@ -9,7 +9,8 @@ A file of a layer may include headers of its own layer and of the layers below i
 layer above; a transport's folder (transport/socket/, transport/shm/, transport/ib/) may use
 transport/*.h and its own folder, not another transport's. Outside libcoll, kernels/ and proto/
 are leaves (they include nothing of libcoll but the public coll.h), nccl/ (NCCL's face) and
-python/ (the PyTorch backend's C++) sit on coll.h alone too, and plugins/ may include only the device layer's plugin contract. With --objects, the same order is checked on the compiled
+python/ (the PyTorch backend's C++) sit on coll.h alone too (nccl/env/, NVIDIA NCCL's env plugin,
+a client of the agent, may add proto/, the agent client and the InfiniBand probe), and plugins/ may include only the device layer's plugin contract. With --objects, the same order is checked on the compiled
 objects: a symbol a lower layer's object needs may not be defined only by a higher layer's (no
 call, no data reference goes up, whatever the headers say). Include cycles are reported too.
 
@@ -116,6 +117,12 @@ def cycles(graph):
     return found
 
 
+# NVIDIA NCCL's environment plugin (nccl/env/) is no face on coll.h but a client of the pod's
+# agent: besides coll.h it may use the agent contract (proto/), libcoll's agent client and its
+# InfiniBand probe (the transport policy decided in the training container), and nothing else.
+ENV_PLUGIN_INCLUDES = ("bootstrap/agent_client.h", "transport/ib/ib_probe.h")
+
+
 def check_leaf(root, leaf):
     d = os.path.join(root, leaf)
     problems = []
@@ -123,9 +130,13 @@ def check_leaf(root, leaf):
         return problems
     for path in sources(d, exts=(".c", ".h", ".cu", ".cpp", ".hpp")):
         text = open(path, encoding="utf-8", errors="replace").read()
+        env_plugin = leaf == "nccl" and os.path.relpath(path, d).startswith("env" + os.sep)
         for inc in INCLUDE.findall(text):
             local = os.path.exists(os.path.join(os.path.dirname(path), inc)) or \
                 os.path.exists(os.path.join(d, inc))
+            if env_plugin and (inc in ENV_PLUGIN_INCLUDES or
+                               os.path.exists(os.path.join(root, "proto", inc))):
+                continue
             if not local and inc != "coll.h":
                 problems.append(f"{os.path.relpath(path, root)}: {leaf}/ may include only its "
                                 f"own headers and coll.h, not \"{inc}\"")

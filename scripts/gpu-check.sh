@@ -41,6 +41,15 @@ COLL_SOCKET_IFNAME=lo timeout 120 tools/coll-run -n 2 tools/coll-perf --device c
     >"$OUT/perf_device.log" 2>&1
 echo "exit $?"
 grep -v "^\[rank 1\]" "$OUT/perf_device.log" | tail -n 40
+# The hang of the first H200 run (docs/gpu.md): stream order with each gate, and without CUDA
+# IPC, 40 s each at most, so that one run tells which part holds the stream.
+for v in "COLL_CUDA_GATE=memop" "COLL_CUDA_GATE=hostfunc" "COLL_CUDA_GATE=memop COLL_CUDA_IPC=0"; do
+    stage "dev_cuda_order with $v"
+    env $v COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=COLL timeout 40 ctest -R '^dev_cuda_order$' \
+        --output-on-failure >"$OUT/order_${v//[ =]/_}.log" 2>&1
+    echo "exit $?"
+    grep -E "Passed|Failed|Timeout|stream memory|WARN" "$OUT/order_${v//[ =]/_}.log" | head -n 8
+done
 stage "ctest -L gpu (without the kernel test)"
 timeout "${KCOLL_GPU_CTEST_S:-330}" ctest -L gpu -E test_cuda_kernels --output-on-failure -j1 >"$OUT/ctest_gpu.log" 2>&1
 echo "exit $?"

@@ -62,7 +62,7 @@ fuzz_budget() {
     CC=clang cmake -S "$ROOT" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCOLL_FUZZ=ON -DCOLL_CUDA=OFF &&
         cmake --build "$dir" --parallel "${JOBS:-$(nproc)}" --target fuzz_uniqueid fuzz_wire \
-            fuzz_config fuzz_agent_ipc &&
+            fuzz_config fuzz_agent_ipc fuzz_nccl_ipc &&
         "$ROOT/tests/fuzz/run.sh" "$dir" "${KCOLL_FUZZ_SECONDS:-60}"
 }
 

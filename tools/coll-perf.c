@@ -90,6 +90,10 @@ static void print_header(struct ctx *c, int argc, char **argv)
             printf("# communicator: coll_comm_init_agent; rank, world size (%d), root and pins "
                    "supplied by the kcoll agent at %s (rank 0's)\n",
                    c->nranks, c->agent_socket);
+        else if (c->master)
+            printf("# communicator: coll_comm_init_env from MASTER_ADDR=%s, MASTER_PORT, RANK, "
+                   "WORLD_SIZE (%d)\n",
+                   getenv("MASTER_ADDR"), c->nranks);
         else
             printf("# communicator: coll_comm_init_rank from COLL_UNIQUE_ID, COLL_RANK, "
                    "COLL_NRANKS\n");
@@ -128,6 +132,17 @@ static void open_comm_agent(struct ctx *c, const char *agent_sock)
     c->fatal_rank = c->rank;
 }
 
+/* torchrun's variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE): coll_comm_init_env. */
+static void open_comm_master(struct ctx *c)
+{
+    c->master = 1;
+    CHECK(c, coll_comm_init_env(&c->comm));
+    c->fatal_comm = c->comm;
+    CHECK(c, coll_comm_count(c->comm, &c->nranks));
+    CHECK(c, coll_comm_user_rank(c->comm, &c->rank));
+    c->fatal_rank = c->rank;
+}
+
 /* From the variables coll-run sets; a wrong one exits 2 (bad usage) before any communicator. */
 static void open_comm_env(struct ctx *c)
 {
@@ -159,8 +174,11 @@ static void open_comm(struct ctx *c)
 {
     const char *id_str = getenv(COLL_ENV_UNIQUE_ID);
     const char *agent_sock = getenv("COLL_AGENT_SOCKET");
+    const char *master = getenv("MASTER_ADDR");
     if ((id_str == NULL || *id_str == '\0') && agent_sock != NULL && *agent_sock != '\0')
         open_comm_agent(c, agent_sock);
+    else if ((id_str == NULL || *id_str == '\0') && master != NULL && *master != '\0')
+        open_comm_master(c);
     else
         open_comm_env(c);
     if (c->o->root >= c->nranks) /* the agent's world size is known only now; every rank agrees */

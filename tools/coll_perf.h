@@ -83,6 +83,7 @@ struct ctx {
     unsigned char *dsbuf, *drbuf;
     void *stream;
     const char *agent_socket; /* non-NULL: the communicator came from coll_comm_init_agent */
+    int master;               /* the communicator came from MASTER_ADDR (coll_comm_init_env) */
     /* The communicator is kept here only so that a fatal error can abort it, which tells the
      * other ranks at once instead of leaving them to time out; rank -1 until it is known. */
     coll_comm_t fatal_comm;

@@ -19,16 +19,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/socket.h>
+#include <time.h>
 
-#define CONN_TIMEOUT_S 30
-#define CONN_LIMIT     256
-#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+/* What strangers can cost (the API server is the only legitimate client; it calls with a 10 s
+ * timeout by default, at most 30 s). A connection silent for CONN_IDLE_S is closed; a body must
+ * arrive whole within BODY_DEADLINE_S of its headers; one address holds at most
+ * CONN_PER_IP_LIMIT of the CONN_LIMIT connections; request bodies held at once are bounded by
+ * a byte budget (inflight_budget), so that memory stays far under the chart's limit whatever
+ * the number and size of requests: past it a request is answered 503 before its body is read. */
+#define CONN_IDLE_S       10
+#define CONN_LIMIT        256
+#define CONN_PER_IP_LIMIT 32
+#define BODY_DEADLINE_S   10
+#define INFLIGHT_BUDGET   ((size_t)48 << 20)
+#define TLS_PRIORITIES    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
 struct server {
     struct agent_webhook_config cfg;
     struct MHD_Daemon *daemon;
     struct agent_tls *tls;
+    _Atomic size_t inflight; /* body bytes reserved by requests being read */
+    size_t budget;
+    _Atomic long busy_warned_s; /* when the last AGENT-WEBHOOK-BUSY went out */
 };
 
 /* Per-request upload buffer (MHD's con_cls). */
@@ -36,9 +51,36 @@ struct request {
     enum agent_webhook_scope scope;
     int responded; /* an error went out before the body was read; discard the rest */
     int too_big;
+    double started; /* headers complete (CLOCK_MONOTONIC seconds) */
     char *buf;
     size_t len, cap;
+    size_t reserved; /* of srv->inflight */
 };
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Reserve n more body bytes for rq within the budget; false when the budget is spent. */
+static bool reserve(struct server *srv, struct request *rq, size_t n)
+{
+    size_t was = atomic_fetch_add(&srv->inflight, n);
+    if (was + n > srv->budget) {
+        atomic_fetch_sub(&srv->inflight, n);
+        return false;
+    }
+    rq->reserved += n;
+    return true;
+}
+
+static void release(struct server *srv, struct request *rq)
+{
+    atomic_fetch_sub(&srv->inflight, rq->reserved);
+    rq->reserved = 0;
+}
 
 /* COLL_DEBUG=DEBUG (or TRACE) turns on the debug lines (one per skipped review). */
 static const char *log_level_from_env(void)
@@ -96,6 +138,20 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned int stat
     return send_reply(conn, &reply);
 }
 
+/* The request bodies in flight hold the whole budget: 503 (the API server's failurePolicy
+ * decides), the body is not read. Logged at most once a second. */
+static enum MHD_Result busy(struct server *srv, struct MHD_Connection *conn)
+{
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "busy: %zu MiB of request bodies are being received (limit %zu MiB); retry",
+             atomic_load(&srv->inflight) >> 20, srv->budget >> 20);
+    long now = (long)mono_s();
+    if (atomic_exchange(&srv->busy_warned_s, now) != now)
+        agent_warn("AGENT-WEBHOOK-BUSY", "%s", msg);
+    return send_error(conn, 503, msg);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -138,7 +194,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 agent_warn("AGENT-WEBHOOK-BODY-TOO-LARGE", "%s", msg);
                 return send_error(conn, 413, msg);
             }
+            /* the whole body is reserved now, and allocated once */
+            if (n > 0 && !reserve(srv, rq, (size_t)n))
+                return busy(srv, conn);
         }
+        rq->started = mono_s();
         rq->responded = 0;
         return MHD_YES;
     }
@@ -148,18 +208,38 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         if (rq->responded || rq->too_big)
             return MHD_YES;
+        if (mono_s() - rq->started > BODY_DEADLINE_S) {
+            /* a body trickling in (slowloris): the connection is closed */
+            agent_warn("AGENT-WEBHOOK-BODY-TOO-SLOW",
+                       "closed a connection whose request body took more than %d s",
+                       BODY_DEADLINE_S);
+            return MHD_NO;
+        }
         if (rq->len + n > srv->cfg.max_body) {
             /* chunked upload past the limit: drop what we have, answer when it ends */
             rq->too_big = 1;
             free(rq->buf);
             rq->buf = NULL;
             rq->len = rq->cap = 0;
+            release(srv, rq);
             return MHD_YES;
         }
         if (rq->len + n > rq->cap) {
             size_t cap = rq->cap ? rq->cap : 16384;
             while (cap < rq->len + n)
                 cap *= 2;
+            if (cap < rq->reserved)
+                cap = rq->reserved; /* Content-Length: exactly the body */
+            if (cap > srv->cfg.max_body)
+                cap = srv->cfg.max_body;
+            if (cap > rq->reserved && !reserve(srv, rq, cap - rq->reserved)) {
+                rq->responded = 1;
+                free(rq->buf);
+                rq->buf = NULL;
+                rq->len = rq->cap = 0;
+                release(srv, rq);
+                return busy(srv, conn);
+            }
             char *nb = realloc(rq->buf, cap);
             if (nb == NULL)
                 return MHD_NO;
@@ -180,6 +260,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         agent_warn("AGENT-WEBHOOK-BODY-TOO-LARGE", "%s", msg);
         return send_error(conn, 413, msg);
     }
+
     struct agent_webhook_reply reply;
     if (agent_webhook_review(&srv->cfg, rq->scope, rq->buf ? rq->buf : "", rq->len, &reply) != 0)
         return send_static(conn, 500, "out of memory\n");
@@ -190,10 +271,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     struct request *rq = *con_cls;
-    (void)cls;
     (void)conn;
     (void)toe;
     if (rq != NULL) {
+        release(cls, rq);
         free(rq->buf);
         free(rq);
         *con_cls = NULL;
@@ -208,14 +289,16 @@ static struct MHD_Daemon *start_daemon(struct server *srv, unsigned int flags, u
             flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, sa,
             MHD_OPTION_HTTPS_CERT_CALLBACK, agent_tls_callback(), MHD_OPTION_HTTPS_PRIORITIES,
             TLS_PRIORITIES, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONN_TIMEOUT_S,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONN_LIMIT, MHD_OPTION_THREAD_POOL_SIZE,
-            threads, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONN_IDLE_S, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned int)CONN_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned int)CONN_PER_IP_LIMIT, MHD_OPTION_THREAD_POOL_SIZE, threads,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     return MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_HTTPS_CERT_CALLBACK,
         agent_tls_callback(), MHD_OPTION_HTTPS_PRIORITIES, TLS_PRIORITIES,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONN_LIMIT,
+        (unsigned int)CONN_IDLE_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONN_LIMIT,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)CONN_PER_IP_LIMIT,
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_END);
 }
@@ -242,6 +325,9 @@ static struct MHD_Daemon *listen_https(struct server *srv, const struct agent_we
 static int serve(const struct agent_webhook_opts *o)
 {
     struct server srv = {.cfg = o->cfg};
+    /* room for a few largest bodies at least, however --max-body is set */
+    const size_t four = o->cfg.max_body > SIZE_MAX / 4 ? SIZE_MAX : 4 * o->cfg.max_body;
+    srv.budget = INFLIGHT_BUDGET > four ? INFLIGHT_BUDGET : four;
     const union MHD_DaemonInfo *info;
     sigset_t stop, old;
     int sig = 0, rc = 0;

@@ -36,6 +36,22 @@ int agent_webhook_main(int argc, char **argv);
  * library every container preloads (the sidecar copies it there, off LD_LIBRARY_PATH) */
 #define AGENT_WEBHOOK_NCCL_ANNOT "kcoll.io/nccl"
 #define AGENT_WEBHOOK_NCCL_LIB   AGENT_WEBHOOK_RUN_DIR "/nccl/libnccl.so.2"
+/* NVIDIA NCCL guarded by kcoll (spec.nccl: native, docs/nccl-env.md): the environment plugin
+ * every container's NCCL loads, the conf file the sidecar writes for NCCL without env plugins,
+ * and the annotation naming container settings that contradict the pins (the agent turns it
+ * into an Event) */
+#define AGENT_WEBHOOK_NCCL_ENV_PLUGIN AGENT_WEBHOOK_RUN_DIR "/nccl-env/libnccl-env.so"
+#define AGENT_WEBHOOK_NCCL_CONF       AGENT_WEBHOOK_RUN_DIR "/nccl.conf"
+#define AGENT_WEBHOOK_NCCL_CONFLICT   "kcoll.io/nccl-env-conflict" /* annotations.h's too */
+
+enum { AGENT_WEBHOOK_NCCL_NVIDIA = 0, AGENT_WEBHOOK_NCCL_KCOLL = 1, AGENT_WEBHOOK_NCCL_NATIVE = 2 };
+
+/* What the selecting topology pins that the webhook can check in a pod spec. */
+struct agent_webhook_nccl_pins {
+    char ifname[16];    /* spec.network.interface ("" when an attachment is pinned) */
+    char transport[16]; /* spec.transport (default PreferIB) */
+    int pass_through;   /* spec.ncclAgentUnreachable: PassThrough (default Fail) */
+};
 
 /* Reads one API object for the webhook: GET path (".../jobs/NAME"), answering before deadline_ms
  * (CLOCK_MONOTONIC milliseconds). Returns the HTTP status, 0 when no answer came; on 200 *obj is
@@ -147,12 +163,23 @@ void agent_tls_close(struct agent_tls *tls);
 /* The certificate callback handed to libmicrohttpd (MHD_OPTION_HTTPS_CERT_CALLBACK). */
 gnutls_certificate_retrieve_function2 *agent_tls_callback(void);
 
-/* Does the one CollectiveTopology that selects pod (its podSelector over the pod's labels, its
- * namespaceSelector over nslabels, the Namespace's labels; NULL: only
- * kubernetes.io/metadata.name) say spec.nccl: kcoll? 1 yes; 0 no, also when none or several
- * select it or the list cannot be read (then a warning says so). Without API reads: 0. */
+/* What does the one CollectiveTopology that selects pod (its podSelector over the pod's labels,
+ * its namespaceSelector over nslabels, the Namespace's labels; NULL: only
+ * kubernetes.io/metadata.name) say in spec.nccl? AGENT_WEBHOOK_NCCL_KCOLL or _NATIVE (then
+ * *pins is filled when pins is non-NULL); _NVIDIA (0) also when none or several select it or the
+ * list cannot be read (then a warning says so). Without API reads: 0. */
 int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const char *ns,
-                                const json_t *pod, const json_t *nslabels, json_t *warnings);
+                                const json_t *pod, const json_t *nslabels, json_t *warnings,
+                                struct agent_webhook_nccl_pins *pins);
+
+/* spec.nccl: native (webhook_nccl.c): the pins of a topology's spec. */
+void agent_webhook_nccl_pins_read(const json_t *spec, struct agent_webhook_nccl_pins *pins);
+/* The containers' env settings that contradict pins (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+ * naming another interface than the pinned one, NCCL_NET against the transport policy), one
+ * "container C sets NAME=VALUE, ..." clause each, joined into out; returns their number. */
+int agent_webhook_nccl_conflicts(const json_t *containers,
+                                 const struct agent_webhook_nccl_pins *pins, char *out,
+                                 size_t outlen);
 
 /* May s enter an API path as an object name? DNS-1123: a subdomain (253 characters, '.'
  * allowed) when subdomain is set, else a label (63). 1 yes, 0 no. */

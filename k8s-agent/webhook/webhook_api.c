@@ -136,7 +136,8 @@ static int selects(const json_t *item, const json_t *podlabels, const json_t *ns
 }
 
 int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const char *ns,
-                                const json_t *pod, const json_t *nslabels, json_t *warnings)
+                                const json_t *pod, const json_t *nslabels, json_t *warnings,
+                                struct agent_webhook_nccl_pins *pins)
 {
     if (cfg->api_get == NULL || ns == NULL)
         return 0;
@@ -172,12 +173,22 @@ int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const ch
     const char *name =
         json_string_value(json_object_get(json_object_get(match, "metadata"), "name"));
     const char *nccl = json_string_value(json_object_get(json_object_get(match, "spec"), "nccl"));
-    int rc = nmatch == 1 && nccl != NULL && strcmp(nccl, "kcoll") == 0;
+    int rc = nmatch != 1 || nccl == NULL   ? AGENT_WEBHOOK_NCCL_NVIDIA
+             : strcmp(nccl, "kcoll") == 0  ? AGENT_WEBHOOK_NCCL_KCOLL
+             : strcmp(nccl, "native") == 0 ? AGENT_WEBHOOK_NCCL_NATIVE
+                                           : AGENT_WEBHOOK_NCCL_NVIDIA;
+    if (rc == AGENT_WEBHOOK_NCCL_NATIVE && pins != NULL)
+        agent_webhook_nccl_pins_read(json_object_get(match, "spec"), pins);
     if (nmatch > 1)
         warn(warnings,
              "kcoll: %d CollectiveTopologies select this pod; spec.nccl is not applied (the "
              "sidecar names them)",
              nmatch);
+    else if (rc == AGENT_WEBHOOK_NCCL_NATIVE)
+        agent_info("AGENT-WEBHOOK-NCCL",
+                   "CollectiveTopology %s says nccl: native: containers load NVIDIA NCCL's "
+                   "environment plugin " AGENT_WEBHOOK_NCCL_ENV_PLUGIN,
+                   name ? name : "?");
     else if (rc)
         agent_info(
             "AGENT-WEBHOOK-NCCL",

@@ -21,8 +21,9 @@ void agent_webhook_api_close(struct agent_webhook_config *cfg)
 }
 
 int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const char *ns,
-                                const json_t *pod, const json_t *nslabels, json_t *warnings)
+                                const json_t *pod, const json_t *nslabels, json_t *warnings,
+                                struct agent_webhook_nccl_pins *pins)
 {
-    (void)cfg, (void)ns, (void)pod, (void)nslabels, (void)warnings;
+    (void)cfg, (void)ns, (void)pod, (void)nslabels, (void)warnings, (void)pins;
     return 0;
 }

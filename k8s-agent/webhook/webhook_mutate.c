@@ -25,8 +25,9 @@ struct mutation {
     const char *ns;   /* request.namespace */
     json_t *ops;      /* the JSONPatch array */
     json_t *warnings; /* AdmissionResponse.warnings */
-    int nccl;         /* the pod's CollectiveTopology asks for kcoll's libnccl.so.2 */
-    char deny[512];   /* set when the pod cannot be injected safely */
+    int nccl;         /* the pod's CollectiveTopology's spec.nccl: AGENT_WEBHOOK_NCCL_* */
+    struct agent_webhook_nccl_pins pins; /* its pins, with spec.nccl: native */
+    char deny[512];                      /* set when the pod cannot be injected safely */
 };
 
 static const char *str_at(const json_t *obj, const char *key)
@@ -311,6 +312,27 @@ static int prepend_env(struct mutation *m, const char *cname, const char *base, 
     return rc;
 }
 
+/* name=value unless the container sets name itself (its own value wins; one it gives for
+ * NCCL_ENV_PLUGIN is kcoll's plugin not loading, so it gets a warning). */
+static int env_if_absent(struct mutation *m, const char *cname, const char *base, const json_t *env,
+                         json_t *fresh, const char *name, const char *value)
+{
+    long at = find_named(env, name);
+    if (at >= 0) {
+        const char *old = str_at(json_array_get(env, (size_t)at), "value");
+        if (strcmp(name, "NCCL_ENV_PLUGIN") != 0 || streq(old, value))
+            return 0;
+        char w[400];
+        snprintf(w, sizeof(w),
+                 "kcoll: container %s sets NCCL_ENV_PLUGIN=%.64s, so NCCL does not load kcoll's "
+                 "plugin (%s) and nothing pins its network or checks its version; remove it",
+                 cname, old ? old : "(valueFrom)", value);
+        return json_array_append_new(m->warnings, json_string(w));
+    }
+    json_t *v = env_value(name, value);
+    return json_is_array(env) ? add_to_array(m, base, env, v) : json_array_append_new(fresh, v);
+}
+
 static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
 {
     char base[128];
@@ -363,8 +385,18 @@ static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
     json_decref(ours);
 
     if (prepend_env(m, cname, base, env, fresh, "LD_LIBRARY_PATH", AGENT_WEBHOOK_LIB_DIR) != 0 ||
-        (m->nccl &&
-         prepend_env(m, cname, base, env, fresh, "LD_PRELOAD", AGENT_WEBHOOK_NCCL_LIB) != 0)) {
+        (m->nccl == AGENT_WEBHOOK_NCCL_KCOLL &&
+         prepend_env(m, cname, base, env, fresh, "LD_PRELOAD", AGENT_WEBHOOK_NCCL_LIB) != 0) ||
+        (m->nccl == AGENT_WEBHOOK_NCCL_NATIVE &&
+         (env_if_absent(m, cname, base, env, fresh, "NCCL_ENV_PLUGIN",
+                        AGENT_WEBHOOK_NCCL_ENV_PLUGIN) != 0 ||
+          env_if_absent(m, cname, base, env, fresh, "NCCL_CONF_FILE", AGENT_WEBHOOK_NCCL_CONF) !=
+              0 ||
+          (m->pins.ifname[0] &&
+           env_if_absent(m, cname, base, env, fresh, "GLOO_SOCKET_IFNAME", m->pins.ifname) != 0) ||
+          (m->pins.pass_through &&
+           env_if_absent(m, cname, base, env, fresh, "COLL_NCCL_ENV_ON_NO_AGENT", "passthrough") !=
+               0)))) {
         json_decref(fresh);
         return -1;
     }
@@ -375,6 +407,32 @@ static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
     return add_to_array(m, base, mounts,
                         json_pack("{s:s, s:s, s:b}", "name", AGENT_WEBHOOK_VOLUME_NAME, "mountPath",
                                   AGENT_WEBHOOK_RUN_DIR, "readOnly", 1));
+}
+
+/* spec.nccl: native: settings of the pod that contradict the pins become a warning and the
+ * annotation the agent turns into an Event; GLOO_SOCKET_IFNAME cannot be set when the pinned
+ * network is an attachment (its interface name is only known per pod). */
+static int native_checks(struct mutation *m, const json_t *containers, json_t *annots)
+{
+    char conflicts[1024], w[1100];
+    if (agent_webhook_nccl_conflicts(containers, &m->pins, conflicts, sizeof(conflicts)) > 0) {
+        snprintf(w, sizeof(w),
+                 "kcoll: %s; kcoll's NCCL plugin overrides NCCL_* but not Gloo or "
+                 "an NCCL without the plugin: remove these settings",
+                 conflicts);
+        if (json_array_append_new(m->warnings, json_string(w)) != 0 ||
+            json_object_set_new(annots, AGENT_WEBHOOK_NCCL_CONFLICT, json_string(conflicts)) != 0)
+            return -1;
+    }
+    if (!m->pins.ifname[0])
+        return json_array_append_new(
+            m->warnings,
+            json_string(
+                "kcoll: the topology pins a network attachment, whose interface name may "
+                "differ between pods, so GLOO_SOCKET_IFNAME is not set: name the "
+                "interface in the pod's k8s.v1.cni.cncf.io/networks request (ns/net@ifname) "
+                "and set GLOO_SOCKET_IFNAME to it, or pin spec.network.interface"));
+    return 0;
 }
 
 /* Builds m->ops for a pod that opted in, or sets m->deny. */
@@ -422,10 +480,16 @@ static int mutate_pod(struct mutation *m, const json_t *pod)
      * preloads the sidecar's libnccl.so.2 (it wins over the NCCL a framework loads by path) */
     const char *nsl = str_at(annots, AGENT_ANN_NAMESPACE_LABELS);
     json_t *nslabels = nsl != NULL ? json_loads(nsl, 0, NULL) : NULL;
-    m->nccl = agent_webhook_topology_nccl(m->cfg, m->ns, pod, nslabels, m->warnings);
+    m->nccl = agent_webhook_topology_nccl(m->cfg, m->ns, pod, nslabels, m->warnings, &m->pins);
     json_decref(nslabels);
     if (m->nccl &&
-        json_object_set_new(annots, AGENT_WEBHOOK_NCCL_ANNOT, json_string("kcoll")) != 0) {
+        json_object_set_new(
+            annots, AGENT_WEBHOOK_NCCL_ANNOT,
+            json_string(m->nccl == AGENT_WEBHOOK_NCCL_KCOLL ? "kcoll" : "native")) != 0) {
+        json_decref(annots);
+        return -1;
+    }
+    if (m->nccl == AGENT_WEBHOOK_NCCL_NATIVE && native_checks(m, containers, annots) != 0) {
         json_decref(annots);
         return -1;
     }

@@ -164,6 +164,16 @@ COLL_API coll_result_t coll_comm_init_rank(coll_comm_t *comm, int nranks, coll_u
  */
 COLL_API coll_result_t coll_comm_init_agent(coll_comm_t *comm);
 
+/**
+ * Create this process's member from its environment, whichever launcher set it, in this order:
+ * the kcoll agent (COLL_AGENT_SOCKET: as coll_comm_init_agent); coll-run (COLL_UNIQUE_ID,
+ * COLL_RANK, COLL_NRANKS); torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE: rank 0 hosts the
+ * bootstrap root on MASTER_ADDR:MASTER_PORT, or on COLL_MASTER_PORT when set, since torchrun's
+ * store already holds MASTER_PORT). Set COLL_JOB_SECRET (32 hex digits, the same on every rank)
+ * with MASTER_ADDR: without it the job's connections are not authenticated (a WARN says so).
+ */
+COLL_API coll_result_t coll_comm_init_env(coll_comm_t *comm);
+
 /** The color of a rank that joins no communicator in coll_comm_split. */
 #define COLL_SPLIT_NOCOLOR (-1)
 

@@ -192,6 +192,30 @@ static int cu_ipc_close(void *base)
     return (int)cudaIpcCloseMemHandle(base);
 }
 
+/* The stream memory operations of the driver (cuStreamWriteValue32, cuStreamWaitValue32): the
+ * stream itself stores the arrival and waits for the release, no thread is blocked. */
+typedef CUresult (*memop_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
+                         uint32_t value)
+{
+    static const memop_fn write32 = (memop_fn)driver_fn("cuStreamWriteValue32");
+    static const memop_fn wait32 = (memop_fn)driver_fn("cuStreamWaitValue32");
+    if (write32 == NULL || wait32 == NULL)
+        return (int)cudaErrorNotSupported;
+    void *a = NULL, *r = NULL;
+    cudaError_t e = cudaHostGetDevicePointer(&a, (void *)arrived, 0);
+    if (e == cudaSuccess)
+        e = cudaHostGetDevicePointer(&r, (void *)release, 0);
+    if (e != cudaSuccess)
+        return (int)e;
+    CUresult c = write32((CUstream)stream, (CUdeviceptr)a, value, 0);
+    if (c == CUDA_SUCCESS)
+        c = wait32((CUstream)stream, (CUdeviceptr)r, value, CU_STREAM_WAIT_VALUE_GEQ);
+    return c == CUDA_SUCCESS ? 0 : c == CUDA_ERROR_NOT_SUPPORTED ? (int)cudaErrorNotSupported
+                                                                 : (int)cudaErrorUnknown;
+}
+
 static const colli_gpu_ops_t cu_ops = {
     sizeof(colli_gpu_ops_t),
     COLLI_GPU_PLUGIN_VERSION,
@@ -216,6 +240,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_ipc_export,
     cu_ipc_open,
     cu_ipc_close,
+    cu_gate_words,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

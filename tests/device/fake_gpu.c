@@ -48,7 +48,7 @@ static size_t elt_size(coll_datatype_t dt)
 /* ipc_close synchronises the device; a stream still busy after this long would be a deadlock */
 #define SYNC_MAX_S 10.0
 
-enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE };
+enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE };
 
 typedef struct task {
     struct task *next;
@@ -65,6 +65,9 @@ typedef struct task {
     size_t count;
     int dt, op;
     uint32_t divisor;
+    /* T_GATE */
+    volatile uint32_t *arrived, *release;
+    uint32_t value;
 } task_t;
 
 typedef struct fstream {
@@ -146,6 +149,12 @@ static void *stream_main(void *arg)
             t->fn(t->arg);
         } else if (t->kind == T_REDUCE) {
             run_reduce(t);
+        } else if (t->kind == T_GATE) {
+            /* as cuStreamWriteValue32 then cuStreamWaitValue32(GEQ): the stream polls */
+            __atomic_store_n(t->arrived, t->value, __ATOMIC_RELEASE);
+            struct timespec ts = {0, 20000};
+            while ((int32_t)(__atomic_load_n(t->release, __ATOMIC_ACQUIRE) - t->value) < 0)
+                nanosleep(&ts, NULL);
         } else {
             struct timespec ts = {(time_t)(t->us / 1000000u), (long)(t->us % 1000000u) * 1000L};
             while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -530,6 +539,17 @@ static int fake_host_func(void *stream, void (*fn)(void *), void *arg)
     return fn == NULL ? 1 : enqueue(stream, &t);
 }
 
+/* FAKE_GPU_NO_MEMOP=1: a driver without stream memory operations (the host_func fallback) */
+static int fake_gate_words(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
+                           uint32_t value)
+{
+    const char *no = getenv("FAKE_GPU_NO_MEMOP");
+    if (no != NULL && strcmp(no, "1") == 0)
+        return 801; /* cudaErrorNotSupported */
+    task_t t = {.kind = T_GATE, .arrived = arrived, .release = release, .value = value};
+    return enqueue(stream, &t);
+}
+
 static int fake_delay(void *stream, unsigned us)
 {
     task_t t = {.kind = T_DELAY, .us = us};
@@ -575,6 +595,8 @@ static const char *fake_error_string(int err)
         return "fakeErrorMemoryAllocation: out of memory";
     case 3:
         return "fakeErrorNoDevice: no GPU";
+    case 801:
+        return "fakeErrorNotSupported: operation not supported";
     default:
         return "fakeErrorUnknown: unknown error";
     }
@@ -609,6 +631,7 @@ static const colli_gpu_ops_t ops = {
     .ipc_export = fake_ipc_export,
     .ipc_open = fake_ipc_open,
     .ipc_close = fake_ipc_close,
+    .gate_words = fake_gate_words,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -9,7 +9,7 @@ BUILD=${1:?usage: run.sh <build dir> [seconds]}
 SECS=${2:-60}
 OUT=$(mktemp -d /tmp/kcoll-fuzz.XXXXXX)
 status=0
-for t in uniqueid wire config agent_ipc; do
+for t in uniqueid wire config agent_ipc nccl_ipc; do
     bin="$BUILD/tests/fuzz/fuzz_$t"
     [ -x "$bin" ] || {
         echo "missing $bin (configure with CC=clang -DCOLL_FUZZ=ON and build)"

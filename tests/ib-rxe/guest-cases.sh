@@ -149,7 +149,7 @@ pair() {
 case "$GROUP" in
 loopback)
     ibv_devinfo -v -d rxe0 | grep -E 'max_qp_wr|max_cqe|max_mr_size|active_mtu|link_layer|GID' | head -12
-    run test_ib 60 "$B/tests/unit/test_ib"
+    run test_ib 60 env -u COLL_IB_TIMEOUT -u COLL_TRANSPORT "$B/tests/unit/test_ib"
     run p2p_2 120 env COLL_TEST_HOST_ID_SUFFIX=a,b "$B/tests/mp/mp_p2p" 2
     run conf_all_2 300 env COLL_TEST_HOST_ID_SUFFIX=a,b "$B/tests/mp/mp_conformance" all 2
     run conf_all_4 300 env COLL_TEST_HOST_ID_SUFFIX=a,b,c,d "$B/tests/mp/mp_conformance" all 4 0

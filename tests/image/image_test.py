@@ -180,12 +180,15 @@ def case_contents(ck, args):
         # what the sidecar copies, the NCCL face when the build had nccl.h, and the binaries
         r = c.run(["sh", "-c", "ls -1 /opt/kcoll/bin/* /opt/kcoll/lib/libcoll.so* "
                    "/opt/kcoll/lib/libcoll_cuda.so* /opt/kcoll/lib/kcoll-nccl/libnccl*.so* "
-                   "2>/dev/null; true"])
+                   "/opt/kcoll/lib/kcoll-nccl-env/* 2>/dev/null; true"])
         files = r.stdout.split()
         libs = [f for f in files if "/lib/" in f]
         print("in the image: " + " ".join(files))
         ck(any(f.endswith("/libcoll.so.0") for f in libs), "the image has libcoll.so.0")
-        nccl = [f for f in libs if "libnccl" in f]
+        ck(any(f.endswith("/kcoll-nccl-env/libnccl-env.so") for f in libs) and
+           any(f.endswith("/kcoll-nccl-env/libjansson.so.4") for f in libs),
+           "the image has NVIDIA NCCL's env plugin with its libjansson.so.4 beside it")
+        nccl = [f for f in libs if "libnccl" in f and "nccl-env" not in f]
         print("NCCL face: %s" % (" ".join(nccl) if nccl else
                                  "absent (a CPU-only build has no nccl.h; the CUDA image has it)"))
         for f in files:
@@ -273,8 +276,10 @@ def case_sidecar(ck, args):
                                   "sha256sum libnccl.so*")
         if nccl:
             nccl.update({k: v for k, v in lib.items() if k.startswith("libcoll_cuda.so")})
+        ncclenv = image_digests(ctr, "cd /opt/kcoll/lib/kcoll-nccl-env && "
+                                     "sha256sum libnccl-env.so libjansson.so*")
         for d in pod_dirs:
-            for sub, want in (("lib", lib), ("nccl", nccl)):
+            for sub, want in (("lib", lib), ("nccl", nccl), ("nccl-env", ncclenv)):
                 got = dir_digests(os.path.join(d, sub))
                 what = ("holds the image's files, byte for byte" if want else
                         "is empty or absent, as the image has none of them")

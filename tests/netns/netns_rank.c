@@ -1,6 +1,7 @@
 /*
- * A rank for the network-namespace test. Joins the communicator named by COLL_UNIQUE_ID,
- * COLL_RANK and COLL_NRANKS, then runs `iterations` checked all_reduces of `count` float32
+ * A rank for the network-namespace test. Joins the communicator its environment names
+ * (coll_comm_init_env: COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS, or torchrun's MASTER_ADDR,
+ * MASTER_PORT, RANK and WORLD_SIZE), then runs `iterations` checked all_reduces of `count` float32
  * (0 iterations: until one fails, at most 120 s), printing "ITER <n>" after each, and ends with
  *   DIAG-RESULT rank=<r> call=<init|all_reduce> rc=<COLL_... name> t=<monotonic s> iters=<n>
  *   bad=<wrong elements> msg=<coll_get_last_error()>
@@ -54,21 +55,20 @@ int main(int argc, char **argv)
         printf("%.3f\n", now());
         return 0;
     }
-    const char *ids = getenv(COLL_ENV_UNIQUE_ID), *rs = getenv(COLL_ENV_RANK),
-               *ns = getenv(COLL_ENV_NRANKS);
-    if (argc != 3 || !ids || !rs || !ns) {
-        fprintf(stderr, "usage: netns_rank <iterations> <count> (with %s, %s, %s set)\n",
-                COLL_ENV_UNIQUE_ID, COLL_ENV_RANK, COLL_ENV_NRANKS);
+    if (argc != 3) {
+        fprintf(stderr, "usage: netns_rank <iterations> <count> (with COLL_UNIQUE_ID, COLL_RANK "
+                        "and COLL_NRANKS, or MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)\n");
         return 2;
     }
-    int rank = atoi(rs), nranks = atoi(ns);
     long iters = atol(argv[1]);
     size_t count = (size_t)atol(argv[2]);
-    coll_unique_id_t id;
     coll_comm_t comm = NULL;
-    coll_result_t rc = coll_unique_id_from_string(&id, ids);
+    const char *rs = getenv(COLL_ENV_RANK) ? getenv(COLL_ENV_RANK) : getenv("RANK");
+    int rank = rs ? atoi(rs) : -1, nranks = 0;
+    /* whichever launcher set the environment: coll-run's variables or torchrun's */
+    coll_result_t rc = coll_comm_init_env(&comm);
     if (rc == COLL_SUCCESS)
-        rc = coll_comm_init_rank(&comm, nranks, id, rank);
+        rc = coll_comm_count(comm, &nranks);
     if (rc != COLL_SUCCESS) {
         result(rank, "init", rc, 0, 0);
         return 0;

@@ -21,6 +21,10 @@
 #   e   the root on the decoy, nothing set on the ranks, a long bootstrap timeout: ranks 0 and 1
 #       get "no route" (ICMP net unreachable) and fail after 10 s, not at the bootstrap timeout,
 #       naming their address and the CIDR fix
+#   g   NCCL habits on node3 only: NCCL_SOCKET_IFNAME=ens5 is honoured (said in an INFO line),
+#       and a typo COLL_SOCKET_IFNAM=ens5 gets a WARN naming COLL_SOCKET_IFNAME; the job runs
+#   h   torchrun's variables, nothing else: MASTER_ADDR=10.77.1.1 (node1), MASTER_PORT, RANK,
+#       WORLD_SIZE and COLL_JOB_SECRET on each node; rank 0 hosts the root; the job runs
 #   f   a multi-host coll-run with nothing set: node1 runs coll-run --nnodes 3 --node-rank 0, which
 #       prints the command for the others; node2 and node3 run it with their --node-rank; the
 #       three ranks (one per node, node3's on ens5 although its first interface is the decoy)
@@ -130,7 +134,7 @@ fi
 note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3"
 
 NODE_NS=("$NS1" "$NS2" "$NS3")
-CASES=" ${NETNS_CASES:-a0 a a2 b c d e f} " # a subset can be chosen for debugging
+CASES=" ${NETNS_CASES:-a0 a a2 b c d e f g h} " # a subset can be chosen for debugging
 want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 
 # run_on <node index 0..2> <command...>: inside the node's namespaces, in the background
@@ -400,6 +404,62 @@ if want_case $name && [ -x "$COLLRUN" ]; then
     done
     if grep -q "COLL_SOCKET_IFNAME is not set: ens5" "$WORK/f.n2"; then ok; else
         bad "f: node3's rank did not take ens5, the interface on the root's network"
+    fi
+fi
+
+# expect_job <name>: every rank finished its all_reduces with exact results
+expect_job() {
+    for r in 0 1 2; do
+        expect_rc "$1" $r COLL_SUCCESS
+        if [ "$(field "$1" $r iters)" = 3 ] && [ "$(field "$1" $r bad)" = 0 ]; then
+            ok
+        else
+            bad "$1: rank $r: iterations $(field "$1" $r iters), wrong elements $(field "$1" $r bad)"
+        fi
+    done
+}
+
+# ---- g: NCCL habits and a typo on one node ----
+name=g
+note "--- g: NCCL_SOCKET_IFNAME=ens5 and the typo COLL_SOCKET_IFNAM=ens5 on node3 only"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    RANK_PIDS=()
+    for r in 0 1 2; do
+        extra=()
+        [ $r = 2 ] && extra=(NCCL_SOCKET_IFNAME=ens5 COLL_SOCKET_IFNAM=ens5)
+        run_on "$r" env -u COLL_SOCKET_IFNAME COLL_UNIQUE_ID="$ID" COLL_RANK=$r COLL_NRANKS=3 \
+            COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT,CONFIG "${extra[@]}" "$RANKPROG" 3 65536 \
+            >"$WORK/$name.r$r" 2>&1
+        RANK_PIDS+=($!)
+    done
+    wait_ranks $name 40
+    expect_job $name
+    if grep -q "NCCL_SOCKET_IFNAME=ens5 is honoured as COLL_SOCKET_IFNAME=ens5" "$WORK/$name.r2" &&
+        grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2"; then ok; else
+        bad "g: node3 did not say it honours NCCL_SOCKET_IFNAME=ens5, or did not use it"
+    fi
+    if grep -q "WARN CONFIG.*COLL_SOCKET_IFNAM.*COLL_SOCKET_IFNAME" "$WORK/$name.r2"; then ok; else
+        bad "g: no WARN for the typo COLL_SOCKET_IFNAM naming COLL_SOCKET_IFNAME"
+    fi
+fi
+
+# ---- h: torchrun's variables across the three nodes ----
+name=h
+note "--- h: MASTER_ADDR=10.77.1.1 MASTER_PORT RANK WORLD_SIZE COLL_JOB_SECRET, nothing else"
+if want_case $name; then
+    RANK_PIDS=()
+    port=$((20000 + RANDOM % 20000))
+    for r in 0 1 2; do
+        run_on "$r" env -u COLL_SOCKET_IFNAME -u COLL_UNIQUE_ID MASTER_ADDR=10.77.1.1 \
+            MASTER_PORT=$port RANK=$r WORLD_SIZE=3 COLL_JOB_SECRET=0123456789abcdef0123456789abcdef \
+            COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT "$RANKPROG" 3 65536 >"$WORK/$name.r$r" 2>&1
+        RANK_PIDS+=($!)
+    done
+    wait_ranks $name 40
+    expect_job $name
+    if grep -q "this rank hosts the bootstrap root" "$WORK/$name.r0" &&
+        grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2"; then ok; else
+        bad "h: rank 0 did not host the root, or node3 did not take ens5 toward MASTER_ADDR"
     fi
 fi
 

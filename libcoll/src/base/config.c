@@ -53,6 +53,22 @@ static bool parse_policy(const char *t, void *f, char *why, size_t wl)
     return true;
 }
 
+static bool parse_gate(const char *t, void *f, char *why, size_t wl)
+{
+    int *g = f;
+    if (strcasecmp(t, "auto") == 0)
+        *g = COLLI_GATE_AUTO;
+    else if (strcasecmp(t, "memop") == 0)
+        *g = COLLI_GATE_MEMOP;
+    else if (strcasecmp(t, "hostfunc") == 0)
+        *g = COLLI_GATE_HOSTFUNC;
+    else {
+        snprintf(why, wl, "use auto, memop or hostfunc");
+        return false;
+    }
+    return true;
+}
+
 static bool parse_family(const char *t, void *f, char *why, size_t wl)
 {
     int *fam = f;
@@ -277,6 +293,12 @@ static const param_t params[] = {
      "device memory through CUDA IPC (from COLL_SHM_DIRECT_MIN bytes, at most 8 ranks) when "
      "every rank can; 0: through host staging",
      parse_bool, OFF(dev_ipc)},
+    {"COLL_CUDA_GATE", "auto",
+     "how a call on device buffers holds the caller's stream until it is over: memop (the "
+     "stream waits on a word in pinned memory that the progress thread writes: "
+     "cuStreamWaitValue32), hostfunc (a blocked host function: cudaLaunchHostFunc), auto "
+     "(memop where the driver offers it)",
+     parse_gate, OFF(dev_gate)},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 _Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),

@@ -23,6 +23,9 @@ typedef enum {
     COLLI_TP_REQUIRE_IB = 3, /* InfiniBand or fail, saying why */
 } colli_transport_policy_t;
 
+/* How a device call holds the caller's stream until it is over (COLL_CUDA_GATE). */
+enum { COLLI_GATE_AUTO = 0, COLLI_GATE_MEMOP = 1, COLLI_GATE_HOSTFUNC = 2 };
+
 typedef struct colli_config {
     char socket_ifname[256]; /* NCCL syntax: prefix list, ^exclude, =exact; "" = automatic */
     int socket_family;       /* AF_UNSPEC, AF_INET or AF_INET6 */
@@ -41,6 +44,7 @@ typedef struct colli_config {
     char cuda_plugin[256];  /* COLL_CUDA_PLUGIN: the GPU plugin ("" = default) */
     size_t dev_chunk;       /* COLL_CUDA_CHUNK_SIZE: device pipeline step in bytes */
     int dev_ipc;            /* COLL_CUDA_IPC: 1 = device buffers of one host via IPC */
+    int dev_gate;           /* COLL_CUDA_GATE: COLLI_GATE_* */
     int shm_disable;        /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
     size_t shm_slot_size;   /* bytes of one shared-memory ring slot (header line included) */
     int shm_nslots;         /* slots per ring */

@@ -80,7 +80,7 @@ static const struct {
 static const char *const other_coll[] = {
     "COLL_DEBUG",         "COLL_DEBUG_SUBSYS", "COLL_AGENT_SOCKET", "COLL_AGENT_LIB_DIR",
     "COLL_AGENT_LIB_SRC", "COLL_LIB_VERSION",  "COLL_UNIQUE_ID",    "COLL_RANK",
-    "COLL_NRANKS",        "COLL_LOCAL_RANK",
+    "COLL_NRANKS",        "COLL_LOCAL_RANK",   "COLL_MASTER_PORT",  "COLL_JOB_SECRET",
 };
 
 /* Edit distance, for the closest known name of a typo (names are short). */

@@ -44,7 +44,12 @@ coll_result_t colli_error(colli_subsys_t sub, coll_result_t code, const char *fm
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     snprintf(last_error, sizeof(last_error), "%s", msg);
-    colli_log(COLLI_LOG_WARN, sub, "%s: %s", coll_get_error_string(code), msg);
+    /* the class first ("version mismatch: ..."), unless the text says it already */
+    const char *cls = coll_get_error_string(code);
+    if (strstr(msg, cls) != NULL)
+        colli_log(COLLI_LOG_WARN, sub, "%s", msg);
+    else
+        colli_log(COLLI_LOG_WARN, sub, "%s: %s", cls, msg);
     return code;
 }
 

@@ -1,8 +1,10 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
@@ -217,4 +219,21 @@ const char *colli_io_str(int io, int err)
     default:
         return strerror(err);
     }
+}
+
+coll_result_t colli_sock_resolve(const char *host, int port, struct sockaddr_storage *out,
+                                 const char *what, const char *hint)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0 || res == NULL)
+        return COLLI_ERR(NET, COLL_ERR_NETWORK, "%s %s:%d does not resolve: %s%s", what, host, port,
+                         gai_strerror(rc), hint);
+    memset(out, 0, sizeof(*out));
+    memcpy(out, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return COLL_SUCCESS;
 }

@@ -26,6 +26,10 @@ int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_
 int colli_sock_write_all(int fd, const void *buf, size_t len, double deadline);
 int colli_sock_read_all(int fd, void *buf, size_t len, double deadline);
 void colli_sock_tune(int fd); /* TCP_NODELAY, keepalive */
+/* host:port (a name or a numeric address) into *out; on failure COLL_ERR_NETWORK saying
+ * "<what> <host>:<port> does not resolve: <why><hint>". */
+coll_result_t colli_sock_resolve(const char *host, int port, struct sockaddr_storage *out,
+                                 const char *what, const char *hint);
 /* Text for a COLLI_IO_* result ("connection closed by peer", "timed out", strerror). */
 const char *colli_io_str(int io, int err);
 

@@ -19,6 +19,19 @@ static void read_str(const char *name, char *dst, size_t len)
     }
     snprintf(dst, len, "%s", v);
 }
+
+/* A count from 0 to 1000000 (0 when unset or malformed, with a WARN). */
+static int read_count(const char *name)
+{
+    const char *v = secure_getenv(name);
+    long n = 0;
+    if (v != NULL && *v != '\0' && !colli_parse_long(v, 0, 1000000, &n)) {
+        coll_warn(CONFIG, "%s=\"%s\" (tests only) is not a number from 0 to 1000000; ignored", name,
+                  v);
+        n = 0;
+    }
+    return (int)n;
+}
 #endif
 
 void colli_testhook_load(colli_testhook_t *t)
@@ -29,14 +42,8 @@ void colli_testhook_load(colli_testhook_t *t)
     read_str("COLL_TEST_CUDA_VERSIONS", t->cuda_versions, sizeof(t->cuda_versions));
     read_str("COLL_TEST_IB_VERBS_LIB", t->ib_verbs_lib, sizeof(t->ib_verbs_lib));
     read_str("COLL_TEST_IB_QP_ERROR", t->ib_qp_error, sizeof(t->ib_qp_error));
-    const char *copy = secure_getenv("COLL_TEST_DEV_FAIL_COPY");
-    long n = 0;
-    if (copy != NULL && *copy != '\0' && !colli_parse_long(copy, 0, 1000000, &n))
-        coll_warn(CONFIG,
-                  "COLL_TEST_DEV_FAIL_COPY=\"%s\" (tests only) is not a number from 0 to "
-                  "1000000; ignored",
-                  copy);
-    t->dev_fail_copy = (int)n;
+    t->dev_fail_copy = read_count("COLL_TEST_DEV_FAIL_COPY");
+    t->frame_replay = read_count("COLL_TEST_FRAME_REPLAY");
 #endif
 }
 

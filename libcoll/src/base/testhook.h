@@ -15,6 +15,9 @@ typedef struct colli_testhook {
     char cuda_versions[256];
     /* COLL_TEST_DEV_FAIL_COPY: the N-th staging copy of the device path fails (0: never) */
     int dev_fail_copy;
+    /* COLL_TEST_FRAME_REPLAY: frame N (from 2) of each socket connection is sent as a replay of
+     * frame N-1 would arrive: its header authenticated for the position before (0: never) */
+    int frame_replay;
     /* COLL_TEST_IB_VERBS_LIB: the verbs library to load instead of libibverbs.so.1 */
     char ib_verbs_lib[256];
     /* COLL_TEST_IB_QP_ERROR: at its N-th RDMA write (list: by rank; 0 never) a rank moves the

@@ -10,8 +10,9 @@
 
 #include "coll.h"
 
-/* Wire-protocol version: bumped whenever a wire struct changes. */
-#define COLLI_PROTO_VERSION 2u
+/* Wire-protocol version: bumped whenever a wire struct or exchange changes (3: the challenge
+ * handshake, base/handshake.h). */
+#define COLLI_PROTO_VERSION 3u
 
 #define COLLI_HELLO_MAGIC 0x4c48434bu /* "KCHL" */
 #define COLLI_FRAME_MAGIC 0x4d52464bu /* "KFRM" */
@@ -117,7 +118,8 @@ typedef struct colli_root_reply {
     uint32_t status;
     uint32_t nranks;
     uint32_t msg_len;
-    uint8_t mac[16]; /* SipHash-128(secret, rank's hello nonce || "root") */
+    uint8_t mac[16]; /* colli_reply_mac (base/handshake.h); protocol 1 and 2: SipHash-128(secret,
+                      * the rank's hello nonce || "root") */
 } colli_root_reply_t;
 _Static_assert(sizeof(colli_root_reply_t) == 32, "root reply size");
 

@@ -112,7 +112,7 @@ static int io_full(int fd, void *buf, size_t n, int writing, long long deadline)
 }
 
 /* One request/reply exchange; *reply is a JSON object on success. */
-static coll_result_t exchange(const char *path, int timeout_ms, json_t *req, json_t **reply)
+static coll_result_t exchange(const char *path, int timeout_ms, const json_t *req, json_t **reply)
 {
     long long deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
     size_t n;
@@ -294,7 +294,42 @@ coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_
                                  NULL, 0, NULL, NULL);
 }
 
+coll_result_t colli_agent_request(const char *socket_path, int timeout_ms, const json_t *req,
+                                  const char *want_type, json_t **reply)
+{
+    json_t *r = NULL;
+    coll_result_t status;
+    if (!socket_path || !socket_path[0] || !req || !want_type || !reply || timeout_ms <= 0) {
+        set_err("colli_agent_request: socket path, request, reply type, output and a positive "
+                "timeout are required");
+        return COLL_ERR_INVALID_ARGUMENT;
+    }
+    status = exchange(socket_path, timeout_ms, req, &r);
+    if (status != COLL_SUCCESS)
+        return status;
+    status = check_reply(socket_path, r, want_type);
+    if (status != COLL_SUCCESS) {
+        json_decref(r);
+        return status;
+    }
+    *reply = r;
+    return COLL_SUCCESS;
+}
+
 #else /* !COLL_HAVE_JANSSON */
+
+coll_result_t colli_agent_request(const char *socket_path, int timeout_ms, const struct json_t *req,
+                                  const char *want_type, struct json_t **reply)
+{
+    (void)timeout_ms;
+    (void)req;
+    (void)want_type;
+    (void)reply;
+    set_err("this libcoll was built without jansson, so it cannot talk to the kcoll agent at %s; "
+            "rebuild with libjansson-dev installed (COLL_HAVE_JANSSON)",
+            socket_path ? socket_path : "(null)");
+    return COLL_ERR_UNSUPPORTED;
+}
 
 coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_proto_facts_t *out)
 {

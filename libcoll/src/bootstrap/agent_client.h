@@ -53,6 +53,14 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
 coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
                                        const char *transport);
 
+/**
+ * One request of another kind (e.g. proto/nccl_ipc.h's nccl_init): sends req (not consumed) and
+ * returns the reply of type want_type in *reply (a new reference), or, like colli_agent_hello,
+ * a code with colli_agent_last_error() saying why (an error reply's condition included).
+ */
+coll_result_t colli_agent_request(const char *socket_path, int timeout_ms, const struct json_t *req,
+                                  const char *want_type, struct json_t **reply);
+
 /** The message of the last failed colli_agent_* call on this thread ("" if none). */
 const char *colli_agent_last_error(void);
 

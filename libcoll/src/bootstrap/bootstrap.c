@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/util.h"
+#include "base/handshake.h"
 #include "bootstrap/bootstrap.h"
 #include "base/sockutil.h"
 
@@ -23,8 +24,8 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
     double deadline = colli_now() + comm->cfg.bootstrap_timeout + 5.0;
     int fd = -1;
     struct {
-        colli_hello_t hello;
         colli_wire_member_t rec;
+        uint8_t mac[16]; /* SipHash-128 of the record, keyed with the connection's key */
     } out;
     colli_root_reply_t rep;
 again:;
@@ -55,11 +56,14 @@ again:;
                          io == COLLI_IO_TIMEOUT && e != 0 ? ", last error: " : "",
                          io == COLLI_IO_TIMEOUT && e != 0 ? strerror(e) : "", ra);
     }
-    COLL_CHECK_GOTO(colli_hello_make(&out.hello, comm->secret, COLLI_HELLO_BOOTSTRAP, comm->rank,
-                                     -1, 0, (uint32_t)comm->nranks),
-                    err_close);
-    colli_member_to_wire(self, &out.rec);
-    io = colli_sock_write_all(fd, &out, sizeof(out), deadline);
+    colli_hs_t hs;
+    io = colli_hs_run(&hs, fd, comm->secret, COLLI_HELLO_BOOTSTRAP, comm->rank, -1, 0,
+                      (uint32_t)comm->nranks, deadline);
+    if (io == COLLI_IO_OK) {
+        colli_member_to_wire(self, &out.rec);
+        colli_siphash128(hs.key, &out.rec, sizeof(out.rec), out.mac);
+        io = colli_sock_write_all(fd, &out, sizeof(out), deadline);
+    }
     if (io == COLLI_IO_OK)
         io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
     /* A root on a listener it shares (coll_comm_shrink): the parent communicator's transport may
@@ -73,23 +77,28 @@ again:;
         nanosleep(&ts, NULL);
         goto again;
     }
+    if (io == COLLI_HS_BADAUTH) {
+        status = COLLI_ERR(BOOT, COLL_ERR_REMOTE,
+                           "rank %d: the bootstrap root at %s does not hold this unique id's "
+                           "secret; another program is listening there (the process that created "
+                           "the unique id ended and its port was reused?)",
+                           comm->rank, ra);
+        goto err_close;
+    }
     if (io != COLLI_IO_OK) {
         status = COLLI_ERR(BOOT, io == COLLI_IO_TIMEOUT ? COLL_ERR_TIMEOUT : COLL_ERR_REMOTE,
                            "rank %d: bootstrap with the root at %s failed: %s (the root answers "
                            "once all %d ranks checked in, or names the missing ones at "
-                           "COLL_BOOTSTRAP_TIMEOUT)",
+                           "COLL_BOOTSTRAP_TIMEOUT; a root that closes the connection at once may "
+                           "run a kcoll of another wire protocol)",
                            comm->rank, ra, colli_io_str(io, errno), comm->nranks);
         goto err_close;
     }
-    uint8_t buf[20], mac[16];
-    memcpy(buf, out.hello.nonce, 16);
-    memcpy(buf + 16, "root", 4);
-    colli_siphash128(comm->secret, buf, sizeof(buf), mac);
-    if (rep.magic != COLLI_FRAME_MAGIC || !colli_mem_equal(mac, rep.mac, 16) ||
-        rep.msg_len > 8192 || rep.status >= COLL_NUM_RESULTS) {
+    if (rep.magic != COLLI_FRAME_MAGIC || rep.msg_len > 8192 || rep.status >= COLL_NUM_RESULTS ||
+        (rep.status == COLL_SUCCESS && rep.nranks != (uint32_t)comm->nranks)) {
         status = COLLI_ERR(BOOT, COLL_ERR_REMOTE,
-                           "rank %d: the bootstrap root at %s sent an invalid or unauthenticated "
-                           "answer; is another program listening there?",
+                           "rank %d: the bootstrap root at %s sent an invalid answer; is another "
+                           "program listening there?",
                            comm->rank, ra);
         goto err_close;
     }
@@ -103,31 +112,48 @@ again:;
         }
         msg[rep.msg_len] = '\0';
     }
+    colli_wire_member_t *wire = NULL;
+    uint8_t digest[16] = {0}, mac[16];
+    if (rep.status == COLL_SUCCESS) {
+        wire = malloc(sizeof(colli_wire_member_t) * (size_t)comm->nranks);
+        if (wire == NULL) {
+            status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory for a %d-rank member table",
+                               comm->nranks);
+            goto err_close;
+        }
+        io = colli_sock_read_all(fd, wire, sizeof(colli_wire_member_t) * (size_t)comm->nranks,
+                                 deadline);
+        if (io != COLLI_IO_OK) {
+            free(wire);
+            status = COLLI_ERR(BOOT, COLL_ERR_REMOTE, "rank %d: member table truncated: %s",
+                               comm->rank, colli_io_str(io, errno));
+            goto err_close;
+        }
+        for (int i = 0; i < comm->nranks; i++)
+            colli_digest_step(comm->secret, digest, &wire[i], sizeof(wire[i]));
+    }
+    colli_reply_mac(hs.key, &rep, msg, wire != NULL ? digest : NULL, mac);
+    if (!colli_mem_equal(mac, rep.mac, sizeof(mac))) {
+        free(wire);
+        status = COLLI_ERR(BOOT, COLL_ERR_REMOTE,
+                           "rank %d: the answer of the bootstrap root at %s failed authentication "
+                           "(altered on the way, or not the root's); is another program listening "
+                           "there?",
+                           comm->rank, ra);
+        goto err_close;
+    }
     if (rep.status != COLL_SUCCESS) {
         status = COLLI_ERR(BOOT, (coll_result_t)rep.status, "rank %d: bootstrap failed: %s",
                            comm->rank, msg);
         goto err_close;
     }
-    if (rep.nranks != (uint32_t)comm->nranks) {
-        status = COLLI_ERR(BOOT, COLL_ERR_INTERNAL,
-                           "rank %d: bootstrap table has %u members, expected %d", comm->rank,
-                           rep.nranks, comm->nranks);
-        goto err_close;
-    }
+    if (msg[0] != '\0') /* differences that do not stop the job: said once, by rank 0 */
+        colli_log(comm->rank == 0 ? COLLI_LOG_WARN : COLLI_LOG_INFO, COLLI_SUB_BOOT, "%s", msg);
     comm->members = calloc((size_t)comm->nranks, sizeof(colli_member_t));
-    colli_wire_member_t *wire = malloc(sizeof(colli_wire_member_t) * (size_t)comm->nranks);
-    if (comm->members == NULL || wire == NULL) {
+    if (comm->members == NULL) {
         free(wire);
         status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "out of memory for a %d-rank member table",
                            comm->nranks);
-        goto err_close;
-    }
-    io =
-        colli_sock_read_all(fd, wire, sizeof(colli_wire_member_t) * (size_t)comm->nranks, deadline);
-    if (io != COLLI_IO_OK) {
-        free(wire);
-        status = COLLI_ERR(BOOT, COLL_ERR_REMOTE, "rank %d: member table truncated: %s", comm->rank,
-                           colli_io_str(io, errno));
         goto err_close;
     }
     for (int i = 0; i < comm->nranks && status == COLL_SUCCESS; i++) {
@@ -150,13 +176,10 @@ void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uin
                                   int rank, int nranks, const char *msg)
 {
     struct {
-        colli_hello_t hello;
         char text[sizeof(colli_wire_member_t)];
+        uint8_t mac[16];
     } out;
     memset(&out, 0, sizeof(out));
-    if (colli_hello_make(&out.hello, secret, COLLI_HELLO_BOOT_ERROR, rank, -1, 0,
-                         (uint32_t)nranks) != COLL_SUCCESS)
-        return;
     char host[64] = "?";
     if (gethostname(host, sizeof(host) - 1) != 0)
         snprintf(host, sizeof(host), "?");
@@ -166,6 +189,11 @@ void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uin
     double deadline = colli_now() + 2.0;
     if (colli_sock_connect(root, NULL, deadline, true, &fd) != COLLI_IO_OK)
         return;
-    (void)colli_sock_write_all(fd, &out, sizeof(out), deadline);
+    colli_hs_t hs;
+    if (colli_hs_run(&hs, fd, secret, COLLI_HELLO_BOOT_ERROR, rank, -1, 0, (uint32_t)nranks,
+                     deadline) == COLLI_IO_OK) {
+        colli_siphash128(hs.key, out.text, sizeof(out.text), out.mac);
+        (void)colli_sock_write_all(fd, &out, sizeof(out), deadline);
+    }
     close(fd);
 }

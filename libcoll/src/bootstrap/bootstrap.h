@@ -51,6 +51,13 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
                                        const colli_member_t *self,
                                        const struct sockaddr_storage *bind_addr, bool shared_root);
 
+/* The root's check of the member records (bootstrap/versions.c): COLL_ERR_VERSION with msg when
+ * ranks run different kcoll builds (version, wire protocol) or a rank's driver is of an older
+ * CUDA major version than its runtime; else COLL_SUCCESS, with differences that do not matter
+ * (drivers, CUDA toolkits, minor-version compatibility) described in notice ("" when none). */
+coll_result_t colli_versions_check(const colli_wire_member_t *const *recs, int n, char *msg,
+                                   size_t len, char *notice, size_t nlen);
+
 /* Tell the root that this rank cannot start (bounded, best effort), so that every rank fails at
  * once with msg instead of waiting for the bootstrap timeout. */
 void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],

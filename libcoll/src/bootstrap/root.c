@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/util.h"
+#include "base/handshake.h"
 #include "bootstrap/bootstrap.h"
 #include "base/sockutil.h"
 
@@ -27,20 +28,34 @@
  * dropped (its slot is needed). */
 #define ROOT_HELLO_S 2.0
 
+/* A connection until its rank is admitted. Wire protocol 3: hello, our challenge, the response,
+ * the member record (or a BOOT_ERROR text of the same size) and its MAC by the connection key.
+ * An older rank sends hello and record at once: read as far as its version fields, so that the
+ * version check names it, and never admitted further. */
 typedef struct {
     int fd;
-    size_t got;
+    size_t got; /* bytes read: hello, then `in` */
     double since;
     struct sockaddr_storage from;
+    colli_hello_t hello;
+    colli_challenge_t chal;
     struct {
-        colli_hello_t hello;
+        uint8_t resp[COLLI_RESPONSE_SIZE];
         colli_wire_member_t rec;
+        uint8_t mac[16];
     } in;
 } pending_t;
 
+/* What authenticates the answer to a rank: the connection key, or (a rank of wire protocol 1
+ * or 2) its hello's nonce, in the form that rank checks. */
+typedef struct {
+    bool legacy;
+    uint8_t key[16];
+} answer_key_t;
+
 typedef struct {
     int fd;
-    uint8_t nonce[16];
+    answer_key_t ak;
     colli_wire_member_t rec;
     bool present;
 } slot_t;
@@ -61,9 +76,12 @@ typedef struct {
     unsigned long dropped, warned;
     double warn_at;
     char last_stranger[80];
+    char notice[1024];  /* version differences that do not stop the job, told to the ranks */
+    uint8_t digest[16]; /* of the member table, once every rank is in (colli_digest_step) */
+    bool have_digest;
 } root_t;
 
-static void reply(root_t *r, int fd, const uint8_t nonce[16], coll_result_t code, const char *msg)
+static void reply(root_t *r, int fd, const answer_key_t *ak, coll_result_t code, const char *msg)
 {
     colli_root_reply_t h;
     memset(&h, 0, sizeof(h));
@@ -71,10 +89,21 @@ static void reply(root_t *r, int fd, const uint8_t nonce[16], coll_result_t code
     h.status = (uint32_t)code;
     h.nranks = code == COLL_SUCCESS ? (uint32_t)r->nranks : 0;
     h.msg_len = (uint32_t)strnlen(msg, ROOT_MSG_MAX - 1);
-    uint8_t buf[16 + 4];
-    memcpy(buf, nonce, 16);
-    memcpy(buf + 16, "root", 4);
-    colli_siphash128(r->secret, buf, sizeof(buf), h.mac);
+    if (ak->legacy) {
+        uint8_t buf[16 + 4];
+        memcpy(buf, ak->key, 16);
+        memcpy(buf + 16, "root", 4);
+        colli_siphash128(r->secret, buf, sizeof(buf), h.mac);
+    } else {
+        if (code == COLL_SUCCESS && !r->have_digest) {
+            memset(r->digest, 0, sizeof(r->digest));
+            for (int i = 0; i < r->nranks; i++)
+                colli_digest_step(r->secret, r->digest, &r->slots[i].rec,
+                                  sizeof(colli_wire_member_t));
+            r->have_digest = true;
+        }
+        colli_reply_mac(ak->key, &h, msg, code == COLL_SUCCESS ? r->digest : NULL, h.mac);
+    }
     double dl = colli_now() + 10.0;
     int io = colli_sock_write_all(fd, &h, sizeof(h), dl);
     if (io == COLLI_IO_OK && h.msg_len)
@@ -95,7 +124,7 @@ static void fail_all(root_t *r, coll_result_t code, const char *msg)
     }
     for (int i = 0; r->slots && i < r->nranks; i++)
         if (r->slots[i].present && r->slots[i].fd >= 0) {
-            reply(r, r->slots[i].fd, r->slots[i].nonce, r->fail_code, r->failure);
+            reply(r, r->slots[i].fd, &r->slots[i].ak, r->fail_code, r->failure);
             close(r->slots[i].fd);
             r->slots[i].fd = -1;
         }
@@ -156,26 +185,94 @@ static int pending_from(const root_t *r, const struct sockaddr_storage *a)
     return n;
 }
 
-/* Bytes of hello + record to read: a wire protocol 1 rank sends a shorter record. */
+/* A rank of wire protocol 1 or 2: no handshake, its record follows its hello at once. */
+static bool legacy(const pending_t *p)
+{
+    return p->got >= sizeof(colli_hello_t) && p->hello.proto < 3;
+}
+
+/* Bytes to read in all (a wire protocol 1 rank sends a shorter record). */
 static size_t pending_want(const pending_t *p)
 {
-    if (p->got >= sizeof(colli_hello_t) && p->in.hello.proto == 1)
-        return sizeof(colli_hello_t) + COLLI_WIRE_MEMBER_V1_SIZE;
-    return sizeof(p->in);
+    if (!legacy(p))
+        return sizeof(colli_hello_t) + sizeof(p->in);
+    return sizeof(colli_hello_t) +
+           (p->hello.proto == 1 ? COLLI_WIRE_MEMBER_V1_SIZE : sizeof(colli_wire_member_t));
+}
+
+static char *pending_dst(pending_t *p)
+{
+    const size_t hl = sizeof(colli_hello_t);
+    if (p->got < hl)
+        return (char *)&p->hello + p->got;
+    return legacy(p) ? (char *)&p->in.rec + (p->got - hl) : (char *)&p->in + (p->got - hl);
+}
+
+/* The hello is whole: check it and challenge its sender (wire protocol 3). */
+static void hello_arrived(root_t *r, pending_t *p)
+{
+    const char *why = NULL;
+    const colli_hello_t *h = &p->hello;
+    if (!colli_hello_verify_ex(h, r->secret, false, &why)) {
+        drop_r(r, p, why);
+        return;
+    }
+    if (h->kind != COLLI_HELLO_BOOTSTRAP && h->kind != COLLI_HELLO_BOOT_ERROR) {
+        drop_r(r, p, "not a bootstrap hello");
+        return;
+    }
+    if (legacy(p)) {
+        if (h->kind != COLLI_HELLO_BOOTSTRAP)
+            drop_r(r, p, "an error report of an older wire protocol (not authenticated)");
+        return;
+    }
+    if (!colli_challenge_send(p->fd, r->secret, h, &p->chal, &why))
+        drop_r(r, p, why);
+}
+
+/* Bytes arrived on p: act at the end of the hello, of the response, and of the whole. */
+static void pending_check(root_t *r, pending_t *p)
+{
+    const size_t hl = sizeof(colli_hello_t);
+    if (p->got >= 4 && p->hello.magic != COLLI_HELLO_MAGIC) {
+        drop_r(r, p, "not a kcoll connection (bad magic)");
+        return;
+    }
+    if (p->got == hl) {
+        hello_arrived(r, p);
+        return;
+    }
+    if (legacy(p))
+        return;
+    if (p->got == hl + COLLI_RESPONSE_SIZE &&
+        !colli_response_ok(r->secret, &p->hello, &p->chal, p->in.resp)) {
+        drop_r(r, p,
+               "wrong answer to the challenge: a replayed hello (recorded off the network and "
+               "sent again), not a rank");
+        return;
+    }
+    if (p->got == pending_want(p)) {
+        uint8_t key[16], mac[16];
+        colli_conn_key(r->secret, &p->hello, &p->chal, key);
+        colli_siphash128(key, &p->in.rec, sizeof(p->in.rec), mac);
+        if (!colli_mem_equal(mac, p->in.mac, sizeof(mac)))
+            drop_r(r, p, "its member record failed authentication (altered on the way)");
+    }
 }
 
 /* A complete hello + record arrived on p. */
 static void admit(root_t *r, pending_t *p)
 {
-    const char *why = NULL;
-    const colli_hello_t *h = &p->in.hello;
+    const colli_hello_t *h = &p->hello;
     const colli_wire_member_t *rec = &p->in.rec;
     /* A rank of another wire protocol is admitted as far as its version fields (which every
-     * protocol keeps first) so that check_versions names it; its record goes no further. */
-    if (!colli_hello_verify_ex(h, r->secret, false, &why)) {
-        drop_r(r, p, why);
-        return;
-    }
+     * protocol keeps first) so that check_versions names it; its record goes no further. The
+     * hello, the response and the record were checked as they arrived (pending_check). */
+    answer_key_t ak = {.legacy = legacy(p)};
+    if (ak.legacy)
+        memcpy(ak.key, h->nonce, 16);
+    else
+        colli_conn_key(r->secret, h, &p->chal, ak.key);
     if (h->kind == COLLI_HELLO_BOOT_ERROR) {
         char text[sizeof(colli_wire_member_t) + 1];
         memcpy(text, rec, sizeof(colli_wire_member_t));
@@ -200,8 +297,8 @@ static void admit(root_t *r, pending_t *p)
         fail_all(r, COLL_ERR_REMOTE, text);
         return;
     }
-    if (h->kind != COLLI_HELLO_BOOTSTRAP || h->from_rank != rec->rank) {
-        drop_r(r, p, "not a bootstrap hello");
+    if (h->from_rank != rec->rank) {
+        drop_r(r, p, "its hello and its member record name different ranks");
         return;
     }
     if (rec->nranks < 1 || rec->nranks > ROOT_MAX_RANKS || rec->rank < 0 ||
@@ -226,7 +323,7 @@ static void admit(root_t *r, pending_t *p)
                  "ranks disagree on the world size: rank %d (pid %d on %.64s) says %d, an earlier "
                  "rank said %d. Pass the same nranks to coll_comm_init_rank on every rank.",
                  rec->rank, rec->pid, rec->hostname, rec->nranks, r->nranks);
-        reply(r, p->fd, h->nonce, COLL_ERR_INVALID_USAGE, msg);
+        reply(r, p->fd, &ak, COLL_ERR_INVALID_USAGE, msg);
         close(p->fd);
         p->fd = -1;
         fail_all(r, COLL_ERR_INVALID_USAGE, msg);
@@ -238,7 +335,7 @@ static void admit(root_t *r, pending_t *p)
                  "two processes claim rank %d: pid %d on %.64s and pid %d on %.64s. Give every "
                  "process a distinct rank.",
                  rec->rank, s->rec.pid, s->rec.hostname, rec->pid, rec->hostname);
-        reply(r, p->fd, h->nonce, COLL_ERR_INVALID_USAGE, msg);
+        reply(r, p->fd, &ak, COLL_ERR_INVALID_USAGE, msg);
         close(p->fd);
         p->fd = -1;
         fail_all(r, COLL_ERR_INVALID_USAGE, msg);
@@ -246,61 +343,34 @@ static void admit(root_t *r, pending_t *p)
     }
     s->present = true;
     s->fd = p->fd;
-    memcpy(s->nonce, h->nonce, 16);
+    s->ak = ak;
     s->rec = *rec;
     s->rec.version[sizeof(s->rec.version) - 1] = '\0';
     s->rec.hostname[sizeof(s->rec.hostname) - 1] = '\0';
     p->fd = -1;
     r->arrived++;
     if (r->fail_code != COLL_SUCCESS) {
-        reply(r, s->fd, s->nonce, r->fail_code, r->failure);
+        reply(r, s->fd, &s->ak, r->fail_code, r->failure);
         close(s->fd);
         s->fd = -1;
     }
 }
 
-/* "kcoll 0.1.0 (wire protocol 2)", plus ", CUDA runtime 12.4, driver 12.6" for a CUDA build
- * (a protocol 1 record has no CUDA fields: shown without them) */
-static void describe_build(const colli_wire_member_t *m, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "kcoll %s (wire protocol %u)", m->version, m->proto);
-    if (m->proto >= 2 && (m->cuda_runtime || m->cuda_driver) && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ", CUDA runtime %u.%u, driver %u.%u",
-                 m->cuda_runtime / 1000, m->cuda_runtime % 1000 / 10, m->cuda_driver / 1000,
-                 m->cuda_driver % 1000 / 10);
-}
-
 static void check_versions(root_t *r)
 {
-    const colli_wire_member_t *ref = &r->slots[0].rec;
-    char msg[ROOT_MSG_MAX], build[160];
-    size_t used = 0;
-    int bad = 0, cuda = 0;
-    for (int i = 1; i < r->nranks; i++) {
-        const colli_wire_member_t *m = &r->slots[i].rec;
-        bool same_cuda = m->cuda_runtime == ref->cuda_runtime && m->cuda_driver == ref->cuda_driver;
-        if (strcmp(m->version, ref->version) == 0 && m->proto == ref->proto && same_cuda)
-            continue;
-        cuda += !same_cuda;
-        if (bad++ == 0)
-            used = (size_t)snprintf(msg, sizeof(msg), "version mismatch: ");
-        if (bad <= 8 && used < sizeof(msg)) {
-            describe_build(m, build, sizeof(build));
-            int n = snprintf(msg + used, sizeof(msg) - used, "%srank %d (pid %d on %s) has %s",
-                             bad > 1 ? "; " : "", i, m->pid, m->hostname, build);
-            used += n > 0 ? (size_t)n : 0;
-        }
-    }
-    if (bad == 0)
+    const colli_wire_member_t **recs = malloc(sizeof(*recs) * (size_t)r->nranks);
+    if (recs == NULL) {
+        fail_all(r, COLL_ERR_SYSTEM, "bootstrap root: out of memory checking versions");
         return;
-    describe_build(ref, build, sizeof(build));
-    if (used < sizeof(msg))
-        snprintf(msg + used, sizeof(msg) - used,
-                 "%s, but rank 0 (pid %d on %s) has %s, which the job pins. Run one library build "
-                 "on every node%s.",
-                 bad > 8 ? " and more" : "", ref->pid, ref->hostname, build,
-                 cuda ? ", with one CUDA runtime and driver version" : "");
-    fail_all(r, COLL_ERR_VERSION, msg);
+    }
+    for (int i = 0; i < r->nranks; i++)
+        recs[i] = &r->slots[i].rec;
+    char msg[ROOT_MSG_MAX];
+    coll_result_t st =
+        colli_versions_check(recs, r->nranks, msg, sizeof(msg), r->notice, sizeof(r->notice));
+    free(recs);
+    if (st != COLL_SUCCESS)
+        fail_all(r, st, msg);
 }
 
 static void timeout_fail(root_t *r)
@@ -380,6 +450,7 @@ static void serve(root_t *r)
                     continue;
                 }
                 colli_sock_tune(fd);
+                memset(&p->hello, 0, sizeof(p->hello));
                 memset(&p->in, 0, sizeof(p->in));
                 p->fd = fd;
                 p->got = 0;
@@ -390,12 +461,18 @@ static void serve(root_t *r)
         for (int i = 0; i < r->npend; i++) {
             pending_t *p = &r->pend[i];
             while (p->fd >= 0 && p->got < pending_want(p)) {
-                ssize_t got = recv(p->fd, (char *)&p->in + p->got, pending_want(p) - p->got, 0);
+                /* up to the next point to check: the magic, the hello, the response, the end */
+                const size_t hl = sizeof(colli_hello_t);
+                size_t upto = p->got < 4    ? 4
+                              : p->got < hl ? hl
+                              : !legacy(p) && p->got < hl + COLLI_RESPONSE_SIZE
+                                  ? hl + COLLI_RESPONSE_SIZE
+                                  : pending_want(p);
+                ssize_t got = recv(p->fd, pending_dst(p), upto - p->got, 0);
                 if (got > 0) {
                     p->got += (size_t)got;
                     /* A stranger is recognised by its first bytes; do not wait for more. */
-                    if (p->got >= 4 && p->in.hello.magic != COLLI_HELLO_MAGIC)
-                        drop_r(r, p, "not a kcoll connection (bad magic)");
+                    pending_check(r, p);
                 } else if (got == 0) {
                     drop_r(r, p, "closed before sending a complete hello");
                 } else if (errno != EAGAIN && errno != EINTR) {
@@ -423,7 +500,7 @@ static void serve(root_t *r)
         timeout_fail(r);
     if (r->fail_code == COLL_SUCCESS) {
         for (int i = 0; i < r->nranks; i++) {
-            reply(r, r->slots[i].fd, r->slots[i].nonce, COLL_SUCCESS, "");
+            reply(r, r->slots[i].fd, &r->slots[i].ak, COLL_SUCCESS, r->notice);
             close(r->slots[i].fd);
             r->slots[i].fd = -1;
         }

@@ -1,12 +1,12 @@
 /* coll_comm_init_agent: a communicator whose rank, world, root endpoint, network, transport
  * policy, timeouts and pinned version come from the pod's coll-agent (operator pin > COLL_*
  * environment > default). Rank 0 hosts the bootstrap root at the endpoint its agent published. */
-#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sockutil.h"
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
 #include "core/core.h"
@@ -59,19 +59,7 @@ coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_fact
 
 static coll_result_t resolve(const char *host, int port, struct sockaddr_storage *out)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc != 0 || res == NULL)
-        return COLLI_ERR(AGENT, COLL_ERR_NETWORK,
-                         "the agent's root endpoint %s:%d does not resolve: %s", host, port,
-                         gai_strerror(rc));
-    memset(out, 0, sizeof(*out));
-    memcpy(out, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return COLL_SUCCESS;
+    return colli_sock_resolve(host, port, out, "the agent's root endpoint", "");
 }
 
 /* The library version the agent pins, against this build's: COLL_ERR_VERSION (reported to the

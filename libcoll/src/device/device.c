@@ -191,10 +191,23 @@ static void gate(void *arg)
  * deadline, but a warning every COLL_TIMEOUT says which call waits. */
 static bool wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    double since = colli_now(), warned = since;
+    double since = colli_now(), warned = since, nap = 20e-6;
     pthread_mutex_lock(&j->mu);
     while (!j->started && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE)) {
-        cond_wait_s(&j->cv, &j->mu, 0.1);
+        if (j->memop) {
+            /* the stream stores the call's number when it gets here: poll, backing off */
+            if (__atomic_load_n(&d->gate_words[j->slot], __ATOMIC_ACQUIRE) == (uint32_t)j->seq) {
+                j->started = 1;
+                break;
+            }
+            pthread_mutex_unlock(&j->mu);
+            struct timespec ts = {0, (long)(nap * 1e9)};
+            nanosleep(&ts, NULL);
+            nap = nap < 1e-3 ? nap * 2 : nap;
+            pthread_mutex_lock(&j->mu);
+        } else {
+            cond_wait_s(&j->cv, &j->mu, 0.1);
+        }
         double now = colli_now();
         if (!j->started && now - warned >= comm->cfg.timeout) {
             warned = now;
@@ -299,6 +312,9 @@ static void *progress_main(void *arg)
         if (j == NULL)
             break;
         run_job(comm, d, j);
+        if (j->memop) /* the gate opens: the stream goes on */
+            __atomic_store_n(&d->gate_words[DEV_GATE_WORDS + j->slot], (uint32_t)j->seq,
+                             __ATOMIC_RELEASE);
         pthread_mutex_lock(&j->mu);
         j->finished = 1;
         pthread_cond_broadcast(&j->cv);
@@ -386,6 +402,14 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
     for (int i = 0; i < DEV_SLOTS && err == 0; i++)
         if (d->slots[i].stream == NULL)
             err = o->stream_create(&d->slots[i].stream);
+    if (err == 0 && d->gate_words == NULL && o->gate_words != NULL &&
+        comm->cfg.dev_gate != COLLI_GATE_HOSTFUNC) {
+        void *w = NULL; /* without it the gates are host functions: not an error */
+        if (o->host_alloc(&w, 2 * DEV_GATE_WORDS * sizeof(uint32_t)) == 0) {
+            memset(w, 0, 2 * DEV_GATE_WORDS * sizeof(uint32_t));
+            d->gate_words = w;
+        }
+    }
     for (int i = 0; i < DEV_SLOTS && err == 0 && bytes > 0; i++) {
         struct dev_slot *s = &d->slots[i]; /* after a failure, the next call makes the rest */
         if (s->hs == NULL)
@@ -407,6 +431,38 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
     if (bytes > 0)
         d->slot_bytes = bytes;
     return COLL_SUCCESS;
+}
+
+/* Hold the caller's stream at this call until the progress thread is done with it: with the
+ * memop gate where the plugin and the driver offer it (no thread blocked), else with a host
+ * function (gate above). 0, or the runtime's error. */
+static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                        uint64_t seq, uint64_t in_flight)
+{
+    if (d->gate_words != NULL && in_flight < DEV_GATE_WORDS) {
+        const uint32_t slot = (uint32_t)(seq % DEV_GATE_WORDS);
+        /* the slot's last call is over (fewer than DEV_GATE_WORDS in flight); a stream of a
+         * dropped call that stores its old number later is told apart by the number */
+        __atomic_store_n(&d->gate_words[slot], 0, __ATOMIC_RELEASE);
+        int err = d->ops->gate_words(stream, &d->gate_words[slot],
+                                     &d->gate_words[DEV_GATE_WORDS + slot], (uint32_t)seq);
+        if (err == 0) {
+            j->memop = 1;
+            j->slot = slot;
+            j->seq = seq; /* wait_started compares before the queue has it */
+            j->refs = 1;  /* no runtime thread holds it */
+            return 0;
+        }
+        if (!d->gate_told) {
+            d->gate_told = true;
+            colli_log(comm->cfg.dev_gate == COLLI_GATE_MEMOP ? COLLI_LOG_WARN : COLLI_LOG_INFO,
+                      COLLI_SUB_COLL,
+                      "rank %d: the GPU's stream memory operations are not available (%s): "
+                      "device calls hold their streams with host functions",
+                      comm->rank, d->ops->error_string(err));
+        }
+    }
+    return d->ops->host_func(stream, gate, j);
 }
 
 coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
@@ -456,7 +512,10 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
         }
         d->thread_on = true;
     }
-    int err = d->ops->host_func(stream, gate, j);
+    pthread_mutex_lock(&d->mu);
+    const uint64_t seq = d->submitted + 1, in_flight = d->submitted - d->done;
+    pthread_mutex_unlock(&d->mu);
+    int err = enqueue_gate(comm, d, j, stream, seq, in_flight);
     if (err != 0) {
         j->refs = 1;
         job_unref(j);
@@ -537,6 +596,9 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     free_retired(d, true);
     if (d->staging != NULL)
         (void)d->ops->host_free(d->staging);
+    /* a stream of a dropped call may still store to its words: kept then (8 KiB) */
+    if (d->gate_words != NULL && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE))
+        (void)d->ops->host_free((void *)d->gate_words);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d);

@@ -10,7 +10,9 @@
 #include "device/device.h"
 #include "device/gpu_plugin.h"
 
-enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32 };
+/* DEV_GATE_WORDS: calls in flight that can hold their streams with the memop gate (more fall
+ * back to a host function) */
+enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32, DEV_GATE_WORDS = 1024 };
 
 typedef struct dev_job {
     struct dev_job *next;
@@ -19,6 +21,9 @@ typedef struct dev_job {
     int started;  /* the caller's stream reached the gate */
     int finished; /* the call is over: the gate opens */
     int refs;     /* the gate and the progress thread: the last one frees the job */
+    int memop;    /* held by the memop gate: its stream stores gate_words[slot], waits on
+                   * gate_words[DEV_GATE_WORDS + slot] */
+    uint32_t slot;
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
     char *staging;
@@ -60,6 +65,11 @@ struct colli_dev {
         char *hs, *hr, *ds;
     } slots[DEV_SLOTS];
     size_t slot_bytes;
+    /* The memop gate (COLL_CUDA_GATE, gate_words in gpu_plugin.h): for each call in flight, a
+     * word its stream stores when it reaches the call and one the progress thread stores to
+     * let it go on, in pinned host memory made with the slots' streams; NULL: host functions. */
+    volatile uint32_t *gate_words; /* [2 * DEV_GATE_WORDS]: arrived, then release */
+    bool gate_told;                /* the fallback to host functions was said */
     /* CUDA IPC (device_ipc.c; progress thread only): peers' allocations mapped here, least
      * recently used first out */
     struct dev_ipc_map {

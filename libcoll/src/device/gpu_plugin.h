@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 2
+#define COLLI_GPU_PLUGIN_VERSION 3
 #define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
@@ -78,6 +78,12 @@ typedef struct colli_gpu_ops {
     int (*ipc_export)(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id);
     int (*ipc_open)(const void *handle, void **base);
     int (*ipc_close)(void *base);
+    /* A gate without a blocked thread: once stream reaches this point, store value into
+     * *arrived, then hold the stream until (int32_t)(*release - value) >= 0. Both words are in
+     * pinned host memory from host_alloc; the host reads arrived and writes release. Not
+     * supported: a nonzero error (the caller then uses host_func). */
+    int (*gate_words)(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
+                      uint32_t value);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

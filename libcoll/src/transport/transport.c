@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "transport/transport.h"
@@ -402,4 +403,39 @@ void colli_tp_summary(const struct coll_comm *comm, char *buf, size_t len)
         used += (size_t)w;
         npeers[best] = 0;
     }
+}
+
+unsigned long colli_fd_need(const struct coll_comm *comm, int *sock, int *shm, int *ib)
+{
+    int n[3] = {0, 0, 0}; /* sockets, shared memory, InfiniBand */
+    for (int p = 0; comm->peer_tp != NULL && p < comm->nranks; p++) {
+        if (p == comm->rank || comm->tp[comm->peer_tp[p]].ops == NULL)
+            continue;
+        const char *name = comm->tp[comm->peer_tp[p]].ops->name;
+        n[strcmp(name, "shm") == 0 ? 1 : strcmp(name, "ib") == 0 ? 2 : 0]++;
+    }
+    if (sock != NULL)
+        *sock = n[0];
+    if (shm != NULL)
+        *shm = n[1];
+    if (ib != NULL)
+        *ib = n[2];
+    unsigned long streams = comm->cfg.nstreams > 0 ? (unsigned long)comm->cfg.nstreams : 1;
+    if (comm->members != NULL && comm->members[0].nstreams > 0)
+        streams = comm->members[0].nstreams; /* rank 0's, adopted by all */
+    return (unsigned long)n[0] * 2 * streams + 2ul * (unsigned long)n[1] + (unsigned long)n[2] + 64;
+}
+
+void colli_fd_advice(const struct coll_comm *comm, char *buf, size_t len)
+{
+    struct rlimit rl = {0, 0};
+    (void)getrlimit(RLIMIT_NOFILE, &rl);
+    int s = 0, m = 0, i = 0;
+    unsigned long need = colli_fd_need(comm, &s, &m, &i);
+    snprintf(buf, len,
+             "the open-file limit (ulimit -n) is %llu (hard %llu), but rank %d with %d peers (%d "
+             "over sockets, %d over shared memory, %d over InfiniBand) may need about %lu "
+             "descriptors: raise it (ulimit -n %lu, or the container's nofile limit)",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, comm->rank,
+             comm->nranks - 1, s, m, i, need, need);
 }

@@ -145,4 +145,14 @@ void colli_tp_summary(const struct coll_comm *comm, char *buf, size_t len);
 /* The name of the transport that reaches peer ("self" for this rank). */
 const char *colli_tp_name(const struct coll_comm *comm, int peer);
 
+/* Descriptors this rank may need at most: every socket peer a connection each way per stream
+ * (an all-to-all), every shared-memory peer its link and its segment, every InfiniBand peer its
+ * link, plus a reserve of 64. The one estimate the start-up check and every "out of
+ * descriptors" error give; sock, shm and ib get the peers over each (NULL: not wanted). */
+unsigned long colli_fd_need(const struct coll_comm *comm, int *sock, int *shm, int *ib);
+/* "the open-file limit (ulimit -n) is L (hard H), but rank R with P peers (S over sockets, M
+ * over shared memory, I over InfiniBand) may need about N descriptors: raise it (ulimit -n N, or
+ * the container's nofile limit)" */
+void colli_fd_advice(const struct coll_comm *comm, char *buf, size_t len);
+
 #endif

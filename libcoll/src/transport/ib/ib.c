@@ -444,13 +444,19 @@ static coll_result_t link_step(struct coll_comm *comm, ib_state_t *st, int p)
             }
             return peer_error(comm, st, p, "its listener cannot be reached: %s", strerror(err));
         }
-        colli_hello_t h;
-        if ((status = colli_hello_make(&h, comm->secret, COLLI_HELLO_IB, comm->rank, p, 0,
-                                       (uint32_t)comm->nranks)) != COLL_SUCCESS)
-            return status;
-        memcpy(pp->out, &h, sizeof(h));
-        info_fill(comm, st, p, (ib_info_t *)(void *)(pp->out + sizeof(h)));
-        pp->out_len = sizeof(h) + sizeof(ib_info_t);
+        if (colli_hs_begin(&pp->hs, pp->fd, comm->secret, COLLI_HELLO_IB, comm->rank, p, 0,
+                           (uint32_t)comm->nranks) != COLLI_IO_OK)
+            return peer_error(comm, st, p, "sending its hello: %s", strerror(errno));
+        pp->link = IBL_HANDSHAKE;
+    }
+    if (pp->link == IBL_HANDSHAKE) {
+        int rc = colli_hs_step(&pp->hs, pp->fd, comm->secret);
+        if (rc == COLLI_HS_AGAIN)
+            return COLL_SUCCESS;
+        if (rc != COLLI_IO_OK)
+            return peer_error(comm, st, p, "the handshake failed: %s", colli_hs_str(rc, errno));
+        info_fill(comm, st, p, (ib_info_t *)(void *)pp->out);
+        pp->out_len = sizeof(ib_info_t);
         pp->out_off = 0;
         pp->link = IBL_SEND;
     }

@@ -25,6 +25,7 @@
 #ifndef COLLI_IB_H
 #define COLLI_IB_H
 
+#include "base/handshake.h"
 #include "transport/ib/ib_probe.h"
 #include "transport/ib/ib_verbs.h"
 #include "transport/transport.h"
@@ -112,7 +113,17 @@ typedef struct ib_info {
     uint8_t mac[16]; /* SipHash-128(secret, everything before it) */
 } ib_info_t;
 
-enum { IBL_NONE = 0, IBL_CONNECTING, IBL_SEND, IBL_RECV, IBL_ACK, IBL_READY, IBL_CLOSED };
+/* The exchange link: TCP connect, the handshake (connector), records each way, 'R', ready. */
+enum {
+    IBL_NONE = 0,
+    IBL_CONNECTING,
+    IBL_HANDSHAKE,
+    IBL_SEND,
+    IBL_RECV,
+    IBL_ACK,
+    IBL_READY,
+    IBL_CLOSED
+};
 
 typedef struct ib_peer {
     bool used;   /* reached over InfiniBand */
@@ -121,8 +132,9 @@ typedef struct ib_peer {
     /* the link */
     int fd;
     uint8_t link;
-    bool acceptor; /* the higher rank: it answers */
-    _Alignas(8) uint8_t out[sizeof(colli_hello_t) + sizeof(ib_info_t)]; /* hello, then record */
+    bool acceptor;                              /* the higher rank: it answers */
+    colli_hs_t hs;                              /* the connector's handshake */
+    _Alignas(8) uint8_t out[sizeof(ib_info_t)]; /* our connection record */
     size_t out_len, out_off;
     ib_info_t remote;
     size_t in_off;

@@ -14,9 +14,18 @@
 #include "base/sockutil.h"
 #include "transport/shm/shm.h"
 
+/* Segment names carry a value derived from the secret that never crosses the network (the
+ * communicator tag does, in every hello): a process of another job or user cannot guess them
+ * and create one first. */
+static unsigned long long names_key(const struct coll_comm *comm)
+{
+    static const char label[] = "kcoll-shm-names";
+    return (unsigned long long)colli_siphash64(comm->secret, label, sizeof(label) - 1);
+}
+
 void shm_seg_name(const struct coll_comm *comm, int from, int to, char *buf, size_t len)
 {
-    snprintf(buf, len, "/kcoll-%016llx-%d-%d", (unsigned long long)comm->tag, from, to);
+    snprintf(buf, len, "/kcoll-%016llx-%d-%d", names_key(comm), from, to);
 }
 
 /* The advice every /dev/shm failure ends with. */
@@ -29,8 +38,8 @@ static bool shm_works(const struct coll_comm *comm, char *why, size_t len)
 {
     char name[96];
     /* by rank too: one process may create several ranks of a communicator at once (a group) */
-    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d-%d", (unsigned long long)comm->tag,
-             (int)getpid(), comm->rank);
+    snprintf(name, sizeof(name), "/kcoll-%016llx-probe-%d-%d", names_key(comm), (int)getpid(),
+             comm->rank);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(why, len, "shm_open(%s): %s", name, strerror(errno));
@@ -170,8 +179,14 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
     if (colli_sock_connect_start(&comm->members[p].addr, &st->bind_addr, &pp->fd) != COLLI_IO_OK) {
         int e = errno;
         pp->fd = -1;
-        char who[200];
+        char who[200], advice[512] = "";
         colli_member_desc(comm, p, who, sizeof(who));
+        if (e == EMFILE || e == ENFILE) {
+            colli_fd_advice(comm, advice, sizeof(advice));
+            return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                             "rank %d cannot open its shared-memory link to %s: %s; %s", comm->rank,
+                             who, strerror(e), advice);
+        }
         colli_comm_blame(comm, p);
         return COLLI_ERR(SHM, COLL_ERR_NETWORK,
                          "rank %d cannot open its shared-memory link to %s: %s (the link is a "
@@ -183,27 +198,42 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
     return COLL_SUCCESS;
 }
 
-/* A connecting link became writable: finish the connect and send the hello. */
+/* A connecting link became writable (finish the connect, send the hello) or its challenge
+ * arrived (answer it: the link is ready). */
 coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
 {
     shm_peer_t *pp = &st->peers[p];
     int err = 0;
+    if (pp->link == LINK_HANDSHAKE) {
+        int rc = colli_hs_step(&pp->hs, pp->fd, comm->secret);
+        if (rc == COLLI_HS_AGAIN)
+            return COLL_SUCCESS;
+        if (rc == COLLI_IO_OK) {
+            pp->link = LINK_READY;
+            return COLL_SUCCESS;
+        }
+        err = errno;
+        close(pp->fd);
+        pp->fd = -1;
+        pp->link = LINK_NONE;
+        char who[200];
+        colli_member_desc(comm, p, who, sizeof(who));
+        colli_comm_blame(comm, p);
+        return COLLI_ERR(SHM, COLL_ERR_NETWORK,
+                         "rank %d cannot open its shared-memory link to %s: the handshake failed: "
+                         "%s",
+                         comm->rank, who, colli_hs_str(rc, err));
+    }
     socklen_t len = sizeof(err);
     if (getsockopt(pp->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
     if (err == 0) {
-        colli_hello_t h;
-        coll_result_t status = colli_hello_make(&h, comm->secret, COLLI_HELLO_LINK, comm->rank, p,
-                                                0, (uint32_t)comm->nranks);
-        if (status != COLL_SUCCESS)
-            return status;
-        /* 64 bytes into an empty socket buffer: complete or failed, never partial */
-        ssize_t w = send(pp->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w == (ssize_t)sizeof(h)) {
-            pp->link = LINK_READY;
+        if (colli_hs_begin(&pp->hs, pp->fd, comm->secret, COLLI_HELLO_LINK, comm->rank, p, 0,
+                           (uint32_t)comm->nranks) == COLLI_IO_OK) {
+            pp->link = LINK_HANDSHAKE;
             return COLL_SUCCESS;
         }
-        err = w < 0 ? errno : EIO;
+        err = errno;
     }
     close(pp->fd);
     pp->fd = -1;
@@ -325,11 +355,18 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
     const size_t bytes = SHM_SLOTS_OFF + (size_t)st->nslots * stride;
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
+        const int e = errno;
+        char advice[520] = "";
         colli_member_desc(comm, peer, who, sizeof(who));
+        if (e == EEXIST)
+            snprintf(advice, sizeof(advice), " (another process uses this name)");
+        else if (e == EMFILE || e == ENFILE) {
+            memcpy(advice, "; ", 3);
+            colli_fd_advice(comm, advice + 2, sizeof(advice) - 2);
+        }
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot create the shared-memory segment %s for %s: %s%s",
-                         comm->rank, name, who, strerror(errno),
-                         errno == EEXIST ? " (another process uses this name)" : "");
+                         comm->rank, name, who, strerror(e), advice);
     }
     r->named = true;
     /* the sign that we live, for the sweep of other processes (a failure only costs that) */
@@ -398,6 +435,15 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
             return status;
         errno = ENOENT;
     }
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        const int e = errno;
+        char advice[512];
+        colli_fd_advice(comm, advice, sizeof(advice));
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot open the shared-memory segment %s that %s announced: "
+                         "%s; %s",
+                         comm->rank, name, who, strerror(e), advice);
+    }
     if (fd < 0)
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot open the shared-memory segment %s that %s announced: %s "
@@ -408,6 +454,8 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
     const char *bad = NULL;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < SHM_SLOTS_OFF)
         bad = "it is too small";
+    else if (sb.st_uid != geteuid())
+        bad = "another user owns it (ranks of one host must run as one user)";
     else if ((p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
              MAP_FAILED)
         bad = strerror(errno);

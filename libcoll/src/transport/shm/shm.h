@@ -27,6 +27,7 @@
 
 #include <stdatomic.h>
 
+#include "base/handshake.h"
 #include "transport/transport.h"
 
 #define SHM_SEG_MAGIC   0x4d48534bu /* "KSHM" */
@@ -77,7 +78,8 @@ typedef struct shm_ring {
     bool armed;         /* our sleep flag in this ring is set */
 } shm_ring_t;
 
-enum { LINK_NONE = 0, LINK_CONNECTING, LINK_READY, LINK_CLOSED };
+/* The link: TCP connect, the handshake (hello sent, challenge awaited, response sent), ready. */
+enum { LINK_NONE = 0, LINK_CONNECTING, LINK_HANDSHAKE, LINK_READY, LINK_CLOSED };
 
 typedef struct shm_peer {
     int fd; /* the link */
@@ -87,7 +89,8 @@ typedef struct shm_peer {
     int gone_err; /* errno of the failure, 0 for end of stream */
     double since; /* first connect attempt */
     double retry_at;
-    int pfd; /* index of the link in the current wait's poll set, or -1 */
+    int pfd;       /* index of the link in the current wait's poll set, or -1 */
+    colli_hs_t hs; /* the link's handshake (the lower rank connects) */
     shm_ring_t out, in;
 } shm_peer_t;
 

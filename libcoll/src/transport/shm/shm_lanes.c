@@ -161,8 +161,9 @@ bool shm_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_
     shm_state_t *st = comm->tp[tp].state;
     if (op == NULL) { /* communicator creation: links being connected */
         for (int p = 0; p < comm->nranks; p++)
-            if (st->peers[p].link == LINK_CONNECTING)
-                st->peers[p].pfd = colli_pollset_add(set, st->peers[p].fd, POLLOUT);
+            if (st->peers[p].link == LINK_CONNECTING || st->peers[p].link == LINK_HANDSHAKE)
+                st->peers[p].pfd = colli_pollset_add(
+                    set, st->peers[p].fd, st->peers[p].link == LINK_CONNECTING ? POLLOUT : POLLIN);
         return false;
     }
     bool ready = false;
@@ -214,9 +215,10 @@ coll_result_t shm_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, coll
             shm_peer_t *pp = &st->peers[p];
             int i = pp->pfd;
             pp->pfd = -1;
-            if (i < 0 || status != COLL_SUCCESS || pp->link != LINK_CONNECTING)
+            if (i < 0 || status != COLL_SUCCESS ||
+                (pp->link != LINK_CONNECTING && pp->link != LINK_HANDSHAKE))
                 continue;
-            if (set->fds[i].revents & (POLLOUT | POLLERR | POLLHUP))
+            if (set->fds[i].revents & (POLLIN | POLLOUT | POLLERR | POLLHUP))
                 status = shm_link_connected(comm, st, p);
         }
         return status;

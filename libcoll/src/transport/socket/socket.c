@@ -35,23 +35,13 @@ static coll_result_t sock_can_connect(struct coll_comm *comm, int tp, const coll
     return COLL_SUCCESS;
 }
 
-/* Peers this rank reaches over sockets (the others: shared memory or InfiniBand). */
-static int sock_peers(const struct coll_comm *comm, const sock_state_t *s)
-{
-    int n = 0;
-    for (int p = 0; p < comm->nranks; p++)
-        n += p != comm->rank && comm->peer_tp[p] == s->tp;
-    return n;
-}
-
 /* Every peer may need a connection each way per stream (all-to-all): check the descriptor limit
- * up front, raise the soft limit if the hard one allows, and say how many are needed if not. */
-static void check_fd_limit(const struct coll_comm *comm, const sock_state_t *s, int nstreams)
+ * up front (colli_fd_need, the one estimate), raise the soft limit if the hard one allows, and
+ * say how many are needed if not. */
+static void check_fd_limit(const struct coll_comm *comm)
 {
     struct rlimit rl;
-    /* + one liveness link per shared-memory peer */
-    rlim_t need = (rlim_t)sock_peers(comm, s) * 2 * (rlim_t)nstreams +
-                  (rlim_t)(comm->nranks - 1 - sock_peers(comm, s)) + 64;
+    rlim_t need = (rlim_t)colli_fd_need(comm, NULL, NULL, NULL);
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
         return;
     rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
@@ -61,20 +51,17 @@ static void check_fd_limit(const struct coll_comm *comm, const sock_state_t *s, 
                   (unsigned long long)rl.rlim_cur, (unsigned long long)want, comm->nranks);
         return;
     }
-    coll_warn(NET,
-              "the open-file limit (ulimit -n) is %llu (hard %llu) but an all-to-all over %d "
-              "ranks with %d streams needs about %llu descriptors; raise it (ulimit -n %llu, "
-              "or the container's nofile limit) or such collectives will fail",
-              (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
-              sock_peers(comm, s) + 1, nstreams, (unsigned long long)need,
-              (unsigned long long)need);
+    char advice[512];
+    colli_fd_advice(comm, advice, sizeof(advice));
+    coll_warn(NET, "%s; until then collectives that reach every peer (all_to_all) will fail",
+              advice);
 }
 
 static coll_result_t sock_comm_ready(struct coll_comm *comm, int tp)
 {
     sock_state_t *s = comm->tp[tp].state;
     s->nstreams = (int)comm->members[0].nstreams;
-    check_fd_limit(comm, s, s->nstreams);
+    check_fd_limit(comm);
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
     s->out = calloc(n, sizeof(sock_conn_t));
     s->in = calloc(n, sizeof(sock_conn_t));
@@ -151,18 +138,12 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
 }
 
 /* Out of descriptors: say how many this communicator needs. */
-static coll_result_t fd_exhausted(struct coll_comm *comm, const sock_state_t *s, const char *what,
-                                  int err)
+static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int err)
 {
-    struct rlimit rl = {0, 0};
-    (void)getrlimit(RLIMIT_NOFILE, &rl);
-    unsigned long long need =
-        (unsigned long long)sock_peers(comm, s) * 2 * (unsigned long long)comm->cfg.nstreams + 64;
-    return COLLI_ERR(NET, COLL_ERR_SYSTEM,
-                     "rank %d cannot %s: %s; the open-file limit is %llu but this communicator "
-                     "may need about %llu descriptors: raise it (ulimit -n %llu, or the "
-                     "container's nofile limit)",
-                     comm->rank, what, strerror(err), (unsigned long long)rl.rlim_cur, need, need);
+    char advice[512];
+    colli_fd_advice(comm, advice, sizeof(advice));
+    return COLLI_ERR(NET, COLL_ERR_SYSTEM, "rank %d cannot %s: %s; %s", comm->rank, what,
+                     strerror(err), advice);
 }
 
 /* A connection that is not a peer's: closed; the first few are named, then one line every 10 s
@@ -225,10 +206,31 @@ static int pending_from(const sock_state_t *s, const struct sockaddr_storage *a)
 static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
                          int only);
 
+/* Kinds whose handshake is the whole preamble (no length and text follow). */
+static bool hello_only(uint8_t kind)
+{
+    return kind == COLLI_HELLO_DATA || kind == COLLI_HELLO_LINK || kind == COLLI_HELLO_IB;
+}
+
 /* A pending connection has its complete hello (and abort text): act on it. */
 static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
 {
     const colli_hello_t *h = &p->hello;
+    if (!hello_only(h->kind)) {
+        uint8_t mac[16];
+        colli_notice_mac(comm->secret, h, p->abort_msg, p->abort_len, mac);
+        if (!colli_mem_equal(mac, p->resp, sizeof(mac))) {
+            drop_pending_s(s, p, "a notice whose text failed authentication (altered on the way)");
+            return COLL_SUCCESS;
+        }
+        const unsigned kept = sizeof(s->notice_seen) / sizeof(s->notice_seen[0]);
+        for (unsigned i = 0; i < s->notices && i < kept; i++)
+            if (memcmp(s->notice_seen[i], h->nonce, 16) == 0) {
+                drop_pending_s(s, p, "a notice that arrived before, sent again (a replay)");
+                return COLL_SUCCESS;
+            }
+        memcpy(s->notice_seen[s->notices++ % kept], h->nonce, 16);
+    }
     if (h->kind == COLLI_HELLO_STUCK || h->kind == COLLI_HELLO_STATUS) {
         if (h->kind == COLLI_HELLO_STUCK) {
             /* Answer at once with whom we wait on, so that the asking rank can tell a live but
@@ -286,20 +288,47 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
     }
     sock_conn_t *c = &s->in[(size_t)h->from_rank * (size_t)s->nstreams + h->stream];
     if (c->fd >= 0) {
-        coll_warn(NET, "rank %d opened stream %u twice; replacing the older connection",
-                  h->from_rank, h->stream);
-        close(c->fd);
+        /* An established stream is never replaced: its frames are numbered and keyed on this
+         * connection, and a second one can only be a fault or an attack. */
+        drop_pending_s(s, p,
+                       "a second connection for a stream that is already open (kept the "
+                       "first)");
+        return COLL_SUCCESS;
     }
     c->fd = p->fd;
     c->state = SOCK_READY;
+    c->frames = 0;
+    colli_conn_key(comm->secret, h, &p->chal, c->hs.key);
     p->fd = -1;
     return COLL_SUCCESS;
 }
 
-/* Kinds whose hello is the whole preamble (no length and text follow). */
-static bool hello_only(uint8_t kind)
+/* Where the bytes of a pending connection go: the hello, the response to our challenge, then
+ * (notices) a u32 length and the text. */
+#define PEND_HELLO ((size_t)sizeof(colli_hello_t))
+#define PEND_RESP  (PEND_HELLO + COLLI_RESPONSE_SIZE)
+#define PEND_LEN   (PEND_RESP + 4)
+
+/* The hello is whole: check it and challenge its sender. */
+static void hello_arrived(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
 {
-    return kind == COLLI_HELLO_DATA || kind == COLLI_HELLO_LINK || kind == COLLI_HELLO_IB;
+    const char *why = NULL;
+    const colli_hello_t *h = &p->hello;
+    if (!colli_hello_verify(h, comm->secret, &why)) {
+        drop_pending_s(s, p, why);
+        return;
+    }
+    if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_IB ||
+        h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank || h->from_rank < 0 ||
+        h->from_rank >= comm->nranks || h->from_rank == comm->rank ||
+        (h->kind == COLLI_HELLO_DATA && h->stream >= (uint32_t)s->nstreams)) {
+        drop_pending_s(s, p, "hello for another rank or stream of this communicator");
+        return;
+    }
+    if (!hello_only(h->kind))
+        return; /* a notice: its MAC over the text follows, checked once it is whole */
+    if (!colli_challenge_send(p->fd, comm->secret, h, &p->chal, &why))
+        drop_pending_s(s, p, why);
 }
 
 static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t *p)
@@ -307,17 +336,19 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
     while (p->fd >= 0) {
         size_t want;
         char *dst;
-        size_t hl = sizeof(colli_hello_t);
-        if (p->got < hl) {
+        if (p->got < PEND_HELLO) {
             dst = (char *)&p->hello + p->got;
-            want = hl - p->got;
+            want = PEND_HELLO - p->got;
+        } else if (p->got < PEND_RESP) {
+            dst = (char *)p->resp + (p->got - PEND_HELLO);
+            want = PEND_RESP - p->got;
         } else if (hello_only(p->hello.kind)) {
             return;
-        } else if (p->got < hl + 4) {
-            dst = (char *)&p->abort_len + (p->got - hl);
-            want = hl + 4 - p->got;
+        } else if (p->got < PEND_LEN) {
+            dst = (char *)&p->abort_len + (p->got - PEND_RESP);
+            want = PEND_LEN - p->got;
         } else {
-            size_t text = p->got - hl - 4;
+            size_t text = p->got - PEND_LEN;
             if (text >= p->abort_len)
                 return;
             dst = p->abort_msg + text;
@@ -325,7 +356,9 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
         }
         ssize_t n = recv(p->fd, dst, want, 0);
         if (n == 0) {
-            drop_pending_s(s, p, "closed before completing its hello");
+            drop_pending_s(s, p,
+                           p->got < PEND_HELLO ? "closed before completing its hello"
+                                               : "closed before answering the challenge");
             return;
         }
         if (n < 0) {
@@ -338,19 +371,14 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
             drop_pending_s(s, p, "not a kcoll connection (bad magic); a stranger or a port scan");
             return;
         }
-        if (p->got == hl) {
-            const char *why = NULL;
-            const colli_hello_t *h = &p->hello;
-            if (!colli_hello_verify(h, comm->secret, &why))
-                drop_pending_s(s, p, why);
-            else if (h->kind < COLLI_HELLO_DATA || h->kind > COLLI_HELLO_IB ||
-                     h->kind == COLLI_HELLO_BOOT_ERROR || h->to_rank != comm->rank ||
-                     h->from_rank < 0 || h->from_rank >= comm->nranks ||
-                     h->from_rank == comm->rank ||
-                     (h->kind == COLLI_HELLO_DATA && h->stream >= (uint32_t)s->nstreams))
-                drop_pending_s(s, p, "hello for another rank or stream of this communicator");
-        }
-        if (p->fd >= 0 && !hello_only(p->hello.kind) && p->got == hl + 4 &&
+        if (p->got == PEND_HELLO)
+            hello_arrived(comm, s, p);
+        if (p->fd >= 0 && p->got == PEND_RESP && hello_only(p->hello.kind) &&
+            !colli_response_ok(comm->secret, &p->hello, &p->chal, p->resp))
+            drop_pending_s(s, p,
+                           "wrong answer to the challenge: a replayed hello (recorded off the "
+                           "network and sent again), not a peer");
+        if (p->fd >= 0 && !hello_only(p->hello.kind) && p->got == PEND_LEN &&
             p->abort_len > sizeof(p->abort_msg))
             drop_pending_s(s, p, "abort notice too long");
     }
@@ -358,12 +386,11 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
 
 static bool pending_complete(const sock_pending_t *p)
 {
-    size_t hl = sizeof(colli_hello_t);
-    if (p->got < hl)
+    if (p->got < PEND_RESP)
         return false;
     if (hello_only(p->hello.kind))
         return true;
-    return p->got >= hl + 4 && p->got == hl + 4 + p->abort_len;
+    return p->got >= PEND_LEN && p->got == PEND_LEN + p->abort_len;
 }
 
 coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool *progressed)
@@ -384,7 +411,7 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
                     if (s->pend[i].fd >= 0 && !member_ip(comm, &s->pend[i].from))
                         victim = i;
                 if (victim < 0)
-                    return fd_exhausted(comm, s, "accept a connection", e);
+                    return fd_exhausted(comm, "accept a connection", e);
                 drop_pending_s(s, &s->pend[victim],
                                "out of file descriptors while connections that are not peers "
                                "were pending: the oldest is dropped");
@@ -435,6 +462,29 @@ coll_result_t sock_accept_progress(struct coll_comm *comm, sock_state_t *s, bool
     return COLL_SUCCESS;
 }
 
+/* The handshake of an outgoing connection failed: the peer closed it (it died, or dropped us),
+ * or it answered without the secret (another program owns that address now). */
+static coll_result_t handshake_failed(struct coll_comm *comm, sock_state_t *s, sock_conn_t *c,
+                                      int peer, int rc, int err)
+{
+    close_conn(c);
+    coll_result_t st = notice_first(comm, s);
+    if (st != COLL_SUCCESS)
+        return st;
+    char who[200], theirs[80];
+    colli_member_desc(comm, peer, who, sizeof(who));
+    colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
+    colli_comm_blame(comm, peer);
+    if (rc == COLLI_HS_BADAUTH)
+        return COLLI_ERR(NET, COLL_ERR_REMOTE,
+                         "the listener of %s at %s answered without this communicator's secret: "
+                         "another program holds that address now (the rank died and its port "
+                         "was reused?), or something on the network interferes",
+                         who, theirs);
+    return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s failed during the handshake: %s", who,
+                     colli_hs_str(rc, err));
+}
+
 coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int peer, int stream,
                                     bool *progressed)
 {
@@ -448,7 +498,7 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
             int e = errno;
             c->fd = -1;
             if (e == EMFILE || e == ENFILE)
-                return fd_exhausted(comm, s, "connect", e);
+                return fd_exhausted(comm, "connect", e);
             return unreachable(comm, s, peer, e);
         }
         if (c->state == SOCK_NONE && c->since == 0)
@@ -482,34 +532,21 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
             c->state = SOCK_CLOSED;
             return unreachable(comm, s, peer, err);
         }
-        coll_result_t st = colli_hello_make(&c->hello, comm->secret, COLLI_HELLO_DATA, comm->rank,
-                                            peer, (uint32_t)stream, (uint32_t)comm->nranks);
-        if (st != COLL_SUCCESS)
-            return st;
+        if (colli_hs_begin(&c->hs, c->fd, comm->secret, COLLI_HELLO_DATA, comm->rank, peer,
+                           (uint32_t)stream, (uint32_t)comm->nranks) != COLLI_IO_OK)
+            return handshake_failed(comm, s, c, peer, COLLI_IO_ERR, errno);
         c->state = SOCK_HELLO;
-        c->hello_off = 0;
         *progressed = true;
     }
     if (c->state == SOCK_HELLO) {
-        while (c->hello_off < sizeof(c->hello)) {
-            ssize_t n = send(c->fd, (char *)&c->hello + c->hello_off,
-                             sizeof(c->hello) - c->hello_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EINTR)
-                    return COLL_SUCCESS;
-                int e = errno;
-                close_conn(c);
-                coll_result_t st2 = notice_first(comm, s);
-                if (st2 != COLL_SUCCESS)
-                    return st2;
-                colli_member_desc(comm, peer, who, sizeof(who));
-                colli_comm_blame(comm, peer);
-                return COLLI_ERR(NET, COLL_ERR_REMOTE, "connection to %s failed: %s", who,
-                                 strerror(e));
-            }
-            c->hello_off += (size_t)n;
-        }
+        /* the peer answers our hello with a challenge once its progress sees the connection */
+        int rc = colli_hs_step(&c->hs, c->fd, comm->secret);
+        if (rc == COLLI_HS_AGAIN)
+            return COLL_SUCCESS;
+        if (rc != COLLI_IO_OK)
+            return handshake_failed(comm, s, c, peer, rc, errno);
         c->state = SOCK_READY;
+        c->frames = 0;
         *progressed = true;
     }
     if (c->state == SOCK_CLOSED) {
@@ -540,14 +577,14 @@ coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_
                      comm->rank, io == COLLI_IO_EOF ? "end of stream" : strerror(err));
 }
 
+/* A notice: hello, MAC over hello and text, length, text. One-way (no challenge): it must reach
+ * a rank that is busy elsewhere at the time, a dying rank's last words above all. */
 typedef struct {
     colli_hello_t h;
+    uint8_t mac[16];
     uint32_t len;
     char text[1024];
-} abort_msg_t;
-
-static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
-                         int only);
+} notice_t;
 
 static void sock_notify_abort(struct coll_comm *comm, int tp, const char *reason)
 {
@@ -559,8 +596,8 @@ static void sock_notify_stuck(struct coll_comm *comm, int tp, const char *waits)
     send_notices(comm, comm->tp[tp].state, COLLI_HELLO_STUCK, waits, -1);
 }
 
-/* Send a notice (hello of kind + u32 length + text) to every other rank, or only to `only`;
- * bounded to about a second, best effort. */
+/* Send a notice to every other rank, or only to `only`; bounded to about a second, best
+ * effort. */
 static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, const char *reason,
                          int only)
 {
@@ -569,7 +606,7 @@ static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, 
     int n = comm->nranks;
     int *fds = malloc(sizeof(int) * (size_t)n);
     size_t *off = calloc((size_t)n, sizeof(size_t));
-    abort_msg_t *msg = malloc(sizeof(abort_msg_t) * (size_t)n);
+    notice_t *msg = malloc(sizeof(notice_t) * (size_t)n);
     if (fds == NULL || off == NULL || msg == NULL) {
         free(fds);
         free(off);
@@ -577,29 +614,65 @@ static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, 
         return;
     }
     size_t len = strnlen(reason, sizeof(msg->text));
-    size_t total = sizeof(colli_hello_t) + 4 + len;
-    int open_n = 0;
+    size_t total = offsetof(notice_t, text) + len;
+    /* an abort names the rank it blames in `stream` (1 + rank; 0: the sender) */
+    uint32_t blame =
+        kind == COLLI_HELLO_ABORT && comm->blame_rank >= 0 && comm->blame_rank != comm->rank
+            ? (uint32_t)comm->blame_rank + 1
+            : 0;
+    if (kind == COLLI_HELLO_ABORT) {
+        /* the communicator is over: connections not yet authenticated are of no use, and their
+         * descriptors may be what the notices need (a rank that failed for want of them) */
+        for (int i = 0; i < s->npend; i++)
+            close(s->pend[i].fd);
+        s->npend = 0;
+    }
+    /* 0: nothing to send, 1: waiting for a descriptor, 2: connecting or sending */
+    uint8_t *todo = calloc((size_t)n, 1);
+    if (todo == NULL) {
+        free(fds);
+        free(off);
+        free(msg);
+        return;
+    }
+    int open_n = 0, waiting = 0;
     for (int p = 0; p < n; p++) {
         fds[p] = -1;
         if (p == comm->rank || (only >= 0 && p != only))
             continue;
-        /* an abort names the rank it blames in `stream` (1 + rank; 0: the sender) */
-        uint32_t blame =
-            kind == COLLI_HELLO_ABORT && comm->blame_rank >= 0 && comm->blame_rank != comm->rank
-                ? (uint32_t)comm->blame_rank + 1
-                : 0;
         if (colli_hello_make(&msg[p].h, comm->secret, kind, comm->rank, p, blame, (uint32_t)n) !=
             COLL_SUCCESS)
             continue;
         msg[p].len = (uint32_t)len;
         memcpy(msg[p].text, reason, len);
-        if (colli_sock_connect_start(&comm->members[p].addr, &s->bind_addr, &fds[p]) == COLLI_IO_OK)
-            open_n++;
-        else
-            fds[p] = -1;
+        colli_notice_mac(comm->secret, &msg[p].h, reason, len, msg[p].mac);
+        todo[p] = 1;
+        waiting++;
     }
     double deadline = colli_now() + 1.0;
-    while (open_n > 0 && colli_now() < deadline) {
+    while ((open_n > 0 || waiting > 0) && colli_now() < deadline) {
+        /* start what descriptors allow: out of them, the rest wait for one to close */
+        for (int p = 0; p < n && waiting > 0; p++) {
+            if (todo[p] != 1)
+                continue;
+            if (colli_sock_connect_start(&comm->members[p].addr, &s->bind_addr, &fds[p]) !=
+                COLLI_IO_OK) {
+                fds[p] = -1;
+                if (errno == EMFILE || errno == ENFILE)
+                    break;
+                todo[p] = 0; /* unreachable: nothing to do */
+                waiting--;
+                continue;
+            }
+            todo[p] = 2;
+            waiting--;
+            open_n++;
+        }
+        if (open_n == 0 && waiting > 0) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         for (int p = 0; p < n; p++) {
             if (fds[p] < 0)
                 continue;
@@ -624,6 +697,7 @@ static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, 
     for (int p = 0; p < n; p++)
         if (fds[p] >= 0)
             close(fds[p]);
+    free(todo);
     free(fds);
     free(off);
     free(msg);

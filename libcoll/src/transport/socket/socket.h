@@ -5,26 +5,33 @@
 
 #include <poll.h>
 
+#include "base/handshake.h"
 #include "base/sockutil.h"
 #include "transport/transport.h"
 
+/* An outgoing connection: TCP connect, then the handshake (hello sent, challenge awaited,
+ * response sent), then data frames. */
 enum { SOCK_NONE = 0, SOCK_CONNECTING, SOCK_HELLO, SOCK_READY, SOCK_CLOSED };
 
 typedef struct sock_conn {
     int fd;
     uint8_t state;
-    size_t hello_off;
-    colli_hello_t hello;
+    colli_hs_t hs;   /* the handshake; hs.key authenticates the frame headers */
+    uint64_t frames; /* frames sent (out) or received (in) on this connection */
     double since;    /* first connect attempt */
     double retry_at; /* next attempt after a transient refusal */
 } sock_conn_t;
 
+/* An accepted connection until it is authenticated: the hello, the challenge sent for it, the
+ * response, and for a notice its length and text. */
 typedef struct sock_pending {
     int fd;
-    size_t got; /* bytes of hello (+ abort length and text) read */
+    size_t got; /* bytes read: hello, response (+ notice length and text) */
     double since;
     struct sockaddr_storage from;
     colli_hello_t hello;
+    colli_challenge_t chal;
+    uint8_t resp[COLLI_RESPONSE_SIZE];
     uint32_t abort_len;
     char abort_msg[1024];
 } sock_pending_t;
@@ -44,6 +51,8 @@ typedef struct sock_state {
     /* strangers: connections dropped before a valid hello, and the WARNs said about them */
     unsigned long dropped, warned;
     double warn_at;
+    uint8_t notice_seen[64][16]; /* nonces of the last notices accepted (replays are dropped) */
+    unsigned notices;
     bool aborted; /* a peer's abort notice arrived */
     char abort_msg[1300];
 } sock_state_t;

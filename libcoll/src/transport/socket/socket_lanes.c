@@ -28,8 +28,13 @@ static coll_result_t send_lane(struct coll_comm *comm, sock_state_t *s, colli_op
         colli_unit_t *u = &l->units[l->done];
         if (!colli_dep_done(op, u->dep))
             return COLL_SUCCESS;
-        if (l->hdr_off == 0 && l->pay_off == 0)
+        if (l->hdr_off == 0 && l->pay_off == 0) {
             colli_frame_fill(comm, op, u, &l->hdr);
+            uint64_t at = c->frames++;
+            if (comm->test.frame_replay >= 2 && at + 1 == (uint64_t)comm->test.frame_replay)
+                at--; /* test seam: as a replay of the frame before would arrive */
+            l->hdr.tag = colli_frame_mac(c->hs.key, &l->hdr, at);
+        }
         struct iovec iov[2];
         int n = 0;
         if (l->hdr_off < sizeof(l->hdr))
@@ -57,6 +62,23 @@ static coll_result_t send_lane(struct coll_comm *comm, sock_state_t *s, colli_op
         colli_op_unit_done(op, l);
     }
     return COLL_SUCCESS;
+}
+
+/* A header whose MAC does not verify: bytes injected into the connection, or frames replayed or
+ * reordered on it. Nothing of it is used. */
+static coll_result_t frame_forged(struct coll_comm *comm, const colli_op_t *op, int peer,
+                                  uint64_t frame)
+{
+    char who[200], d[160];
+    colli_member_desc(comm, peer, who, sizeof(who));
+    colli_comm_blame(comm, peer);
+    return COLLI_ERR(NET, COLL_ERR_NETWORK,
+                     "frame %llu on the connection from %s failed authentication in %s #%llu on "
+                     "rank %d: bytes were injected, replayed or reordered on the network between "
+                     "the two ranks (an attacker, or a faulty middlebox); nothing of it was used, "
+                     "and this communicator cannot continue",
+                     (unsigned long long)frame, who, colli_op_desc(op, d, sizeof(d)),
+                     colli_op_seq(op), comm->rank);
 }
 
 static coll_result_t recv_lane(struct coll_comm *comm, sock_state_t *s, colli_op_t *op,
@@ -113,6 +135,10 @@ static coll_result_t recv_lane(struct coll_comm *comm, sock_state_t *s, colli_op
         }
         if (l->hdr_off < sizeof(l->hdr)) {
             l->hdr_off = sizeof(l->hdr);
+            if (l->hdr.tag != colli_frame_mac(c->hs.key, &l->hdr, c->frames))
+                return frame_forged(comm, op, l->peer, c->frames);
+            c->frames++;
+            l->hdr.tag = comm->tag; /* authentic: compared as any transport's header now */
             colli_frame_t want;
             colli_frame_fill(comm, op, u, &want);
             if (!colli_frame_matches(&l->hdr, &want))

@@ -1,0 +1,55 @@
+/* Drives libnccl-env.so as NCCL would, without NCCL: dlopen, ncclEnvPlugin_v1, init with a
+ * given version, getEnv of the names given, finalize. Prints one line per step:
+ *   init=RESULT ms=ELAPSED
+ *   NAME=VALUE (or NAME=(null))
+ * Usage: ncclenv_direct PLUGIN.so MAJOR.MINOR.PATCH [NAME...]  (exit 0 when it ran, 2 on usage) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "nccl_env_abi.h"
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned maj, min, pat;
+    void *lib;
+    const kcoll_nccl_env_v1_t *p;
+    long long t0;
+    kcoll_nccl_result_t r;
+    if (argc < 3 || sscanf(argv[2], "%u.%u.%u", &maj, &min, &pat) != 3 || maj > 255 || min > 255 ||
+        pat > 255) {
+        fprintf(stderr, "usage: %s PLUGIN.so MAJOR.MINOR.PATCH [NAME...]\n", argv[0]);
+        return 2;
+    }
+    lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 2;
+    }
+    p = (const kcoll_nccl_env_v1_t *)dlsym(lib, "ncclEnvPlugin_v1");
+    if (!p || !p->name || !p->init || !p->finalize || !p->getEnv) {
+        fprintf(stderr, "ncclEnvPlugin_v1 missing or incomplete\n");
+        return 2;
+    }
+    t0 = now_ms();
+    r = p->init((uint8_t)maj, (uint8_t)min, (uint8_t)pat, "");
+    printf("init=%d ms=%lld name=%s\n", r, now_ms() - t0, p->name);
+    for (int i = 3; i < argc; i++) {
+        const char *v = p->getEnv(argv[i]);
+        printf("%.64s=%s\n", argv[i], v ? v : "(null)");
+    }
+    printf("getenv(NULL)=%s\n", p->getEnv(NULL) ? "value" : "(null)");
+    printf("finalize=%d\n", p->finalize());
+    fflush(stdout);
+    dlclose(lib);
+    return 0;
+}
