@@ -14,6 +14,7 @@
 
 #define MAX_EVENTS_QUEUED  16
 #define MAX_MSG            512
+#define MAX_TRANSPORT      129 /* status.transport: at most 128 characters */
 #define NCOND              COLLI_PROTO_NCOND
 #define MAX_PATCH_ATTEMPTS 32
 
@@ -39,7 +40,8 @@ struct agent_health {
     /* pending update (under mu) */
     int dirty;
     char phase[16];
-    int ready_ranks; /* -1 = no update */
+    int ready_ranks;               /* -1 = no update */
+    char transport[MAX_TRANSPORT]; /* rank 0's transports ("" = no update) */
     cond_t conds[NCOND];
     int has_error;
     int err_rank;
@@ -53,6 +55,17 @@ struct agent_health {
     char since[40];   /* RFC 3339 start of this agent: later failures belong to its bootstrap */
     char written[16]; /* the phase of the last status patch, sent or being sent (under mu) */
 };
+
+static int transport_ok(const char *t)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n >= MAX_TRANSPORT)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0x20 || t[i] > 0x7e)
+            return 0;
+    return 1;
+}
 
 static void take_string(char *dst, size_t len, const char *v)
 {
@@ -71,9 +84,9 @@ static json_t *with_local(agent_health_t *h, json_t *o, int rank)
 
 /* Build the merged status from the server's current one and the pending update. */
 static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const char *phase,
-                             int ready_ranks, const cond_t *conds, int has_error, int err_rank,
-                             const char *err_pod, const char *err_node, const char *err_msg,
-                             int unhealthy)
+                             int ready_ranks, const char *transport, const cond_t *conds,
+                             int has_error, int err_rank, const char *err_pod, const char *err_node,
+                             const char *err_msg, int unhealthy)
 {
     json_t *st = json_object(), *cur_conds = json_object_get(cur_status, "conditions");
     json_t *conditions = json_array(), *members = json_array(), *cur_members;
@@ -100,6 +113,8 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
     }
     if (ready_ranks >= 0)
         json_object_set_new(st, "readyRanks", json_integer(ready_ranks));
+    if (transport[0])
+        json_object_set_new(st, "transport", json_string(transport));
     for (int c = 0; c < NCOND; c++) {
         json_t *old = NULL;
         json_array_foreach(cur_conds, i, it)
@@ -170,7 +185,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
 static void write_status(agent_health_t *h)
 {
     agent_ctx_t *ctx = h->ctx;
-    char path[800], phase[16];
+    char path[800], phase[16], transport[MAX_TRANSPORT];
     cond_t conds[NCOND];
     int ready_ranks, has_error, err_rank, unhealthy;
     char err_pod[254], err_node[254], err_msg[MAX_MSG];
@@ -180,6 +195,8 @@ static void write_status(agent_health_t *h)
     snprintf(phase, sizeof(phase), "%s", h->phase);
     memcpy(conds, h->conds, sizeof(conds));
     ready_ranks = h->ready_ranks;
+    snprintf(transport, sizeof(transport), "%s", h->transport);
+    h->transport[0] = '\0';
     has_error = h->has_error;
     err_rank = h->err_rank;
     unhealthy = h->unhealthy;
@@ -221,8 +238,8 @@ static void write_status(agent_health_t *h)
             h->cached = r.body;
         }
         rv = json_string_value(agent_json_path(h->cached, "metadata.resourceVersion"));
-        st = merged_status(h, json_object_get(h->cached, "status"), phase, ready_ranks, conds,
-                           has_error, err_rank, err_pod, err_node, err_msg, unhealthy);
+        st = merged_status(h, json_object_get(h->cached, "status"), phase, ready_ranks, transport,
+                           conds, has_error, err_rank, err_pod, err_node, err_msg, unhealthy);
         patch = json_pack("{s{ss} so}", "metadata", "resourceVersion", rv ? rv : "", "status", st);
         snprintf(spath, sizeof(spath), "%s/status", path);
         if (agent_kube_request(ctx->kube, "PATCH", spath, patch, "application/merge-patch+json",
@@ -437,6 +454,14 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
         if (is_root && rep->phase == COLLI_PROTO_PHASE_READY) {
             h->ready_ranks =
                 rep->has_ready_ranks ? rep->ready_ranks : ctx->facts.nranks * (per > 0 ? per : 1);
+            /* the transports rank 0 uses: printable ASCII within the CRD's 128 characters */
+            if (rep->transport != NULL && !transport_ok(rep->transport))
+                agent_warn("AGENT-REPORT",
+                           "library report: transport is not printable ASCII of "
+                           "at most %d characters; not shown",
+                           MAX_TRANSPORT - 1);
+            else if (rep->transport != NULL)
+                snprintf(h->transport, sizeof(h->transport), "%s", rep->transport);
             for (int k = 0; k < NCOND; k++) {
                 snprintf(h->conds[k].status, sizeof(h->conds[k].status), "True");
                 snprintf(h->conds[k].reason, sizeof(h->conds[k].reason), "BootstrapComplete");

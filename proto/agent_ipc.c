@@ -406,6 +406,8 @@ json_t *colli_proto_report_build(const colli_proto_report_t *r)
         return NULL;
     if (r->progress)
         json_object_set_new(msg, COLLI_PROTO_KEY_PROGRESS, json_string(r->progress));
+    if (r->transport)
+        json_object_set_new(msg, COLLI_PROTO_KEY_TRANSPORT, json_string(r->transport));
     if (r->has_ready_ranks)
         json_object_set_new(msg, COLLI_PROTO_KEY_READY_RANKS, json_integer(r->ready_ranks));
     if (r->pid > 0)
@@ -459,6 +461,7 @@ int colli_proto_report_parse(const json_t *msg, colli_proto_report_t *out, char 
     memset(out, 0, sizeof(*out));
     out->phase = colli_proto_phase_parse(json_string_value(phase));
     out->progress = json_string_value(json_object_get(msg, COLLI_PROTO_KEY_PROGRESS));
+    out->transport = json_string_value(json_object_get(msg, COLLI_PROTO_KEY_TRANSPORT));
     out->has_ready_ranks = json_is_integer(rr);
     out->ready_ranks = ready;
     {

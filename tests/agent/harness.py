@@ -393,8 +393,10 @@ def hello(hello_bin, socks, check=None, timeout_ms=60000):
 
 
 def report(hello_bin, sock, phase, error=None, error_rank=None, ready_ranks=None,
-           condition=None):
+           condition=None, transport=None):
     args = [hello_bin, "--report", phase]
+    if transport:
+        args += ["--transport", transport]
     if error:
         args += ["--error", error]
     if error_rank is not None:

@@ -249,6 +249,9 @@ def case_k8s64(ck, cl):
         {k: st.get(k) for k in ("phase", "readyRanks", "nranks", "unhealthyCount")}))
     ck(ready, "the Communicator's status.phase is Ready", json.dumps(st)[:2000])
     ck(st.get("readyRanks") == n, "status.readyRanks is 64 (%s)" % st.get("readyRanks"))
+    # the transports rank 0 uses, as its library reported them: every rank runs on this machine
+    ck(st.get("transport") == "shared memory (%d peers)" % (n - 1),
+       "status.transport is rank 0's (%s)" % st.get("transport"))
     conds = {c["type"]: c["status"] for c in st.get("conditions", [])}
     ck(all(conds.get(t) == "True" for t in ("VersionsConsistent", "NetworkConsistent",
                                             "Reachable", "Healthy")),

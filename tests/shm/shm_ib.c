@@ -3,6 +3,10 @@
  *                RDMA write with "transport retry counter exceeded": rank 1 fails naming the
  *                verb's status, the HCA, the port and rank 0; rank 0 fails with rank 1's report
  *   ib_port_down the same with port 1 of rank 1's HCA going down after 40 writes
+ *   ib_qp_error  real verbs (the soft-RoCE guest of tests/ib-rxe, not the fake): the same loop,
+ *                rank 1 forces the QP of its 40th RDMA write into the error state
+ *                (COLL_TEST_IB_QP_ERROR): rank 1 fails naming the flushed request, the QP's
+ *                error state, the HCA and rank 0; rank 0 fails with rank 1's report
  *   ib_lazy      4 ranks on 4 hosts: a ring exchange of send/recv connects each rank to its 2
  *                neighbours only (2 connection lines per rank); an all_to_all afterwards
  *                connects the third pair; results checked */
@@ -21,8 +25,8 @@ static void ib_fault_case(targs_t *a, const char *const want[], int nwant)
     dh_setenv("COLL_TIMEOUT", "10");
     dh_setenv("COLL_TEST_HOST_ID_SUFFIX", a->hosts);
     dh_opts_t o = {.name = a->name, .nranks = 2, .deadline_s = 60, .body = loop_body, .arg = a};
-    dh_log("--- %s: 2 ranks on two hosts over InfiniBand (fake verbs), rank %d: %s", o.name,
-           a->victim, a->inject);
+    dh_log("--- %s: 2 ranks on two hosts over InfiniBand, rank %d: %s", o.name, a->victim,
+           a->inject ? a->inject : getenv("COLL_TEST_IB_QP_ERROR"));
     dh_job_t *j = dh_start(&o);
     if (j == NULL)
         return;
@@ -71,6 +75,16 @@ void test_ib_port_down(void)
                  .hosts = "a,b",
                  .inject = "port_down:40"};
     ib_fault_case(&a, want, 2);
+}
+
+void test_ib_qp_error(void)
+{
+    static const char *const want[] = {"Work Request Flushed Error (status 5",
+                                       "the queue pair is in the error state", "on rxe0 port 1"};
+    targs_t a = {.name = "ib_qp_error", .victim = 1, .count = 2u << 20, .hosts = "a,b"};
+    dh_setenv("COLL_TEST_IB_QP_ERROR", "0,40");
+    ib_fault_case(&a, want, 3);
+    dh_setenv("COLL_TEST_IB_QP_ERROR", NULL);
 }
 
 /* ---- InfiniBand connections made at the first transfer ---- */

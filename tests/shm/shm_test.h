@@ -45,6 +45,7 @@ void test_direct(void);
 void test_sweep(void);       /* shm_sweep.c */
 void test_ib_wc_error(void); /* shm_ib.c */
 void test_ib_port_down(void);
+void test_ib_qp_error(void);
 void test_ib_lazy(void);
 
 #endif

@@ -423,12 +423,15 @@ static void test_policy(void)
         return;
     cfg.transport = COLLI_TP_SOCKET;
     CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && !use_ib, "Socket");
-    cfg.transport = COLLI_TP_AUTO;
-    use_ib = true;
-    CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && !use_ib, "auto: sockets");
 
     colli_ib_probe_t pr;
     colli_ib_probe(NULL, "", &pr);
+    /* auto offers InfiniBand exactly where a port is usable (whether the job uses it is decided
+     * with every rank's record, in can_connect) */
+    cfg.transport = COLLI_TP_AUTO;
+    use_ib = !pr.usable;
+    CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && use_ib == pr.usable,
+          "auto: InfiniBand offered %d, a port usable %d", use_ib, pr.usable);
     if (!pr.usable) {
         /* this machine: libibverbs loads but lists no devices */
         cfg.transport = COLLI_TP_REQUIRE_IB;
@@ -477,6 +480,17 @@ static void test_policy(void)
     const char *out = capture_end();
     CHECK(r == COLL_SUCCESS && !use_ib && count_lines(out, "kcoll WARN", "no port matches") == 1,
           "PreferIB, no matching port: one WARN:\n%s", out);
+    /* auto: sockets without a WARN (its INFO line is checked in tests/ib-rxe, faults) */
+    cfg.transport = COLLI_TP_AUTO;
+    use_ib = true;
+    capture_start();
+    r = apply_policy(&cfg, lib, &use_ib);
+    out = capture_end();
+    CHECK(r == COLL_SUCCESS && !use_ib && count_lines(out, "kcoll WARN", NULL) == 0,
+          "auto, no matching port: no WARN:\n%s", out);
+    cfg.ib_hca[0] = '\0';
+    use_ib = false;
+    CHECK(apply_policy(&cfg, lib, &use_ib) == COLL_SUCCESS && use_ib, "auto with active ports");
 #endif
 }
 

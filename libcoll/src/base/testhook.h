@@ -20,6 +20,9 @@ typedef struct colli_testhook {
     int frame_replay;
     /* COLL_TEST_IB_VERBS_LIB: the verbs library to load instead of libibverbs.so.1 */
     char ib_verbs_lib[256];
+    /* COLL_TEST_IB_QP_ERROR: at its N-th RDMA write (list: by rank; 0 never) a rank moves the
+     * write's queue pair into the error state with ibv_modify_qp, as a failing HCA would */
+    char ib_qp_error[128];
 } colli_testhook_t;
 
 /* Read the COLL_TEST_* variables (all empty in a build without test hooks). A malformed value

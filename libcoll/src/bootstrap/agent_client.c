@@ -278,6 +278,38 @@ coll_result_t colli_agent_hello(const char *socket_path, int timeout_ms, colli_p
     return status;
 }
 
+/* Send one report and wait for the agent's acknowledgement. */
+static coll_result_t send_report(const char *socket_path, int timeout_ms,
+                                 const colli_proto_report_t *rep)
+{
+    json_t *req, *r = NULL;
+    coll_result_t status;
+    if (!socket_path || !socket_path[0] || !colli_proto_phase_name(rep->phase) || timeout_ms <= 0) {
+        set_err("colli_agent_report: socket path, a valid phase and a positive timeout are "
+                "required");
+        return COLL_ERR_INVALID_ARGUMENT;
+    }
+    req = colli_proto_report_build(rep);
+    if (!req) {
+        set_err("agent: cannot build report");
+        return COLL_ERR_INTERNAL;
+    }
+    status = exchange(socket_path, timeout_ms, req, &r);
+    json_decref(req);
+    if (status != COLL_SUCCESS)
+        return status;
+    status = check_reply(socket_path, r, COLLI_PROTO_TYPE_ACK);
+    json_decref(r);
+    return status;
+}
+
+coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
+                                       const char *transport)
+{
+    colli_proto_report_t rep = {.phase = COLLI_PROTO_PHASE_READY, .transport = transport};
+    return send_report(socket_path, timeout_ms, &rep);
+}
+
 coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                                     colli_proto_phase_t phase, int ready_ranks, int err_rank,
                                     const char *err_pod, const char *err_node,
@@ -300,25 +332,7 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
                    .reason = cond_reason ? cond_reason : (cond_ok ? "Ok" : "Failed"),
                    .message = cond_message}},
     };
-    json_t *req, *r = NULL;
-    coll_result_t status;
-    if (!socket_path || !socket_path[0] || !colli_proto_phase_name(phase) || timeout_ms <= 0) {
-        set_err("colli_agent_report: socket path, a valid phase and a positive timeout are "
-                "required");
-        return COLL_ERR_INVALID_ARGUMENT;
-    }
-    req = colli_proto_report_build(&rep);
-    if (!req) {
-        set_err("agent: cannot build report");
-        return COLL_ERR_INTERNAL;
-    }
-    status = exchange(socket_path, timeout_ms, req, &r);
-    json_decref(req);
-    if (status != COLL_SUCCESS)
-        return status;
-    status = check_reply(socket_path, r, COLLI_PROTO_TYPE_ACK);
-    json_decref(r);
-    return status;
+    return send_report(socket_path, timeout_ms, &rep);
 }
 
 coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_proto_phase_t phase,
@@ -403,6 +417,13 @@ coll_result_t colli_agent_report(const char *socket_path, int timeout_ms, colli_
 {
     return colli_agent_report_ex(socket_path, timeout_ms, phase, -1, -1, NULL, NULL, error_message,
                                  NULL, 0, NULL, NULL);
+}
+
+coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
+                                       const char *transport)
+{
+    (void)transport;
+    return colli_agent_report(socket_path, timeout_ms, COLLI_PROTO_PHASE_READY, NULL);
 }
 
 #endif /* COLL_HAVE_JANSSON */

@@ -61,6 +61,13 @@ coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
 int colli_agent_failed_facts(colli_proto_facts_t *out, colli_proto_failure_t *how);
 
 /**
+ * Report Ready with the transports this rank uses (transport: "InfiniBand, shared memory"; the
+ * rank-0 agent shows its rank's in the Communicator's status.transport).
+ */
+coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
+                                       const char *transport);
+
+/**
  * One request of another kind (e.g. proto/nccl_ipc.h's nccl_init): sends req (not consumed) and
  * returns the reply of type want_type in *reply (a new reference), or, like colli_agent_hello,
  * a code with colli_agent_last_error() saying why (an error reply's condition included).

@@ -10,6 +10,7 @@
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
 #include "core/core.h"
+#include "transport/transport.h"
 
 #define AGENT_REPORT_MS 1000
 
@@ -208,12 +209,22 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f)
     return COLL_SUCCESS;
 }
 
-void colli_agent_created(const colli_create_t *c, coll_result_t status)
+/* Ready, with the transports the new communicator uses (the Communicator shows rank 0's). */
+static void report_ready(const char *path, coll_comm_t handle)
+{
+    char tp[256] = "";
+    struct coll_comm *comm = NULL;
+    if (handle != NULL && colli_comm_lookup(handle, &comm) == COLL_SUCCESS)
+        colli_tp_summary(comm, tp, sizeof(tp));
+    (void)colli_agent_report_ready(path, AGENT_REPORT_MS, tp[0] ? tp : NULL);
+}
+
+void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_t status)
 {
     if (c->agent_socket == NULL || c->parent != NULL)
         return;
     if (status == COLL_SUCCESS) {
-        (void)colli_agent_report(c->agent_socket, AGENT_REPORT_MS, COLLI_PROTO_PHASE_READY, NULL);
+        report_ready(c->agent_socket, comm);
         return;
     }
     char msg[2048];
@@ -313,7 +324,7 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
     }
     if (status != COLL_SUCCESS)
         goto report;
-    (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_READY, NULL);
+    report_ready(path, *out);
     goto out;
 report : {
     char msg[2048];

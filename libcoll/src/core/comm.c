@@ -93,7 +93,7 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     if (colli_group_active())
         return colli_group_enqueue_init(&c, out);
     status = colli_comm_create(&c, out);
-    colli_agent_created(&c, status);
+    colli_agent_created(&c, status == COLL_SUCCESS ? *out : NULL, status);
     return status;
 }
 

@@ -84,8 +84,9 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out);
  * the environment), the version it pins checked, Bootstrapping reported. Nothing without the
  * variable; an error when the agent does not answer or pins another version. */
 coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f);
-/* agent_init.c: after such a creation, Ready or the failure reported to the agent. */
-void colli_agent_created(const colli_create_t *c, coll_result_t status);
+/* agent_init.c: after such a creation, Ready (with the transports comm uses) or the failure
+ * reported to the agent. */
+void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_t status);
 /* agent_init.c: tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
 /* The GPU ordinal (among this process's visible GPUs) a rank of several per pod binds: local

@@ -92,7 +92,7 @@ static void *init_thread(void *arg)
     if (it->create.agent_socket != NULL)
         it->create.agent_socket = it->agent_socket;
     it->status = colli_comm_create(&it->create, &it->made);
-    colli_agent_created(&it->create, it->status);
+    colli_agent_created(&it->create, it->made, it->status);
     if (it->status != COLL_SUCCESS)
         snprintf(it->msg, sizeof(it->msg), "%s", colli_last_error());
     return NULL;

@@ -380,6 +380,31 @@ int colli_tp_listener_fd(struct coll_comm *comm)
     return -1;
 }
 
+void colli_tp_summary(const struct coll_comm *comm, char *buf, size_t len)
+{
+    int npeers[NTRANSPORTS] = {0};
+    for (int p = 0; comm->peer_tp != NULL && p < comm->nranks; p++)
+        if (p != comm->rank && comm->peer_tp[p] < NTRANSPORTS)
+            npeers[comm->peer_tp[p]]++;
+    size_t used = 0;
+    snprintf(buf, len, "none");
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < (int)NTRANSPORTS; i++)
+            if (npeers[i] > 0 && (best < 0 || npeers[i] > npeers[best]))
+                best = i;
+        if (best < 0 || used >= len)
+            return;
+        int w = snprintf(buf + used, len - used, "%s%s (%d%s)", used ? ", " : "",
+                         registered((size_t)best)->via, npeers[best],
+                         used ? "" : (npeers[best] == 1 ? " peer" : " peers"));
+        if (w < 0)
+            return;
+        used += (size_t)w;
+        npeers[best] = 0;
+    }
+}
+
 unsigned long colli_fd_need(const struct coll_comm *comm, int *sock, int *shm, int *ib)
 {
     int n[3] = {0, 0, 0}; /* sockets, shared memory, InfiniBand */

@@ -139,6 +139,9 @@ coll_result_t colli_tp_peer_left(struct coll_comm *comm, colli_subsys_t sub,
 void colli_tp_notify_abort(struct coll_comm *comm, const char *reason);
 void colli_tp_notify_stuck(struct coll_comm *comm, const char *waits);
 void colli_tp_fini(struct coll_comm *comm);
+/* The transports this rank uses, most peers first: "InfiniBand (3 peers), shared memory (1)";
+ * "none" for a communicator of one rank. */
+void colli_tp_summary(const struct coll_comm *comm, char *buf, size_t len);
 /* The name of the transport that reaches peer ("self" for this rank). */
 const char *colli_tp_name(const struct coll_comm *comm, int peer);
 

@@ -64,7 +64,12 @@ init_failed(struct coll_comm *comm, ib_state_t *st, const char *fmt, ...)
         return COLLI_ERR(IB, COLL_ERR_NETWORK,
                          "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable on rank %d: %s",
                          comm->rank, why);
-    coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", why);
+    if (comm->cfg.transport == COLLI_TP_AUTO)
+        coll_info(IB,
+                  "COLL_TRANSPORT=auto: rank %d offers no InfiniBand (sockets between hosts): %s",
+                  comm->rank, why);
+    else
+        coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", why);
     return COLL_SUCCESS;
 }
 
@@ -114,10 +119,24 @@ static bool open_port(struct coll_comm *comm, ib_state_t *st, char *why, size_t 
             return false;
         }
         char gwhy[300];
-        st->gid_index = colli_ib_gid_select(tab, ng, comm->cfg.ib_gid_index, gwhy, sizeof(gwhy));
-        for (int i = 0; i < ng; i++)
-            if (tab[i].index == st->gid_index)
+        /* auto: only a RoCE port of the interface the communicator runs on is on its network */
+        int nuse = ng;
+        if (comm->cfg.transport == COLLI_TP_AUTO &&
+            (nuse = colli_ib_gid_on_ifname(tab, ng, st->ifname)) == 0) {
+            snprintf(why, wl,
+                     "RoCE port %s:%d has no GID on %s, the interface this communicator "
+                     "runs on (COLL_SOCKET_IFNAME)%s%s",
+                     pt->dev, pt->port, st->ifname, ng > 0 && tab[0].ndev[0] ? ": it is on " : "",
+                     ng > 0 ? tab[0].ndev : "");
+            free(tab);
+            return false;
+        }
+        st->gid_index = colli_ib_gid_select(tab, nuse, comm->cfg.ib_gid_index, gwhy, sizeof(gwhy));
+        for (int i = 0; i < nuse; i++)
+            if (tab[i].index == st->gid_index) {
                 memcpy(st->gid, tab[i].gid, 16);
+                st->gid_type = tab[i].type;
+            }
         free(tab);
         if (st->gid_index < 0) {
             snprintf(why, wl, "RoCE port %s:%d: %s", pt->dev, pt->port, gwhy);
@@ -164,13 +183,26 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_ne
     if (n == 0)
         return init_failed(comm, st, "no active port matches COLL_IB_HCA=\"%s\" (%d devices)",
                            comm->cfg.ib_hca, ndev);
-    /* ranks of a host spread over its ports */
-    st->port = ports[comm->rank % n];
     st->nqps = comm->cfg.ib_nqps;
     st->bind_addr = nif->addr;
     st->pfd_ch = st->pfd_async = -1;
-    if (!open_port(comm, st, why, sizeof(why)))
+    snprintf(st->ifname, sizeof(st->ifname), "%s", nif->name);
+    /* the rank's own port first; auto takes the next one on the pinned network where it is not */
+    bool opened = false;
+    for (int k = 0; k < n && !opened; k++) {
+        st->port = ports[(comm->rank + k) % n];
+        if (st->ctx != NULL)
+            st->v.close_device(st->ctx);
+        st->ctx = NULL;
+        opened = open_port(comm, st, why, sizeof(why));
+        if (comm->cfg.transport != COLLI_TP_AUTO || st->pd != NULL)
+            break;
+    }
+    if (!opened)
         return init_failed(comm, st, "%s", why);
+    size_t qlen = 0;
+    const char *qe = colli_testhook_rank_entry(comm->test.ib_qp_error, comm->rank, &qlen);
+    st->qp_error_at = qe != NULL ? strtol(qe, NULL, 10) : 0;
     st->mrs = (ib_mr_cache_t){.max_idle = 16, .reg = mr_reg, .dereg = mr_dereg, .ctx = st};
     st->tp = tp;
     comm->tp[tp].state = st;
@@ -189,60 +221,6 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_ne
 static bool is_ib(const struct coll_comm *comm, const ib_state_t *st, int p)
 {
     return p != comm->rank && comm->peer_tp != NULL && comm->peer_tp[p] == st->tp;
-}
-
-/* Ranks on other hosts that offer no InfiniBand: RequireIB fails naming the first one, PreferIB
- * says once which ones it reaches over sockets. */
-static coll_result_t check_policy(struct coll_comm *comm)
-{
-    const colli_member_t *me = &comm->members[comm->rank];
-    int noib = 0;
-    char noib_list[128] = "";
-    for (int p = 0; p < comm->nranks; p++) {
-        const colli_member_t *m = &comm->members[p];
-        if (p == comm->rank || strcmp(m->host_id, me->host_id) == 0 ||
-            (me->caps & m->caps & COLLI_CAP_IB))
-            continue;
-        if (comm->cfg.transport == COLLI_TP_REQUIRE_IB) {
-            char who[200];
-            colli_member_desc(comm, p, who, sizeof(who));
-            colli_comm_blame(comm, p);
-            return COLLI_ERR(IB, COLL_ERR_NETWORK,
-                             "COLL_TRANSPORT=RequireIB on rank %d, but %s, on another host, "
-                             "offers no InfiniBand (its COLL_TRANSPORT is not RequireIB or "
-                             "PreferIB, or it has no usable port: see its log). Give every "
-                             "rank the same policy and an active HCA port.",
-                             comm->rank, who);
-        }
-        size_t u = strlen(noib_list);
-        if (u < sizeof(noib_list) - 16)
-            snprintf(noib_list + u, sizeof(noib_list) - u, "%s%d", u ? " " : "", p);
-        noib++;
-    }
-    if (noib > 0)
-        coll_warn(IB,
-                  "COLL_TRANSPORT=PreferIB: rank%s %s%s on other hosts %s no usable InfiniBand; "
-                  "rank %d reaches %s over sockets",
-                  noib > 1 ? "s" : "", noib_list, strlen(noib_list) > 100 ? " ..." : "",
-                  noib > 1 ? "have" : "has", comm->rank, noib > 1 ? "them" : "it");
-    return COLL_SUCCESS;
-}
-
-/* A peer on another host, when both ranks opened a port for InfiniBand. */
-static coll_result_t ib_can_connect(struct coll_comm *comm, int tp, const colli_member_t *peer,
-                                    bool *yes)
-{
-    ib_state_t *st = comm->tp[tp].state;
-    const colli_member_t *me = &comm->members[comm->rank];
-    *yes = false;
-    if (!st->policy_checked) {
-        st->policy_checked = true;
-        coll_result_t status = check_policy(comm);
-        if (status != COLL_SUCCESS)
-            return status;
-    }
-    *yes = strcmp(peer->host_id, me->host_id) != 0 && (me->caps & peer->caps & COLLI_CAP_IB);
-    return COLL_SUCCESS;
 }
 
 static coll_result_t peers_alloc(struct coll_comm *comm, ib_state_t *st)
@@ -264,7 +242,7 @@ static coll_result_t peers_alloc(struct coll_comm *comm, ib_state_t *st)
 static coll_result_t __attribute__((format(printf, 4, 5)))
 peer_error(struct coll_comm *comm, ib_state_t *st, int p, const char *fmt, ...)
 {
-    char what[400], who[200];
+    char what[700], who[200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
@@ -281,7 +259,7 @@ static coll_result_t peer_setup(struct coll_comm *comm, ib_state_t *st, int p)
 {
     ib_peer_t *pp = &st->peers[p];
     const size_t ring = IB_RING_BYTES;
-    char why[300];
+    char why[600];
     pp->rx = aligned_alloc(4096, ring);
     pp->tx = aligned_alloc(4096, ring);
     if (pp->rx == NULL || pp->tx == NULL)
@@ -335,6 +313,8 @@ static void info_fill(const struct coll_comm *comm, const ib_state_t *st, int p,
     in->link_layer = (uint8_t)st->port.link_layer;
     in->mtu = (uint8_t)st->port.mtu;
     in->port = (uint8_t)st->port.port;
+    in->pad[0] = (uint8_t)st->gid_type;
+    in->pad[1] = (uint8_t)(st->gid_index >= 0 ? st->gid_index : 0);
     memcpy(in->gid, st->gid, 16);
     in->ring_addr = (uint64_t)(uintptr_t)pp->rx;
     in->ring_rkey = pp->rx_mr->rkey;
@@ -364,6 +344,11 @@ static coll_result_t peer_connect(struct coll_comm *comm, ib_state_t *st, int p)
         return peer_error(comm, st, p, "its port %s:%u is %s, this one %s", r->hca, r->port,
                           r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
                           st->port.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
+    char gwhy[400];
+    if (st->port.link_layer == IBV_LINK_LAYER_ETHERNET &&
+        !colli_ib_gid_compatible(st->gid, st->gid_type, r->gid, r->pad[0], gwhy, sizeof(gwhy)))
+        return peer_error(comm, st, p, "GID index %u of %s:%u against GID index %d here: %s",
+                          r->pad[1], r->hca, r->port, st->gid_index, gwhy);
     pp->nqps = (int)r->nqps < st->nqps ? (int)r->nqps : st->nqps;
     pp->r_addr = r->ring_addr;
     pp->r_rkey = r->ring_rkey;

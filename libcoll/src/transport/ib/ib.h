@@ -102,7 +102,7 @@ typedef struct ib_info {
     uint8_t link_layer;
     uint8_t mtu;
     uint8_t port;
-    uint8_t pad[3];
+    uint8_t pad[3]; /* [0]: the GID's type (COLLI_IB_GID_*), [1]: its index (for messages) */
     uint8_t gid[16];
     uint64_t ring_addr; /* my receive ring for you */
     uint32_t ring_rkey;
@@ -165,9 +165,14 @@ typedef struct ib_peer {
 typedef struct ib_state {
     int tp;              /* this transport's slot in the communicator */
     bool policy_checked; /* COLL_TRANSPORT checked against the member table */
+    bool auto_ib;        /* COLL_TRANSPORT=auto: every rank offers InfiniBand */
+    char ifname[32];     /* the interface the communicator runs on (auto: RoCE only there) */
+    long qp_error_at;    /* COLL_TEST_IB_QP_ERROR: the data write that forces its QP into error */
+    long writes;         /* data writes posted */
     colli_ib_verbs_t v;
     ib_port_t port;
     int gid_index; /* -1: no GRH (InfiniBand with a LID) */
+    int gid_type;  /* COLLI_IB_GID_* of that entry */
     uint8_t gid[16];
     struct ibv_context *ctx;
     struct ibv_pd *pd;
@@ -186,6 +191,9 @@ typedef struct ib_state {
     /* the first fatal condition seen (a completion error, a port down), reported by progress */
     coll_result_t failed;
 } ib_state_t;
+
+/* The policy (ib_policy.c): may this rank reach peer over InfiniBand? */
+coll_result_t ib_can_connect(struct coll_comm *comm, int tp, const colli_member_t *peer, bool *yes);
 
 /* Data path (ib_lanes.c). */
 coll_result_t ib_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool *progressed);

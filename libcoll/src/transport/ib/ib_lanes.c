@@ -2,6 +2,7 @@
  * loop (transport/slots.h) moves them, completion polling and waiting (see ib.h). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -73,15 +74,19 @@ static coll_result_t wc_error(struct coll_comm *comm, ib_state_t *st, colli_op_t
     const char *what = kind == WR_DATA     ? "an RDMA write to"
                        : kind == WR_CREDIT ? "a credit message to"
                                            : "a receive from";
+    const bool flushed = wc->status == IBV_WC_WR_FLUSH_ERR;
     return COLLI_ERR(IB, COLL_ERR_NETWORK,
                      "InfiniBand work completion error on rank %d: %s (status %d, vendor error "
-                     "0x%x) for %s %s on %s port %d (QP %d of %d, qp_num 0x%x) in %s #%llu. Check "
-                     "the link of both hosts (ibstat, the switch), COLL_IB_HCA and "
+                     "0x%x) for %s %s on %s port %d (QP %d of %d, qp_num 0x%x) in %s #%llu%s. "
+                     "Check the link of both hosts (ibstat, the switch), COLL_IB_HCA and "
                      "COLL_IB_GID_INDEX; a retry-exceeded error also follows a peer that hung.",
                      comm->rank, st->v.wc_status_str(wc->status), (int)wc->status,
                      (unsigned)wc->vendor_err, what, who, st->port.dev, st->port.port, q,
                      st->peers[p].nqps, wc->qp_num, colli_op_desc(op, d, sizeof(d)),
-                     colli_op_seq(op));
+                     colli_op_seq(op),
+                     flushed ? ": the queue pair is in the error state (an earlier error on it, "
+                               "or the HCA moved it there), so every request on it is flushed"
+                             : "");
 }
 
 static coll_result_t proto_error(struct coll_comm *comm, ib_state_t *st, int p, const char *what,
@@ -138,6 +143,35 @@ coll_result_t ib_async_events(struct coll_comm *comm, ib_state_t *st, colli_op_t
     return COLL_SUCCESS;
 }
 
+/* A flushed request only says that its QP is in the error state: the completion that put it
+ * there (a retry-exceeded write, a remote access error) may come later in the CQ, after the
+ * flushes of the other queue. Look for it among the completions already polled (rest), then in
+ * the CQ for at most 200 ms, and report it; the flush itself when none comes. */
+static coll_result_t flushed_error(struct coll_comm *comm, ib_state_t *st, colli_op_t *op,
+                                   const struct ibv_wc *flush, const struct ibv_wc *rest, int nrest)
+{
+    struct ibv_wc wc[32];
+    double deadline = colli_now() + 0.2;
+    for (;;) {
+        for (int i = 0; i < nrest; i++) {
+            int p = (int)(rest[i].wr_id >> 16), q = (int)((rest[i].wr_id >> 8) & 0xff);
+            if (rest[i].status != IBV_WC_SUCCESS && rest[i].status != IBV_WC_WR_FLUSH_ERR &&
+                p >= 0 && p < comm->nranks && st->peers[p].used && q < IB_MAX_QPS)
+                return wc_error(comm, st, op, &rest[i], p, q, (int)(rest[i].wr_id & 0xff));
+        }
+        if (colli_now() >= deadline)
+            break;
+        nrest = st->cq->context->ops.poll_cq(st->cq, 32, wc);
+        if (nrest < 0)
+            break;
+        rest = wc;
+        if (nrest == 0)
+            sched_yield();
+    }
+    int p = (int)(flush->wr_id >> 16), q = (int)((flush->wr_id >> 8) & 0xff);
+    return wc_error(comm, st, op, flush, p, q, (int)(flush->wr_id & 0xff));
+}
+
 coll_result_t ib_poll(struct coll_comm *comm, ib_state_t *st, bool *progressed)
 {
     colli_op_t *op = comm->cur_op;
@@ -165,6 +199,8 @@ coll_result_t ib_poll(struct coll_comm *comm, ib_state_t *st, bool *progressed)
                         pp->sq_used[q]--;
                     continue;
                 }
+                if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+                    return flushed_error(comm, st, op, &wc[i], wc + i + 1, n - i - 1);
                 return wc_error(comm, st, op, &wc[i], p, q, kind);
             }
             *progressed = true;
@@ -272,6 +308,12 @@ COLLI_SLOT_OP coll_result_t tx_publish(struct coll_comm *comm, void *stp, int pe
                        *bad = NULL;
     wr.wr.rdma.remote_addr = pp->r_addr + slot;
     wr.wr.rdma.rkey = pp->r_rkey;
+    if (++st->writes == st->qp_error_at) { /* COLL_TEST_IB_QP_ERROR */
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        int mrc = st->v.modify_qp(pp->qp[q], &a, IBV_QP_STATE);
+        coll_warn(IB, "rank %d: test hook: QP %d to rank %d forced into the error state (%s)",
+                  comm->rank, q, peer, mrc == 0 ? "done" : strerror(mrc));
+    }
     int rc = pp->qp[q]->context->ops.post_send(pp->qp[q], &wr, &bad);
     if (rc != 0) {
         char who[200];

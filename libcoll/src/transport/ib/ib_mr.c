@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "transport/ib/ib.h"
@@ -78,11 +79,23 @@ ib_mr_ent_t *ib_mr_get(ib_mr_cache_t *c, const void *addr, size_t len, char *why
     if (mr == NULL) {
         int err = errno;
         free(ent);
+        char lim[320] = "";
+        struct rlimit rl;
+        if ((err == ENOMEM || err == EPERM || err == EFAULT) &&
+            getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+            char cur[32];
+            if (rl.rlim_cur == RLIM_INFINITY)
+                snprintf(cur, sizeof(cur), "unlimited");
+            else
+                snprintf(cur, sizeof(cur), "%llu KiB", (unsigned long long)rl.rlim_cur / 1024);
+            snprintf(lim, sizeof(lim),
+                     " (the locked-memory limit, ulimit -l, is %s%s: raise it to unlimited for "
+                     "the process or the container, e.g. docker --ulimit memlock=-1, or a "
+                     "Kubernetes container with CAP_IPC_LOCK)",
+                     cur, rl.rlim_cur == RLIM_INFINITY ? ", so the HCA itself ran out" : "");
+        }
         snprintf(why, whylen, "ibv_reg_mr of %zu bytes at %p failed: %s%s", (size_t)(end - start),
-                 (void *)start, err ? strerror(err) : "unknown error",
-                 err == ENOMEM ? " (the locked-memory limit, ulimit -l, is probably too low: "
-                                 "raise it to unlimited for the container)"
-                               : "");
+                 (void *)start, err ? strerror(err) : "unknown error", lim);
         return NULL;
     }
     *ent = (ib_mr_ent_t){start, end, mr, lkey, rkey, 1, c->tick};

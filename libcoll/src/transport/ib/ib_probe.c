@@ -1,5 +1,6 @@
 /* InfiniBand discovery: active ports matching COLL_IB_HCA, GID tables, and the probe the
  * transport policy runs (see ib_probe.h). */
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,22 @@ static int sysfs_gid_type(const char *dev, int port, int index)
     return COLLI_IB_GID_UNKNOWN;
 }
 
+/* The interface of a RoCE GID entry from sysfs, where verbs cannot say. */
+static void sysfs_gid_ndev(const char *dev, int port, int index, char *out, size_t len)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d", dev, port,
+             index);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return;
+    if (fgets(out, (int)len, f) != NULL)
+        out[strcspn(out, "\n")] = '\0';
+    else
+        out[0] = '\0';
+    fclose(f);
+}
+
 bool ib_gid_table(const colli_ib_verbs_t *v, struct ibv_context *ctx, const char *dev, int port,
                   int ntab, colli_ib_gid_t **out, int *n_out)
 {
@@ -89,12 +106,18 @@ bool ib_gid_table(const colli_ib_verbs_t *v, struct ibv_context *ctx, const char
         t->type = COLLI_IB_GID_UNKNOWN;
         struct ibv_gid_entry e;
         if (v->query_gid_ex != NULL &&
-            v->query_gid_ex(ctx, (uint32_t)port, (uint32_t)i, &e, 0, sizeof(e)) == 0)
+            v->query_gid_ex(ctx, (uint32_t)port, (uint32_t)i, &e, 0, sizeof(e)) == 0) {
             t->type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? COLLI_IB_GID_ROCE_V2
                       : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? COLLI_IB_GID_ROCE_V1
                                                            : COLLI_IB_GID_IB;
-        else
+            char name[IF_NAMESIZE];
+            if (e.ndev_ifindex != 0 && if_indextoname(e.ndev_ifindex, name) != NULL)
+                snprintf(t->ndev, sizeof(t->ndev), "%s", name);
+        } else {
             t->type = sysfs_gid_type(dev, port, i);
+        }
+        if (t->ndev[0] == '\0')
+            sysfs_gid_ndev(dev, port, i, t->ndev, sizeof(t->ndev));
     }
     *out = tab;
     *n_out = n;
@@ -134,34 +157,4 @@ void colli_ib_probe(const char *lib, const char *hca_spec, colli_ib_probe_t *out
     }
 #endif
     colli_ib_verbs_close(&v);
-}
-
-coll_result_t ib_policy_probe(struct coll_comm *comm, bool *use)
-{
-    const colli_config_t *cfg = &comm->cfg;
-    *use = false;
-    if (cfg->transport == COLLI_TP_SOCKET)
-        return COLL_SUCCESS;
-    if (cfg->transport == COLLI_TP_AUTO) {
-        /* The InfiniBand transport has not yet run on real hardware: only on request. */
-        coll_info(IB, "COLL_TRANSPORT=auto: sockets between hosts (PreferIB or RequireIB use "
-                      "InfiniBand)");
-        return COLL_SUCCESS;
-    }
-    colli_ib_probe_t probe;
-    colli_ib_probe(comm->test.ib_verbs_lib, cfg->ib_hca, &probe);
-    if (!probe.usable) {
-        if (cfg->transport == COLLI_TP_REQUIRE_IB)
-            return COLLI_ERR(IB, COLL_ERR_NETWORK, "%s, but InfiniBand is not usable here: %s",
-                             colli_config_source(cfg, "COLL_TRANSPORT") == COLLI_SRC_NCCL
-                                 ? "NCCL_NET=IB (kcoll's COLL_TRANSPORT=RequireIB)"
-                                 : "COLL_TRANSPORT=RequireIB",
-                             probe.reason);
-        coll_warn(IB, "COLL_TRANSPORT=PreferIB: using sockets because %s", probe.reason);
-        return COLL_SUCCESS;
-    }
-    coll_info(IB, "COLL_TRANSPORT=%s: InfiniBand ports %s are active",
-              cfg->transport == COLLI_TP_REQUIRE_IB ? "RequireIB" : "PreferIB", probe.devices);
-    *use = true;
-    return COLL_SUCCESS;
 }

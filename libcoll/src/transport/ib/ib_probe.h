@@ -19,10 +19,10 @@ typedef struct colli_ib_probe {
 
 struct coll_comm;
 
-/* The transport's probe: COLL_TRANSPORT decides whether this rank offers InfiniBand (auto and
- * Socket: no; PreferIB and RequireIB: when a port is active). RequireIB fails naming the reason,
- * PreferIB falls back to sockets with one WARN line. The verbs library is libibverbs.so.1, or
- * COLL_TEST_IB_VERBS_LIB in tests. */
+/* The transport's probe (ib_policy.c): COLL_TRANSPORT decides whether this rank offers
+ * InfiniBand (Socket: no; auto, PreferIB and RequireIB: when a port is active). RequireIB fails
+ * naming the reason, PreferIB falls back to sockets with one WARN line, auto with one INFO line.
+ * The verbs library is libibverbs.so.1, or COLL_TEST_IB_VERBS_LIB in tests. */
 coll_result_t ib_policy_probe(struct coll_comm *comm, bool *use);
 
 /* Probe the verbs library (lib: NULL = libibverbs.so.1), the devices and their ports.
@@ -41,7 +41,8 @@ enum {
 typedef struct colli_ib_gid {
     int index;
     uint8_t gid[16];
-    int type; /* COLLI_IB_GID_* */
+    int type;      /* COLLI_IB_GID_* */
+    char ndev[16]; /* the network interface of a RoCE entry ("" when unknown or InfiniBand) */
 } colli_ib_gid_t;
 
 /* The GID index a RoCE port should use, from its table of n entries. want >= 0: that index
@@ -53,5 +54,15 @@ int colli_ib_gid_select(const colli_ib_gid_t *tab, int n, int want, char *why, s
 
 /* "::ffff:10.0.0.1", "fe80::1234:..": printable form of a GID. */
 void colli_ib_gid_str(const uint8_t gid[16], char *buf, size_t len);
+
+/* Which GID entries a RoCE port may use under COLL_TRANSPORT=auto: those of the interface the
+ * communicator runs on (ifname). Moves them to the front of tab and returns their count. */
+int colli_ib_gid_on_ifname(colli_ib_gid_t *tab, int n, const char *ifname);
+
+/* Can two ranks' RoCE GIDs reach each other? false with the reason in why when one is an
+ * IPv4-mapped address and the other an IPv6 one, or their RoCE versions (both known) differ:
+ * the packets of such a pair are dropped silently and the QPs only time out. */
+bool colli_ib_gid_compatible(const uint8_t mine[16], int my_type, const uint8_t theirs[16],
+                             int their_type, char *why, size_t whylen);
 
 #endif

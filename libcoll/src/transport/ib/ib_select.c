@@ -105,3 +105,43 @@ int colli_ib_gid_select(const colli_ib_gid_t *tab, int n, int want, char *why, s
                g);
     return tab[best].index;
 }
+
+int colli_ib_gid_on_ifname(colli_ib_gid_t *tab, int n, const char *ifname)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(tab[i].ndev, ifname) != 0)
+            continue;
+        colli_ib_gid_t t = tab[k];
+        tab[k++] = tab[i];
+        tab[i] = t;
+    }
+    return k;
+}
+
+bool colli_ib_gid_compatible(const uint8_t mine[16], int my_type, const uint8_t theirs[16],
+                             int their_type, char *why, size_t whylen)
+{
+    char a[64], b[64];
+    colli_ib_gid_str(mine, a, sizeof(a));
+    colli_ib_gid_str(theirs, b, sizeof(b));
+    if ((gid_addr_class(mine) == 2) != (gid_addr_class(theirs) == 2)) {
+        snprintf(why, whylen,
+                 "its GID %s is an %s address and this rank's %s an %s one: RoCE packets between "
+                 "them are dropped. Unset COLL_IB_GID_INDEX on every rank (automatic selection "
+                 "prefers RoCE v2 with IPv4) or set it to entries of the same kind",
+                 b, gid_addr_class(theirs) == 2 ? "IPv4" : "IPv6", a,
+                 gid_addr_class(mine) == 2 ? "IPv4" : "IPv6");
+        return false;
+    }
+    bool known = (my_type == COLLI_IB_GID_ROCE_V1 || my_type == COLLI_IB_GID_ROCE_V2) &&
+                 (their_type == COLLI_IB_GID_ROCE_V1 || their_type == COLLI_IB_GID_ROCE_V2);
+    if (known && my_type != their_type) {
+        snprintf(why, whylen,
+                 "its GID %s is %s and this rank's %s is %s: the two versions cannot talk. Unset "
+                 "COLL_IB_GID_INDEX on every rank or set it to entries of the same version",
+                 b, gid_type_name(their_type), a, gid_type_name(my_type));
+        return false;
+    }
+    return true;
+}
