@@ -40,8 +40,22 @@ done
 [ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ] || ls /usr/lib/*/libibverbs/librxe-* >/dev/null 2>&1 ||
     skip "the rxe verbs provider is not installed (ibverbs-providers; scripts/setup.sh installs it)"
 case "$BUILD/" in
-/tmp/* | /run/* | /proc/* | /sys/* | /dev/*)
-    skip "the build directory $BUILD is under a directory the guest replaces with its own (/tmp, /run): build elsewhere"
+/proc/* | /sys/* | /dev/*)
+    skip "the build directory $BUILD is under a directory the guest replaces with its own (/proc, /sys, /dev): build elsewhere"
+    ;;
+/tmp/* | /run/*)
+    # the guest mounts fresh /tmp and /run: the tree that holds the build (a fresh clone in /tmp,
+    # as CI makes) is shared with it as well, at the same path (vm.sh, guest-init)
+    KCOLL_RXE_TREE=$(cut -d/ -f1-3 <<<"$BUILD")
+    case "$HERE/" in
+    /tmp/* | /run/*)
+        case "$HERE/" in "$KCOLL_RXE_TREE"/*) ;; *)
+            skip "the sources ($HERE) and the build ($BUILD) are under different directories of /tmp or /run: keep both in one"
+            ;;
+        esac
+        ;;
+    esac
+    export KCOLL_RXE_TREE
     ;;
 esac
 

@@ -15,11 +15,18 @@ vm_boot() {
         net=(-netdev "socket,id=n0,udp=127.0.0.1:$peer,localaddr=127.0.0.1:$self"
             -device "virtio-net-pci,netdev=n0,mac=$mac")
     fi
+    # KCOLL_RXE_TREE: a directory under /tmp or /run (which the guest mounts afresh) that holds
+    # the build; shared read-only at the same path
+    local tree=() append="console=ttyS0 panic=-1 quiet loglevel=3 kcoll.name=$name kcoll.ip=$ip"
+    if [ -n "${KCOLL_RXE_TREE:-}" ]; then
+        tree=(-virtfs "local,path=$KCOLL_RXE_TREE,mount_tag=tree,security_model=none,readonly=on,multidevs=remap")
+        append="$append kcoll.tree=$KCOLL_RXE_TREE"
+    fi
     timeout -k 5 "$tmo" qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max \
         -smp "${KCOLL_GUEST_CPUS:-2}" -m "$mem" -nographic -no-reboot -monitor none \
         -serial "file:$job/$name.console" \
         -kernel "$img/vmlinuz" -initrd "$img/initrd.gz" \
-        -append "console=ttyS0 panic=-1 quiet loglevel=3 kcoll.name=$name kcoll.ip=$ip" \
+        -append "$append" "${tree[@]}" \
         -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
         -virtfs "local,path=$job,mount_tag=job,security_model=none" \
         "${net[@]}" </dev/null >"$job/$name.qemu" 2>&1 &
