@@ -6,21 +6,9 @@
 #   env_habits_test.sh ENV_ONE   (a program that creates a 1-rank communicator, prints rc=N)
 set -uo pipefail
 prog=$1
-passed=0 failed=0
+# shellcheck source=tests/unit/expect.sh
+. "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 run() { env -u COLL_SOCKET_IFNAME -u COLL_DEBUG -u COLL_DEBUG_SUBSYS -u NCCL_SOCKET_IFNAME "$@" "$prog" 2>&1; }
-expect() { # name output pattern...
-    local name=$1 out=$2
-    shift 2
-    for pat in "$@"; do
-        if grep -qF -- "$pat" <<<"$out"; then
-            passed=$((passed + 1))
-        else
-            failed=$((failed + 1))
-            echo "FAIL $name: no \"$pat\" in:"
-            sed 's/^/  /' <<<"$out"
-        fi
-    done
-}
 out=$(run COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=CONFIG NCCL_SOCKET_IFNAME=lo)
 expect "NCCL twin honoured" "$out" "NCCL_SOCKET_IFNAME=lo is honoured as COLL_SOCKET_IFNAME=lo" \
     'COLL_SOCKET_IFNAME = "lo" (NCCL_SOCKET_IFNAME)' "rc=0"

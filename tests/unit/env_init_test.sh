@@ -10,20 +10,8 @@
 set -uo pipefail
 prog=$1
 collrun=${2:-}
-passed=0 failed=0
-expect() { # name output pattern...
-    local name=$1 out=$2
-    shift 2
-    for pat in "$@"; do
-        if grep -qF -- "$pat" <<<"$out"; then
-            passed=$((passed + 1))
-        else
-            failed=$((failed + 1))
-            echo "FAIL $name: no \"$pat\" in:"
-            sed 's/^/  /' <<<"$out"
-        fi
-    done
-}
+# shellcheck source=tests/unit/expect.sh
+. "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 clean() { env -u COLL_UNIQUE_ID -u COLL_AGENT_SOCKET -u COLL_RANK -u COLL_NRANKS -u MASTER_ADDR \
     -u MASTER_PORT -u RANK -u WORLD_SIZE -u COLL_JOB_SECRET -u COLL_MASTER_PORT \
