@@ -66,7 +66,7 @@ fuzz_budget() {
     CC=clang cmake -S "$ROOT" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCOLL_FUZZ=ON -DCOLL_CUDA=OFF &&
         cmake --build "$dir" --parallel "${JOBS:-$(nproc)}" --target "${FUZZ_TARGETS[@]/#/fuzz_}" &&
-        "$ROOT/tests/fuzz/run.sh" "$dir" "${KCOLL_FUZZ_SECONDS:-20}"
+        "$ROOT/tests/fuzz/run.sh" "$dir" "${KCOLL_FUZZ_SECONDS:-20}" "${FUZZ_CI_TARGETS[@]}"
 }
 
 if [ "${KCOLL_SKIP_SETUP:-0}" = 1 ]; then
