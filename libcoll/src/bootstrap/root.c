@@ -24,9 +24,12 @@
 /* Unauthenticated connections from one address held at once once the table is half full: a
  * flood from one address cannot take every slot from the ranks of other hosts. */
 #define ROOT_MAX_PER_SOURCE 256
-/* A rank sends its hello at once: a connection that has not within this many seconds is
- * dropped (its slot is needed). */
-#define ROOT_HELLO_S 2.0
+/* A rank sends its hello at once: a connection silent for ROOT_HELLO_S is dropped (its slot is
+ * needed). The rest of the exchange (challenge, response, record) waits on the rank's side too,
+ * which a loaded host may deschedule: ROOT_EXCHANGE_S, cut to ROOT_HELLO_S once the table of
+ * pending connections is half full. */
+#define ROOT_HELLO_S    2.0
+#define ROOT_EXCHANGE_S 10.0
 
 /* A connection until its rank is admitted. Wire protocol 3: hello, our challenge, the response,
  * the member record (or a BOOT_ERROR text of the same size) and its MAC by the connection key.
@@ -483,10 +486,15 @@ static void serve(root_t *r)
             }
             if (p->fd >= 0 && p->got == pending_want(p))
                 admit(r, p);
-            else if (p->fd >= 0 && colli_now() - p->since > ROOT_HELLO_S)
+            else if (p->fd >= 0 && p->got == 0 && colli_now() - p->since > ROOT_HELLO_S)
+                drop_r(r, p, "sent nothing within 2 s");
+            else if (p->fd >= 0 &&
+                     colli_now() - p->since >
+                         (r->npend >= ROOT_MAX_PENDING / 2 ? ROOT_HELLO_S : ROOT_EXCHANGE_S))
                 drop_r(r, p,
-                       p->got == 0 ? "sent nothing within 2 s"
-                                   : "sent no complete hello within 2 s");
+                       r->npend >= ROOT_MAX_PENDING / 2
+                           ? "no complete exchange within 2 s while the root is crowded"
+                           : "no complete exchange within 10 s");
         }
         int k = 0;
         for (int i = 0; i < r->npend; i++)

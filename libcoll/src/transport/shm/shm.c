@@ -203,9 +203,10 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
 coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
 {
     shm_peer_t *pp = &st->peers[p];
-    int err = 0;
-    if (pp->link == LINK_HANDSHAKE) {
-        int rc = colli_hs_step(&pp->hs, pp->fd, comm->secret);
+    int err = 0, rc = COLLI_IO_ERR;
+    const bool handshake = pp->link == LINK_HANDSHAKE;
+    if (handshake) {
+        rc = colli_hs_step(&pp->hs, pp->fd, comm->secret);
         if (rc == COLLI_HS_AGAIN)
             return COLL_SUCCESS;
         if (rc == COLLI_IO_OK) {
@@ -213,32 +214,24 @@ coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
             return COLL_SUCCESS;
         }
         err = errno;
-        close(pp->fd);
-        pp->fd = -1;
-        pp->link = LINK_NONE;
-        char who[200];
-        colli_member_desc(comm, p, who, sizeof(who));
-        colli_comm_blame(comm, p);
-        return COLLI_ERR(SHM, COLL_ERR_NETWORK,
-                         "rank %d cannot open its shared-memory link to %s: the handshake failed: "
-                         "%s",
-                         comm->rank, who, colli_hs_str(rc, err));
-    }
-    socklen_t len = sizeof(err);
-    if (getsockopt(pp->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-        err = errno;
-    if (err == 0) {
-        if (colli_hs_begin(&pp->hs, pp->fd, comm->secret, COLLI_HELLO_LINK, comm->rank, p, 0,
-                           (uint32_t)comm->nranks) == COLLI_IO_OK) {
-            pp->link = LINK_HANDSHAKE;
-            return COLL_SUCCESS;
+    } else {
+        socklen_t len = sizeof(err);
+        if (getsockopt(pp->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        if (err == 0) {
+            if (colli_hs_begin(&pp->hs, pp->fd, comm->secret, COLLI_HELLO_LINK, comm->rank, p, 0,
+                               (uint32_t)comm->nranks) == COLLI_IO_OK) {
+                pp->link = LINK_HANDSHAKE;
+                return COLL_SUCCESS;
+            }
+            err = errno;
         }
-        err = errno;
     }
     close(pp->fd);
     pp->fd = -1;
     pp->link = LINK_NONE;
-    if ((err == ECONNREFUSED || err == EAGAIN || err == EINTR) && colli_now() - pp->since < 2.0) {
+    if (!handshake && (err == ECONNREFUSED || err == EAGAIN || err == EINTR) &&
+        colli_now() - pp->since < 2.0) {
         pp->retry_at = colli_now() + 0.02;
         return COLL_SUCCESS;
     }
@@ -246,9 +239,10 @@ coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
     colli_member_desc(comm, p, who, sizeof(who));
     colli_comm_blame(comm, p);
     return COLLI_ERR(SHM, COLL_ERR_NETWORK,
-                     "rank %d cannot open its shared-memory link to %s: %s. The process died, or "
-                     "its listener is unreachable from this one.",
-                     comm->rank, who, strerror(err));
+                     "rank %d cannot open its shared-memory link to %s: %s%s. The process died, "
+                     "or its listener is unreachable from this one.",
+                     comm->rank, who, handshake ? "the handshake failed: " : "",
+                     handshake ? colli_hs_str(rc, err) : strerror(err));
 }
 
 static coll_result_t shm_adopt(struct coll_comm *comm, int tp, const colli_hello_t *h, int fd)
