@@ -3,10 +3,12 @@
  * torchrun's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE: rank 0 hosts the bootstrap root on
  * MASTER_ADDR:MASTER_PORT (COLL_MASTER_PORT overrides the port: under torchrun its TCPStore holds
  * MASTER_PORT), and the job's secret comes from COLL_JOB_SECRET. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
@@ -82,30 +84,42 @@ static coll_result_t job_secret(const char *addr, long port, long world, long ra
     return COLL_SUCCESS;
 }
 
+/* What binding addr would fail with (0: it would work), as the root's listener binds. */
+static int bind_errno(const struct sockaddr_storage *addr)
+{
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int one = 1, e = 0;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)addr, colli_sockaddr_len(addr)) != 0)
+        e = errno;
+    close(fd);
+    return e;
+}
+
 /* Rank 0: the root on MASTER_ADDR's address when it is this host's, else on every address. */
 static coll_result_t host_root(const struct sockaddr_storage *root, const uint8_t secret[16],
                                double timeout, const char *port_var, pthread_t *thread)
 {
-    struct sockaddr_storage bound;
-    coll_result_t status = colli_root_start(root, secret, timeout, &bound, thread);
-    if (status == COLL_SUCCESS || strstr(colli_last_error(), "assign requested address") == NULL)
-        goto out;
-    struct sockaddr_storage any = *root; /* MASTER_ADDR names a service, a NAT, another name */
-    if (any.ss_family == AF_INET)
-        memset(&((struct sockaddr_in *)&any)->sin_addr, 0, sizeof(struct in_addr));
-    else
-        memset(&((struct sockaddr_in6 *)&any)->sin6_addr, 0, sizeof(struct in6_addr));
-    coll_info(INIT, "MASTER_ADDR is not an address of this host: the bootstrap root listens on "
-                    "every address");
-    status = colli_root_start(&any, secret, timeout, &bound, thread);
-out:
-    if (status != COLL_SUCCESS && strstr(colli_last_error(), "in use") != NULL)
+    struct sockaddr_storage at = *root, bound;
+    int e = bind_errno(&at);
+    if (e == EADDRNOTAVAIL) { /* MASTER_ADDR names a service, a NAT, another name */
+        if (at.ss_family == AF_INET)
+            memset(&((struct sockaddr_in *)&at)->sin_addr, 0, sizeof(struct in_addr));
+        else
+            memset(&((struct sockaddr_in6 *)&at)->sin6_addr, 0, sizeof(struct in6_addr));
+        coll_info(INIT, "MASTER_ADDR is not an address of this host: the bootstrap root listens "
+                        "on every address");
+        e = bind_errno(&at);
+    }
+    if (e == EADDRINUSE)
         return COLLI_ERR(INIT, COLL_ERR_NETWORK,
                          "rank 0 cannot host the bootstrap root: %s. The port of %s is taken on "
                          "this host (under torchrun, its store holds MASTER_PORT): set "
                          "COLL_MASTER_PORT to a free port, the same on every rank",
-                         colli_last_error(), port_var);
-    return status;
+                         strerror(e), port_var);
+    return colli_root_start(&at, secret, timeout, &bound, thread);
 }
 
 static coll_result_t from_master(coll_comm_t *out, const char *addr)
