@@ -308,13 +308,13 @@ static int same(int dt, int op, uint64_t expected, uint64_t got)
 /* ---- input generation ---- */
 static uint64_t gen_elem(int dt)
 {
-    static const uint16_t f16_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00,
+    static const uint64_t f16_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00,
                                            0x7c01, 0x7d55, 0x0001, 0x8001, 0x03ff, 0x0400,
                                            0x7bff, 0xfbff, 0x3c00, 0xbc00, 0x3c01, 0x0200};
-    static const uint16_t bf16_special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0,
+    static const uint64_t bf16_special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0,
                                             0x7f81, 0x7fa5, 0x0001, 0x8001, 0x007f, 0x0080,
                                             0x7f7f, 0xff7f, 0x3f80, 0xbf80, 0x3f81, 0x0040};
-    static const uint32_t f32_special[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000,
+    static const uint64_t f32_special[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000,
                                            0x7fc00000, 0xffc00000, 0x7f800001, 0x7fa00000,
                                            0x00000001, 0x80000001, 0x007fffff, 0x00800000,
                                            0x7f7fffff, 0xff7fffff, 0x3f800000, 0xbf800000};
@@ -337,51 +337,44 @@ static uint64_t gen_elem(int dt)
             return rnd() & mask;
         return ((r % 2001u) - 1000u) & mask; /* small values: sums and products that fit */
     }
-    static const uint8_t e4m3_special[] = {0x00, 0x80, 0x7f, 0xff, 0x7e, 0xfe, 0x01, 0x81,
-                                           0x07, 0x08, 0x38, 0xb8, 0x39, 0x77, 0x04};
-    static const uint8_t e5m2_special[] = {0x00, 0x80, 0x7c, 0xfc, 0x7e, 0xfe, 0x7d, 0x7f, 0x01,
-                                           0x81, 0x03, 0x04, 0x7b, 0xfb, 0x3c, 0xbc, 0x3d, 0x02};
+    static const uint64_t e4m3_special[] = {0x00, 0x80, 0x7f, 0xff, 0x7e, 0xfe, 0x01, 0x81,
+                                            0x07, 0x08, 0x38, 0xb8, 0x39, 0x77, 0x04};
+    static const uint64_t e5m2_special[] = {0x00, 0x80, 0x7c, 0xfc, 0x7e, 0xfe, 0x7d, 0x7f, 0x01,
+                                            0x81, 0x03, 0x04, 0x7b, 0xfb, 0x3c, 0xbc, 0x3d, 0x02};
+    /* floats: specials, any bits, or sign | exponent in [ebase, ebase + erange) | random
+     * significand (moderate magnitudes, so that sums and products stay finite) */
+    const uint64_t *sp;
+    size_t nsp;
+    unsigned bits, mant, ebase, erange = 15, mshift = 8;
+#define FMT(arr, b, m, e)                                                                          \
+    (sp = (arr), nsp = sizeof(arr) / sizeof((arr)[0]), bits = (b), mant = (m), ebase = (e))
     switch (dt) {
-    case COLL_FLOAT8_E4M3:
-        if (kind == 0)
-            return PICK(e4m3_special);
-        if (kind < 5)
-            return r & 0xffu;
-        /* sign, exponent 4..10 (2^-3..2^3), random significand */
-        return ((r & 1u) << 7) | ((4u + (r >> 1) % 7u) << 3) | ((r >> 8) & 0x7u);
+    case COLL_FLOAT8_E4M3: /* exponent 4..10: 2^-3..2^3 */
+        FMT(e4m3_special, 8, 3, 4), erange = 7;
+        break;
     case COLL_FLOAT8_E5M2:
-        if (kind == 0)
-            return PICK(e5m2_special);
-        if (kind < 5)
-            return r & 0xffu;
-        return ((r & 1u) << 7) | ((12u + (r >> 1) % 7u) << 2) | ((r >> 8) & 0x3u);
-    case COLL_FLOAT16:
-        if (kind == 0)
-            return PICK(f16_special);
-        if (kind < 5)
-            return r & 0xffffu;
-        /* sign, exponent 8..22 (2^-7..2^7), random significand */
-        return ((r & 1u) << 15) | ((8u + (r >> 1) % 15u) << 10) | ((r >> 8) & 0x3ffu);
+        FMT(e5m2_special, 8, 2, 12), erange = 7;
+        break;
+    case COLL_FLOAT16: /* exponent 8..22: 2^-7..2^7 */
+        FMT(f16_special, 16, 10, 8);
+        break;
     case COLL_BFLOAT16:
-        if (kind == 0)
-            return PICK(bf16_special);
-        if (kind < 5)
-            return r & 0xffffu;
-        return ((r & 1u) << 15) | ((120u + (r >> 1) % 15u) << 7) | ((r >> 8) & 0x7fu);
+        FMT(bf16_special, 16, 7, 120);
+        break;
     case COLL_FLOAT32:
-        if (kind == 0)
-            return PICK(f32_special);
-        if (kind < 5)
-            return r & 0xffffffffu;
-        return ((r & 1u) << 31) | ((120u + (r >> 1) % 15u) << 23) | ((r >> 8) & 0x7fffffu);
+        FMT(f32_special, 32, 23, 120);
+        break;
     default:
-        if (kind == 0)
-            return PICK(f64_special);
-        if (kind < 5)
-            return rnd();
-        return ((r & 1u) << 63) | ((1016ull + (r >> 1) % 15u) << 52) |
-               ((r >> 5) & 0xfffffffffffffull);
+        FMT(f64_special, 64, 52, 1016), mshift = 5;
+        break;
     }
+#undef FMT
+    if (kind == 0)
+        return sp[r % nsp];
+    if (kind < 5)
+        return bits == 64 ? rnd() : r & width_mask(bits / 8);
+    return ((r & 1u) << (bits - 1)) | ((uint64_t)(ebase + (r >> 1) % erange) << mant) |
+           ((r >> mshift) & ((1ull << mant) - 1));
 #undef PICK
 }
 
