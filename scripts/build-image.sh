@@ -131,6 +131,8 @@ fi
 
 # ---- 3. the Dockerfile, CPU-only (or CUDA=ON with a local toolkit), that base for both stages ----
 step_start=$SECONDS
+# The revision label is also given to bud itself: buildah 1.28 reuses a cached LABEL step whose
+# VCS_REF build argument changed (seen: a docs-only commit kept the previous commit's revision).
 log "buildah bud -t $TAG (${cuda_args[*]}, KCOLL_VERSION=$VERSION, revision $REVISION; deadline ${STEP_TIMEOUT} s)"
 timeout -k 30 "$STEP_TIMEOUT" buildah bud --isolation chroot --layers --force-rm --pull-never \
     --network host \
@@ -139,6 +141,7 @@ timeout -k 30 "$STEP_TIMEOUT" buildah bud --isolation chroot --layers --force-rm
     --build-arg RUNTIME_IMAGE="$BASE_IMAGE" \
     --build-arg KCOLL_VERSION="$VERSION" \
     --build-arg VCS_REF="$REVISION" \
+    --label org.opencontainers.image.revision="$REVISION" \
     -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT" ||
     die "buildah bud failed or ran past ${STEP_TIMEOUT} s (the log above says which step)"
 BUD_SECONDS=$((SECONDS - step_start))
