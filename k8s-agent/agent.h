@@ -108,6 +108,7 @@ typedef struct {
     _Atomic long reports;
     _Atomic long status_patches;
     _Atomic long events_emitted;
+    _Atomic long events_dropped;
 } agent_metrics_t;
 
 typedef struct agent_ctx {

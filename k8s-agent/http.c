@@ -106,6 +106,9 @@ char *agent_health_metrics(agent_ctx_t *ctx)
            (double)ctx->metrics.status_patches);
     metric(&b, "kcoll_agent_events_total", "counter", "Events emitted",
            (double)ctx->metrics.events_emitted);
+    metric(&b, "kcoll_agent_events_dropped_total", "counter",
+           "Event occurrences dropped (queue full, 5 minutes undelivered, refused)",
+           (double)ctx->metrics.events_dropped);
     metric(&b, "kcoll_agent_uptime_seconds", "gauge", "seconds since the agent started",
            (double)(agent_now_ms() - ctx->start_ms) / 1000.0);
     return b.buf;

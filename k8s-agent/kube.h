@@ -159,6 +159,25 @@ void agent_condition_from_resp(agent_condition_t *cond, const char *what,
 /* The whole kube-mode pipeline; sets READY or FAILED. */
 int agent_kube_run(agent_ctx_t *ctx);
 
+/* ---- Events (events.c) ---- */
+
+/* Events keyed by object and reason: a repeat (from this agent or another) bumps count and
+ * lastTimestamp of one Event. Queued; sent by the health writer thread; what the API server
+ * does not take is retried with back-off within a bound (64 queued, 5 minutes each), the rest
+ * dropped (counted, logged once). */
+typedef struct agent_events agent_events_t;
+agent_events_t *agent_events_new(agent_ctx_t *ctx);
+void agent_events_free(agent_events_t *q);
+/* Queue one occurrence (any thread; never blocks on the API). uid may be "" for a Pod: it is
+ * read before the Event is sent. */
+void agent_events_add(agent_events_t *q, const char *type, const char *reason,
+                      const char *message, const char *kind, const char *api, const char *name,
+                      const char *uid);
+/* Milliseconds until a queued Event is due (0: now), -1 when none is queued. */
+int64_t agent_events_next_ms(agent_events_t *q);
+/* Send every Event that is due (the writer thread). */
+void agent_events_flush(agent_events_t *q);
+
 /* ---- health (health.c) ---- */
 
 typedef struct agent_health agent_health_t;
@@ -173,6 +192,13 @@ void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason,
 void agent_health_set_object(agent_health_t *h, const json_t *comm);
 /* Set the Communicator status phase from the agent itself (e.g. Bootstrapping). */
 void agent_health_set_phase(agent_health_t *h, const char *phase);
+/* This pod's agent failed before its facts were ready (cond: a network attachment missing, a
+ * topology it cannot use, ...): once rank 0 has published the job's Communicator (owned by
+ * job_uid), its status names this pod's rank, pod, node and the cause (NetworkConsistent or
+ * Healthy False with the condition's type as reason), with one Event on it. In the background,
+ * bounded by deadline_ms. */
+void agent_health_member_failed(agent_ctx_t *ctx, const agent_facts_t *f, const char *job_uid,
+                                const agent_condition_t *cond, int64_t deadline_ms);
 /* Prometheus text for /metrics into a malloc'd buffer. */
 char *agent_health_metrics(agent_ctx_t *ctx);
 

@@ -503,6 +503,12 @@ out:
         snprintf(ctx->pod_uid, sizeof(ctx->pod_uid), "%s", pi.pod_uid);
         pthread_mutex_unlock(&ctx->mu);
         agent_set_failed(ctx, &cond);
+        /* the Communicator names this pod and the cause, not the ranks that wait for it */
+        if (pi.rank_known)
+            agent_health_member_failed(
+                ctx, &f, pi.job_uid, &cond,
+                agent_now_ms() +
+                    (int64_t)(f.bootstrap_timeout_s > 0 ? f.bootstrap_timeout_s : 300) * 1000);
     }
     agent_pod_info_free(&pi);
     return rc;

@@ -5,7 +5,8 @@
  *       colli_agent_hello on every socket; one line per socket ("OK rank=..." or
  *       "ERR result=... message=..."). --check N: exit 0 only if every hello succeeded, the ranks
  *       are exactly 0..N-1, exactly rank 0 is root, and all agree on root endpoint and secret.
- *   agent_hello_check --report PHASE [--error MSG] [--error-rank R] [--ready-ranks N]
+ *   agent_hello_check --report PHASE [--error MSG] [--error-rank R [--error-pod POD
+ *                     --error-node NODE]] [--ready-ranks N]
  *                     [--condition TYPE=True|False] SOCKET
  *       colli_agent_report_ex on one socket.
  */
@@ -48,6 +49,7 @@ int main(int argc, char **argv)
 {
     int timeout_ms = 60000, check = -1, i, failures = 0, ready_ranks = -1, err_rank = -1;
     const char *report = NULL, *error = NULL, *cond = NULL, *transport = NULL;
+    const char *err_pod = NULL, *err_node = NULL;
     colli_proto_facts_t *facts;
     int nsock, first = -1;
 
@@ -62,6 +64,10 @@ int main(int argc, char **argv)
             error = argv[++i];
         else if (strcmp(argv[i], "--error-rank") == 0 && i + 1 < argc)
             err_rank = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--error-pod") == 0 && i + 1 < argc)
+            err_pod = argv[++i];
+        else if (strcmp(argv[i], "--error-node") == 0 && i + 1 < argc)
+            err_node = argv[++i];
         else if (strcmp(argv[i], "--ready-ranks") == 0 && i + 1 < argc)
             ready_ranks = atoi(argv[++i]);
         else if (strcmp(argv[i], "--condition") == 0 && i + 1 < argc)
@@ -95,8 +101,8 @@ int main(int argc, char **argv)
         if (transport != NULL && p == COLLI_PROTO_PHASE_READY)
             r = colli_agent_report_ready(argv[i], timeout_ms, transport);
         else
-            r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, NULL, NULL,
-                                      error, cond ? type : NULL, ok, NULL,
+            r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, err_pod,
+                                      err_node, error, cond ? type : NULL, ok, NULL,
                                       cond ? "from agent_hello_check" : NULL);
         if (r != COLL_SUCCESS) {
             printf("ERR result=%s message=%s\n", result_name(r), colli_agent_last_error());

@@ -312,6 +312,126 @@ def case_status_errors(cl):
           "Event on the Communicator with its uid")
 
 
+def settle_counts(cl, prefix, quiet=3.0, limit=60):
+    """Per-agent request counts once none changed for quiet seconds (backup writers wait before
+    they look), at most limit seconds."""
+    deadline, last, since = time.time() + limit, None, time.time()
+    while time.time() < deadline:
+        cur = per_agent_counts(cl, prefix)
+        if cur != last:
+            last, since = cur, time.time()
+        elif time.time() - since >= quiet:
+            break
+        time.sleep(0.2)
+    return last or {}
+
+
+def failure_cost(cl, name, n, victim, extra=()):
+    """A Ready job of n agents; every other rank reports the same failure, blamed on victim, at
+    once (as the survivors of a dead rank do). Returns (status, requests, 409s, Events)."""
+    _, pods = cl.add_job(name, n)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=n)
+    check(rc == 0, "bootstrap failed:\n" + out)
+    procs = [subprocess.Popen([ARGS.hello, "--report", "Ready", a["sock"]],
+                              stdout=subprocess.PIPE) for a in agents]
+    for p in procs:
+        check(p.wait(timeout=60) == 0, "Ready report not acknowledged")
+    wait_for(lambda: ((comm(cl, name) or {}).get("status") or {}).get("phase") == "Ready", 30,
+             "status.phase Ready")
+    settle_counts(cl, name + "-", quiet=1.0)
+    cl.control("/reset-counts", {})
+    before = {e["metadata"]["name"] for e in cl.objects("events")}
+    procs = [subprocess.Popen([ARGS.hello, "--report", "Failed", "--error",
+                               "rank %d (pod %s) closed its connection during all_reduce" % (
+                                   victim, pods[victim]["metadata"]["name"]),
+                               "--error-rank", str(victim), "--error-pod",
+                               pods[victim]["metadata"]["name"], "--error-node",
+                               pods[victim]["spec"]["nodeName"]] + list(extra) + [a["sock"]],
+                              stdout=subprocess.PIPE)
+             for i, a in enumerate(agents) if i != victim]
+    for p in procs:
+        check(p.wait(timeout=60) == 0, "failure report not acknowledged")
+    wait_for(lambda: ((comm(cl, name) or {}).get("status") or {}).get("lastError"), 30,
+             "status.lastError")
+    counts = settle_counts(cl, name + "-")
+    requests = sum(v["requests"] + v["watches"] for v in counts.values())
+    conflicts = sum(v.get("codes", {}).get("409", 0) for v in counts.values())
+    evs = [e for e in cl.objects("events") if e["metadata"]["name"] not in before]
+    print("one failure at %d ranks (%d reports): %d API requests (%d answered 409), %d Events "
+          "(counts %s); per agent %s" % (
+              n, n - 1, requests, conflicts, len(evs), [e.get("count") for e in evs],
+              json.dumps({k: (v["requests"], v.get("verbs"), v.get("codes"))
+                          for k, v in counts.items() if v["requests"]})))
+    return comm(cl, name)["status"], requests, conflicts, evs
+
+
+def case_failure_cost(cl):
+    """Issue 21: one failure costs O(1) API requests and Events, not O(ranks). 32 agents (one
+    rank each); 31 survivors report the death of rank 5 at once. One agent writes the status
+    (rank 0's), the others log; one Event on the Communicator and one on rank 5's pod."""
+    n, victim = 32, 5
+    st, requests, conflicts, evs = failure_cost(cl, "cost", n, victim)
+    last = st.get("lastError") or {}
+    check(last.get("rank") == victim, "lastError names rank %d: %s" % (victim, json.dumps(last)))
+    members = st.get("unhealthyMembers") or []
+    check([m.get("rank") for m in members] == [victim] and st.get("unhealthyCount") == 1,
+          "unhealthyMembers is rank %d alone: %s" % (victim, json.dumps(members)[:600]))
+    check(st.get("readyRanks") == n - 1, "readyRanks %s" % st.get("readyRanks"))
+    check(requests <= 8, "one failure cost %d API requests (bound: 8)" % requests)
+    check(conflicts <= 2, "%d conflicts (bound: 2)" % conflicts)
+    check(len(evs) <= 2, "one failure made %d Events (bound: 2)" % len(evs))
+    kinds = sorted(e["involvedObject"]["kind"] for e in evs)
+    check(kinds == ["Communicator", "Pod"] and all(
+        e["involvedObject"]["uid"] for e in evs), "an Event on the Communicator and one on the "
+          "blamed pod, each with its object's uid: %s" % kinds)
+    pod_ev = [e for e in evs if e["involvedObject"]["kind"] == "Pod"]
+    check(pod_ev and pod_ev[0]["involvedObject"]["name"].startswith("cost-%d-" % victim),
+          "the pod Event is on rank %d's pod" % victim)
+    # the same failure reported again (a later collective of the survivors): the Events are
+    # counted, not repeated
+    agents = [a for a in cl.agents if "-0-" in a["pod"]]
+    rc, out = report(ARGS.hello, agents[0]["sock"], "Failed", error="rank %d again" % victim,
+                     error_rank=victim)
+    check(rc == 0, "report failed: " + out)
+
+    def bumped():
+        ce = [e for e in cl.objects("events") if e["involvedObject"]["kind"] == "Communicator"]
+        return ce if ce and ce[0].get("count", 1) >= 2 else None
+    ce = wait_for(bumped, 20, "the Communicator's Event counted twice")
+    check(len(ce) == 1 and "again" in ce[0]["message"], "one Event, count %s, newest message: %s"
+          % (ce[0].get("count"), ce[0]["message"]))
+
+
+def case_event_outage(cl):
+    """Events survive an API outage longer than one request's deadline: queued, retried with
+    back-off, delivered when the API server is back (15 s here)."""
+    _, pods = cl.add_job("dark", 2)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=2)
+    check(rc == 0, "bootstrap failed:\n" + out)
+    report(ARGS.hello, agents[1]["sock"], "Ready")
+    cl.control("/outage", {"seconds": 15})
+    t0 = time.time()
+    rc, out = report(ARGS.hello, agents[1]["sock"], "Failed", error="cuda error on rank 1")
+    check(rc == 0, "report failed: " + out)
+
+    def arrived():
+        return [e for e in cl.objects("events") if e["reason"] == "KcollCollectiveFailed"]
+    evs = wait_for(arrived, 90, "the Event after the outage")
+    took = time.time() - t0
+    print("Event delivered %.1f s after it was raised (outage 15 s): %s" % (
+        took, [(e["involvedObject"]["kind"], e["reason"]) for e in evs]))
+    check(took >= 14, "delivered after the outage (%.1f s)" % took)
+    check(sorted(e["involvedObject"]["kind"] for e in evs) == ["Communicator", "Pod"],
+          "both Events arrive")
+    st = comm(cl, "dark")["status"]
+    check((st.get("lastError") or {}).get("rank") == 1, "the status was written too: %s"
+          % json.dumps(st.get("lastError")))
+    log = cl.agent_log(agents[1])
+    check("AGENT-EVENT-RETRY" in log, "the agent logged that it keeps the Event for a retry")
+
+
 def case_kubectl_describe(cl):
     """Real kubectl describes the Communicator: phase, conditions and the last error."""
     kubectl = harness.find_kubectl()

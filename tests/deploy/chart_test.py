@@ -150,7 +150,7 @@ AGENT_RULES = [
     {"apiGroups": ["kcoll.io"], "resources": ["communicators"],
      "verbs": ["create", "watch", "patch"]},
     {"apiGroups": ["kcoll.io"], "resources": ["communicators/status"], "verbs": ["patch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 TOPOLOGY_RULE = {"apiGroups": ["kcoll.io"], "resources": ["collectivetopologies"],
                  "verbs": ["get", "list", "watch"]}
