@@ -16,7 +16,7 @@
 
 #define QUEUE_MAX      64     /* distinct Events waiting to be sent */
 #define SENT_MAX       32     /* Events this agent knows the name, count and version of */
-#define TRY_MS         10000  /* one send, its retries on transport errors included */
+#define TRY_MS         5000   /* one send, its retries on transport errors included */
 #define RETRY_FIRST_MS 1000   /* back-off between sends: 1 s, 2 s, 4 s, ... */
 #define RETRY_CAP_MS   16000  /* ... at most 16 s */
 #define KEEP_MS        300000 /* an Event not sent within 5 minutes of being raised is dropped */

@@ -417,17 +417,18 @@ def case_event_outage(cl):
     check(rc == 0, "report failed: " + out)
 
     def arrived():
-        return [e for e in cl.objects("events") if e["reason"] == "KcollCollectiveFailed"]
-    evs = wait_for(arrived, 90, "the Event after the outage")
+        evs = [e for e in cl.objects("events") if e["reason"] == "KcollCollectiveFailed"]
+        return evs if len(evs) == 2 else None
+    evs = wait_for(arrived, 90, "the Events after the outage")
     took = time.time() - t0
-    print("Event delivered %.1f s after it was raised (outage 15 s): %s" % (
+    print("Events delivered %.1f s after they were raised (outage 15 s): %s" % (
         took, [(e["involvedObject"]["kind"], e["reason"]) for e in evs]))
     check(took >= 14, "delivered after the outage (%.1f s)" % took)
     check(sorted(e["involvedObject"]["kind"] for e in evs) == ["Communicator", "Pod"],
           "both Events arrive")
-    st = comm(cl, "dark")["status"]
-    check((st.get("lastError") or {}).get("rank") == 1, "the status was written too: %s"
-          % json.dumps(st.get("lastError")))
+    st = wait_for(lambda: (comm(cl, "dark").get("status") or {}).get("lastError"), 30,
+                  "status.lastError")
+    check(st.get("rank") == 1, "the status was written too: %s" % json.dumps(st))
     log = cl.agent_log(agents[1])
     check("AGENT-EVENT-RETRY" in log, "the agent logged that it keeps the Event for a retry")
 

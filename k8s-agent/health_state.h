@@ -1,0 +1,91 @@
+/* coll-agent internals shared by health.c (the library's reports, the writer thread) and
+ * status.c (what is merged into the Communicator status and how it is written). */
+#ifndef AGENT_HEALTH_STATE_H
+#define AGENT_HEALTH_STATE_H
+
+#include "kube.h"
+
+#define MAX_MSG         512
+#define MAX_TRANSPORT   129 /* status.transport: at most 128 characters */
+#define NCOND           COLLI_PROTO_NCOND
+#define LINGER_MS       200  /* reports of one failure from a pod's ranks: one status patch */
+#define BACKUPS         2    /* agents after the designated writer that check it wrote */
+#define BACKUP_DELAY_MS 3000 /* ... each this much later than the one before it */
+
+typedef struct {
+    char status[8]; /* "" = no update */
+    char reason[64];
+    char message[MAX_MSG];
+} cond_t;
+
+typedef struct {
+    int rank;
+    char pod[254], node[254], reason[64], message[MAX_MSG];
+} member_t;
+
+/* What the writer is to merge into the status (under mu until it is taken). */
+typedef struct {
+    int dirty;
+    char phase[16];
+    int ready_ranks;               /* -1 = no update */
+    char transport[MAX_TRANSPORT]; /* rank 0's transports ("" = no update) */
+    cond_t conds[NCOND];
+    int has_error;
+    member_t err;   /* lastError; err.rank -1: blamed on no rank */
+    int err_waited; /* the error of a rank that waited on others (a bootstrap timeout, another
+                     * rank's failure relayed): it does not replace a lastError naming a cause */
+    member_t members[AGENT_MAX_UNHEALTHY]; /* newly unhealthy members */
+    int nmembers;
+    int64_t due_ms; /* not before (0 = now) */
+    int check;      /* a backup writer: write only if the designated one did not */
+    int check_rank; /* ... the failure it looks for (-1: any error of this bootstrap) */
+    /* Events a backup raises only if it writes */
+    int has_ev;
+    char ev_reason[64], ev_msg[MAX_MSG], ev_pod[254], ev_pod_uid[64];
+    int64_t first_ms; /* a write that got no answer: when it was first tried, and how often */
+    int tries;
+} update_t;
+
+typedef struct {
+    int active;
+    char job[254], job_uid[64];
+    int64_t deadline;
+    member_t m;
+    int cond; /* COLLI_PROTO_COND_* set False with m.reason */
+} member_task_t;
+
+struct agent_health {
+    agent_ctx_t *ctx;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    update_t pend;
+    int lib_ready; /* this pod's library reported Ready: later failures are collective ones */
+    member_task_t task;
+    agent_events_t *events;
+    json_t *cached;   /* last Communicator seen (writer thread only) */
+    json_t *seed;     /* the Communicator as created (under mu): saves the first GET */
+    char since[40];   /* RFC 3339 start of this agent: later failures belong to its bootstrap */
+    char written[16]; /* the phase of the last status patch, sent or being sent (under mu) */
+};
+
+/* ---- status.c ---- */
+
+/* Empty an update (no phase, ready ranks or error). */
+void agent_status_reset(update_t *u);
+/* Is rank among the update's newly unhealthy members? */
+int agent_status_has_member(const update_t *u, json_int_t rank);
+/* Write the pending update (the writer thread): merged into the Communicator's current status,
+ * resourceVersion-preconditioned, a conflict re-read and merged again; kept for a retry when the
+ * API server does not answer. */
+void agent_status_write(agent_health_t *h);
+/* The Events of a failure, raised by the agent that writes it: one on the Communicator, one on
+ * the blamed pod (pod_uid "" for another pod's). */
+void agent_status_failure_events(agent_health_t *h, const char *reason, const char *msg,
+                                 const char *pod, const char *pod_uid);
+/* The writer's part of agent_health_member_failed: wait for the Communicator, queue the update. */
+void agent_status_member_task(agent_health_t *h, member_task_t *t);
+
+#endif /* AGENT_HEALTH_STATE_H */
