@@ -14,6 +14,8 @@ Cases:
                 real `kubectl describe communicator` shows it
   rank_failure  4 ranks against the fixture; one is SIGKILLed mid all_reduce; the survivors fail
                 naming it; the Communicator's lastError names it and `kubectl describe` shows it
+  attachment_missing  8 ranks; rank 5's pod lacks the pinned Multus attachment: the Communicator
+                names rank 5, its pod and the cause; the ranks that waited are not unhealthy
 
 Every case prints one line per assertion and a closing `N passed, M failed` line. Exit 0 when
 everything passed, 1 otherwise, 77 (skipped, with the reason) when a prerequisite is missing.
@@ -392,6 +394,66 @@ def case_rank_failure(ck, cl):
        "kubectl describe's Last Error names rank %d" % victim)
 
 
+def case_attachment_missing(ck, cl):
+    """Issue 21: rank 5's pod lacks the pinned network attachment (its Multus network-status has
+    only the default network). The Communicator names rank 5, its pod and the cause
+    (NetworkConsistent False, reason NetworkNotAttached; lastError names the pod and the
+    attachment); the ranks that waited for it are not listed unhealthy, and no Event lands on
+    their pods."""
+    n, culprit = 8, 5
+    cl.add(topology("e2e-attach", library_version(), boot_s=15))
+    default_only = [x for x in harness.fixture("network-status-lo.json") if x.get("default")]
+
+    def strip(i, p):
+        if i == culprit:
+            p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"] = json.dumps(
+                default_only)
+    _, pods = cl.add_job("e2eattach", n, pod_edit=strip)
+    agents = [cl.start_agent(p) for p in pods]
+    ranks = Ranks(cl, [a["sock"] for a in agents], ["--count", "1024"])
+    codes = ranks.wait(90)
+    print("exit codes %s" % codes)
+    ck(all(c not in (0, None) for c in codes), "every rank fails (%s)" % codes)
+    cpod, cnode = pods[culprit]["metadata"]["name"], pods[culprit]["spec"]["nodeName"]
+    print("rank %d: %s" % (culprit, tail(ranks.output(culprit), 600)))
+
+    st, named = wait_status(cl, "e2eattach", lambda s: s.get("phase") == "Failed" and (
+        s.get("lastError") or {}).get("rank") == culprit, 30)
+    time.sleep(7)  # the waiting ranks' reports are written, and the backups look, by now
+    st = comm_status(cl, "e2eattach")
+    last = st.get("lastError") or {}
+    print("Communicator e2eattach status: %s" % json.dumps(
+        {k: st.get(k) for k in ("phase", "lastError", "unhealthyCount", "unhealthyMembers",
+                                "conditions")})[:3000])
+    ck(named and last.get("rank") == culprit and last.get("pod") == cpod and
+       last.get("node") == cnode, "status.lastError names rank %d, pod %s, node %s"
+       % (culprit, cpod, cnode), json.dumps(last))
+    ck("team-a/lo-net" in last.get("message", "") and "not attached" in last.get("message", ""),
+       "status.lastError.message names the attachment team-a/lo-net and the cause",
+       last.get("message", ""))
+    ck(last.get("reason") == "NetworkNotAttached", "status.lastError.reason is NetworkNotAttached",
+       json.dumps(last))
+    conds = {c.get("type"): c for c in st.get("conditions") or []}
+    nc = conds.get("NetworkConsistent") or {}
+    ck(nc.get("status") == "False" and nc.get("reason") == "NetworkNotAttached" and
+       cpod in nc.get("message", ""), "condition NetworkConsistent=False, reason "
+       "NetworkNotAttached, its message names pod %s" % cpod, json.dumps(nc))
+    members = st.get("unhealthyMembers") or []
+    ck([(m.get("rank"), m.get("pod")) for m in members] == [(culprit, cpod)] and
+       st.get("unhealthyCount") == 1, "status.unhealthyMembers is rank %d (pod %s) alone, "
+       "unhealthyCount 1: the ranks that waited for it are healthy" % (culprit, cpod),
+       json.dumps(members)[:1500])
+    pod_events = sorted({(e["involvedObject"]["name"], e["reason"]) for e in cl.objects("events")
+                         if e["involvedObject"]["kind"] == "Pod"})
+    print("pod Events: %s" % pod_events)
+    ck(pod_events == [(cpod, "KcollNetworkNotAttached")],
+       "the only pod Event is KcollNetworkNotAttached on pod %s" % cpod, str(pod_events))
+    reasons = comm_event_reasons(cl, 5)
+    print("Event reasons on the Communicator: %s" % reasons)
+    ck("KcollNetworkNotAttached" in reasons, "the Communicator has a KcollNetworkNotAttached "
+       "Event", str(reasons))
+
+
 def case_topology_order(ck, cl):
     """A CollectiveTopology with topologyKey: each agent reads its Node's rack label, and the
     library orders its rings by rack (ranks 0 2 on rack-a, 1 3 on rack-b: ring 0 2 1 3), says so
@@ -559,7 +621,8 @@ def case_walkthrough(ck, cl):
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "topology_order", "walkthrough"}
+NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "attachment_missing", "topology_order",
+                 "walkthrough"}
 
 
 def main():
