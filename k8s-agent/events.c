@@ -21,7 +21,7 @@
 #define RETRY_CAP_MS   16000  /* ... at most 16 s */
 #define KEEP_MS        300000 /* an Event not sent within 5 minutes of being raised is dropped */
 #define BUMP_TRIES     4      /* a count bump that conflicts: re-read and try again */
-#define LINGER_MS      200    /* occurrences within this of the first are sent as one */
+#define LINGER_MS      500    /* occurrences within this of the first are sent as one */
 
 typedef struct {
     char type[16];
@@ -57,6 +57,8 @@ struct agent_events {
     queued_t q[QUEUE_MAX];
     int n;
     sent_t sent[SENT_MAX]; /* writer thread only */
+    char uid_pod[254];     /* the last pod whose uid was read, and its uid (writer thread) */
+    char uid_val[64];
     int dropped_logged;
 };
 
@@ -206,11 +208,19 @@ static void resolve_uid(agent_events_t *q, ev_key_t *e, int64_t deadline)
     char path[400];
     if (e->uid[0] || strcmp(e->kind, "Pod") != 0)
         return;
+    if (strcmp(q->uid_pod, e->name) == 0) {
+        snprintf(e->uid, sizeof(e->uid), "%s", q->uid_val);
+        return;
+    }
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", q->ctx->facts.ns, e->name);
     if (agent_kube_request(q->ctx->kube, "GET", path, NULL, NULL, deadline, &r) == 0 &&
         r.code == 200)
         agent_json_str(json_object_get(r.body, "metadata"), "uid", e->uid, sizeof(e->uid));
     agent_kube_resp_free(&r);
+    if (e->uid[0]) {
+        snprintf(q->uid_pod, sizeof(q->uid_pod), "%s", e->name);
+        snprintf(q->uid_val, sizeof(q->uid_val), "%s", e->uid);
+    }
 }
 
 /* Send one queued Event (n occurrences): 0 done, 1 try again later, -1 refused. */

@@ -1,7 +1,8 @@
 /* Communicator health: the library's reports become a pending status update (phase,
  * conditions, readyRanks, unhealthy members, lastError) and Events, which one writer thread sends
  * (status.c, events.c) so that the library's report is acknowledged at once. One failure is
- * written by one agent: the blamed pod's own, else the lowest other pod's (writer_role). */
+ * written by one agent: the reporter's own when it reports itself, else the lowest pod's that is
+ * not the blamed one (writer_role). */
 #define _GNU_SOURCE
 #include "health_state.h"
 
@@ -174,16 +175,18 @@ void agent_health_set_phase(agent_health_t *h, const char *phase)
 }
 
 /* Who writes a failure blamed on blamed_pod (-1: on no rank) into the Communicator: 0 this agent
- * now, k > 0 the k-th backup (it looks later whether it was written), -1 none. The blamed pod's
- * own agent writes its own failures; any other failure is written by the agent of the lowest
- * pod that is not the blamed one (rank 0's, else pod 1's), so that N ranks reporting one
- * failure cost one status patch and two Events, not N. Its next BACKUPS agents check after
- * BACKUP_DELAY_MS each, in case that agent is gone with its pod. */
-static int writer_role(const agent_ctx_t *ctx, int blamed_pod)
+ * now, k > 0 the k-th backup (it looks later whether it was written), -1 none. A failure a
+ * process or agent reports of itself is written by its own agent (self); any other failure is
+ * written by the agent of the lowest pod that is not the blamed one (rank 0's, else pod 1's), so
+ * that N ranks reporting one failure cost one status patch and two Events, not N. Its next
+ * BACKUPS agents check after BACKUP_DELAY_MS each, in case that agent is gone with its pod. */
+static int writer_role(const agent_ctx_t *ctx, int blamed_pod, int self)
 {
     int mine = ctx->facts.rank;
-    if (blamed_pod == mine)
+    if (self)
         return 0;
+    if (blamed_pod == mine) /* a local rank's death, reported by its neighbours */
+        return -1;
     int pos = blamed_pod >= 0 && blamed_pod < mine ? mine - 1 : mine;
     return pos <= BACKUPS ? pos : -1;
 }
@@ -235,7 +238,10 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
         int err_rank = rep->has_err_rank ? rep->err_rank
                        : waited          ? -1
                                 : ctx->facts.rank * (per > 1 ? per : 1) + (lr > 0 ? lr : 0);
-        role = writer_role(ctx, err_rank < 0 ? -1 : err_rank / (per > 1 ? per : 1));
+        /* of itself: no rank named, the agent's own report (pid 0), or its own rank named */
+        int self = !waited && (!rep->has_err_rank || rep->pid <= 0 ||
+                               (lr >= 0 && err_rank == ctx->facts.rank * (per > 1 ? per : 1) + lr));
+        role = writer_role(ctx, err_rank < 0 ? -1 : err_rank / (per > 1 ? per : 1), self);
         int own = err_rank >= 0 && err_rank / (per > 1 ? per : 1) == ctx->facts.rank;
         m.rank = err_rank;
         take_string(m.pod, sizeof(m.pod), rep->has_err_rank ? rep->err_pod : NULL);

@@ -170,9 +170,8 @@ agent_events_t *agent_events_new(agent_ctx_t *ctx);
 void agent_events_free(agent_events_t *q);
 /* Queue one occurrence (any thread; never blocks on the API). uid may be "" for a Pod: it is
  * read before the Event is sent. */
-void agent_events_add(agent_events_t *q, const char *type, const char *reason,
-                      const char *message, const char *kind, const char *api, const char *name,
-                      const char *uid);
+void agent_events_add(agent_events_t *q, const char *type, const char *reason, const char *message,
+                      const char *kind, const char *api, const char *name, const char *uid);
 /* Milliseconds until a queued Event is due (0: now), -1 when none is queued. */
 int64_t agent_events_next_ms(agent_events_t *q);
 /* Send every Event that is due (the writer thread). */

@@ -15,6 +15,8 @@ Cases (fake API server cases reuse tests/agent/harness.py, the rank program is t
   local_range    LOCAL_RANK 2 in a pod of 2 ranks: refused naming the pod and 0..1
   kill_local     a local rank is SIGKILLed mid all_reduce: every rank's error names its pod, local
                  rank and global rank; the Communicator's lastError and unhealthyMembers too
+  failure_cost   4 pods x 8 ranks, one rank SIGKILLed: the failure costs O(1) API requests and at
+                 most 2 Events (issue 21)
   standalone     coll-run --agent --pods 3 --ranks-per-pod 4: collectives exact, one agent per pod;
                  the hierarchical all_reduce with a host per pod (and the flat ring) exact
   webhook        the admission webhook refuses a pod with more ranks than GPUs, or whose torchrun
@@ -307,6 +309,57 @@ def case_kill_local(ck, cl):
        [(victim, 1, pod1)], "status.unhealthyMembers is rank 3 (local rank 1 of pod %s)" % pod1,
        json.dumps(members)[:800])
     ck(st.get("readyRanks") == 3, "status.readyRanks drops to 3 of 4 (%s)" % st.get("readyRanks"))
+
+
+def case_failure_cost(ck, cl):
+    """Issue 21: 4 pods x 8 ranks (32); rank 13 (local rank 5 of pod 1) is SIGKILLed mid
+    all_reduce; its 31 survivors report the failure. The API cost of that one failure is O(1):
+    rank 0's pod's agent writes it, the next two agents look once; at most 2 Events (one on the
+    Communicator, one on pod 1), counted."""
+    npods, per, victim = 4, 8, 13
+    n = npods * per
+    cl.add(topology("podcost-topo", per=per, timeout_s=30))
+    pods, agents = job_of_pods(ck, cl, "podcost", npods, per)
+    procs = Procs(cl, [(agents[p]["sock"], lr, per) for p in range(npods) for lr in range(per)],
+                  ["--mode", "loop", "--count", "262144"])
+    deadline = time.time() + 150
+    while time.time() < deadline and not all("looping rank=" in procs.output(i)
+                                              for i in range(n)):
+        if any(p.poll() is not None for p in procs.procs):
+            break
+        time.sleep(0.2)
+    looping = all("looping rank=" in procs.output(i) for i in range(n))
+    ck(looping, "32 ranks (4 pods x 8) run all_reduce in a loop")
+    st, ready = e2e.wait_status(cl, "podcost", lambda s: s.get("phase") == "Ready", 30)
+    ck(ready, "the Communicator is Ready before the failure", json.dumps(st)[:800])
+    if not looping or not ready:
+        procs.kill()
+        return
+    before = {e["metadata"]["name"] for e in cl.objects("events")}
+    cl.control("/reset-counts", {})
+    procs.procs[victim].send_signal(signal.SIGKILL)
+    codes = procs.wait(90)
+    failed = sum(1 for i, c in enumerate(codes) if i != victim and c not in (0, None))
+    ck(failed == n - 1, "the 31 survivors fail (%d did): %s" % (failed, codes))
+    st, named = e2e.wait_status(cl, "podcost", lambda s: (s.get("lastError") or {}).get(
+        "rank") == victim, 30)
+    counts = agent_tests.settle_counts(cl, "podcost-", quiet=4.0)
+    requests = sum(v["requests"] + v["watches"] for v in counts.values())
+    conflicts = sum(v.get("codes", {}).get("409", 0) for v in counts.values())
+    evs = [e for e in cl.objects("events") if e["metadata"]["name"] not in before]
+    print("one failure at %d ranks (%d pods x %d): %d API requests (%d answered 409), %d Events "
+          "%s; per agent %s" % (n, npods, per, requests, conflicts, len(evs),
+                                [(e["involvedObject"]["kind"], e["involvedObject"]["name"],
+                                  e["reason"], e.get("count")) for e in evs],
+                                json.dumps({k: (v["requests"], v.get("verbs"), v.get("codes"))
+                                            for k, v in counts.items()})))
+    members = st.get("unhealthyMembers") or []
+    ck(named and [m.get("rank") for m in members] == [victim] and st.get("unhealthyCount") == 1,
+       "status names rank %d alone" % victim, json.dumps(
+           {k: st.get(k) for k in ("lastError", "unhealthyMembers", "unhealthyCount")})[:1500])
+    ck(requests <= 12, "the failure cost %d API requests (bound 12: one writer's status patch, "
+       "Events and the blamed pod's uid, two backups' looks)" % requests)
+    ck(len(evs) <= 2, "the failure made %d Events (bound 2)" % len(evs))
 
 
 def case_standalone(ck, _cl):
