@@ -446,9 +446,16 @@ void agent_health_member_failed(agent_ctx_t *ctx, const agent_facts_t *f, const 
         COLLI_PROTO_CODE_NETWORK_NOT_ATTACHED, COLLI_PROTO_CODE_NETWORK_STATUS_MISSING,
         COLLI_PROTO_CODE_NETWORK_STATUS_INCOMPLETE, COLLI_PROTO_CODE_INTERFACE_MISSING,
         COLLI_PROTO_CODE_ADDRESS_MISSING};
+    /* no Communicator to write to: it never appeared, or the API is out of this agent's reach */
+    static const char *const unwritable[] = {COLLI_PROTO_CODE_RENDEZVOUS_TIMEOUT,
+                                             COLLI_PROTO_CODE_API_UNAVAILABLE, "Unauthorized",
+                                             "Forbidden", "NotFound"};
     int per = f->local_size > 1 ? f->local_size : 1;
     if (!h || !ctx->kube || !f->job[0] || !job_uid || !job_uid[0] || f->rank <= 0)
         return;
+    for (size_t i = 0; i < sizeof(unwritable) / sizeof(unwritable[0]); i++)
+        if (strcmp(cond->type, unwritable[i]) == 0)
+            return;
     pthread_mutex_lock(&h->mu);
     member_task_t *t = &h->task;
     memset(t, 0, sizeof(*t));
