@@ -59,6 +59,7 @@ struct agent_events {
     sent_t sent[SENT_MAX]; /* writer thread only */
     char uid_pod[254];     /* the last pod whose uid was read, and its uid (writer thread) */
     char uid_val[64];
+    int64_t hold_ms; /* the API server did not answer: no send before this */
     int dropped_logged;
 };
 
@@ -167,7 +168,7 @@ int64_t agent_events_next_ms(agent_events_t *q)
         return -1;
     pthread_mutex_lock(&q->mu);
     for (int i = 0; i < q->n; i++) {
-        int64_t d = q->q[i].next_ms - now;
+        int64_t d = (q->q[i].next_ms > q->hold_ms ? q->q[i].next_ms : q->hold_ms) - now;
         if (d < 0)
             d = 0;
         if (next < 0 || d < next)
@@ -339,7 +340,7 @@ void agent_events_flush(agent_events_t *q)
         long n;
         int rc;
         pthread_mutex_lock(&q->mu);
-        for (int i = 0; i < q->n && !x; i++)
+        for (int i = 0; i < q->n && !x && q->hold_ms <= now; i++)
             if (q->q[i].next_ms <= now)
                 x = &q->q[i];
         if (!x) {
@@ -372,6 +373,8 @@ void agent_events_flush(agent_events_t *q)
             int64_t d = RETRY_FIRST_MS << (x->tries < 4 ? x->tries : 4);
             x->tries++;
             x->next_ms = agent_now_ms() + (d < RETRY_CAP_MS ? d : RETRY_CAP_MS);
+            /* the others would wait as long for no answer: one try per back-off for all */
+            q->hold_ms = x->next_ms;
             if (x->tries == 1)
                 agent_info("AGENT-EVENT-RETRY",
                            "Event %s on %s %s not delivered (the API server did not answer); "

@@ -71,10 +71,12 @@ static void *writer(void *arg)
         pthread_mutex_unlock(&h->mu);
         if (task.active && ctx->kube)
             agent_status_member_task(h, &task);
-        if (due && ctx->kube) /* the status first: it is what kubectl get shows */
-            agent_status_write(h);
+        /* Events, then the status: in an outage each costs one bounded try per pass (5 s for
+         * all Events, 10 s for the status), and neither waits behind the other's retries */
         if (ctx->kube)
             agent_events_flush(h->events);
+        if (due && ctx->kube)
+            agent_status_write(h);
         pthread_mutex_lock(&h->mu);
         if (h->stop &&
             ((!status_due(h) && agent_events_next_ms(h->events) < 0) || agent_now_ms() >= stop_by))
@@ -254,11 +256,12 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
             snprintf(m.pod, sizeof(m.pod), "%s", ctx->facts.pod);
         if (!m.node[0] && own)
             snprintf(m.node, sizeof(m.node), "%s", ctx->facts.node);
-        if (err_rank < 0)
+        if (err_rank < 0) { /* blamed on no rank: the message says who reported it */
             snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s) reports: %s",
                      ctx->facts.rank * (per > 1 ? per : 1) + (lr > 0 ? lr : 0), ctx->facts.pod,
                      ctx->facts.node, m.message);
-        else if (per > 1)
+            snprintf(m.message, sizeof(m.message), "%s", msg);
+        } else if (per > 1)
             snprintf(msg, sizeof(msg), "rank %d (local rank %d of pod %s, node %s): %s", err_rank,
                      err_rank % per, m.pod, m.node, m.message);
         else
@@ -288,10 +291,6 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
                 snprintf(healthy->reason, sizeof(healthy->reason), "MemberUnhealthy");
                 snprintf(healthy->message, sizeof(healthy->message), "%s", msg);
             }
-            snprintf(u->err.message, sizeof(u->err.message), "%s", msg);
-            for (int i = 0; i < u->nmembers; i++)
-                if (u->members[i].rank == err_rank)
-                    snprintf(u->members[i].message, sizeof(u->members[i].message), "%s", msg);
             update = 1;
         }
     }
@@ -300,7 +299,7 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
                 (strcmp(u->phase, phase) == 0 || (!u->phase[0] && strcmp(h->written, phase) == 0));
     int failing =
         rep->phase == COLLI_PROTO_PHASE_FAILED || rep->phase == COLLI_PROTO_PHASE_DEGRADED;
-    if (phase && !again && (is_root || (failing && role >= 0))) {
+    if (phase && !again && role >= 0 && (is_root || failing)) {
         snprintf(u->phase, sizeof(u->phase), "%s", phase);
         update = 1;
         if (is_root && rep->phase == COLLI_PROTO_PHASE_READY) {
