@@ -63,6 +63,11 @@ struct agent_events {
     int dropped_logged;
 };
 
+int agent_kube_unanswered(int rc, const agent_kube_resp_t *r)
+{
+    return rc != 0 || r->code == 0 || r->code >= 500 || r->code == 429;
+}
+
 static int same_key(const ev_key_t *a, const ev_key_t *b)
 {
     return strcmp(a->kind, b->kind) == 0 && strcmp(a->name, b->name) == 0 &&
@@ -258,7 +263,7 @@ static int send_one(agent_events_t *q, queued_t *x, long n)
             agent_kube_resp_free(&r);
             return 0;
         }
-        if (rc != 0 || r.code >= 500 || r.code == 429) {
+        if (agent_kube_unanswered(rc, &r)) {
             agent_debug("AGENT-EVENT-RETRY", "posting Event %s: HTTP %ld %s", x->e.reason, r.code,
                         r.message);
             agent_kube_resp_free(&r);
@@ -276,8 +281,7 @@ static int send_one(agent_events_t *q, queued_t *x, long n)
     }
     for (int t = 0; t < BUMP_TRIES; t++) {
         if (!s->rv[0]) { /* its count now: an empty merge patch reads it */
-            if (agent_kube_read_by_patch(ctx->kube, one, deadline, &r) != 0 || r.code >= 500 ||
-                r.code == 429) {
+            if (agent_kube_unanswered(agent_kube_read_by_patch(ctx->kube, one, deadline, &r), &r)) {
                 agent_kube_resp_free(&r);
                 return 1;
             }
@@ -313,7 +317,7 @@ static int send_one(agent_events_t *q, queued_t *x, long n)
             memset(s, 0, sizeof(*s));
             return 1;
         }
-        if (rc != 0 || r.code >= 500 || r.code == 429) {
+        if (agent_kube_unanswered(rc, &r)) {
             agent_kube_resp_free(&r);
             return 1;
         }

@@ -172,6 +172,9 @@ void agent_events_free(agent_events_t *q);
  * read before the Event is sent. */
 void agent_events_add(agent_events_t *q, const char *type, const char *reason, const char *message,
                       const char *kind, const char *api, const char *name, const char *uid);
+/* No final answer to a request (rc of agent_kube_request, then r): none before the deadline,
+ * 5xx or 429 past it. Worth another try later, unlike 4xx. */
+int agent_kube_unanswered(int rc, const agent_kube_resp_t *r);
 /* Milliseconds until a queued Event is due (0: now), -1 when none is queued. */
 int64_t agent_events_next_ms(agent_events_t *q);
 /* Send every Event that is due (the writer thread). */

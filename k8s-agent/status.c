@@ -247,11 +247,6 @@ static void requeue(agent_health_t *h, update_t *u)
                    h->ctx->comm_name, STATUS_KEEP_MS / 1000);
 }
 
-static int unanswered(int rc, const agent_kube_resp_t *r)
-{
-    return rc != 0 || r->code == 0 || r->code >= 500 || r->code == 429;
-}
-
 void agent_status_write(agent_health_t *h)
 {
     agent_ctx_t *ctx = h->ctx;
@@ -288,7 +283,7 @@ void agent_status_write(agent_health_t *h)
             /* re-read after a conflict with an empty merge patch of the status subresource
              * (the agent has patch, not get, on Communicators) */
             int rc = agent_kube_read_by_patch(ctx->kube, spath, deadline, &r);
-            if (unanswered(rc, &r)) {
+            if (agent_kube_unanswered(rc, &r)) {
                 agent_kube_resp_free(&r);
                 requeue(h, u);
                 break;
@@ -324,7 +319,7 @@ void agent_status_write(agent_health_t *h)
         int rc = agent_kube_request(ctx->kube, "PATCH", spath, patch,
                                     "application/merge-patch+json", deadline, &r);
         json_decref(patch);
-        if (unanswered(rc, &r)) {
+        if (agent_kube_unanswered(rc, &r)) {
             agent_kube_resp_free(&r);
             requeue(h, u);
             break;
