@@ -384,6 +384,41 @@ static void test_pod_ranks(void)
     EXPECT(per_pod("[{\"name\": \"t\"}]", "9999", 0, src, err) == -1);
 }
 
+/* The Event queue: occurrences of one (object, reason) fold into one entry; the 65th distinct
+ * Event finds the queue full and is dropped and counted, never blocking. */
+static void test_events_queue(void)
+{
+    agent_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    agent_events_t *q = ctx ? agent_events_new(ctx) : NULL;
+    char name[32];
+    EXPECT(q != NULL);
+    if (!q) {
+        free(ctx);
+        return;
+    }
+    EXPECT(agent_events_next_ms(q) == -1);
+    for (int i = 0; i < 10; i++)
+        agent_events_add(q, "Warning", "KcollCollectiveFailed", "rank 3 died", "Communicator",
+                         "kcoll.io/v1alpha1", "job", "uid-1");
+    int64_t next = agent_events_next_ms(q);
+    EXPECT(next > 0 && next <= 500); /* one entry, sent after the linger */
+    for (int i = 0; i < 63; i++) {
+        snprintf(name, sizeof(name), "pod-%d", i);
+        agent_events_add(q, "Warning", "KcollCollectiveFailed", "m", "Pod", "v1", name, "");
+    }
+    EXPECT(ctx->metrics.events_dropped == 0);
+    agent_events_add(q, "Warning", "KcollCollectiveFailed", "m", "Pod", "v1", "pod-63", "");
+    agent_events_add(q, "Warning", "KcollCollectiveFailed", "m", "Pod", "v1", "pod-64", "");
+    EXPECT(ctx->metrics.events_dropped == 2);
+    /* a repeat of a queued one still folds in */
+    agent_events_add(q, "Warning", "KcollCollectiveFailed", "again", "Pod", "v1", "pod-0", "");
+    EXPECT(ctx->metrics.events_dropped == 2);
+    agent_events_add(q, "Warning", "KcollCollectiveFailed", "m", "Pod", "v1", "", "");
+    EXPECT(ctx->metrics.events_dropped == 2); /* no object: nothing queued, nothing dropped */
+    agent_events_free(q);
+    free(ctx);
+}
+
 int main(void)
 {
     agent_log_init("error", NULL);
@@ -394,6 +429,7 @@ int main(void)
     test_proto();
     test_local_ranks();
     test_pod_ranks();
+    test_events_queue();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;
