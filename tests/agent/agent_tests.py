@@ -312,49 +312,34 @@ def case_status_errors(cl):
           "Event on the Communicator with its uid")
 
 
-def settle_counts(cl, prefix, quiet=3.0, limit=60):
-    """Per-agent request counts once none changed for quiet seconds (backup writers wait before
-    they look), at most limit seconds."""
-    deadline, last, since = time.time() + limit, None, time.time()
-    while time.time() < deadline:
-        cur = per_agent_counts(cl, prefix)
-        if cur != last:
-            last, since = cur, time.time()
-        elif time.time() - since >= quiet:
-            break
-        time.sleep(0.2)
-    return last or {}
+def report_all(socks, args):
+    """The same report from many ranks at once."""
+    procs = [subprocess.Popen([ARGS.hello, "--report"] + args + [s], stdout=subprocess.PIPE)
+             for s in socks]
+    check(all(p.wait(timeout=60) == 0 for p in procs), "a report was not acknowledged")
 
 
-def failure_cost(cl, name, n, victim, extra=()):
+def failure_cost(cl, name, n, victim):
     """A Ready job of n agents; every other rank reports the same failure, blamed on victim, at
     once (as the survivors of a dead rank do). Returns (status, requests, 409s, Events)."""
     _, pods = cl.add_job(name, n)
     agents = [cl.start_agent(p) for p in pods]
     rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=n)
     check(rc == 0, "bootstrap failed:\n" + out)
-    procs = [subprocess.Popen([ARGS.hello, "--report", "Ready", a["sock"]],
-                              stdout=subprocess.PIPE) for a in agents]
-    for p in procs:
-        check(p.wait(timeout=60) == 0, "Ready report not acknowledged")
+    report_all([a["sock"] for a in agents], ["Ready"])
     wait_for(lambda: ((comm(cl, name) or {}).get("status") or {}).get("phase") == "Ready", 30,
              "status.phase Ready")
-    settle_counts(cl, name + "-", quiet=1.0)
+    harness.settled(lambda: per_agent_counts(cl, name + "-"), quiet=1.0)
     cl.control("/reset-counts", {})
     before = {e["metadata"]["name"] for e in cl.objects("events")}
-    procs = [subprocess.Popen([ARGS.hello, "--report", "Failed", "--error",
-                               "rank %d (pod %s) closed its connection during all_reduce" % (
-                                   victim, pods[victim]["metadata"]["name"]),
-                               "--error-rank", str(victim), "--error-pod",
-                               pods[victim]["metadata"]["name"], "--error-node",
-                               pods[victim]["spec"]["nodeName"]] + list(extra) + [a["sock"]],
-                              stdout=subprocess.PIPE)
-             for i, a in enumerate(agents) if i != victim]
-    for p in procs:
-        check(p.wait(timeout=60) == 0, "failure report not acknowledged")
+    vpod = pods[victim]["metadata"]["name"]
+    report_all([a["sock"] for i, a in enumerate(agents) if i != victim], [
+        "Failed", "--error", "rank %d (pod %s) closed its connection during all_reduce" % (
+            victim, vpod), "--error-rank", str(victim), "--error-pod", vpod, "--error-node",
+        pods[victim]["spec"]["nodeName"]])
     wait_for(lambda: ((comm(cl, name) or {}).get("status") or {}).get("lastError"), 30,
              "status.lastError")
-    counts = settle_counts(cl, name + "-")
+    counts = harness.settled(lambda: per_agent_counts(cl, name + "-"))  # backups look late
     requests = sum(v["requests"] + v["watches"] for v in counts.values())
     conflicts = sum(v.get("codes", {}).get("409", 0) for v in counts.values())
     evs = [e for e in cl.objects("events") if e["metadata"]["name"] not in before]

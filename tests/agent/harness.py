@@ -419,5 +419,18 @@ def wait_for(pred, timeout, what):
     raise AssertionError("timed out waiting for " + what)
 
 
+def settled(fn, quiet=3.0, limit=60):
+    """fn()'s value once it did not change for quiet seconds (at most limit seconds)."""
+    deadline, last, since = time.time() + limit, None, time.time()
+    while time.time() < deadline:
+        cur = fn()
+        if cur != last:
+            last, since = cur, time.time()
+        elif time.time() - since >= quiet:
+            break
+        time.sleep(0.2)
+    return last
+
+
 def parse_ok(line):
     return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)

@@ -343,7 +343,7 @@ def case_failure_cost(ck, cl):
     ck(failed == n - 1, "the 31 survivors fail (%d did): %s" % (failed, codes))
     st, named = e2e.wait_status(cl, "podcost", lambda s: (s.get("lastError") or {}).get(
         "rank") == victim, 30)
-    counts = agent_tests.settle_counts(cl, "podcost-", quiet=4.0)
+    counts = harness.settled(lambda: agent_tests.per_agent_counts(cl, "podcost-"), quiet=4.0)
     requests = sum(v["requests"] + v["watches"] for v in counts.values())
     conflicts = sum(v.get("codes", {}).get("409", 0) for v in counts.values())
     evs = [e for e in cl.objects("events") if e["metadata"]["name"] not in before]
