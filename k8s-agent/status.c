@@ -13,7 +13,10 @@
 #define MAX_PATCH_ATTEMPTS 12
 #define STATUS_TRY_MS      10000  /* one write, its conflicts and retries on errors included */
 #define STATUS_KEEP_MS     300000 /* a write the API server does not take is retried this long */
-#define MEMBER_WATCH_MS    10000  /* a failed agent waits for the Communicator in slices */
+/* a failed agent waits for the Communicator in watches of 10 s, 20 s, then 30 s: few requests
+ * when it never comes (rank 0 failed too), and a stop within 30 s */
+#define MEMBER_WATCH_MS  10000
+#define MEMBER_WATCH_MAX 30000
 
 void agent_status_reset(update_t *u)
 {
@@ -381,13 +384,15 @@ void agent_status_member_task(agent_health_t *h, member_task_t *t)
     char path[400], fsel[300];
     member_watch_t w = {.job_uid = t->job_uid};
     int found = 0;
+    int64_t slice_ms = MEMBER_WATCH_MS;
 
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
              ctx->facts.ns);
     snprintf(fsel, sizeof(fsel), "metadata.name=%s", t->job);
     while (!found && agent_remaining_ms(t->deadline) > 0) {
         agent_kube_resp_t r;
-        int64_t slice = agent_now_ms() + MEMBER_WATCH_MS;
+        int64_t slice = agent_now_ms() + slice_ms;
+        slice_ms = slice_ms * 2 < MEMBER_WATCH_MAX ? slice_ms * 2 : MEMBER_WATCH_MAX;
         pthread_mutex_lock(&h->mu);
         int stop = h->stop;
         pthread_mutex_unlock(&h->mu);
