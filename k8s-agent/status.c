@@ -389,6 +389,8 @@ void agent_status_member_task(agent_health_t *h, member_task_t *t)
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
              ctx->facts.ns);
     snprintf(fsel, sizeof(fsel), "metadata.name=%s", t->job);
+    /* the rendezvous found it already (an agent that joined it only to fail the others) */
+    found = ctx->comm_uid[0] && strcmp(ctx->comm_name, t->job) == 0;
     while (!found && agent_remaining_ms(t->deadline) > 0) {
         agent_kube_resp_t r;
         int64_t slice = agent_now_ms() + slice_ms;
@@ -416,10 +418,12 @@ void agent_status_member_task(agent_health_t *h, member_task_t *t)
         json_decref(w.obj);
         return;
     }
-    snprintf(ctx->comm_name, sizeof(ctx->comm_name), "%s", t->job);
-    snprintf(ctx->comm_uid, sizeof(ctx->comm_uid), "%s", w.uid);
-    json_decref(h->cached);
-    h->cached = w.obj;
+    if (w.obj) { /* else the first write reads the object (an empty merge patch) */
+        snprintf(ctx->comm_name, sizeof(ctx->comm_name), "%s", t->job);
+        snprintf(ctx->comm_uid, sizeof(ctx->comm_uid), "%s", w.uid);
+        json_decref(h->cached);
+        h->cached = w.obj;
+    }
     pthread_mutex_lock(&h->mu);
     update_t *u = &h->pend;
     snprintf(u->phase, sizeof(u->phase), "Failed");
