@@ -229,8 +229,15 @@ static void resolve_uid(agent_events_t *q, ev_key_t *e, int64_t deadline)
     }
 }
 
-/* Send one queued Event (n occurrences): 0 done, 1 try again later, -1 refused. */
-static int send_one(agent_events_t *q, queued_t *x, long n)
+/* Refused (a 4xx other than a conflict): sending it again changes nothing. */
+static int refused(char *why, size_t len, const char *what, const agent_kube_resp_t *r)
+{
+    snprintf(why, len, "refused %s: HTTP %ld %s", what, r->code, r->message);
+    return -1;
+}
+
+/* Send one queued Event (n occurrences): 0 done, 1 try again later, -1 refused (why says so). */
+static int send_one(agent_events_t *q, queued_t *x, long n, char *why, size_t why_len)
 {
     agent_ctx_t *ctx = q->ctx;
     char path[400], one[800], ename[300];
@@ -270,10 +277,9 @@ static int send_one(agent_events_t *q, queued_t *x, long n)
             return 1;
         }
         if (r.code != 409) { /* 403, 422: sending it again changes nothing */
-            agent_warn("AGENT-EVENT-FAIL", "posting Event %s on %s %s: HTTP %ld %s", x->e.reason,
-                       x->e.kind, x->e.name, r.code, r.message);
+            rc = refused(why, why_len, "creating it", &r);
             agent_kube_resp_free(&r);
-            return -1;
+            return rc;
         }
         agent_kube_resp_free(&r);
         s = sent_find(q, ename, 1); /* AlreadyExists: another agent (or run) raised it */
@@ -291,10 +297,9 @@ static int send_one(agent_events_t *q, queued_t *x, long n)
                 return 1;
             }
             if (r.code != 200) {
-                agent_warn("AGENT-EVENT-FAIL", "reading Event %s: HTTP %ld %s", ename, r.code,
-                           r.message);
+                int bad = refused(why, why_len, "reading its count", &r);
                 agent_kube_resp_free(&r);
-                return -1;
+                return bad;
             }
             sent_update(s, r.body);
             agent_kube_resp_free(&r);
@@ -322,10 +327,9 @@ static int send_one(agent_events_t *q, queued_t *x, long n)
             return 1;
         }
         if (r.code != 409) {
-            agent_warn("AGENT-EVENT-FAIL", "counting Event %s: HTTP %ld %s", ename, r.code,
-                       r.message);
+            rc = refused(why, why_len, "counting it (patch)", &r);
             agent_kube_resp_free(&r);
-            return -1;
+            return rc;
         }
         agent_kube_resp_free(&r);
         s->rv[0] = '\0'; /* another writer counted meanwhile: read and add again */
@@ -340,6 +344,7 @@ void agent_events_flush(agent_events_t *q)
         return;
     for (;;) {
         queued_t *x = NULL, copy;
+        char why[900] = "";
         int64_t now = agent_now_ms();
         long n;
         int rc;
@@ -355,7 +360,7 @@ void agent_events_flush(agent_events_t *q)
         copy = *x;
         n = x->pending;
         pthread_mutex_unlock(&q->mu);
-        rc = send_one(q, &copy, n);
+        rc = send_one(q, &copy, n, why, sizeof(why));
         pthread_mutex_lock(&q->mu);
         x->busy = 0;
         snprintf(x->e.uid, sizeof(x->e.uid), "%s", copy.e.uid);
@@ -363,9 +368,12 @@ void agent_events_flush(agent_events_t *q)
             q->ctx->metrics.events_emitted++;
             x->pending -= n;
         } else if (rc < 0) {
-            /* refused: logged by send_one; counted as dropped */
-            q->ctx->metrics.events_dropped += x->pending;
+            ev_key_t k = x->e;
+            long lost = x->pending;
             x->pending = 0;
+            pthread_mutex_unlock(&q->mu);
+            drop(q, &k, lost, why);
+            pthread_mutex_lock(&q->mu);
         } else if (agent_now_ms() - x->raised_ms >= KEEP_MS) {
             ev_key_t k = x->e;
             long lost = x->pending;

@@ -193,7 +193,7 @@ void agent_status_failure_events(agent_health_t *h, const char *reason, const ch
 
 /* The API server did not answer a write (an outage, 5xx, 429): keep it, under any newer
  * update, and try again after a back-off; given up STATUS_KEEP_MS after the first try. */
-static void requeue(agent_health_t *h, update_t *u)
+static void requeue(agent_health_t *h, update_t *u, const char *why)
 {
     int64_t now = agent_now_ms(), d;
     if (!u->first_ms)
@@ -245,9 +245,9 @@ static void requeue(agent_health_t *h, update_t *u)
     pthread_mutex_unlock(&h->mu);
     if (u->tries == 1)
         agent_info("AGENT-STATUS-RETRY",
-                   "Communicator %s status not written (the API server did not answer); kept "
-                   "and retried with back-off for up to %d s",
-                   h->ctx->comm_name, STATUS_KEEP_MS / 1000);
+                   "Communicator %s status not written (%s); kept and retried with back-off for "
+                   "up to %d s",
+                   h->ctx->comm_name, why, STATUS_KEEP_MS / 1000);
 }
 
 void agent_status_write(agent_health_t *h)
@@ -277,8 +277,10 @@ void agent_status_write(agent_health_t *h)
         json_decref(h->cached);
         h->cached = NULL;
     }
+    int conflicted = 0;
     for (int attempt = 0; attempt < MAX_PATCH_ATTEMPTS && agent_remaining_ms(deadline) > 0;
          attempt++) {
+        conflicted = 0;
         agent_kube_resp_t r;
         json_t *patch, *st;
         const char *rv;
@@ -288,7 +290,7 @@ void agent_status_write(agent_health_t *h)
             int rc = agent_kube_read_by_patch(ctx->kube, spath, deadline, &r);
             if (agent_kube_unanswered(rc, &r)) {
                 agent_kube_resp_free(&r);
-                requeue(h, u);
+                requeue(h, u, "the API server did not answer");
                 break;
             }
             if (r.code != 200) {
@@ -324,7 +326,7 @@ void agent_status_write(agent_health_t *h)
         json_decref(patch);
         if (agent_kube_unanswered(rc, &r)) {
             agent_kube_resp_free(&r);
-            requeue(h, u);
+            requeue(h, u, "the API server did not answer");
             break;
         }
         ctx->metrics.status_patches++;
@@ -347,12 +349,11 @@ void agent_status_write(agent_health_t *h)
          * jittered back-off (bounded: MAX_PATCH_ATTEMPTS within STATUS_TRY_MS) */
         agent_debug("AGENT-STATUS-CONFLICT", "status patch conflict; re-reading");
         agent_kube_resp_free(&r);
+        conflicted = 1; /* if the try ends here, the update is kept for a later one */
         agent_kube_backoff(ctx->kube, attempt < 4 ? attempt : 4, deadline);
-        if (attempt == MAX_PATCH_ATTEMPTS - 1)
-            agent_warn("AGENT-STATUS-FAIL",
-                       "Communicator %s status: still conflicting after %d attempts",
-                       ctx->comm_name, MAX_PATCH_ATTEMPTS);
     }
+    if (conflicted)
+        requeue(h, u, "still conflicting with other writers at the end of a try");
     free(u);
 }
 
