@@ -66,6 +66,13 @@ again:;
     }
     if (io == COLLI_IO_OK)
         io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
+    /* Wire protocol 4: the root may first ask this rank to probe others' data addresses (its
+     * network check, bootstrap/reach.c), once; then its answer follows. */
+    if (io == COLLI_IO_OK && rep.magic == COLLI_FRAME_MAGIC && rep.status == COLLI_ROOT_PROBE) {
+        io = colli_reach_answer(fd, &rep, hs.key, comm->secret, bind_addr, comm->rank, deadline);
+        if (io == COLLI_IO_OK)
+            io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
+    }
     /* A root on a listener it shares (coll_comm_shrink): the parent communicator's transport may
      * have taken this connection and dropped it as a stranger; connect again. */
     const bool dropped =
