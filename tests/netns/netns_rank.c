@@ -5,10 +5,12 @@
  * (0 iterations: until one fails, at most 120 s), printing "ITER <n>" after each, and ends with
  *   DIAG-RESULT rank=<r> call=<init|all_reduce> rc=<COLL_... name> t=<monotonic s> iters=<n>
  *   bad=<wrong elements> msg=<coll_get_last_error()>
- *   netns_rank <iterations> <count>
+ *   netns_rank <iterations> <count> [all_to_all]
+ * (all_to_all: checked all_to_alls of count float32 per peer instead, reported as call=all_to_all)
  *   netns_rank --now        prints CLOCK_MONOTONIC seconds (shared by every namespace)
  */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,33 @@ static void result(int rank, const char *call, coll_result_t rc, long iters, lon
     fflush(stdout);
 }
 
+/* Checked all_to_alls: block j of rank i holds i * 1000 + j + iteration. */
+static int all_to_all(coll_comm_t comm, int rank, int nranks, long iters, size_t count)
+{
+    const size_t n = count * (size_t)nranks;
+    float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+    long done = 0, bad = 0;
+    coll_result_t rc = COLL_SUCCESS;
+    while (s != NULL && r != NULL && done < iters) {
+        for (size_t i = 0; i < n; i++)
+            s[i] = (float)(rank * 1000 + (int)(i / count) + done);
+        rc = coll_all_to_all(s, r, count, COLL_FLOAT32, comm, NULL);
+        if (rc != COLL_SUCCESS)
+            break;
+        for (size_t i = 0; i < n; i++)
+            bad += r[i] != (float)((int)(i / count) * 1000 + rank + done);
+        printf("ITER %ld\n", ++done);
+    }
+    result(rank, "all_to_all", rc, done, bad);
+    if (rc == COLL_SUCCESS)
+        coll_comm_destroy(comm);
+    else
+        coll_comm_abort(comm);
+    free(s);
+    free(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -55,9 +84,12 @@ int main(int argc, char **argv)
         printf("%.3f\n", now());
         return 0;
     }
-    if (argc != 3) {
-        fprintf(stderr, "usage: netns_rank <iterations> <count> (with COLL_UNIQUE_ID, COLL_RANK "
-                        "and COLL_NRANKS, or MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)\n");
+    const bool a2a = argc == 4 && strcmp(argv[3], "all_to_all") == 0;
+    if (argc != 3 && !a2a) {
+        fprintf(
+            stderr,
+            "usage: netns_rank <iterations> <count> [all_to_all] (with COLL_UNIQUE_ID, COLL_RANK "
+            "and COLL_NRANKS, or MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)\n");
         return 2;
     }
     long iters = atol(argv[1]);
@@ -73,6 +105,8 @@ int main(int argc, char **argv)
         result(rank, "init", rc, 0, 0);
         return 0;
     }
+    if (a2a)
+        return all_to_all(comm, rank, nranks, iters, count);
     float *s = malloc(count * sizeof(float)), *r = malloc(count * sizeof(float));
     long done = 0, bad = 0;
     double end = now() + 120;

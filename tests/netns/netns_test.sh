@@ -150,7 +150,7 @@ fi
 note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3, ib7 10.77.5.3 (routed)"
 
 NODE_NS=("$NS1" "$NS2" "$NS3")
-CASES=" ${NETNS_CASES:-a0 a a2 a3 r b c d e f g h} " # a subset can be chosen for debugging
+CASES=" ${NETNS_CASES:-a0 a a2 a3 r b c d e f g h u} " # a subset can be chosen for debugging
 want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 
 # run_on <node index 0..2> <command...>: inside the node's namespaces, in the background
@@ -526,6 +526,71 @@ if want_case $name; then
         grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2"; then ok; else
         bad "h: rank 0 did not host the root, or node3 did not take ens5 toward MASTER_ADDR"
     fi
+fi
+
+# ---- u: 32 ranks, an all_to_all, one host under ulimit -n 64 ----
+name=u
+note "--- u: 32 ranks over the three nodes (11/11/10), all_to_all, node2's ranks under ulimit -n 64"
+if want_case $name && start_root $name "10.77.1.0/24" 30; then
+    t0=$(now)
+    RANK_PIDS=()
+    first=(0 11 22)
+    last=(10 21 31)
+    for n in 0 1 2; do
+        lim=unlimited
+        [ $n = 1 ] && lim=64
+        # one shell per node (one IPC namespace: its ranks share memory, as on a real host)
+        # shellcheck disable=SC2016 # expanded by the node's shell
+        run_on "$n" env COLL_UNIQUE_ID="$ID" COLL_NRANKS=32 COLL_SOCKET_IFNAME=10.77.1.0/24 \
+            COLL_TIMEOUT=10 COLL_BOOTSTRAP_TIMEOUT=30 LIM=$lim FIRST=${first[$n]} \
+            LAST=${last[$n]} PROG="$RANKPROG" OUT="$WORK/$name" sh -c '
+                [ "$LIM" = unlimited ] || ulimit -n "$LIM" || exit 9
+                r=$FIRST
+                while [ "$r" -le "$LAST" ]; do
+                    COLL_RANK=$r "$PROG" 2 256 all_to_all >"$OUT.r$r" 2>&1 &
+                    r=$((r + 1))
+                done
+                wait'
+        RANK_PIDS+=($!)
+    done
+    wait_ranks $name 40
+    nlim=0 nother=0
+    for r in $(seq 0 31); do
+        if [ "$r" -ge 11 ] && [ "$r" -le 21 ]; then
+            # a limited rank: out of descriptors itself, or told by another limited rank
+            rc=$(field $name $r rc)
+            case "$rc" in COLL_ERR_SYSTEM | COLL_ERR_REMOTE) ok ;; *)
+                bad "u: rank $r (limited) returned '${rc:-nothing}': $(field $name $r msg)" ;;
+            esac
+            [ "$rc" = COLL_ERR_SYSTEM ] && nlim=$((nlim + 1))
+        else
+            expect_rc $name $r COLL_ERR_REMOTE
+            nother=$((nother + 1))
+        fi
+        expect_msg $name $r "Too many open files"
+        # the limit, said of the rank of node2 that ran out, in peers, with the fix
+        if field $name $r msg |
+            grep -Eq "the open-file limit \(ulimit -n\) is 64 \(hard 64\), but rank (1[1-9]|2[01]) with"; then
+            ok
+        else
+            bad "u: rank $r does not name the limit 64 of a rank of node2: $(field $name $r msg)"
+        fi
+        expect_msg $name $r " with 31 peers ("
+        expect_msg $name $r "descriptors: raise it (ulimit -n "
+        t=$(field $name $r t)
+        if [ -n "$t" ] && awk -v t="$t" -v t0="$t0" 'BEGIN { exit !(t - t0 <= 25) }'; then ok; else
+            bad "u: rank $r failed at ${t:-never}, more than 25 s after the start"
+        fi
+    done
+    # the limited ranks name themselves; the others name a limited rank (11..21) on node2
+    if [ "$nlim" -ge 1 ]; then ok; else bad "u: no rank of node2 said it ran out of descriptors"; fi
+    if field $name 0 msg | grep -Eq "^rank (1[1-9]|2[01]) \(pid [0-9]+ on node2, 10.77.1.2:[0-9]+\) reported: "; then
+        ok
+    else
+        bad "u: rank 0 does not name a rank of node2: $(field $name 0 msg)"
+    fi
+    slowest=$(for r in $(seq 0 31); do field $name $r t; done | sort -n | tail -n 1)
+    note "u: $nlim limited ranks named their own limit; the last of 32 ranks failed $(awk -v t="$slowest" -v t0="$t0" 'BEGIN { printf "%.1f", t - t0 }') s after the start"
 fi
 
 # ---- c: a link goes down mid-collective ----
