@@ -179,6 +179,19 @@ err_close:
     return status;
 }
 
+void colli_bootstrap_error_text(int rank, const char *msg, char *buf, size_t len)
+{
+    char host[64] = "?";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "?");
+    if (rank >= 0)
+        snprintf(buf, len, "rank %d (pid %d on %s) cannot start: %s", rank, (int)getpid(), host,
+                 msg);
+    else /* a process that is no rank (its agent refused it) */
+        snprintf(buf, len, "a process of this job (pid %d on %s) was refused: %s", (int)getpid(),
+                 host, msg);
+}
+
 void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
                                   int rank, int nranks, const char *msg)
 {
@@ -187,15 +200,7 @@ void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uin
         uint8_t mac[16];
     } out;
     memset(&out, 0, sizeof(out));
-    char host[64] = "?";
-    if (gethostname(host, sizeof(host) - 1) != 0)
-        snprintf(host, sizeof(host), "?");
-    if (rank >= 0)
-        snprintf(out.text, sizeof(out.text), "rank %d (pid %d on %s) cannot start: %s", rank,
-                 (int)getpid(), host, msg);
-    else /* a process that is no rank (its agent refused it) */
-        snprintf(out.text, sizeof(out.text), "a process of this job (pid %d on %s) was refused: %s",
-                 (int)getpid(), host, msg);
+    colli_bootstrap_error_text(rank, msg, out.text, sizeof(out.text));
     int fd = -1;
     double deadline = colli_now() + 2.0;
     if (colli_sock_connect(root, NULL, deadline, true, &fd) != COLLI_IO_OK)

@@ -88,5 +88,8 @@ int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16
  * once with msg instead of waiting for the bootstrap timeout. */
 void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
                                   int rank, int nranks, const char *msg);
+/* The text that report sends: "rank R (pid P on HOST) cannot start: msg" (rank -1: "a process
+ * of this job ... was refused: msg"); the reporting process says the same of itself. */
+void colli_bootstrap_error_text(int rank, const char *msg, char *buf, size_t len);
 
 #endif
