@@ -209,8 +209,8 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f)
     }
     coll_info(INIT,
               "rank %d of %d from the caller's unique id; network, transport and timeouts pinned "
-              "by the kcoll agent of %s (rank %d of %d in %s%s)",
-              c->rank, c->nranks, f->pod[0] ? f->pod : "this pod", f->rank, f->nranks,
+              "by the kcoll agent of pod %s (rank %d of %d in %s%s)",
+              c->rank, c->nranks, f->pod[0] ? f->pod : "(unnamed)", f->rank, f->nranks,
               f->topology[0] ? "CollectiveTopology " : "its standalone topology", f->topology);
     c->agent = f;
     c->agent_socket = path;
