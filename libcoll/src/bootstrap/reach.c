@@ -322,7 +322,7 @@ static const char *how_str(int how)
     case COLLI_NETIF_CIDR:
         return "chosen by a CIDR pin";
     default:
-        return "chosen by another kcoll build";
+        return "its interface choice not recorded";
     }
 }
 
@@ -378,9 +378,28 @@ static void describe(const plan_t *p, const struct sockaddr_storage *root, int r
             msg + used, len - used, "%d of %d ranks are on %s; the bootstrap root is %s (%s). ",
             p->main_count, p->n, mnet, ras, root_prefix > 0 ? rnet : "its network unknown here");
     }
-    if (used < len && nbad > 1)
-        used += (size_t)snprintf(msg + used, len - used,
-                                 "%d ranks in all are unreachable so (see the root's log). ", nbad);
+    if (used < len && nbad > 1) {
+        used += (size_t)snprintf(msg + used, len - used, "Unreachable too: ");
+        int listed = 0;
+        for (int j = bad + 1; j < p->n && used < len; j++) {
+            const int ej = p->same_as[j] >= 0 ? p->err[p->same_as[j]] : p->err[j];
+            if (ej <= 0)
+                continue;
+            if (listed++ == 4) {
+                used += (size_t)snprintf(msg + used, len - used, ", and %d more", nbad - 5);
+                break;
+            }
+            struct sockaddr_storage ja;
+            char js[80];
+            rec_addr(p->ranks[j].rec, &ja);
+            colli_sockaddr_str(&ja, js, sizeof(js));
+            used += (size_t)snprintf(msg + used, len - used, "%srank %d (%s on %.64s)",
+                                     listed > 1 ? ", " : "", p->ranks[j].rec->rank, js,
+                                     p->ranks[j].rec->hostname);
+        }
+        if (used < len)
+            used += (size_t)snprintf(msg + used, len - used, ". ");
+    }
     if (used < len)
         snprintf(msg + used, len - used,
                  "Pin that network on every rank by address: COLL_SOCKET_IFNAME=%s (a CIDR "
