@@ -10,38 +10,43 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A fatal condition; with f (this rank's facts, root endpoint and secret known) the processes it
+ * serves tell the job's other ranks through the bootstrap root, which fails them within seconds. */
+static int vfail(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
+                 va_list ap)
+{
+    agent_condition_t c;
+    memset(&c, 0, sizeof(c));
+    c.fatal = 1;
+    snprintf(c.type, sizeof(c.type), "%s", type);
+    vsnprintf(c.message, sizeof(c.message), fmt, ap);
+    if (f != NULL)
+        agent_set_failed_known(ctx, &c, f);
+    else
+        agent_set_failed(ctx, &c);
+    return -1;
+}
+
 static int fail(agent_ctx_t *ctx, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(agent_ctx_t *ctx, const char *type, const char *fmt, ...)
 {
-    agent_condition_t c;
     va_list ap;
-    memset(&c, 0, sizeof(c));
-    c.fatal = 1;
-    snprintf(c.type, sizeof(c.type), "%s", type);
     va_start(ap, fmt);
-    vsnprintf(c.message, sizeof(c.message), fmt, ap);
+    vfail(ctx, NULL, type, fmt, ap);
     va_end(ap);
-    agent_set_failed(ctx, &c);
     return -1;
 }
 
-/* A failure once this rank's facts (root endpoint, secret) are known: the processes it serves
- * tell the job's other ranks through the bootstrap root, which fails them within seconds. */
 static int fail_known(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
                       ...) __attribute__((format(printf, 4, 5)));
 static int fail_known(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
                       ...)
 {
-    agent_condition_t c;
     va_list ap;
-    memset(&c, 0, sizeof(c));
-    c.fatal = 1;
-    snprintf(c.type, sizeof(c.type), "%s", type);
     va_start(ap, fmt);
-    vsnprintf(c.message, sizeof(c.message), fmt, ap);
+    vfail(ctx, f, type, fmt, ap);
     va_end(ap);
-    agent_set_failed_known(ctx, &c, f);
     return -1;
 }
 

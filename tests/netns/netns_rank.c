@@ -50,6 +50,20 @@ static void result(int rank, const char *call, coll_result_t rc, long iters, lon
     fflush(stdout);
 }
 
+/* The closing line; the communicator destroyed (or aborted after a failure), the buffers freed. */
+static int finish(coll_comm_t comm, int rank, const char *call, coll_result_t rc, long done,
+                  long bad, float *s, float *r)
+{
+    result(rank, call, rc, done, bad);
+    if (rc == COLL_SUCCESS)
+        coll_comm_destroy(comm);
+    else
+        coll_comm_abort(comm);
+    free(s);
+    free(r);
+    return 0;
+}
+
 /* Checked all_to_alls: block j of rank i holds i * 1000 + j + iteration. */
 static int all_to_all(coll_comm_t comm, int rank, int nranks, long iters, size_t count)
 {
@@ -67,14 +81,7 @@ static int all_to_all(coll_comm_t comm, int rank, int nranks, long iters, size_t
             bad += r[i] != (float)((int)(i / count) * 1000 + rank + done);
         printf("ITER %ld\n", ++done);
     }
-    result(rank, "all_to_all", rc, done, bad);
-    if (rc == COLL_SUCCESS)
-        coll_comm_destroy(comm);
-    else
-        coll_comm_abort(comm);
-    free(s);
-    free(r);
-    return 0;
+    return finish(comm, rank, "all_to_all", rc, done, bad, s, r);
 }
 
 int main(int argc, char **argv)
@@ -124,12 +131,5 @@ int main(int argc, char **argv)
         }
         printf("ITER %ld\n", ++done);
     }
-    result(rank, "all_reduce", rc, done, bad);
-    if (rc == COLL_SUCCESS)
-        coll_comm_destroy(comm);
-    else
-        coll_comm_abort(comm);
-    free(s);
-    free(r);
-    return 0;
+    return finish(comm, rank, "all_reduce", rc, done, bad, s, r);
 }

@@ -260,6 +260,18 @@ expect_within() { # name rank t0 seconds
 }
 now() { "$RANKPROG" --now; }
 
+# expect_job <name>: every rank finished its all_reduces with exact results
+expect_job() {
+    for r in 0 1 2; do
+        expect_rc "$1" $r COLL_SUCCESS
+        if [ "$(field "$1" $r iters)" = 3 ] && [ "$(field "$1" $r bad)" = 0 ]; then
+            ok
+        else
+            bad "$1: rank $r: iterations $(field "$1" $r iters), wrong elements $(field "$1" $r bad)"
+        fi
+    done
+}
+
 # expect_decoy <name> <why>: rank 2 on the decoy is found by the bootstrap root before any data
 # connection: every rank, rank 2 included, fails within seconds with one message that names
 # the rank, its host, interface, address and network, the job's network and the CIDR fix
@@ -344,14 +356,7 @@ note "--- r: COLL_SOCKET_IFNAME=bond0,eth1,ib7: node3 on 10.77.5.0/24, routed to
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
     start_ranks $name "bond0,eth1,ib7" 10 20 3 65536
     wait_ranks $name 40
-    for r in 0 1 2; do
-        expect_rc $name $r COLL_SUCCESS
-        if [ "$(field $name $r iters)" = 3 ] && [ "$(field $name $r bad)" = 0 ]; then
-            ok
-        else
-            bad "r: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
-        fi
-    done
+    expect_job $name
     if grep -q "rank 2 of 3: 10.77.5.3:[0-9]* on ib7" "$WORK/$name.r2"; then ok; else
         bad "r: rank 2 did not use ib7 10.77.5.3"
     fi
@@ -395,14 +400,7 @@ note "--- d: COLL_SOCKET_IFNAME unset on every rank (node3's first interface is 
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
     start_ranks $name "" 10 20 3 65536
     wait_ranks $name 40
-    for r in 0 1 2; do
-        expect_rc $name $r COLL_SUCCESS
-        if [ "$(field $name $r iters)" = 3 ] && [ "$(field $name $r bad)" = 0 ]; then
-            ok
-        else
-            bad "d: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
-        fi
-    done
+    expect_job $name
     if grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2" &&
         grep -q "COLL_SOCKET_IFNAME is not set: ens5 .* the interface on the network of the bootstrap root 10.77.1.3" "$WORK/$name.r2"; then
         ok
@@ -471,18 +469,6 @@ if want_case $name && [ -x "$COLLRUN" ]; then
         bad "f: node3's rank did not take ens5, the interface on the root's network"
     fi
 fi
-
-# expect_job <name>: every rank finished its all_reduces with exact results
-expect_job() {
-    for r in 0 1 2; do
-        expect_rc "$1" $r COLL_SUCCESS
-        if [ "$(field "$1" $r iters)" = 3 ] && [ "$(field "$1" $r bad)" = 0 ]; then
-            ok
-        else
-            bad "$1: rank $r: iterations $(field "$1" $r iters), wrong elements $(field "$1" $r bad)"
-        fi
-    done
-}
 
 # ---- g: NCCL habits and a typo on one node ----
 name=g
