@@ -281,7 +281,9 @@ expect_decoy() {
     fi
     for r in 0 1 2; do
         expect_rc "$1" $r COLL_ERR_NETWORK
-        [ "$(field "$1" $r call)" = init ] && ok || bad "$1: rank $r failed in $(field "$1" $r call), not at init"
+        if [ "$(field "$1" $r call)" = init ]; then ok; else
+            bad "$1: rank $r failed in $(field "$1" $r call), not at init"
+        fi
         expect_msg "$1" $r "rank 2 (pid "
         expect_msg "$1" $r " on node3) cannot be reached by the other ranks: its data address 10.77.9.3:"
         expect_msg "$1" $r " on eth0 (network 10.77.9.0/24, chosen by an interface-name pin)"
@@ -528,8 +530,8 @@ if want_case $name && start_root $name "10.77.1.0/24" 30; then
         # one shell per node (one IPC namespace: its ranks share memory, as on a real host)
         # shellcheck disable=SC2016 # expanded by the node's shell
         run_on "$n" env COLL_UNIQUE_ID="$ID" COLL_NRANKS=32 COLL_SOCKET_IFNAME=10.77.1.0/24 \
-            COLL_TIMEOUT=10 COLL_BOOTSTRAP_TIMEOUT=30 LIM=$lim FIRST=${first[$n]} \
-            LAST=${last[$n]} PROG="$RANKPROG" OUT="$WORK/$name" sh -c '
+            COLL_TIMEOUT=10 COLL_BOOTSTRAP_TIMEOUT=30 LIM=$lim FIRST="${first[$n]}" \
+            LAST="${last[$n]}" PROG="$RANKPROG" OUT="$WORK/$name" sh -c '
                 [ "$LIM" = unlimited ] || ulimit -n "$LIM" || exit 9
                 r=$FIRST
                 while [ "$r" -le "$LAST" ]; do
@@ -541,7 +543,7 @@ if want_case $name && start_root $name "10.77.1.0/24" 30; then
     done
     wait_ranks $name 40
     nlim=0 nother=0
-    for r in $(seq 0 31); do
+    for ((r = 0; r < 32; r++)); do
         if [ "$r" -ge 11 ] && [ "$r" -le 21 ]; then
             # a limited rank: out of descriptors itself, or told by another limited rank
             rc=$(field $name $r rc)
@@ -575,7 +577,7 @@ if want_case $name && start_root $name "10.77.1.0/24" 30; then
     else
         bad "u: rank 0 does not name a rank of node2: $(field $name 0 msg)"
     fi
-    slowest=$(for r in $(seq 0 31); do field $name $r t; done | sort -n | tail -n 1)
+    slowest=$(for ((r = 0; r < 32; r++)); do field $name $r t; done | sort -n | tail -n 1)
     note "u: $nlim limited ranks named their own limit; the last of 32 ranks failed $(awk -v t="$slowest" -v t0="$t0" 'BEGIN { printf "%.1f", t - t0 }') s after the start"
 fi
 
