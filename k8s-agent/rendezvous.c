@@ -461,7 +461,8 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
  * (rank 0 publishes them on its pod IP when its pinned address is not here), so that this pod's
  * processes fail the job's other ranks through the bootstrap root within seconds instead of
  * leaving them to the bootstrap timeout (issue 19). 0 when known. */
-static int rendezvous_to_fail(agent_ctx_t *ctx, agent_pod_info_t *pi, agent_facts_t *f)
+static int rendezvous_to_fail(agent_ctx_t *ctx, agent_pod_info_t *pi, agent_facts_t *f,
+                              const char *type)
 {
     agent_condition_t c;
     char ifn[64];
@@ -473,6 +474,10 @@ static int rendezvous_to_fail(agent_ctx_t *ctx, agent_pod_info_t *pi, agent_fact
         if (!f->address[0])
             return -1;
     }
+    agent_warn("AGENT-RDV-TO-FAIL",
+               "this pod cannot start (%s); joining the rendezvous first, so that its processes "
+               "can tell the job's other ranks through the bootstrap root",
+               type);
     memset(&c, 0, sizeof(c));
     deadline = agent_now_ms() +
                (int64_t)(f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : 300) * 1000;
@@ -514,7 +519,7 @@ int agent_kube_run(agent_ctx_t *ctx)
     agent_log_init(NULL, f.pod);
     if (agent_topology_resolve(ctx, deadline, &pi, &f, &cond) != 0) {
         known = colli_proto_code_class(cond.type) == COLLI_PROTO_CLASS_NETWORK &&
-                rendezvous_to_fail(ctx, &pi, &f) == 0;
+                rendezvous_to_fail(ctx, &pi, &f, cond.type) == 0;
         goto out;
     }
     if (agent_preflight(ctx, &f, &cond) != 0)
