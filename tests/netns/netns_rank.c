@@ -2,7 +2,8 @@
  * A rank for the network-namespace test. Joins the communicator its environment names
  * (coll_comm_init_env: COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS, or torchrun's MASTER_ADDR,
  * MASTER_PORT, RANK and WORLD_SIZE), then runs `iterations` checked all_reduces of `count` float32
- * (0 iterations: until one fails, at most 120 s), printing "ITER <n>" after each, and ends with
+ * (0 iterations: until one fails, at most 120 s), printing "INIT rank=<r> t=<monotonic s>" once
+ * the communicator exists and "ITER <n>" after each call, and ends with
  *   DIAG-RESULT rank=<r> call=<init|all_reduce> rc=<COLL_... name> t=<monotonic s> iters=<n>
  *   bad=<wrong elements> msg=<coll_get_last_error()>
  *   netns_rank <iterations> <count> [all_to_all]
@@ -112,6 +113,7 @@ int main(int argc, char **argv)
         result(rank, "init", rc, 0, 0);
         return 0;
     }
+    printf("INIT rank=%d t=%.3f\n", rank, now());
     if (a2a)
         return all_to_all(comm, rank, nranks, iters, count);
     float *s = malloc(count * sizeof(float)), *r = malloc(count * sizeof(float));

@@ -213,7 +213,7 @@ wait_ranks() {
     done
     wait "${RANK_PIDS[@]}" 2>/dev/null
     for r in 0 1 2; do
-        sed "s/^/  [$1 r$r] /" "$WORK/$1.r$r" | grep -v '^  \[[^]]*\] ITER' | grep -v 'INFO INIT' |
+        sed "s/^/  [$1 r$r] /" "$WORK/$1.r$r" | grep -Ev '^  \[[^]]*\] (ITER|INIT rank=)' | grep -v 'INFO INIT' |
             cut -c1-700
     done
 }
@@ -356,9 +356,11 @@ fi
 name=r
 note "--- r: COLL_SOCKET_IFNAME=bond0,eth1,ib7: node3 on 10.77.5.0/24, routed to 10.77.1.0/24"
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    t0=$(now)
     start_ranks $name "bond0,eth1,ib7" 10 20 3 65536
     wait_ranks $name 40
     expect_job $name
+    note "r: the last rank's communicator was ready $(for r in 0 1 2; do sed -n 's/^INIT rank=[0-9]* t=//p' "$WORK/$name.r$r"; done | sort -n | tail -n 1 | awk -v t0="$t0" '{ printf "%.2f", $1 - t0 }') s after the start (probes included)"
     if grep -q "rank 2 of 3: 10.77.5.3:[0-9]* on ib7" "$WORK/$name.r2"; then ok; else
         bad "r: rank 2 did not use ib7 10.77.5.3"
     fi
@@ -378,8 +380,10 @@ fi
 name=b
 note "--- b: COLL_SOCKET_IFNAME=10.77.1.0/24 on the root and every rank"
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    t0=$(now)
     start_ranks $name "10.77.1.0/24" 10 20 5 65536
     wait_ranks $name 40
+    note "b: the last rank's communicator was ready $(for r in 0 1 2; do sed -n 's/^INIT rank=[0-9]* t=//p' "$WORK/$name.r$r"; done | sort -n | tail -n 1 | awk -v t0="$t0" '{ printf "%.2f", $1 - t0 }') s after the start (one network: no probe)"
     ifs=(bond0 eth1 ens5)
     for r in 0 1 2; do
         expect_rc $name $r COLL_SUCCESS
