@@ -1,9 +1,9 @@
 /* The bootstrap root's network check (libcoll/src/bootstrap/reach.c, included so that the test
  * can make a prober's answer): networks of addresses, the member record's prefix, and the plan:
  * one network or no prober on another host costs nothing (no byte to any rank); ranks of one
- * address are probed once; a reachable address passes (a real probe from this process); an
- * unreachable one fails with the message that names rank, host, interface, address, networks and
- * the CIDR pin. */
+ * address are probed once; a prober that could not tell fails nothing; a reachable address passes
+ * (a real probe from this process); an unreachable one fails with the message that names rank,
+ * host, interface, address, networks and the CIDR pin. */
 #include "bootstrap/reach.c"
 
 #include <pthread.h>
@@ -214,6 +214,8 @@ static void test_two_networks(void)
     two_networks("127.0.0.1", port, 8, 0, COLL_SUCCESS, msg, sizeof(msg), &entries);
     CHECK(entries == 1, "ranks 2 and 3 share an address: %u probes, want 1", entries);
     close(lfd);
+    /* a prober that could not tell (out of descriptors): left to the data connections */
+    two_networks("10.77.9.3", 4000, 24, -EMFILE, COLL_SUCCESS, msg, sizeof(msg), &entries);
     /* a prober that reaches nothing */
     two_networks("10.77.9.3", 4000, 24, ENETUNREACH, COLL_ERR_NETWORK, msg, sizeof(msg), &entries);
     const char *want[] = {"rank 2 (pid 102 on c) cannot be reached by the other ranks",
@@ -228,8 +230,53 @@ static void test_two_networks(void)
     printf("%s\n", msg);
 }
 
+/* A fabric of per-pod /32 addresses (every rank its own network): the root's network wins the
+ * tie, its one rank probes at most REACH_PER_PROBER others, and nothing is probed from its own
+ * host. */
+static void test_per_pod_addresses(void)
+{
+    enum { M = 200 };
+    static colli_wire_member_t many[M];
+    static colli_reach_rank_t mr[M];
+    static int buf[M * 7 + REACH_MAX_TARGETS];
+    for (int r = 0; r < M; r++) {
+        colli_member_t m;
+        memset(&m, 0, sizeof(m));
+        m.rank = r;
+        m.nranks = M;
+        char ip[32];
+        snprintf(ip, sizeof(ip), "10.244.%d.%d", r / 200, r % 200 + 1);
+        sa4(&m.addr, ip, 5000);
+        m.prefix = 32;
+        m.nstreams = 1;
+        m.chunk_size = 1 << 20;
+        snprintf(m.host_id, sizeof(m.host_id), "node-%d", r == 1 ? 0 : r);
+        colli_member_to_wire(&m, &many[r]);
+        mr[r] = (colli_reach_rank_t){.fd = -1, .key = key, .rec = &many[r]};
+    }
+    plan_t p = {.ranks = mr, .n = M};
+    p.net = buf;
+    p.prober = buf + M;
+    p.same_as = buf + 2 * M;
+    p.err = buf + 3 * M;
+    int *count = buf + 4 * M;
+    p.mains = buf + 5 * M;
+    p.load = buf + 6 * M;
+    p.targets = buf + 7 * M;
+    struct sockaddr_storage root;
+    sa4(&root, "10.244.0.1", 1);
+    CHECK(group(&p, &root, count) && p.nnets == M, "%d networks, want %d", p.nnets, M);
+    CHECK(p.main == p.net[0], "the root's network is the main one on a tie");
+    const int probes = assign(&p);
+    CHECK(probes == REACH_PER_PROBER, "%d probes, want %d (one prober)", probes, REACH_PER_PROBER);
+    CHECK(p.prober[1] < 0, "rank 1 (on rank 0's host) was given a prober");
+    for (int j = 0; j < M; j++)
+        CHECK(p.prober[j] < 0 || p.prober[j] == 0, "rank %d probed by %d", j, p.prober[j]);
+}
+
 int main(void)
 {
+    test_per_pod_addresses();
     test_helpers();
     test_one_network();
     test_two_networks();

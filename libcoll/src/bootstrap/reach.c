@@ -25,7 +25,9 @@
 #include "bootstrap/bootstrap.h"
 
 /* Unknown, not probed (no prober on another host, or its prober did not answer). */
-#define REACH_UNKNOWN (-1)
+#define REACH_UNKNOWN     (-1)
+#define REACH_PER_PROBER  64   /* addresses one rank probes (as many sockets at once) */
+#define REACH_MAX_TARGETS 1024 /* addresses probed in all */
 
 static void rec_addr(const colli_wire_member_t *w, struct sockaddr_storage *a)
 {
@@ -75,6 +77,27 @@ static void entries_digest(const uint8_t secret[16], const colli_wire_probe_t *e
 
 /* ---- the rank's side ---- */
 
+/* A probe's outcome: 0 reached (refused too: the host answered), the errno when the network
+ * does not reach the address, negative when this rank could not tell (out of descriptors, no
+ * local address to bind, ...): the root then leaves it to the data connections. */
+static int verdict(int err)
+{
+    switch (err) {
+    case 0:
+    case ECONNREFUSED:
+        return 0;
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case EHOSTDOWN:
+    case ETIMEDOUT:
+    case EACCES:
+    case EPERM:
+        return err;
+    default:
+        return err > 0 ? -err : -EIO;
+    }
+}
+
 int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16],
                        const uint8_t secret[16], const struct sockaddr_storage *from, int rank,
                        double deadline)
@@ -107,7 +130,7 @@ int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16
             if (to.ss_family == AF_UNSPEC)
                 res[i].err = EAFNOSUPPORT;
             else if (colli_sock_connect_start(&to, from, &pfd[i].fd) != COLLI_IO_OK)
-                res[i].err = errno != 0 ? errno : EIO;
+                res[i].err = verdict(errno);
             else
                 res[i].err = ETIMEDOUT;
         }
@@ -128,8 +151,7 @@ int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16
                 socklen_t sl = sizeof(err);
                 if (getsockopt(pfd[i].fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
                     err = errno;
-                /* refused: the host answered, so the network reaches it */
-                res[i].err = err == ECONNREFUSED ? 0 : err;
+                res[i].err = verdict(err);
                 close(pfd[i].fd);
                 pfd[i].fd = -1;
             }
@@ -171,6 +193,9 @@ typedef struct {
     int *prober;  /* the rank that probes it, -1 none */
     int *same_as; /* an earlier rank of the same address (probed once), -1 none */
     int *err;     /* REACH_UNKNOWN, 0 reached, else errno */
+    int *mains;   /* the ranks of the main network */
+    int *load;    /* entries each prober was given */
+    int *targets; /* the ranks probed (REACH_MAX_TARGETS at most) */
     int nnets, main, main_count;
     struct sockaddr_storage main_addr;
     int main_prefix;
@@ -220,30 +245,38 @@ static bool group(plan_t *p, const struct sockaddr_storage *root, int *count)
     return true;
 }
 
-/* Each address off the job's network gets a prober on it, on another host (round robin). */
+/* Each address off the job's network gets a prober on it, on another host (round robin), at
+ * most REACH_PER_PROBER each and REACH_MAX_TARGETS in all (a fabric of thousands of per-node
+ * subnets is sampled; what is not probed is left to the data connections). */
 static int assign(plan_t *p)
 {
-    int next = 0, probes = 0;
+    int next = 0, probes = 0, nmains = 0;
+    for (int i = 0; i < p->n; i++) {
+        p->load[i] = 0;
+        if (p->net[i] == p->main)
+            p->mains[nmains++] = i;
+    }
     for (int j = 0; j < p->n; j++) {
         p->prober[j] = p->same_as[j] = -1;
         p->err[j] = REACH_UNKNOWN;
         if (p->net[j] < 0 || p->net[j] == p->main)
             continue;
         const colli_wire_member_t *t = p->ranks[j].rec;
-        for (int k = 0; k < j && p->same_as[j] < 0; k++)
-            if (p->net[k] == p->net[j] && same_ip(p->ranks[k].rec, t))
-                p->same_as[j] = p->same_as[k] >= 0 ? p->same_as[k] : k;
-        if (p->same_as[j] >= 0)
+        for (int k = 0; k < probes && p->same_as[j] < 0; k++)
+            if (same_ip(p->ranks[p->targets[k]].rec, t))
+                p->same_as[j] = p->targets[k];
+        if (p->same_as[j] >= 0 || probes == REACH_MAX_TARGETS)
             continue;
-        for (int tries = 0; tries < p->n; tries++) {
-            const int i = (next + tries) % p->n;
+        for (int tries = 0; tries < nmains; tries++) {
+            const int i = p->mains[(next + tries) % nmains];
             const colli_wire_member_t *w = p->ranks[i].rec;
-            if (p->net[i] != p->main || same_ip(w, t) ||
+            if (p->load[i] >= REACH_PER_PROBER || same_ip(w, t) ||
                 strncmp(w->host_id, t->host_id, sizeof(w->host_id)) == 0)
                 continue;
             p->prober[j] = i;
-            next = i + 1;
-            probes++;
+            p->load[i]++;
+            next = (next + tries + 1) % nmains;
+            p->targets[probes++] = j;
             break;
         }
     }
@@ -304,7 +337,7 @@ static void collect(plan_t *p, int i, uint32_t n, double deadline)
     for (int j = 0; j < p->n && k < n; j++)
         if (p->prober[j] == i) {
             if (res[k].rank == p->ranks[j].rec->rank)
-                p->err[j] = res[k].err >= 0 ? res[k].err : EIO;
+                p->err[j] = res[k].err >= 0 ? res[k].err : REACH_UNKNOWN;
             k++;
         }
     free(res);
@@ -414,7 +447,7 @@ coll_result_t colli_reach_check(const colli_reach_rank_t *ranks, int n, const ui
                                 const struct sockaddr_storage *root, char *msg, size_t len)
 {
     plan_t p = {.ranks = ranks, .n = n};
-    int *buf = calloc((size_t)n * 5, sizeof(int));
+    int *buf = calloc((size_t)n * 7 + REACH_MAX_TARGETS, sizeof(int));
     if (buf == NULL)
         return COLL_SUCCESS; /* a check, not a requirement: the data connections still tell */
     p.net = buf;
@@ -422,6 +455,9 @@ coll_result_t colli_reach_check(const colli_reach_rank_t *ranks, int n, const ui
     p.same_as = buf + 2 * n;
     p.err = buf + 3 * n;
     int *count = buf + 4 * n;
+    p.mains = buf + 5 * n;
+    p.load = buf + 6 * n;
+    p.targets = buf + 7 * n;
     coll_result_t st = COLL_SUCCESS;
     if (!group(&p, root, count) || assign(&p) == 0)
         goto out;
