@@ -238,7 +238,7 @@ static void test_per_pod_addresses(void)
     enum { M = 200 };
     static colli_wire_member_t many[M];
     static colli_reach_rank_t mr[M];
-    static int buf[M * 7 + REACH_MAX_TARGETS];
+    static int buf[PLAN_INTS(M)];
     for (int r = 0; r < M; r++) {
         colli_member_t m;
         memset(&m, 0, sizeof(m));
@@ -255,14 +255,7 @@ static void test_per_pod_addresses(void)
         mr[r] = (colli_reach_rank_t){.fd = -1, .key = key, .rec = &many[r]};
     }
     plan_t p = {.ranks = mr, .n = M};
-    p.net = buf;
-    p.prober = buf + M;
-    p.same_as = buf + 2 * M;
-    p.err = buf + 3 * M;
-    int *count = buf + 4 * M;
-    p.mains = buf + 5 * M;
-    p.load = buf + 6 * M;
-    p.targets = buf + 7 * M;
+    int *count = plan_arrays(&p, buf);
     struct sockaddr_storage root;
     sa4(&root, "10.244.0.1", 1);
     CHECK(group(&p, &root, count) && p.nnets == M, "%d networks, want %d", p.nnets, M);

@@ -201,6 +201,21 @@ typedef struct {
     int main_prefix;
 } plan_t;
 
+/* The plan's arrays in buf (PLAN_INTS(n) ints); returns the per-network counts among them. */
+#define PLAN_INTS(n) ((size_t)(n)*7 + REACH_MAX_TARGETS)
+static int *plan_arrays(plan_t *p, int *buf)
+{
+    const int n = p->n;
+    p->net = buf;
+    p->prober = buf + n;
+    p->same_as = buf + 2 * n;
+    p->err = buf + 3 * n;
+    p->mains = buf + 5 * n;
+    p->load = buf + 6 * n;
+    p->targets = buf + 7 * n;
+    return buf + 4 * n;
+}
+
 /* Group the ranks by network; false when they share one (or say too little to tell). */
 static bool group(plan_t *p, const struct sockaddr_storage *root, int *count)
 {
@@ -447,17 +462,10 @@ coll_result_t colli_reach_check(const colli_reach_rank_t *ranks, int n, const ui
                                 const struct sockaddr_storage *root, char *msg, size_t len)
 {
     plan_t p = {.ranks = ranks, .n = n};
-    int *buf = calloc((size_t)n * 7 + REACH_MAX_TARGETS, sizeof(int));
+    int *buf = calloc(PLAN_INTS(n), sizeof(int));
     if (buf == NULL)
         return COLL_SUCCESS; /* a check, not a requirement: the data connections still tell */
-    p.net = buf;
-    p.prober = buf + n;
-    p.same_as = buf + 2 * n;
-    p.err = buf + 3 * n;
-    int *count = buf + 4 * n;
-    p.mains = buf + 5 * n;
-    p.load = buf + 6 * n;
-    p.targets = buf + 7 * n;
+    int *count = plan_arrays(&p, buf);
     coll_result_t st = COLL_SUCCESS;
     if (!group(&p, root, count) || assign(&p) == 0)
         goto out;
