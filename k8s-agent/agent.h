@@ -83,6 +83,7 @@ typedef struct {
     const char *lib_src;  /* libcoll.so* in the image */
     const char *lib_dir;  /* copied here (shared volume) before the socket opens; NULL = no copy */
     int local_timeout_s;  /* a pod's local ranks all say hello within this of the first (0 = 60) */
+    const char *ipc_allow_uids; /* "1000,0": uids besides the agent's own that may use the socket */
 } agent_options_t;
 
 typedef enum { AGENT_STATE_STARTING = 0, AGENT_STATE_READY, AGENT_STATE_FAILED } agent_state_t;

@@ -147,6 +147,17 @@ int agent_selector_matches(const json_t *selector, const json_t *labels, char *e
 int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
                      agent_condition_t *cond);
 
+/* The job secret's Secret (job_secret.c): "kcoll-JOB", checked as a DNS-1123 name (-1 when the
+ * job's name does not make one). Rank 0 creates it owned by the job with f->secret (an existing
+ * one of this job is adopted: f->secret becomes its secret; one of an earlier job is waited out
+ * until the garbage collector deletes it); the other ranks read the one the Communicator names,
+ * which must be owned by owner_uid (the Communicator's owner). The secret is never logged. */
+int agent_secret_name(const char *job, char *out, size_t len);
+int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info_t *pi,
+                        agent_facts_t *f, agent_condition_t *cond);
+int agent_secret_read(agent_ctx_t *ctx, int64_t deadline, const char *secret_name,
+                      const char *owner_uid, agent_facts_t *f, agent_condition_t *cond);
+
 /* The topology group of the pod's node (its topology_key label; one GET of the Node) into
  * f->group; never fatal: problems become warning conditions (node_group.c). */
 void agent_node_group(agent_ctx_t *ctx, int64_t deadline, const char *topology_key,

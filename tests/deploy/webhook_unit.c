@@ -3,6 +3,7 @@
  * facts read at pod creation (owner Job, JobSet, Namespace) against an in-process fake API with
  * its errors (403, 404, no answer); the command line's checks and exit statuses. */
 #include "webhook.h"
+#include "pod_ranks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,11 +231,11 @@ static void check_facts(void)
     char longname[300];
     memset(longname, 'a', sizeof(longname) - 1);
     longname[sizeof(longname) - 1] = '\0';
-    CHECK(!agent_webhook_name_ok(longname, 1), "a 299-character name is refused");
+    CHECK(!agent_name_ok(longname, 1), "a 299-character name is refused");
     longname[253] = '\0';
-    CHECK(agent_webhook_name_ok(longname, 1) && !agent_webhook_name_ok(longname, 0),
+    CHECK(agent_name_ok(longname, 1) && !agent_name_ok(longname, 0),
           "253 characters: a subdomain, not a label");
-    CHECK(agent_webhook_name_ok("train-1.v2", 1) && !agent_webhook_name_ok("train-1.v2", 0),
+    CHECK(agent_name_ok("train-1.v2", 1) && !agent_name_ok("train-1.v2", 0),
           "dots: subdomain only");
 
     /* PyTorchJob / bare pods: only the Namespace is read */
