@@ -102,7 +102,7 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
 {
     char name[254], path[700], one[1000], hex[2 * COLLI_PROTO_SECRET_BYTES + 1];
     json_t *obj;
-    int rc = -1;
+    int rc = -1, stale = 0;
 
     if (agent_secret_name(f->job, name, sizeof(name)) != 0)
         return fail(cond, "JobNameInvalid",
@@ -157,15 +157,18 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
                            f->ns, name);
             break;
         }
-        agent_info("AGENT-SECRET-STALE",
-                   "Secret %s/%s belongs to owner uid %s, not this job (%s); waiting for the "
-                   "garbage collector to delete it",
-                   f->ns, name, owner_uid(r.body)[0] ? owner_uid(r.body) : "(none)", pi->job_uid);
+        if (!stale++)
+            agent_info("AGENT-SECRET-STALE",
+                       "Secret %s/%s belongs to owner uid %s, not this job (%s); waiting for the "
+                       "garbage collector to delete it",
+                       f->ns, name, owner_uid(r.body)[0] ? owner_uid(r.body) : "(none)",
+                       pi->job_uid);
         agent_kube_resp_free(&r);
         agent_kube_backoff(ctx->kube, tries < 5 ? tries : 5, deadline);
     }
     json_decref(obj);
-    if (rc != 0 && !cond->type[0])
+    /* a request cut short by the deadline while waiting is still the stale Secret's fault */
+    if (rc != 0 && (!cond->type[0] || (stale && agent_remaining_ms(deadline) <= 0)))
         fail(cond, "SecretStale",
              "Secret %s/%s belongs to an earlier job and was not deleted before the bootstrap "
              "deadline: delete it (kubectl delete secret -n %s %s) and restart the job",
@@ -189,11 +192,11 @@ int agent_secret_read(agent_ctx_t *ctx, int64_t deadline, const char *secret_nam
     secret_path(f, want, one, sizeof(one));
     for (int tries = 0;; tries++) {
         rc = get_secret(ctx, one, deadline, &r, cond);
-        if (rc < 0)
-            return -1;
         if (rc == 0)
             break;
-        if (agent_remaining_ms(deadline) <= 0)
+        if (rc < 0 && (tries == 0 || agent_remaining_ms(deadline) > 0))
+            return -1;
+        if (agent_remaining_ms(deadline) <= 0) /* a 404, then the deadline */
             return fail(cond, "SecretMissing",
                         "Secret %s/%s, which the Communicator names, does not exist: was it "
                         "deleted? Restart rank 0's pod so that its agent creates it again",
