@@ -56,6 +56,10 @@ typedef struct {
     int fatal;          /* fatal conditions stop the agent from serving facts */
 } agent_condition_t;
 
+/* Fill cond with a fatal condition of type and a formatted message; returns -1. */
+int agent_fatal(agent_condition_t *cond, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ---- the facts served to the library: exactly what a hello reply carries ---- */
 
 typedef colli_proto_facts_t agent_facts_t;

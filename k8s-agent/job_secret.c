@@ -9,7 +9,6 @@
 #include "kube.h"
 #include "pod_ranks.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,19 +35,6 @@ static void secret_path(const agent_facts_t *f, const char *name, char *buf, siz
         snprintf(buf, len, "/api/v1/namespaces/%s/secrets", f->ns);
 }
 
-static int fail(agent_condition_t *cond, const char *type, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(agent_condition_t *cond, const char *type, const char *fmt, ...)
-{
-    va_list ap;
-    cond->fatal = 1;
-    snprintf(cond->type, sizeof(cond->type), "%s", type);
-    va_start(ap, fmt);
-    vsnprintf(cond->message, sizeof(cond->message), fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* The uid of obj's first ownerReference ("" when none). */
 static const char *owner_uid(const json_t *obj)
 {
@@ -73,10 +59,11 @@ static int decode(const json_t *secret, const char *name, agent_facts_t *f, agen
     free(raw);
     memset(hex, 0, sizeof(hex));
     if (!ok)
-        return fail(cond, "SecretInvalid",
-                    "Secret %s/%s has no valid data.%s (%d hex digits, base64-encoded); delete it "
-                    "and restart rank 0's pod so that its agent creates a new one",
-                    f->ns, name, SECRET_KEY, 2 * COLLI_PROTO_SECRET_BYTES);
+        return agent_fatal(
+            cond, "SecretInvalid",
+            "Secret %s/%s has no valid data.%s (%d hex digits, base64-encoded); delete it "
+            "and restart rank 0's pod so that its agent creates a new one",
+            f->ns, name, SECRET_KEY, 2 * COLLI_PROTO_SECRET_BYTES);
     return 0;
 }
 
@@ -105,10 +92,10 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
     int rc = -1, stale = 0;
 
     if (agent_secret_name(f->job, name, sizeof(name)) != 0)
-        return fail(cond, "JobNameInvalid",
-                    "job name \"%.80s\" does not make a valid Secret name (" SECRET_PREFIX
-                    "JOB must be a DNS-1123 subdomain of at most 253 characters)",
-                    f->job);
+        return agent_fatal(cond, "JobNameInvalid",
+                           "job name \"%.80s\" does not make a valid Secret name (" SECRET_PREFIX
+                           "JOB must be a DNS-1123 subdomain of at most 253 characters)",
+                           f->job);
     secret_path(f, NULL, path, sizeof(path));
     secret_path(f, name, one, sizeof(one));
     colli_proto_hex_encode(f->secret, sizeof(f->secret), hex);
@@ -120,7 +107,7 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
                     "type", SECRET_TYPE, "stringData", SECRET_KEY, hex);
     memset(hex, 0, sizeof(hex));
     if (!obj)
-        return fail(cond, "SecretInvalid", "cannot build the job's Secret (out of memory)");
+        return agent_fatal(cond, "SecretInvalid", "cannot build the job's Secret (out of memory)");
     for (int tries = 0; agent_remaining_ms(deadline) > 0; tries++) {
         agent_kube_resp_t r;
         int got;
@@ -169,10 +156,11 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
     json_decref(obj);
     /* a request cut short by the deadline while waiting is still the stale Secret's fault */
     if (rc != 0 && (!cond->type[0] || (stale && agent_remaining_ms(deadline) <= 0)))
-        fail(cond, "SecretStale",
-             "Secret %s/%s belongs to an earlier job and was not deleted before the bootstrap "
-             "deadline: delete it (kubectl delete secret -n %s %s) and restart the job",
-             f->ns, name, f->ns, name);
+        agent_fatal(
+            cond, "SecretStale",
+            "Secret %s/%s belongs to an earlier job and was not deleted before the bootstrap "
+            "deadline: delete it (kubectl delete secret -n %s %s) and restart the job",
+            f->ns, name, f->ns, name);
     return rc;
 }
 
@@ -185,10 +173,11 @@ int agent_secret_read(agent_ctx_t *ctx, int64_t deadline, const char *secret_nam
 
     if (agent_secret_name(f->job, want, sizeof(want)) != 0 || !secret_name ||
         strcmp(secret_name, want) != 0)
-        return fail(cond, "CommunicatorInvalid",
-                    "Communicator %s/%s names Secret \"%.80s\" but this job's secret lives in "
-                    "Secret \"%s\"; delete the Communicator so that rank 0 recreates it",
-                    f->ns, f->job, secret_name ? secret_name : "(none)", want);
+        return agent_fatal(
+            cond, "CommunicatorInvalid",
+            "Communicator %s/%s names Secret \"%.80s\" but this job's secret lives in "
+            "Secret \"%s\"; delete the Communicator so that rank 0 recreates it",
+            f->ns, f->job, secret_name ? secret_name : "(none)", want);
     secret_path(f, want, one, sizeof(one));
     for (int tries = 0;; tries++) {
         rc = get_secret(ctx, one, deadline, &r, cond);
@@ -197,17 +186,18 @@ int agent_secret_read(agent_ctx_t *ctx, int64_t deadline, const char *secret_nam
         if (rc < 0 && (tries == 0 || agent_remaining_ms(deadline) > 0))
             return -1;
         if (agent_remaining_ms(deadline) <= 0) /* a 404, then the deadline */
-            return fail(cond, "SecretMissing",
-                        "Secret %s/%s, which the Communicator names, does not exist: was it "
-                        "deleted? Restart rank 0's pod so that its agent creates it again",
-                        f->ns, want);
+            return agent_fatal(cond, "SecretMissing",
+                               "Secret %s/%s, which the Communicator names, does not exist: was it "
+                               "deleted? Restart rank 0's pod so that its agent creates it again",
+                               f->ns, want);
         agent_kube_backoff(ctx->kube, tries < 5 ? tries : 5, deadline);
     }
     if (strcmp(owner_uid(r.body), owner) != 0) {
-        fail(cond, "SecretStale",
-             "Secret %s/%s is owned by uid %s, not by this job (%s) like its Communicator: it is "
-             "an earlier job's or was made by hand; delete it and restart the job",
-             f->ns, want, owner_uid(r.body)[0] ? owner_uid(r.body) : "(none)", owner);
+        agent_fatal(
+            cond, "SecretStale",
+            "Secret %s/%s is owned by uid %s, not by this job (%s) like its Communicator: it is "
+            "an earlier job's or was made by hand; delete it and restart the job",
+            f->ns, want, owner_uid(r.body)[0] ? owner_uid(r.body) : "(none)", owner);
         agent_kube_resp_free(&r);
         return -1;
     }

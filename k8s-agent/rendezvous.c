@@ -419,18 +419,15 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
     if (!pi->rank_known && agent_pod_world_size(pi, f, cond) != 0)
         return -1;
     f->is_root = f->rank == 0;
-    if (!pi->job_uid[0] || !pi->job_api_version[0] || !pi->job_kind[0]) {
-        cond->fatal = 1;
-        snprintf(cond->type, sizeof(cond->type), "JobOwnerUnknown");
-        snprintf(cond->message, sizeof(cond->message),
-                 "pod %s names job %s but no owner uid (%s): the job's Communicator and Secret "
-                 "must be owned by the job, so that they are garbage-collected with it and no "
-                 "other object can pass for them; run the pods under a Job, JobSet or PyTorchJob "
-                 "created through the kcoll webhook (it writes a JobSet's uid as kcoll.io/job-uid)",
-                 f->pod, f->job,
-                 pi->job_kind[0] ? pi->job_kind : "no controlling Job, JobSet or PyTorchJob");
-        return -1;
-    }
+    if (!pi->job_uid[0] || !pi->job_api_version[0] || !pi->job_kind[0])
+        return agent_fatal(
+            cond, "JobOwnerUnknown",
+            "pod %s names job %s but no owner uid (%s): the job's Communicator and Secret must be "
+            "owned by the job, so that they are garbage-collected with it and no other object "
+            "can pass for them; run the pods under a Job, JobSet or PyTorchJob created through "
+            "the kcoll webhook (it writes a JobSet's uid as kcoll.io/job-uid)",
+            f->pod, f->job,
+            pi->job_kind[0] ? pi->job_kind : "no controlling Job, JobSet or PyTorchJob");
     if (f->is_root) {
         if (agent_pod_world_size(pi, f, cond) != 0)
             return -1;
@@ -456,13 +453,11 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
         if (r.code == 401 || r.code == 403 || r.code == 404) {
             agent_condition_from_resp(cond, "watching the Communicator", &r);
         } else if (w.unowned) {
-            cond->fatal = 1;
-            snprintf(cond->type, sizeof(cond->type), "CommunicatorUnowned");
-            snprintf(cond->message, sizeof(cond->message),
-                     "Communicator %s/%s has no ownerReferences, so it was refused, and rank 0 did "
-                     "not replace it within the bootstrap timeout: delete it (kubectl delete "
-                     "communicator -n %s %s) and restart the job",
-                     f->ns, f->job, f->ns, f->job);
+            agent_fatal(cond, "CommunicatorUnowned",
+                        "Communicator %s/%s has no ownerReferences, so it was refused, and rank 0 "
+                        "did not replace it within the bootstrap timeout: delete it (kubectl "
+                        "delete communicator -n %s %s) and restart the job",
+                        f->ns, f->job, f->ns, f->job);
         } else {
             cond->fatal = 1;
             snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_RENDEZVOUS_TIMEOUT);

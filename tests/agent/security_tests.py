@@ -14,12 +14,9 @@ Cases:
                  log line naming its uid; a hello that names another pid is PeerPidMismatch
                  (needs root to change uid: SKIPPED otherwise)
 Exit 0 pass, 1 fail, 77 skipped."""
-import argparse
 import base64
 import json
 import os
-import socket
-import struct
 import subprocess
 import sys
 
@@ -27,9 +24,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_tests  # noqa: E402
 import harness  # noqa: E402
 from agent_tests import check, comm  # noqa: E402
-from harness import Cluster, hello, report, wait_for  # noqa: E402
+from harness import hello, report, wait_for  # noqa: E402
 
-ARGS = None
+def args():
+    return agent_tests.ARGS
+
+
+def refused(cl, pod, *words, absent=None):
+    """The agent of pod (rendezvous timeout 5 s) fails its hello with every one of words in the
+    message, and without absent; returns that agent."""
+    a = cl.start_agent(pod, extra_args=["--rendezvous-timeout", "5"])
+    rc, out = hello(args().hello, [a["sock"]], timeout_ms=20000)
+    print(out.strip())
+    check(rc != 0 and all(w in out for w in words) and (absent is None or absent not in out),
+          "refused naming %s: %s" % (", ".join(words), out.strip()[-400:]))
+    return a
 
 
 def secrets(cl, name):
@@ -39,7 +48,7 @@ def secrets(cl, name):
 def case_secret_hidden(cl):
     uid, pods = cl.add_job("train", 4)
     agents = [cl.start_agent(p) for p in pods]
-    rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=4, timeout_ms=30000)
+    rc, out = hello(args().hello, [a["sock"] for a in agents], check=4, timeout_ms=30000)
     print(out.strip())
     check(rc == 0, "bootstrap")
     got = {line.split("secret=")[1].split()[0] for line in out.splitlines() if "secret=" in line}
@@ -60,9 +69,9 @@ def case_secret_hidden(cl):
           "the Secret holds the secret every rank was served")
 
     # an error so that status, lastError and Events are written too
-    report(ARGS.hello, agents[0]["sock"], "Ready")
-    report(ARGS.hello, agents[2]["sock"], "Ready")
-    rc, _ = report(ARGS.hello, agents[2]["sock"], "Degraded",
+    report(args().hello, agents[0]["sock"], "Ready")
+    report(args().hello, agents[2]["sock"], "Ready")
+    rc, _ = report(args().hello, agents[2]["sock"], "Degraded",
                    error="connection to rank 3 reset during all_reduce")
     check(rc == 0, "report")
     wait_for(lambda: (comm(cl, "train").get("status") or {}).get("lastError"), 20, "lastError")
@@ -83,45 +92,39 @@ def case_secret_hidden(cl):
     kubectl = harness.find_kubectl()
     if kubectl:
         env = dict(os.environ, KUBECONFIG=cl.kubeconfig(), HOME=cl.dir)
-        for args in (["describe", "communicator", "train"],
-                     ["get", "communicator", "train", "-o", "yaml"]):
-            r = subprocess.run([kubectl] + args, capture_output=True, text=True, env=env,
+        for cmd in (["describe", "communicator", "train"],
+                    ["get", "communicator", "train", "-o", "yaml"]):
+            r = subprocess.run([kubectl] + cmd, capture_output=True, text=True, env=env,
                                timeout=60)
             check(r.returncode == 0 and "kcoll-train" in r.stdout and
                   secret not in r.stdout.lower(),
-                  "kubectl %s shows the Secret's name, not the secret" % " ".join(args))
+                  "kubectl %s shows the Secret's name, not the secret" % " ".join(cmd))
     else:
         print("kubectl not found: its output not checked")
 
 
+def communicator(name, spec, owner_uid=None):
+    meta = {"name": name, "namespace": "team-a"}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                    "uid": owner_uid}]
+    return {"apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator", "metadata": meta,
+            "spec": dict({"jobName": name, "nranks": 2, "topology": "team-a-loopback"}, **spec)}
+
+
 def case_unowned(cl):
-    fast = ["--rendezvous-timeout", "5"]
     # 1. a Communicator nobody owns, published as rank 0 would: refused by rank 1
-    uid, pods = cl.add_job("orphan", 2)
-    cl.add({"apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator",
-            "metadata": {"name": "orphan", "namespace": "team-a"},
-            "spec": {"jobName": "orphan", "nranks": 2, "rootEndpoint": "10.9.9.9:1",
-                     "secretName": "kcoll-orphan", "topology": "team-a-loopback"}})
-    a1 = cl.start_agent(pods[1], extra_args=fast)
-    rc, out = hello(ARGS.hello, [a1["sock"]], timeout_ms=20000)
-    print(out.strip())
-    check(rc != 0 and "CommunicatorUnowned" in out and "no ownerReferences" in out and
-          "10.9.9.9" not in out, "a Communicator without ownerReferences is refused")
+    _, pods = cl.add_job("orphan", 2)
+    cl.add(communicator("orphan", {"rootEndpoint": "10.9.9.9:1", "secretName": "kcoll-orphan"}))
+    a1 = refused(cl, pods[1], "CommunicatorUnowned", "no ownerReferences", absent="10.9.9.9")
     check("AGENT-RDV-UNOWNED" in cl.agent_log(a1) and
           "has no ownerReferences: refused" in cl.agent_log(a1), "and the agent says so at once")
 
-    # 2. owned by the job but naming another Secret: refused, both names in the message
+    # 2. owned by the job but naming another Secret: refused, the right name in the message
     uid, pods = cl.add_job("wrongname", 2)
-    cl.add({"apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator",
-            "metadata": {"name": "wrongname", "namespace": "team-a", "ownerReferences": [
-                {"apiVersion": "batch/v1", "kind": "Job", "name": "wrongname", "uid": uid}]},
-            "spec": {"jobName": "wrongname", "nranks": 2, "rootEndpoint": "127.0.0.1:1",
-                     "secretName": "kcoll-../../other", "topology": "team-a-loopback"}})
-    a1 = cl.start_agent(pods[1], extra_args=fast)
-    rc, out = hello(ARGS.hello, [a1["sock"]], timeout_ms=20000)
-    print(out.strip())
-    check(rc != 0 and "CommunicatorInvalid" in out and "kcoll-wrongname" in out,
-          "a Communicator naming another Secret is refused")
+    cl.add(communicator("wrongname", {"rootEndpoint": "127.0.0.1:1",
+                                      "secretName": "kcoll-../../other"}, uid))
+    refused(cl, pods[1], "CommunicatorInvalid", "kcoll-wrongname")
 
     # 3. a Secret kcoll-JOB of another owner (an earlier job's, not yet garbage-collected, or
     # made by hand): rank 0 waits for it to go, then fails naming it; never takes it
@@ -131,33 +134,18 @@ def case_unowned(cl):
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "stale",
                  "uid": "00000000-dead-beef-0000-000000000000"}]},
             "data": {"secret": base64.b64encode(b"ab" * 16).decode()}})
-    a0 = cl.start_agent(pods[0], extra_args=fast)
-    rc, out = hello(ARGS.hello, [a0["sock"]], timeout_ms=20000)
-    print(out.strip())
-    check(rc != 0 and "SecretStale" in out and "kubectl delete secret -n team-a kcoll-stale" in out
-          and "abab" not in out, "rank 0 refuses a Secret of another owner, naming it")
+    refused(cl, pods[0], "SecretStale", "kubectl delete secret -n team-a kcoll-stale",
+            absent="abab")
     check(comm(cl, "stale") is None, "no Communicator published with another job's secret")
     # the other ranks check the owner too (a Communicator of this job, a Secret of another)
-    cl.add({"apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator",
-            "metadata": {"name": "stale", "namespace": "team-a", "ownerReferences": [
-                {"apiVersion": "batch/v1", "kind": "Job", "name": "stale", "uid": uid}]},
-            "spec": {"jobName": "stale", "nranks": 2, "rootEndpoint": "127.0.0.1:1",
-                     "secretName": "kcoll-stale", "topology": "team-a-loopback"}})
-    a1 = cl.start_agent(pods[1], extra_args=fast)
-    rc, out = hello(ARGS.hello, [a1["sock"]], timeout_ms=20000)
-    print(out.strip())
-    check(rc != 0 and "SecretStale" in out and "abab" not in out,
-          "a rank refuses a Secret that is not owned by its job")
-
-
-def frame(obj):
-    b = json.dumps(obj).encode()
-    return struct.pack(">I", len(b)) + b
+    cl.add(communicator("stale", {"rootEndpoint": "127.0.0.1:1", "secretName": "kcoll-stale"},
+                        uid))
+    refused(cl, pods[1], "SecretStale", "not by this job", absent="abab")
 
 
 def ask_as(sock, uid, msg):
-    """msg on sock from a child process running as uid; the reply (or None when the connect
-    was refused by the file's mode)."""
+    """msg on sock from a child process running as uid (its own pid in the message when msg
+    says "self"); the reply, or {"child_error": ...}."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -166,22 +154,8 @@ def ask_as(sock, uid, msg):
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(20)
-            s.connect(sock)
-            try:
-                s.sendall(frame(dict(msg, pid=os.getpid()) if msg.get("pid") == "self" else msg))
-            except BrokenPipeError:
-                pass  # a refused peer's answer comes before it could send: read it
-            hdr = s.recv(4, socket.MSG_WAITALL)
-            n = struct.unpack(">I", hdr)[0]
-            body = b""
-            while len(body) < n:
-                chunk = s.recv(n - len(body))
-                if not chunk:
-                    break
-                body += chunk
-            os.write(w, body)
+            m = dict(msg, pid=os.getpid()) if msg.get("pid") == "self" else msg
+            os.write(w, json.dumps(agent_tests.rpc(sock, json.dumps(m).encode())).encode())
         except Exception as e:  # noqa: BLE001 - the parent reports what the child met
             os.write(w, json.dumps({"child_error": repr(e)}).encode())
         os._exit(0)
@@ -224,7 +198,7 @@ def case_ipc_peer(cl):
     print("uid 65533:", {k: r.get(k) for k in ("type", "ok", "rank", "code")})
     check(r.get("type") == "hello" and r.get("ok") is True and
           r.get("secret") == "00112233445566778899aabbccddeeff", "an allowed uid gets the facts")
-    rc, out = hello(ARGS.hello, [a["sock"]], timeout_ms=10000)
+    rc, out = hello(args().hello, [a["sock"]], timeout_ms=10000)
     check(rc == 0, "the agent's own uid (root here) is admitted: " + out)
     r = ask_as(a["sock"], 65533, dict(hello_msg, pid=1))
     print("pid 1 claimed:", r)
@@ -235,37 +209,5 @@ def case_ipc_peer(cl):
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
-
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=sorted(CASES))
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--hello", required=True)
-    ap.add_argument("--keep", action="store_true")
-    ARGS = agent_tests.ARGS = ap.parse_args()
-    for p in (ARGS.agent, ARGS.hello):
-        if not os.access(p, os.X_OK):
-            harness.skip("%s is not built" % p)
-    cl = Cluster(ARGS.agent)
-    ok = False
-    try:
-        CASES[ARGS.case](cl)
-        forbidden = {ua: c["forbidden"] for ua, c in cl.control("/counts").items()
-                     if c.get("forbidden")}
-        check(not forbidden, "requests outside the chart's RBAC rules: %s" % forbidden)
-        ok = True
-    except AssertionError as e:
-        print("FAIL: %s" % e)
-    finally:
-        if not ok:
-            for a in cl.agents[:4]:
-                print("---- %s" % a["log"])
-                print(cl.agent_log(a)[-3000:])
-        cl.close(keep=ARGS.keep or not ok)
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(agent_tests.main(CASES))
