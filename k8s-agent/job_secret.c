@@ -103,8 +103,8 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
     obj = json_pack("{ss ss s{ss ss s{ss} s[{ss ss ss ss sb}]} ss s{ss}}", "apiVersion", "v1",
                     "kind", "Secret", "metadata", "name", name, "namespace", f->ns, "labels",
                     "kcoll.io/job", f->job, "ownerReferences", "apiVersion", pi->job_api_version,
-                    "kind", pi->job_kind, "name", pi->job_name, "uid", pi->job_uid, "controller", 0,
-                    "type", SECRET_TYPE, "stringData", SECRET_KEY, hex);
+                    "kind", pi->job_kind, "name", pi->owner_name, "uid", pi->job_uid, "controller",
+                    0, "type", SECRET_TYPE, "stringData", SECRET_KEY, hex);
     memset(hex, 0, sizeof(hex));
     if (!obj)
         return agent_fatal(cond, "SecretInvalid", "cannot build the job's Secret (out of memory)");
@@ -119,7 +119,7 @@ int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info
         if (r.code == 201 || r.code == 200) {
             agent_kube_resp_free(&r);
             agent_info("AGENT-SECRET-CREATED", "created Secret %s/%s (owned by %s %s)", f->ns, name,
-                       pi->job_kind, pi->job_name);
+                       pi->job_kind, pi->owner_name);
             rc = 0;
             break;
         }

@@ -118,6 +118,8 @@ typedef struct {
     char job_api_version[64];
     char job_name[254];
     char job_uid[64];
+    char owner_name[254];     /* the name of the owner job_uid belongs to (the kcoll.io/job
+                               * label may rename the job, never its owner) */
     char owner_job_name[254]; /* the batch/v1 Job owning the pod (JobSet child), if any */
     int rank_known;
     int nranks;              /* 0 = learn it from the Communicator */

@@ -204,7 +204,7 @@ static json_t *comm_object(agent_pod_info_t *pi, const agent_facts_t *f, const c
     if (o) {
         json_t *ref =
             json_pack("[{ss ss ss ss sb}]", "apiVersion", pi->job_api_version, "kind", pi->job_kind,
-                      "name", pi->job_name, "uid", pi->job_uid, "controller", 0);
+                      "name", pi->owner_name, "uid", pi->job_uid, "controller", 0);
         json_object_set_new(json_object_get(o, "metadata"), "ownerReferences", ref);
     }
     return o;
@@ -419,7 +419,7 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
     if (!pi->rank_known && agent_pod_world_size(pi, f, cond) != 0)
         return -1;
     f->is_root = f->rank == 0;
-    if (!pi->job_uid[0] || !pi->job_api_version[0] || !pi->job_kind[0])
+    if (!pi->job_uid[0] || !pi->job_api_version[0] || !pi->job_kind[0] || !pi->owner_name[0])
         return agent_fatal(
             cond, "JobOwnerUnknown",
             "pod %s names job %s but no owner uid (%s): the job's Communicator and Secret must be "

@@ -102,6 +102,20 @@ def case_secret_hidden(cl):
     else:
         print("kubectl not found: its output not checked")
 
+    # a kcoll.io/job label renames the job, not its owner: the Secret and the Communicator are
+    # named after the label and owned by the Job by the Job's own name (an ownerReference whose
+    # name does not match its uid would have the garbage collector delete them at once)
+    def renamed(i, p):
+        p["metadata"]["labels"]["kcoll.io/job"] = "renamed"
+    uid, pods = cl.add_job("bar", 2, pod_edit=renamed)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = hello(args().hello, [a["sock"] for a in agents], check=2, timeout_ms=30000)
+    check(rc == 0, "a job renamed by its label: " + out)
+    for obj in (comm(cl, "renamed"), secrets(cl, "kcoll-renamed")[0]):
+        ref = obj["metadata"]["ownerReferences"][0]
+        check(ref["name"] == "bar" and ref["uid"] == uid,
+              "%s owned by Job bar by its name and uid (%s)" % (obj["kind"], ref))
+
 
 def communicator(name, spec, owner_uid=None):
     meta = {"name": name, "namespace": "team-a"}
