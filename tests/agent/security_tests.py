@@ -13,12 +13,16 @@ Cases:
                  (SO_PEERCRED): a process of another uid is refused with PeerNotAllowed and a
                  log line naming its uid; a hello that names another pid is PeerPidMismatch
                  (needs root to change uid: SKIPPED otherwise)
+  health_bind    the health port binds $POD_IP (the pod's IP, where kubelet probes) and no
+                 other address; 127.0.0.1 without it; every address only when asked (a WARN)
 Exit 0 pass, 1 fail, 77 skipped."""
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_tests  # noqa: E402
@@ -219,6 +223,48 @@ def case_ipc_peer(cl):
     check(r.get("code") == "PeerPidMismatch" and "secret" not in r,
           "a hello that names another process's pid is refused")
     check(a["proc"].poll() is None, "the agent lives")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def answers(host, port):
+    try:
+        with urllib.request.urlopen("http://%s:%d/healthz" % (host, port), timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def case_health_bind(cl):
+    topo = os.path.join(cl.dir, "topo.yaml")
+    with open(topo, "w") as f:
+        f.write("job: hb\nport: 29557\nsecret: 00112233445566778899aabbccddeeff\n"
+                "ranks:\n  - {rank: 0, address: 127.0.0.1, interface: lo}\n")
+    # in a pod: the pod's IP (POD_IP, from status.podIP), no other address
+    port = free_port()
+    a = cl.start_agent("hb-0", extra_args=["--topology", topo, "--rank", "0", "--health-port",
+                                           str(port)], env={"POD_IP": "127.0.0.2"}, tag="hb0")
+    wait_for(lambda: answers("127.0.0.2", port), 10, "/healthz on the pod IP")
+    check(not answers("127.0.0.1", port), "the health port answers on another address too")
+    check("health on 127.0.0.2 port %d" % port in cl.agent_log(a), "the log names the address")
+    # outside a pod: this host only
+    port = free_port()
+    a = cl.start_agent("hb-1", extra_args=["--topology", topo, "--rank", "0", "--health-port",
+                                           str(port)], tag="hb1")
+    wait_for(lambda: answers("127.0.0.1", port), 10, "/healthz on 127.0.0.1")
+    check(not answers("127.0.0.2", port), "without POD_IP the health port is not on 127.0.0.2")
+    # every address only when asked, with a warning
+    port = free_port()
+    a = cl.start_agent("hb-2", extra_args=["--topology", topo, "--rank", "0", "--health-port",
+                                           str(port), "--health-addr", "0.0.0.0"], tag="hb2")
+    wait_for(lambda: answers("127.0.0.2", port), 10, "/healthz on every address")
+    check("WARN AGENT-HTTP-LISTEN" in cl.agent_log(a), "0.0.0.0 is warned about")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
