@@ -244,7 +244,9 @@ write("listener", "wrong-rank", bytes([0x0c, 1, 1, 0, 4, 0x0c, 0, 2, 0, 4, 0x0c,
 write("listener", "stranger", b"\x00" + b"SSH-2.0-OpenSSH\r\n".ljust(80, b"\0"))
 
 # ---- agent_server: what a container writes on the agent's socket (frames, one connection) ----
-hreq = {"v": 1, "type": "hello", "timeout_ms": 5000, "library_version": "0.1.0", "pid": 42}
+# no pid: the harness's connections come from its own process, whose pid the agent sees
+# (SO_PEERCRED), so a hello naming another pid is refused (PeerPidMismatch, a seed of its own)
+hreq = {"v": 1, "type": "hello", "timeout_ms": 5000, "library_version": "0.1.0"}
 with open(os.path.join(HERE, "corpus", "nccl_ipc", "request"), "rb") as f:
     nccl = f.read()
 write("agent_server", "hello", frame(j(hreq)))
@@ -256,6 +258,7 @@ write("agent_server", "report-failed", frame(j(
      "conditions": [{"type": "Reachable", "status": "False", "reason": "PeerUnreachable",
                      "message": "x"}]})))
 write("agent_server", "length-zero", b"\0\0\0\0" + frame(j(hreq)))
+write("agent_server", "hello-other-pid", frame(j(dict(hreq, pid=42))))
 write("agent_server", "length-huge", b"\x7f\xff\xff\xff{}")
 write("agent_server", "truncated", frame(j(hreq))[:30])
 write("agent_server", "version-2", frame(j({"v": 2, "type": "hello"})))
