@@ -126,6 +126,9 @@ typedef struct agent_ctx {
     char ranks_source[240];    /* where facts.local_size came from (set before READY) */
     char pod_uid[64];          /* this pod's uid (kube mode): Events name it */
     agent_condition_t failure; /* valid when state == FAILED */
+    int failed_known; /* FAILED, but facts holds this pod's rank, root endpoint and secret: the
+                       * hellos' error replies carry them so that the process fails the job's
+                       * other ranks through the bootstrap root at once */
     agent_condition_t warnings[8];
     int nwarnings;
     struct agent_kube *kube; /* NULL in standalone mode */
@@ -142,6 +145,10 @@ typedef struct agent_ctx {
 /* Publish the facts (state READY) or a fatal condition (state FAILED); wakes hello waiters. */
 void agent_set_ready(agent_ctx_t *ctx, const agent_facts_t *facts);
 void agent_set_failed(agent_ctx_t *ctx, const agent_condition_t *cond);
+/* As agent_set_failed, with the facts (rank, root endpoint, secret) the pod would have had: its
+ * processes tell the job's other ranks through the bootstrap root (issue 19). */
+void agent_set_failed_known(agent_ctx_t *ctx, const agent_condition_t *cond,
+                            const agent_facts_t *facts);
 /* Wait on ctx->cv (mu held) at most 200 ms, never past deadline_ms: callers loop on their
  * condition. */
 void agent_wait_step(agent_ctx_t *ctx, int64_t deadline_ms);
@@ -168,6 +175,11 @@ void agent_rank_facts(const agent_facts_t *pod, int lr, agent_facts_t *out);
  * claimed, then all of the pod's local ranks awaited until the generation's deadline (at most
  * deadline_ms). Returns the reply (facts, or an error naming pod, local ranks and pids). */
 json_t *agent_local_hello(agent_ctx_t *ctx, const json_t *req, int64_t deadline_ms);
+/* The hello of one process while the pod FAILED with its facts known (failed_known): an error
+ * reply with code and message that carries the facts of the process's local rank; the lowest
+ * local rank of pod 0 hosts the bootstrap root to tell the others. */
+json_t *agent_local_failed(const json_t *req, const agent_facts_t *pod, const char *code,
+                           const char *msg);
 /* The local rank of the process with pid that said hello in this generation; -1 when none did. */
 int agent_local_rank_of(agent_ctx_t *ctx, int pid);
 

@@ -147,6 +147,12 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
     agent_condition_t fail;
     int64_t deadline = agent_now_ms() + wait;
     agent_state_t st = agent_wait_facts(ctx, wait, &f, &fail);
+    int known;
+    pthread_mutex_lock(&ctx->mu);
+    known = ctx->failed_known;
+    pthread_mutex_unlock(&ctx->mu);
+    if (st == AGENT_STATE_FAILED && known) /* the process tells the others through the root */
+        return agent_local_failed(req, &f, fail.type, fail.message);
     if (st == AGENT_STATE_FAILED)
         return error_reply(fail.type, "%s", fail.message);
     if (st != AGENT_STATE_READY)

@@ -97,6 +97,18 @@ static json_t *fail_reply(const char *code, const char *text, const agent_facts_
     return colli_proto_hello_failure(code, text, &f, &how, AGENT_VERSION);
 }
 
+json_t *agent_local_failed(const json_t *req, const agent_facts_t *pod, const char *code,
+                           const char *msg)
+{
+    int lr = -1, lws = -1, restart = -1;
+    char err[256];
+    const int per = pod->local_size > 0 ? pod->local_size : 1;
+    if (colli_proto_hello_local(req, &lr, &lws, &restart, err, sizeof(err)) != 0 || lr < 0 ||
+        lr >= per)
+        lr = 0; /* a process of no valid local rank still tells the root, as local rank 0 */
+    return fail_reply(code, msg, pod, lr, pod->is_root && lr == 0, 1, NULL);
+}
+
 /* A process of the pod was refused (code, msg): while the pod's local ranks are not all there,
  * its hellos still waiting, and later ones, fail with the same message (those already answered
  * are bootstrapping: the refused process tells the root, which fails them). Once all are there

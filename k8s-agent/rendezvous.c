@@ -483,8 +483,43 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
     return 0;
 }
 
+/* The pinned network is not usable in this pod: still learn the job's root endpoint and secret
+ * (rank 0 publishes them on its pod IP when its pinned address is not here), so that this pod's
+ * processes fail the job's other ranks through the bootstrap root within seconds instead of
+ * leaving them to the bootstrap timeout (issue 19). 0 when known. */
+static int rendezvous_to_fail(agent_ctx_t *ctx, agent_pod_info_t *pi, agent_facts_t *f,
+                              const char *type)
+{
+    agent_condition_t c;
+    char ifn[64];
+    int64_t deadline;
+    if (f->rank == 0 &&
+        (!f->address[0] || agent_interface_for_address(f->address, ifn, sizeof(ifn)) != 0)) {
+        f->address[0] = '\0';
+        agent_json_str(agent_json_path(pi->pod, "status"), "podIP", f->address, sizeof(f->address));
+        if (!f->address[0])
+            return -1;
+    }
+    agent_warn("AGENT-RDV-TO-FAIL",
+               "this pod cannot start (%s); joining the rendezvous first, so that its processes "
+               "can tell the job's other ranks through the bootstrap root",
+               type);
+    memset(&c, 0, sizeof(c));
+    deadline = agent_now_ms() +
+               (int64_t)(f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : 300) * 1000;
+    if (agent_rendezvous(ctx, deadline, pi, f, &c) != 0) {
+        agent_warn("AGENT-RDV-FAILED",
+                   "cannot learn the job's bootstrap root to tell the other ranks that this pod "
+                   "cannot start: %s",
+                   c.message);
+        return -1;
+    }
+    return 0;
+}
+
 int agent_kube_run(agent_ctx_t *ctx)
 {
+    int known = 0;
     agent_facts_t f;
     agent_condition_t cond;
     agent_pod_info_t pi;
@@ -508,8 +543,11 @@ int agent_kube_run(agent_ctx_t *ctx)
     snprintf(ctx->facts.ns, sizeof(ctx->facts.ns), "%s", f.ns);
     pthread_mutex_unlock(&ctx->mu);
     agent_log_init(NULL, f.pod);
-    if (agent_topology_resolve(ctx, deadline, &pi, &f, &cond) != 0)
+    if (agent_topology_resolve(ctx, deadline, &pi, &f, &cond) != 0) {
+        known = colli_proto_code_class(cond.type) == COLLI_PROTO_CLASS_NETWORK &&
+                rendezvous_to_fail(ctx, &pi, &f, cond.type) == 0;
         goto out;
+    }
     if (agent_preflight(ctx, &f, &cond) != 0)
         goto out;
     if (ctx->opt.rendezvous_timeout_s <= 0)
@@ -528,7 +566,10 @@ out:
         ctx->facts = f;
         snprintf(ctx->pod_uid, sizeof(ctx->pod_uid), "%s", pi.pod_uid);
         pthread_mutex_unlock(&ctx->mu);
-        agent_set_failed(ctx, &cond);
+        if (known)
+            agent_set_failed_known(ctx, &cond, &f);
+        else
+            agent_set_failed(ctx, &cond);
     }
     agent_pod_info_free(&pi);
     return rc;

@@ -8,20 +8,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A fatal condition; with f (this rank's facts, root endpoint and secret known) the processes it
+ * serves tell the job's other ranks through the bootstrap root, which fails them within seconds. */
+static int vfail(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
+                 va_list ap)
+{
+    agent_condition_t c;
+    memset(&c, 0, sizeof(c));
+    c.fatal = 1;
+    snprintf(c.type, sizeof(c.type), "%s", type);
+    vsnprintf(c.message, sizeof(c.message), fmt, ap);
+    if (f != NULL)
+        agent_set_failed_known(ctx, &c, f);
+    else
+        agent_set_failed(ctx, &c);
+    return -1;
+}
 
 static int fail(agent_ctx_t *ctx, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(agent_ctx_t *ctx, const char *type, const char *fmt, ...)
 {
-    agent_condition_t c;
     va_list ap;
-    memset(&c, 0, sizeof(c));
-    c.fatal = 1;
-    snprintf(c.type, sizeof(c.type), "%s", type);
     va_start(ap, fmt);
-    vsnprintf(c.message, sizeof(c.message), fmt, ap);
+    vfail(ctx, NULL, type, fmt, ap);
     va_end(ap);
-    agent_set_failed(ctx, &c);
+    return -1;
+}
+
+static int fail_known(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
+                      ...) __attribute__((format(printf, 4, 5)));
+static int fail_known(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
+                      ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(ctx, f, type, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -198,26 +223,32 @@ int agent_standalone_run(agent_ctx_t *ctx)
     if (!f.ifname[0] && f.address[0] &&
         agent_interface_for_address(f.address, f.ifname, sizeof(f.ifname)) != 0)
         f.ifname[0] = '\0';
+    if (!f.node[0] && gethostname(f.node, sizeof(f.node) - 1) != 0)
+        snprintf(f.node, sizeof(f.node), "?");
     if (!f.ifname[0]) {
         agent_list_interfaces(have, sizeof(have));
-        fail(ctx, COLLI_PROTO_CODE_INTERFACE_MISSING,
-             "rank %d: no interface given and address \"%s\" is on no interface here (this "
-             "machine has: %s)",
-             rank, f.address, have);
+        fail_known(ctx, &f, COLLI_PROTO_CODE_INTERFACE_MISSING,
+                   "%s %d (%s on %s): no interface given and address \"%s\" is on no interface "
+                   "here (this machine has: %s); fix its \"address\" or \"interface\" in the "
+                   "standalone topology %s (coll-run: --ifname)",
+                   pods ? "pod" : "rank", rank, f.pod, f.node, f.address, have, path);
         goto out;
     }
     chk = agent_check_interface(f.ifname, f.address, f.address[0] ? NULL : f.address,
                                 sizeof(f.address));
     if (chk != 0) {
         agent_list_interfaces(have, sizeof(have));
-        fail(ctx, chk == 1 ? COLLI_PROTO_CODE_INTERFACE_MISSING : COLLI_PROTO_CODE_ADDRESS_MISSING,
-             "rank %d pins interface %s%s%s, which %s on this machine (it has: %s)", rank, f.ifname,
-             f.address[0] ? " address " : "", f.address,
-             chk == 1 ? "does not exist" : "does not carry that address", have);
+        fail_known(ctx, &f,
+                   chk == 1 ? COLLI_PROTO_CODE_INTERFACE_MISSING : COLLI_PROTO_CODE_ADDRESS_MISSING,
+                   "%s %d (%s on %s) pins interface %s%s%s, which %s on this machine (it has: "
+                   "%s); fix its \"interface\" in the standalone topology %s (coll-run: --ifname)",
+                   pods ? "pod" : "rank", rank, f.pod, f.node, f.ifname,
+                   chk == 2 ? " address " : "", chk == 2 ? f.address : "",
+                   chk == 1 ? "does not exist" : "does not carry that address", have, path);
         goto out;
     }
     if (agent_preflight(ctx, &f, &fatal) != 0) {
-        agent_set_failed(ctx, &fatal);
+        agent_set_failed_known(ctx, &fatal, &f);
         goto out;
     }
     if (per == 1)

@@ -33,6 +33,16 @@ void agent_set_failed(agent_ctx_t *ctx, const agent_condition_t *cond)
     agent_health_event(ctx, "Warning", reason, cond->message);
 }
 
+void agent_set_failed_known(agent_ctx_t *ctx, const agent_condition_t *cond,
+                            const agent_facts_t *facts)
+{
+    pthread_mutex_lock(&ctx->mu);
+    ctx->facts = *facts;
+    ctx->failed_known = 1;
+    pthread_mutex_unlock(&ctx->mu);
+    agent_set_failed(ctx, cond);
+}
+
 void agent_wait_step(agent_ctx_t *ctx, int64_t deadline_ms)
 {
     struct timespec ts;

@@ -279,13 +279,16 @@ static int resolve_network(const json_t *spec, const agent_pod_info_t *pi, agent
         if (rc == 1) {
             snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_INTERFACE_MISSING);
             snprintf(cond->message, sizeof(cond->message),
-                     "the pinned network's interface %s does not exist in this pod (it has: %s); "
-                     "fix spec.network of CollectiveTopology %s or attach the network",
-                     f->ifname, have, f->topology);
+                     "pod %s (node %s): the pinned network's interface %s does not exist in this "
+                     "pod (it has: %s); fix spec.network of CollectiveTopology %s or attach the "
+                     "network",
+                     f->pod, f->node[0] ? f->node : "?", f->ifname, have, f->topology);
         } else {
             snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_ADDRESS_MISSING);
             snprintf(cond->message, sizeof(cond->message),
-                     "interface %s of this pod does not carry address %s%s (it has: %s)", f->ifname,
+                     "pod %s (node %s): interface %s of this pod does not carry address %s%s (it "
+                     "has: %s)",
+                     f->pod, f->node[0] ? f->node : "?", f->ifname,
                      f->address[0] ? f->address : "(any IP)",
                      f->address[0] ? " reported by Multus" : "", have);
         }

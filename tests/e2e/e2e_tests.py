@@ -14,6 +14,9 @@ Cases:
                 real `kubectl describe communicator` shows it
   rank_failure  4 ranks against the fixture; one is SIGKILLed mid all_reduce; the survivors fail
                 naming it; the Communicator's lastError names it and `kubectl describe` shows it
+  iface_missing rank 1's pinned interface is missing (standalone agents, then one pod of a
+                Kubernetes job): every rank fails within seconds naming rank 1, its pod or host
+                and the interface
 
 Every case prints one line per assertion and a closing `N passed, M failed` line. Exit 0 when
 everything passed, 1 otherwise, 77 (skipped, with the reason) when a prerequisite is missing.
@@ -25,6 +28,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -558,8 +562,85 @@ def case_walkthrough(ck, cl):
        "kubectl describe communicator %s shows Phase Ready" % name, r.stderr[-1500:])
 
 
+def expect_told(ck, ranks, n, t0, bad, names, limit=10.0):
+    """Every rank's init fails within limit seconds of t0 with one message naming rank bad and
+    each of names (its pod or host, the missing interface)."""
+    codes = ranks.wait(limit + 20)
+    dt = time.time() - t0
+    print("%d ranks ended %.1f s after the start: exit codes %s" % (n, dt, codes))
+    ck(all(c == 3 for c in codes), "every rank's init fails (exit 3): %s" % codes)
+    ck(dt < limit, "every rank ended within %.0f s (%.1f s; the bootstrap timeout is 60 s)" %
+       (limit, dt))
+    for i in range(n):
+        out = ranks.output(i)
+        line = ([x for x in out.splitlines() if x.startswith("init failed")] or [""])[0]
+        ck(("rank %d (pid " % bad) in line and all(w in line for w in names),
+           "rank %d: names rank %d and %s" % (i, bad, ", ".join(names)), tail(out))
+        if i == 0:
+            print(line)
+
+
+def case_iface_missing(ck, cl):
+    """One rank's pinned interface is missing: standalone (coll-agent --topology, one agent per
+    rank) and in Kubernetes (one pod's network-status names an interface the pod lacks): every
+    rank fails within seconds naming that rank, its pod or host and the interface."""
+    n, bad = 3, 1
+    d = cl.dir
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    topo = {"job": "iface", "port": port, "secret": "0123456789abcdef0123456789abcdef",
+            "transport": "Socket", "bootstrapTimeoutSeconds": 60, "timeoutSeconds": 60,
+            "nranks": n,
+            "ranks": [{"rank": r, "address": "127.0.0.1", "interface": "net9" if r == bad else "lo",
+                       "node": "host-%d" % r, "pod": "iface-%d" % r} for r in range(n)]}
+    path = os.path.join(d, "iface-topology.json")
+    with open(path, "w") as f:
+        json.dump(topo, f)
+    agents, socks = [], []
+    for r in range(n):
+        sock = os.path.join(d, "iface-%d.sock" % r)
+        log = open(os.path.join(d, "iface-agent-%d.log" % r), "w")
+        agents.append(subprocess.Popen([ARGS.agent, "--topology", path, "--rank", str(r),
+                                        "--socket", sock, "--health-port", "0"],
+                                       stdout=log, stderr=subprocess.STDOUT))
+        log.close()
+        socks.append(sock)
+    t0 = time.time()
+    try:
+        ranks = Ranks(cl, socks, [])
+        expect_told(ck, ranks, n, t0, bad, ["iface-1 on host-1", "standalone topology",
+                                            "pins interface net9, which does not exist"])
+    finally:
+        for a in agents:
+            a.kill()
+            a.wait()
+
+    cl.add(topology("e2e-iface", library_version()))
+    # rank 1's pod, then rank 0's (whose pinned address is not in the pod either: its agent
+    # publishes the root endpoint on the pod IP, where its process hosts the root to tell all)
+    for job, bad in (("e2eif", 1), ("e2eif0", 0)):
+        def missing(i, p, bad=bad):
+            if i == bad:
+                st = harness.fixture("network-status-lo.json")
+                st[1]["interface"] = "net9"
+                st[1]["ips"] = ["127.0.0.1" if bad else "10.99.0.1"]
+                p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"] = json.dumps(st)
+                p["status"]["podIP"] = "127.0.0.1"
+        _, pods = cl.add_job(job, n, pod_edit=missing)
+        t0 = time.time()
+        agents = [cl.start_agent(p) for p in pods]
+        ranks = Ranks(cl, [a["sock"] for a in agents], [])
+        expect_told(ck, ranks, n, t0, bad, [pods[bad]["metadata"]["name"], "node-0",
+                                            "interface net9 does not exist in this pod",
+                                            "CollectiveTopology e2e-iface"])
+        cl.stop_agents(agents)
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "topology_order", "walkthrough"}
+NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "topology_order", "walkthrough",
+                 "iface_missing"}
 
 
 def main():

@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 
+#include "fuzz.h"
 #include "kube.h"
 
 /* Every agent target: no logs (a rejected input would print a line), and the downward-API
@@ -206,7 +207,7 @@ static void *serve_one(void *arg)
 {
     serve_t *sv = arg;
     struct pollfd p = {.fd = srv_fd, .events = POLLIN};
-    if (poll(&p, 1, 5000) == 1) {
+    if (fuzz_poll(&p, 1, 5000) == 1) {
         int fd = accept4(srv_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0) {
             char req[8192];

@@ -8,6 +8,7 @@
  * with bytes the library cannot decode.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_fail("cannot connect to the agent's socket");
     for (size_t off = 0; off < size;) {
         ssize_t w = send(fd, data + off, size - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
         if (w <= 0)
             break; /* the server closed (a bad frame): its answer is read below */
         off += (size_t)w;
@@ -81,13 +84,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned char *buf = malloc(cap);
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 60000) != 1) /* generous: a loaded 2-core CI machine */
+        if (fuzz_poll(&p, 1, 60000) != 1) /* generous: a loaded 2-core CI machine */
             fuzz_fail("the agent neither answered nor closed within 60 s");
         if (len == cap) {
             cap *= 2;
             buf = realloc(buf, cap);
         }
         ssize_t n = recv(fd, buf + len, cap - len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0)
             break;
         len += (size_t)n;

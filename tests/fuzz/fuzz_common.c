@@ -1,11 +1,14 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fuzz.h"
@@ -14,6 +17,24 @@ void fuzz_fail(const char *what)
 {
     fprintf(stderr, "fuzz invariant violated: %s\n", what);
     abort();
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int fuzz_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        int rc = poll(fds, nfds, left > 0 ? (int)left : 0);
+        if (rc >= 0 || errno != EINTR)
+            return rc;
+    }
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

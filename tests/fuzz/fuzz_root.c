@@ -63,7 +63,7 @@ static bool recv_within(script_t *sc, int fd, void *buf, size_t n)
     size_t got = 0;
     for (int tries = 0; got < n; tries++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int rc = poll(&p, 1, 10);
+        int rc = fuzz_poll(&p, 1, 10);
         if (rc < 0 || tries >= 100)
             return false;
         if (rc == 0) {

@@ -2,13 +2,16 @@
  * A rank for the network-namespace test. Joins the communicator its environment names
  * (coll_comm_init_env: COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS, or torchrun's MASTER_ADDR,
  * MASTER_PORT, RANK and WORLD_SIZE), then runs `iterations` checked all_reduces of `count` float32
- * (0 iterations: until one fails, at most 120 s), printing "ITER <n>" after each, and ends with
+ * (0 iterations: until one fails, at most 120 s), printing "INIT rank=<r> t=<monotonic s>" once
+ * the communicator exists and "ITER <n>" after each call, and ends with
  *   DIAG-RESULT rank=<r> call=<init|all_reduce> rc=<COLL_... name> t=<monotonic s> iters=<n>
  *   bad=<wrong elements> msg=<coll_get_last_error()>
- *   netns_rank <iterations> <count>
+ *   netns_rank <iterations> <count> [all_to_all]
+ * (all_to_all: checked all_to_alls of count float32 per peer instead, reported as call=all_to_all)
  *   netns_rank --now        prints CLOCK_MONOTONIC seconds (shared by every namespace)
  */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +51,40 @@ static void result(int rank, const char *call, coll_result_t rc, long iters, lon
     fflush(stdout);
 }
 
+/* The closing line; the communicator destroyed (or aborted after a failure), the buffers freed. */
+static int finish(coll_comm_t comm, int rank, const char *call, coll_result_t rc, long done,
+                  long bad, float *s, float *r)
+{
+    result(rank, call, rc, done, bad);
+    if (rc == COLL_SUCCESS)
+        coll_comm_destroy(comm);
+    else
+        coll_comm_abort(comm);
+    free(s);
+    free(r);
+    return 0;
+}
+
+/* Checked all_to_alls: block j of rank i holds i * 1000 + j + iteration. */
+static int all_to_all(coll_comm_t comm, int rank, int nranks, long iters, size_t count)
+{
+    const size_t n = count * (size_t)nranks;
+    float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+    long done = 0, bad = 0;
+    coll_result_t rc = COLL_SUCCESS;
+    while (s != NULL && r != NULL && done < iters) {
+        for (size_t i = 0; i < n; i++)
+            s[i] = (float)(rank * 1000 + (int)(i / count) + done);
+        rc = coll_all_to_all(s, r, count, COLL_FLOAT32, comm, NULL);
+        if (rc != COLL_SUCCESS)
+            break;
+        for (size_t i = 0; i < n; i++)
+            bad += r[i] != (float)((int)(i / count) * 1000 + rank + done);
+        printf("ITER %ld\n", ++done);
+    }
+    return finish(comm, rank, "all_to_all", rc, done, bad, s, r);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -55,9 +92,12 @@ int main(int argc, char **argv)
         printf("%.3f\n", now());
         return 0;
     }
-    if (argc != 3) {
-        fprintf(stderr, "usage: netns_rank <iterations> <count> (with COLL_UNIQUE_ID, COLL_RANK "
-                        "and COLL_NRANKS, or MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)\n");
+    const bool a2a = argc == 4 && strcmp(argv[3], "all_to_all") == 0;
+    if (argc != 3 && !a2a) {
+        fprintf(
+            stderr,
+            "usage: netns_rank <iterations> <count> [all_to_all] (with COLL_UNIQUE_ID, COLL_RANK "
+            "and COLL_NRANKS, or MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE)\n");
         return 2;
     }
     long iters = atol(argv[1]);
@@ -73,6 +113,9 @@ int main(int argc, char **argv)
         result(rank, "init", rc, 0, 0);
         return 0;
     }
+    printf("INIT rank=%d t=%.3f\n", rank, now());
+    if (a2a)
+        return all_to_all(comm, rank, nranks, iters, count);
     float *s = malloc(count * sizeof(float)), *r = malloc(count * sizeof(float));
     long done = 0, bad = 0;
     double end = now() + 120;
@@ -90,12 +133,5 @@ int main(int argc, char **argv)
         }
         printf("ITER %ld\n", ++done);
     }
-    result(rank, "all_reduce", rc, done, bad);
-    if (rc == COLL_SUCCESS)
-        coll_comm_destroy(comm);
-    else
-        coll_comm_abort(comm);
-    free(s);
-    free(r);
-    return 0;
+    return finish(comm, rank, "all_reduce", rc, done, bad, s, r);
 }

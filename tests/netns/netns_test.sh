@@ -8,10 +8,17 @@
 #   a0  the root and every rank pinned with COLL_SOCKET_IFNAME=bond,eth: the root on node3
 #       listens on the decoy, ranks 0 and 1 cannot reach it -> COLL_ERR_TIMEOUT naming the root
 #       address, rank 2 -> bootstrap timeout naming the missing ranks 0 and 1
-#   a   the ranks pinned with bond,eth (the root by CIDR): rank 2 advertises 10.77.9.3 ->
-#       "rank 1 (10.77.1.2) cannot reach rank 2 (10.77.9.3:PORT)", every rank fails
-#   a2  as a, but node2 has no default route, so connect() fails at once instead of by ICMP:
-#       the same message and code are expected
+#   a   the ranks pinned with bond,eth (the root by CIDR): rank 2 advertises 10.77.9.3; the
+#       bootstrap root sees two networks, has rank 0 probe 10.77.9.3 (ICMP net unreachable) and
+#       fails every rank, rank 2 included, within seconds and before any data connection, with
+#       one message naming rank 2, node3, eth0, 10.77.9.3, 10.77.9.0/24, the job's 10.77.1.0/24
+#       and the fix COLL_SOCKET_IFNAME=10.77.1.0/24
+#   a2  as a, but node1 (rank 0, the prober) has no default route: its probe fails in connect()
+#       itself; the same message and code are expected
+#   a3  as a, but the switch drops the decoy's packets silently: the probe gets no answer and
+#       the same message says so after its 3 s deadline
+#   r   a routed fabric: node3 pinned by name to ib7 on its own subnet 10.77.5.0/24, which the
+#       switch namespace routes to 10.77.1.0/24; the root's probe passes and the job runs
 #   b   the fix: COLL_SOCKET_IFNAME=10.77.1.0/24 everywhere -> three different interface names,
 #       one network, the all_reduces succeed
 #   c   node2's link goes down mid-collective -> ranks 0 and 2 fail within COLL_TIMEOUT naming
@@ -118,6 +125,15 @@ setup() {
     attach "$NS1" bond0 10.77.1.1 p1 || return 1
     attach "$NS2" eth1 10.77.1.2 p2 || return 1
     attach "$NS3" ens5 10.77.1.3 p3 || return 1
+    # node3's routed interface (case r): ib7 10.77.5.3/24, routed by the switch namespace to
+    # 10.77.1.0/24 (replies to it leave by ens5: loose reverse-path filtering)
+    ip -n "$NS3" link add ib7 type veth peer name r3 netns "$SW" || return 1
+    ip -n "$SW" addr add 10.77.5.254/24 dev r3 || return 1
+    ip -n "$SW" link set r3 up || return 1
+    ip -n "$NS3" addr add 10.77.5.3/24 dev ib7 || return 1
+    ip -n "$NS3" link set ib7 up || return 1
+    ip netns exec "$NS3" sysctl -qw net.ipv4.conf.all.rp_filter=2 || return 1
+    ip netns exec "$NS3" sysctl -qw net.ipv4.conf.ib7.rp_filter=2 || return 1
 }
 attach() { # ns ifname addr bridge-port
     ip link add "$2" netns "$1" type veth peer name "$4" netns "$SW" || return 1
@@ -131,10 +147,10 @@ if ! setup >"$WORK/setup.log" 2>&1; then
     cat "$WORK/setup.log"
     skip "could not build the namespace topology (veth/bridge support?)"
 fi
-note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3"
+note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (decoy), ens5 10.77.1.3, ib7 10.77.5.3 (routed)"
 
 NODE_NS=("$NS1" "$NS2" "$NS3")
-CASES=" ${NETNS_CASES:-a0 a a2 b c d e f g h} " # a subset can be chosen for debugging
+CASES=" ${NETNS_CASES:-a0 a a2 a3 r b c d e f g h u} " # a subset can be chosen for debugging
 want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 
 # run_on <node index 0..2> <command...>: inside the node's namespaces, in the background
@@ -197,7 +213,7 @@ wait_ranks() {
     done
     wait "${RANK_PIDS[@]}" 2>/dev/null
     for r in 0 1 2; do
-        sed "s/^/  [$1 r$r] /" "$WORK/$1.r$r" | grep -v '^  \[[^]]*\] ITER' | grep -v 'INFO INIT' |
+        sed "s/^/  [$1 r$r] /" "$WORK/$1.r$r" | grep -Ev '^  \[[^]]*\] (ITER|INIT rank=)' | grep -v 'INFO INIT' |
             cut -c1-700
     done
 }
@@ -244,6 +260,45 @@ expect_within() { # name rank t0 seconds
 }
 now() { "$RANKPROG" --now; }
 
+# expect_job <name>: every rank finished its all_reduces with exact results
+expect_job() {
+    for r in 0 1 2; do
+        expect_rc "$1" $r COLL_SUCCESS
+        if [ "$(field "$1" $r iters)" = 3 ] && [ "$(field "$1" $r bad)" = 0 ]; then
+            ok
+        else
+            bad "$1: rank $r: iterations $(field "$1" $r iters), wrong elements $(field "$1" $r bad)"
+        fi
+    done
+}
+
+# expect_decoy <name> <why>: rank 2 on the decoy is found by the bootstrap root before any data
+# connection: every rank, rank 2 included, fails within seconds with one message that names
+# the rank, its host, interface, address and network, the job's network and the CIDR fix
+expect_decoy() {
+    if grep -q "rank 2 of 3: 10.77.9.3:[0-9]* on eth0" "$WORK/$1.r2"; then ok; else
+        bad "$1: rank 2 did not choose the decoy eth0 10.77.9.3"
+    fi
+    for r in 0 1 2; do
+        expect_rc "$1" $r COLL_ERR_NETWORK
+        if [ "$(field "$1" $r call)" = init ]; then ok; else
+            bad "$1: rank $r failed in $(field "$1" $r call), not at init"
+        fi
+        expect_msg "$1" $r "rank 2 (pid "
+        expect_msg "$1" $r " on node3) cannot be reached by the other ranks: its data address 10.77.9.3:"
+        expect_msg "$1" $r " on eth0 (network 10.77.9.0/24, chosen by an interface-name pin)"
+        expect_msg "$1" $r "The bootstrap root (10.77.1.3) and 2 of 3 ranks are on 10.77.1.0/24."
+        expect_msg "$1" $r "COLL_SOCKET_IFNAME=10.77.1.0/24"
+        expect_msg "$1" $r "$2"
+        expect_within "$1" $r "$t0" 8
+    done
+    if grep -q "WARN NET dropped connection" "$WORK/$1.r0" "$WORK/$1.r1" "$WORK/$1.r2"; then
+        bad "$1: a rank warned about a dropped connection"
+    else
+        ok
+    fi
+}
+
 # ---- a0: the root itself pinned onto the decoy ----
 name=a0
 note "--- a0: root and ranks pinned with COLL_SOCKET_IFNAME=bond,eth (root lands on the decoy)"
@@ -270,44 +325,65 @@ if want_case $name && start_root $name "10.77.1.0/24" 20; then
     t0=$(now)
     start_ranks $name "bond,eth" 5 20 3 65536
     wait_ranks $name 40
-    if grep -q "rank 2 of 3: 10.77.9.3:[0-9]* on eth0" "$WORK/$name.r2"; then ok; else
-        bad "a: rank 2 did not choose the decoy eth0 10.77.9.3"
-    fi
-    # rank 1 sends to rank 2 in the ring: its connect is answered by ICMP net unreachable
-    expect_rc $name 1 COLL_ERR_NETWORK
-    expect_msg $name 1 "rank 1 (10.77.1.2) cannot reach rank 2 (10.77.9.3:"
-    expect_msg $name 1 "pin one network on every rank with COLL_SOCKET_IFNAME"
-    # rank 0 learns it from rank 1's abort notice
-    expect_rc $name 0 COLL_ERR_REMOTE COLL_ERR_NETWORK
-    expect_msg $name 0 "cannot reach rank 2 (10.77.9.3:"
-    # rank 2 cannot be told (nothing reaches its address): it gives up at COLL_TIMEOUT
-    expect_rc $name 2 COLL_ERR_TIMEOUT COLL_ERR_REMOTE COLL_ERR_NETWORK
-    for r in 0 1 2; do expect_within $name $r "$t0" 12; done
+    expect_decoy $name "Network is unreachable"
 fi
 
-# ---- a2: as a, but node2 has no default route: its connect fails at once (ENETUNREACH) ----
+# ---- a2: as a, but node1 (the prober) has no default route: its connect fails at once ----
 name=a2
-note "--- a2: as a, without a default route on node2 (connect() itself fails)"
+note "--- a2: as a, without a default route on node1 (the probe's connect() itself fails)"
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
-    ip -n "$NS2" route del default
+    ip -n "$NS1" route del default
     t0=$(now)
     start_ranks $name "bond,eth" 5 20 3 65536
     wait_ranks $name 40
-    ip -n "$NS2" route add default via 10.77.1.254
-    expect_rc $name 1 COLL_ERR_NETWORK
-    expect_msg $name 1 "rank 1 (10.77.1.2) cannot reach rank 2 (10.77.9.3:"
-    expect_msg $name 1 "pin one network on every rank with COLL_SOCKET_IFNAME"
-    expect_rc $name 0 COLL_ERR_REMOTE COLL_ERR_NETWORK
-    expect_msg $name 0 "cannot reach rank 2 (10.77.9.3:"
-    for r in 0 1 2; do expect_within $name $r "$t0" 12; done
+    ip -n "$NS1" route add default via 10.77.1.254
+    expect_decoy $name "Network is unreachable"
+fi
+
+# ---- a3: as a, but the switch drops the decoy's packets silently: the probe times out ----
+name=a3
+note "--- a3: as a, the switch blackholes 10.77.9.0/24 (no ICMP): the probe's 3 s deadline"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    ip -n "$SW" route add blackhole 10.77.9.0/24
+    t0=$(now)
+    start_ranks $name "bond,eth" 5 20 3 65536
+    wait_ranks $name 40
+    ip -n "$SW" route del blackhole 10.77.9.0/24
+    expect_decoy $name "no answer within 3 s"
+fi
+
+# ---- r: a routed fabric: node3 on its own subnet, pinned by name, routed to the others ----
+name=r
+note "--- r: COLL_SOCKET_IFNAME=bond0,eth1,ib7: node3 on 10.77.5.0/24, routed to 10.77.1.0/24"
+if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    t0=$(now)
+    start_ranks $name "bond0,eth1,ib7" 10 20 3 65536
+    wait_ranks $name 40
+    expect_job $name
+    note "r: the last rank's communicator was ready $(for r in 0 1 2; do sed -n 's/^INIT rank=[0-9]* t=//p' "$WORK/$name.r$r"; done | sort -n | tail -n 1 | awk -v t0="$t0" '{ printf "%.2f", $1 - t0 }') s after the start (probes included)"
+    if grep -q "rank 2 of 3: 10.77.5.3:[0-9]* on ib7" "$WORK/$name.r2"; then ok; else
+        bad "r: rank 2 did not use ib7 10.77.5.3"
+    fi
+    # two networks: the root had a rank of 10.77.1.0/24 probe rank 2's address first
+    if grep -q "asked whether rank 2 at 10.77.5.3:[0-9]* is reachable: yes" "$WORK/$name.r0" \
+        "$WORK/$name.r1"; then ok; else
+        bad "r: no rank probed rank 2's routed address at bootstrap"
+    fi
+    if grep -q "WARN" "$WORK/$name.r2"; then
+        bad "r: rank 2 logged a WARN (the probe connection must be quiet)"
+    else
+        ok
+    fi
 fi
 
 # ---- b: the fix, one network by CIDR, three interface names ----
 name=b
 note "--- b: COLL_SOCKET_IFNAME=10.77.1.0/24 on the root and every rank"
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
+    t0=$(now)
     start_ranks $name "10.77.1.0/24" 10 20 5 65536
     wait_ranks $name 40
+    note "b: the last rank's communicator was ready $(for r in 0 1 2; do sed -n 's/^INIT rank=[0-9]* t=//p' "$WORK/$name.r$r"; done | sort -n | tail -n 1 | awk -v t0="$t0" '{ printf "%.2f", $1 - t0 }') s after the start (one network: no probe)"
     ifs=(bond0 eth1 ens5)
     for r in 0 1 2; do
         expect_rc $name $r COLL_SUCCESS
@@ -330,14 +406,7 @@ note "--- d: COLL_SOCKET_IFNAME unset on every rank (node3's first interface is 
 if want_case $name && start_root $name "10.77.1.0/24" 20; then
     start_ranks $name "" 10 20 3 65536
     wait_ranks $name 40
-    for r in 0 1 2; do
-        expect_rc $name $r COLL_SUCCESS
-        if [ "$(field $name $r iters)" = 3 ] && [ "$(field $name $r bad)" = 0 ]; then
-            ok
-        else
-            bad "d: rank $r: iterations $(field $name $r iters), wrong elements $(field $name $r bad)"
-        fi
-    done
+    expect_job $name
     if grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2" &&
         grep -q "COLL_SOCKET_IFNAME is not set: ens5 .* the interface on the network of the bootstrap root 10.77.1.3" "$WORK/$name.r2"; then
         ok
@@ -407,18 +476,6 @@ if want_case $name && [ -x "$COLLRUN" ]; then
     fi
 fi
 
-# expect_job <name>: every rank finished its all_reduces with exact results
-expect_job() {
-    for r in 0 1 2; do
-        expect_rc "$1" $r COLL_SUCCESS
-        if [ "$(field "$1" $r iters)" = 3 ] && [ "$(field "$1" $r bad)" = 0 ]; then
-            ok
-        else
-            bad "$1: rank $r: iterations $(field "$1" $r iters), wrong elements $(field "$1" $r bad)"
-        fi
-    done
-}
-
 # ---- g: NCCL habits and a typo on one node ----
 name=g
 note "--- g: NCCL_SOCKET_IFNAME=ens5 and the typo COLL_SOCKET_IFNAM=ens5 on node3 only"
@@ -461,6 +518,71 @@ if want_case $name; then
         grep -q "rank 2 of 3: 10.77.1.3:[0-9]* on ens5" "$WORK/$name.r2"; then ok; else
         bad "h: rank 0 did not host the root, or node3 did not take ens5 toward MASTER_ADDR"
     fi
+fi
+
+# ---- u: 32 ranks, an all_to_all, one host under ulimit -n 64 ----
+name=u
+note "--- u: 32 ranks over the three nodes (11/11/10), all_to_all, node2's ranks under ulimit -n 64"
+if want_case $name && start_root $name "10.77.1.0/24" 30; then
+    t0=$(now)
+    RANK_PIDS=()
+    first=(0 11 22)
+    last=(10 21 31)
+    for n in 0 1 2; do
+        lim=unlimited
+        [ $n = 1 ] && lim=64
+        # one shell per node (one IPC namespace: its ranks share memory, as on a real host)
+        # shellcheck disable=SC2016 # expanded by the node's shell
+        run_on "$n" env COLL_UNIQUE_ID="$ID" COLL_NRANKS=32 COLL_SOCKET_IFNAME=10.77.1.0/24 \
+            COLL_TIMEOUT=10 COLL_BOOTSTRAP_TIMEOUT=30 LIM=$lim FIRST="${first[$n]}" \
+            LAST="${last[$n]}" PROG="$RANKPROG" OUT="$WORK/$name" sh -c '
+                [ "$LIM" = unlimited ] || ulimit -n "$LIM" || exit 9
+                r=$FIRST
+                while [ "$r" -le "$LAST" ]; do
+                    COLL_RANK=$r "$PROG" 2 256 all_to_all >"$OUT.r$r" 2>&1 &
+                    r=$((r + 1))
+                done
+                wait'
+        RANK_PIDS+=($!)
+    done
+    wait_ranks $name 40
+    nlim=0 nother=0
+    for ((r = 0; r < 32; r++)); do
+        if [ "$r" -ge 11 ] && [ "$r" -le 21 ]; then
+            # a limited rank: out of descriptors itself, or told by another limited rank
+            rc=$(field $name $r rc)
+            case "$rc" in COLL_ERR_SYSTEM | COLL_ERR_REMOTE) ok ;; *)
+                bad "u: rank $r (limited) returned '${rc:-nothing}': $(field $name $r msg)" ;;
+            esac
+            [ "$rc" = COLL_ERR_SYSTEM ] && nlim=$((nlim + 1))
+        else
+            expect_rc $name $r COLL_ERR_REMOTE
+            nother=$((nother + 1))
+        fi
+        expect_msg $name $r "Too many open files"
+        # the limit, said of the rank of node2 that ran out, in peers, with the fix
+        if field $name $r msg |
+            grep -Eq "the open-file limit \(ulimit -n\) is 64 \(hard 64\), but rank (1[1-9]|2[01]) with"; then
+            ok
+        else
+            bad "u: rank $r does not name the limit 64 of a rank of node2: $(field $name $r msg)"
+        fi
+        expect_msg $name $r " with 31 peers ("
+        expect_msg $name $r "descriptors: raise it (ulimit -n "
+        t=$(field $name $r t)
+        if [ -n "$t" ] && awk -v t="$t" -v t0="$t0" 'BEGIN { exit !(t - t0 <= 25) }'; then ok; else
+            bad "u: rank $r failed at ${t:-never}, more than 25 s after the start"
+        fi
+    done
+    # the limited ranks name themselves; the others name a limited rank (11..21) on node2
+    if [ "$nlim" -ge 1 ]; then ok; else bad "u: no rank of node2 said it ran out of descriptors"; fi
+    if field $name 0 msg | grep -Eq "^rank (1[1-9]|2[01]) \(pid [0-9]+ on node2, 10.77.1.2:[0-9]+\) reported: "; then
+        ok
+    else
+        bad "u: rank 0 does not name a rank of node2: $(field $name 0 msg)"
+    fi
+    slowest=$(for ((r = 0; r < 32; r++)); do field $name $r t; done | sort -n | tail -n 1)
+    note "u: $nlim limited ranks named their own limit; the last of 32 ranks failed $(awk -v t="$slowest" -v t0="$t0" 'BEGIN { printf "%.1f", t - t0 }') s after the start"
 fi
 
 # ---- c: a link goes down mid-collective ----

@@ -134,6 +134,12 @@ static int sniffer_open(void)
         close(fd);
         return -1;
     }
+    /* Everything on lo lands here, other programs' traffic too, while the ranks all-reduce and
+     * this process may be descheduled: a buffer large enough that no packet is dropped (root may
+     * exceed rmem_max; the default 208 KiB overflowed under load and lost the data hello). */
+    int big = 64 << 20;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) != 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
     return fd;
 }
 
@@ -173,7 +179,9 @@ static stream_t *record(int sn, stream_t *st, int *nst, uint16_t dport, int kind
         for (int i = 0; i < *nst && s == NULL; i++)
             if (st[i].sport == sp && st[i].dport == dp)
                 s = &st[i];
-        if (s == NULL && *nst < 256) {
+        /* a new stream only where a kcoll hello starts it: other programs' connections on lo
+         * must not take the table's slots */
+        if (s == NULL && *nst < 256 && tot - off >= 4 && memcmp(pkt + off, "KCHL", 4) == 0) {
             s = &st[(*nst)++];
             memset(s, 0, sizeof(*s));
             s->sport = sp;

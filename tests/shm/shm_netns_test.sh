@@ -85,11 +85,14 @@ if ! setup >"$WORK/setup.log" 2>&1; then
 fi
 
 # One holder process per node owns the node's namespaces (network, IPC, UTS, mount); ranks
-# enter them with nsenter, so that the test knows each rank's pid.
+# enter them with nsenter, so that the test knows each rank's pid. Each node has a /dev/shm of
+# its own (a tmpfs in the mount namespace `ip netns exec` made), as a host does: the segment check
+# at the end sees this test's segments only, not those of whatever else runs on the machine.
 for i in 0 1; do
     # shellcheck disable=SC2016 # $0 belongs to the inner shell
-    ip netns exec "${NS[$i]}" unshare --ipc --uts sh -c 'hostname "$0" && exec sleep 600' \
-        "node$((i + 1))" &
+    ip netns exec "${NS[$i]}" unshare --ipc --uts sh -c \
+        'mount -t tmpfs -o mode=1777,size=512m "kcoll-$0" /dev/shm && hostname "$0" &&
+         exec sleep 600' "node$((i + 1))" &
     HOLDERS+=($!)
 done
 sleep 0.3
@@ -111,8 +114,6 @@ note "node1 (10.77.2.1): ranks 0 2 4 | node2 (10.77.2.2): ranks 1 3"
 if [ "$(on_node 0 hostname)" != node1 ] || [ "$(on_node 1 hostname)" != node2 ]; then
     skip "could not enter the node namespaces"
 fi
-
-before=$(ls /dev/shm 2>/dev/null | grep '^kcoll-' | sort)
 
 # start_job <name> <iterations> <count>: a root on node1 and the five ranks
 start_job() {
@@ -227,8 +228,7 @@ if start_job $name 0 262144; then
     done
 fi
 
-after=$(ls /dev/shm 2>/dev/null | grep '^kcoll-' | sort)
-left=$(comm -13 <(echo "$before") <(echo "$after") | grep . || true)
+left=$(for i in 0 1; do on_node $i ls /dev/shm | sed "s|^|node$((i + 1)):|"; done 2>&1)
 if [ -z "$left" ]; then ok; else bad "segments left in /dev/shm: $left"; fi
 
 echo "$pass passed, $fail failed"

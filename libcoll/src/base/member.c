@@ -39,6 +39,8 @@ void colli_member_to_wire(const colli_member_t *m, colli_wire_member_t *w)
         w->port = ntohs(in6->sin6_port);
         memcpy(w->addr, &in6->sin6_addr, 16);
     }
+    w->prefix = (uint8_t)(m->prefix > 0 && m->prefix <= 128 ? m->prefix : 0);
+    w->how = (uint8_t)(m->how > 0 && m->how < 256 ? m->how : 0);
     w->nstreams = m->nstreams;
     w->chunk_size = m->chunk_size;
     w->small_threshold = m->small_threshold;
@@ -77,6 +79,8 @@ coll_result_t colli_member_from_wire(const colli_wire_member_t *w, colli_member_
                         : 0;
     m->gpu = m->local_size > 0 && w->gpu >= -1 ? w->gpu : -1;
     m->hier_min = w->hier_min;
+    m->prefix = w->prefix <= (w->family == AF_INET ? 32 : 128) ? w->prefix : 0;
+    m->how = w->how;
     if (w->family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&m->addr;
         in->sin_family = AF_INET;

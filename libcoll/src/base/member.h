@@ -19,6 +19,8 @@ typedef struct colli_member {
     int pid;
     struct sockaddr_storage addr; /* data listener */
     char ifname[32];
+    int prefix;    /* the data address's network (prefix length), 0 = unknown */
+    int how;       /* how its interface was chosen (COLLI_NETIF_*), 0 = unknown */
     uint32_t caps; /* capability bits of the transports this rank offers (transport.h) */
     /* rank 0's tuning is adopted by every rank */
     uint32_t nstreams;

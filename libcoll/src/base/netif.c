@@ -82,13 +82,94 @@ static bool usable(const struct ifaddrs *ifa, int family)
     return true;
 }
 
-static void take(const struct ifaddrs *ifa, colli_netif_t *out)
+/* The bytes of an IPv4 or IPv6 address (n: 4 or 16), NULL for another family. */
+static const uint8_t *ip_bytes(const struct sockaddr *sa, size_t *n)
+{
+    if (sa == NULL)
+        return NULL;
+    *n = sa->sa_family == AF_INET ? 4 : 16;
+    if (sa->sa_family == AF_INET)
+        return (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+    if (sa->sa_family == AF_INET6)
+        return (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return NULL;
+}
+
+/* Leading one bits of a netmask (0 when there is none). */
+static int mask_bits(const struct ifaddrs *ifa)
+{
+    size_t n = 0;
+    const uint8_t *m =
+        ifa->ifa_netmask != NULL && ifa->ifa_netmask->sa_family == ifa->ifa_addr->sa_family
+            ? ip_bytes(ifa->ifa_netmask, &n)
+            : NULL;
+    int bits = 0;
+    for (size_t i = 0; m != NULL && i < n; i++)
+        for (int b = 7; b >= 0 && ((m[i] >> b) & 1); b--)
+            bits++;
+    return bits;
+}
+
+static void take(const struct ifaddrs *ifa, int how, colli_netif_t *out)
 {
     memset(out, 0, sizeof(*out));
     snprintf(out->name, sizeof(out->name), "%s", ifa->ifa_name);
     size_t len = ifa->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
                                                      : sizeof(struct sockaddr_in6);
     memcpy(&out->addr, ifa->ifa_addr, len);
+    out->prefix = mask_bits(ifa);
+    out->how = how;
+}
+
+int colli_netif_prefix_of(const struct sockaddr_storage *addr)
+{
+    size_t n = 0, k = 0;
+    const uint8_t *want = ip_bytes((const struct sockaddr *)addr, &n);
+    struct ifaddrs *list = NULL;
+    if (want == NULL || getifaddrs(&list) != 0)
+        return 0;
+    int bits = 0;
+    for (const struct ifaddrs *ifa = list; ifa != NULL && bits == 0; ifa = ifa->ifa_next) {
+        const uint8_t *a = ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == addr->ss_family
+                               ? ip_bytes(ifa->ifa_addr, &k)
+                               : NULL;
+        if (a != NULL && k == n && memcmp(a, want, n) == 0)
+            bits = mask_bits(ifa);
+    }
+    freeifaddrs(list);
+    return bits;
+}
+
+bool colli_net_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b, int prefix)
+{
+    size_t na = 0, nb = 0;
+    const uint8_t *x = ip_bytes((const struct sockaddr *)a, &na);
+    const uint8_t *y = ip_bytes((const struct sockaddr *)b, &nb);
+    if (x == NULL || y == NULL || na != nb || a->ss_family != b->ss_family || prefix <= 0 ||
+        (size_t)prefix > na * 8)
+        return false;
+    for (int i = 0; i < prefix; i++) {
+        const int byte = i / 8, bit = 7 - i % 8;
+        if (((x[byte] >> bit) & 1) != ((y[byte] >> bit) & 1))
+            return false;
+    }
+    return true;
+}
+
+void colli_net_str(const struct sockaddr_storage *addr, int prefix, char *buf, size_t len)
+{
+    size_t n = 0;
+    const uint8_t *x = ip_bytes((const struct sockaddr *)addr, &n);
+    uint8_t net[16] = {0};
+    char a[INET6_ADDRSTRLEN] = "?";
+    if (x == NULL || prefix < 0 || (size_t)prefix > n * 8) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    for (int i = 0; i < prefix; i++)
+        net[i / 8] |= (uint8_t)(x[i / 8] & (1u << (7 - i % 8)));
+    inet_ntop(addr->ss_family, net, a, sizeof(a));
+    snprintf(buf, len, "%s/%d", a, prefix);
 }
 
 coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *out)
@@ -114,7 +195,11 @@ coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *ou
     if (!found && (spec == NULL || *spec == '\0'))
         found = lo;
     if (found) {
-        take(found, out);
+        take(found,
+             spec == NULL || *spec == '\0' ? COLLI_NETIF_FIRST
+             : strchr(spec, '/') != NULL   ? COLLI_NETIF_CIDR
+                                           : COLLI_NETIF_NAME,
+             out);
         freeifaddrs(list);
         return COLL_SUCCESS;
     }
@@ -192,7 +277,7 @@ coll_result_t colli_netif_select_toward(const char *spec, int family,
         freeifaddrs(list);
         return colli_netif_select(spec, family, out);
     }
-    take(found, out);
+    take(found, COLLI_NETIF_TOWARD, out);
     freeifaddrs(list);
     char a[80], r[80];
     colli_sockaddr_str(&out->addr, a, sizeof(a));

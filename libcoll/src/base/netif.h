@@ -3,13 +3,24 @@
 #define COLLI_NETIF_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/socket.h>
 
 #include "coll.h"
 
+/* How an interface was chosen (said in the member record, for the root's network check). */
+enum {
+    COLLI_NETIF_FIRST = 1,  /* nothing pinned: the first interface that is up */
+    COLLI_NETIF_TOWARD = 2, /* nothing pinned: the interface on the bootstrap root's network */
+    COLLI_NETIF_NAME = 3,   /* COLL_SOCKET_IFNAME (or the agent's pin) by interface name */
+    COLLI_NETIF_CIDR = 4,   /* COLL_SOCKET_IFNAME by network (CIDR) */
+};
+
 typedef struct colli_netif {
     char name[32];
     struct sockaddr_storage addr; /* port 0 */
+    int prefix;                   /* the address's prefix length (its network), 0 = unknown */
+    int how;                      /* COLLI_NETIF_* */
 } colli_netif_t;
 
 /* Choose the interface (and its address) matching spec, a comma list where each entry is a name
@@ -25,6 +36,15 @@ coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *ou
  * choice of colli_netif_select. An INFO line names the choice. */
 coll_result_t colli_netif_select_toward(const char *spec, int family,
                                         const struct sockaddr_storage *toward, colli_netif_t *out);
+
+/* The prefix length of this host's interface address equal to addr's (0: none here). */
+int colli_netif_prefix_of(const struct sockaddr_storage *addr);
+
+/* Does a hold b's address within its first prefix bits (the same network)? */
+bool colli_net_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b, int prefix);
+
+/* "10.77.1.0/24": the network of addr with prefix bits. */
+void colli_net_str(const struct sockaddr_storage *addr, int prefix, char *buf, size_t len);
 
 /* Is this host's interface name down (not up, no carrier, or gone)? 1 down, 0 up, -1 unknown. */
 int colli_netif_link_down(const char *name);

@@ -11,8 +11,8 @@
 #include "coll.h"
 
 /* Wire-protocol version: bumped whenever a wire struct or exchange changes (3: the challenge
- * handshake, base/handshake.h). */
-#define COLLI_PROTO_VERSION 3u
+ * handshake, base/handshake.h; 4: the root's reachability probes, bootstrap/reach.c). */
+#define COLLI_PROTO_VERSION 4u
 
 #define COLLI_HELLO_MAGIC 0x4c48434bu /* "KCHL" */
 #define COLLI_FRAME_MAGIC 0x4d52464bu /* "KFRM" */
@@ -102,7 +102,9 @@ typedef struct colli_wire_member {
     char group[64];        /* topology group (switch/rack label value) of its node */
     uint32_t cuda_runtime; /* CUDA runtime of a CUDA build (CUDART_VERSION form), else 0 */
     uint32_t cuda_driver;  /* the driver's cuDriverGetVersion in a CUDA build, else 0 */
-    uint8_t reserved0[4];
+    uint8_t prefix; /* prefix length of the address's network on its interface, 0 = unknown */
+    uint8_t how;    /* how the interface was chosen (COLLI_NETIF_* of base/netif.h), 0 = unknown */
+    uint8_t reserved0[2];
     uint64_t direct_min; /* COLL_SHM_DIRECT_MIN: single-copy from this many bytes, 0 = never */
     /* several ranks per pod (zero from builds before them: local rank 0 of an unknown count) */
     int32_t local_rank;  /* the rank's place in its pod */
@@ -126,6 +128,27 @@ typedef struct colli_root_reply {
                       * the rank's hello nonce || "root") */
 } colli_root_reply_t;
 _Static_assert(sizeof(colli_root_reply_t) == 32, "root reply size");
+
+/* Wire protocol 4: the root's answer may first be a probe request (status COLLI_ROOT_PROBE,
+ * nranks = the number of colli_wire_probe_t that follow, no message; its MAC covers a digest of
+ * them). The rank connects to each address from its data address within a few seconds and
+ * answers with a colli_wire_probe_result_t per entry and a MAC by the connection key over them
+ * (colli_probe_result_mac), then reads the root's final answer. */
+#define COLLI_ROOT_PROBE 0x50524f42u /* "BORP" */
+#define COLLI_PROBE_MAX  4096u       /* entries in one request */
+#define COLLI_PROBE_SECS 3.0         /* each probe's connect deadline */
+typedef struct colli_wire_probe {
+    int32_t rank; /* the rank whose data address this is */
+    uint16_t family;
+    uint16_t port;
+    uint8_t addr[16];
+} colli_wire_probe_t;
+_Static_assert(sizeof(colli_wire_probe_t) == 24, "probe entry size");
+typedef struct colli_wire_probe_result {
+    int32_t rank;
+    int32_t err; /* 0 reached (or refused: the host answered), else the errno; ETIMEDOUT */
+} colli_wire_probe_result_t;
+_Static_assert(sizeof(colli_wire_probe_result_t) == 8, "probe result size");
 
 /* The tag every frame and hello of a communicator carries: derived from its secret. */
 uint64_t colli_comm_tag(const uint8_t secret[16]);

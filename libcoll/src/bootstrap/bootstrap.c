@@ -66,6 +66,13 @@ again:;
     }
     if (io == COLLI_IO_OK)
         io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
+    /* Wire protocol 4: the root may first ask this rank to probe others' data addresses (its
+     * network check, bootstrap/reach.c), once; then its answer follows. */
+    if (io == COLLI_IO_OK && rep.magic == COLLI_FRAME_MAGIC && rep.status == COLLI_ROOT_PROBE) {
+        io = colli_reach_answer(fd, &rep, hs.key, comm->secret, bind_addr, comm->rank, deadline);
+        if (io == COLLI_IO_OK)
+            io = colli_sock_read_all(fd, &rep, sizeof(rep), deadline);
+    }
     /* A root on a listener it shares (coll_comm_shrink): the parent communicator's transport may
      * have taken this connection and dropped it as a stranger; connect again. */
     const bool dropped =
@@ -172,6 +179,19 @@ err_close:
     return status;
 }
 
+void colli_bootstrap_error_text(int rank, const char *msg, char *buf, size_t len)
+{
+    char host[64] = "?";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "?");
+    if (rank >= 0)
+        snprintf(buf, len, "rank %d (pid %d on %s) cannot start: %s", rank, (int)getpid(), host,
+                 msg);
+    else /* a process that is no rank (its agent refused it) */
+        snprintf(buf, len, "a process of this job (pid %d on %s) was refused: %s", (int)getpid(),
+                 host, msg);
+}
+
 void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
                                   int rank, int nranks, const char *msg)
 {
@@ -180,15 +200,7 @@ void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uin
         uint8_t mac[16];
     } out;
     memset(&out, 0, sizeof(out));
-    char host[64] = "?";
-    if (gethostname(host, sizeof(host) - 1) != 0)
-        snprintf(host, sizeof(host), "?");
-    if (rank >= 0)
-        snprintf(out.text, sizeof(out.text), "rank %d (pid %d on %s) cannot start: %s", rank,
-                 (int)getpid(), host, msg);
-    else /* a process that is no rank (its agent refused it) */
-        snprintf(out.text, sizeof(out.text), "a process of this job (pid %d on %s) was refused: %s",
-                 (int)getpid(), host, msg);
+    colli_bootstrap_error_text(rank, msg, out.text, sizeof(out.text));
     int fd = -1;
     double deadline = colli_now() + 2.0;
     if (colli_sock_connect(root, NULL, deadline, true, &fd) != COLLI_IO_OK)

@@ -65,9 +65,31 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
 coll_result_t colli_versions_check(const colli_wire_member_t *const *recs, int n, char *msg,
                                    size_t len, char *notice, size_t nlen);
 
+/* The root's network check (bootstrap/reach.c), once every rank checked in: where the ranks'
+ * data addresses are on several networks, ranks of the main one probe the others' (over their
+ * open bootstrap connections, a few seconds at most); COLL_ERR_NETWORK with msg naming an
+ * address none of them reaches and the CIDR pin that fixes it, else COLL_SUCCESS (also when
+ * nothing could be probed). root: the root's own address, for the message. */
+typedef struct {
+    int fd;             /* the rank's bootstrap connection */
+    const uint8_t *key; /* its connection key */
+    const colli_wire_member_t *rec;
+} colli_reach_rank_t;
+coll_result_t colli_reach_check(const colli_reach_rank_t *ranks, int n, const uint8_t secret[16],
+                                const struct sockaddr_storage *root, char *msg, size_t len);
+/* The rank's side: a probe request h (COLLI_ROOT_PROBE) arrived on the root's connection fd;
+ * read its entries, connect to each from address `from` (port 0) within COLLI_PROBE_SECS, answer.
+ * Returns COLLI_IO_* or COLLI_HS_BADAUTH (the request failed authentication). */
+int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16],
+                       const uint8_t secret[16], const struct sockaddr_storage *from, int rank,
+                       double deadline);
+
 /* Tell the root that this rank cannot start (bounded, best effort), so that every rank fails at
  * once with msg instead of waiting for the bootstrap timeout. */
 void colli_bootstrap_report_error(const struct sockaddr_storage *root, const uint8_t secret[16],
                                   int rank, int nranks, const char *msg);
+/* The text that report sends: "rank R (pid P on HOST) cannot start: msg" (rank -1: "a process
+ * of this job ... was refused: msg"); the reporting process says the same of itself. */
+void colli_bootstrap_error_text(int rank, const char *msg, char *buf, size_t len);
 
 #endif

@@ -376,6 +376,27 @@ static void check_versions(root_t *r)
         fail_all(r, st, msg);
 }
 
+/* Every rank is in and agrees on versions: do their data addresses reach each other? */
+static void check_reach(root_t *r)
+{
+    colli_reach_rank_t *ranks = calloc((size_t)r->nranks, sizeof(*ranks));
+    if (ranks == NULL)
+        return;
+    for (int i = 0; i < r->nranks; i++)
+        ranks[i] = (colli_reach_rank_t){
+            .fd = r->slots[i].fd, .key = r->slots[i].ak.key, .rec = &r->slots[i].rec};
+    struct sockaddr_storage self;
+    socklen_t sl = sizeof(self);
+    memset(&self, 0, sizeof(self));
+    if (getsockname(r->listen_fd, (struct sockaddr *)&self, &sl) != 0)
+        self.ss_family = AF_UNSPEC;
+    char msg[ROOT_MSG_MAX];
+    coll_result_t st = colli_reach_check(ranks, r->nranks, r->secret, &self, msg, sizeof(msg));
+    free(ranks);
+    if (st != COLL_SUCCESS)
+        fail_all(r, st, msg);
+}
+
 static void timeout_fail(root_t *r)
 {
     char msg[ROOT_MSG_MAX];
@@ -504,6 +525,8 @@ static void serve(root_t *r)
     }
     if (r->nranks > 0 && r->arrived == r->nranks && r->fail_code == COLL_SUCCESS)
         check_versions(r);
+    if (r->nranks > 0 && r->arrived == r->nranks && r->fail_code == COLL_SUCCESS)
+        check_reach(r);
     if (r->fail_code == COLL_SUCCESS && (r->nranks == 0 || r->arrived < r->nranks))
         timeout_fail(r);
     if (r->fail_code == COLL_SUCCESS) {

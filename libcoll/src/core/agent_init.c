@@ -140,6 +140,15 @@ static coll_result_t resolve(const char *host, int port, struct sockaddr_storage
     return colli_sock_resolve(host, port, out, "the agent's root endpoint", "");
 }
 
+/* This process told the root that it cannot start (msg): its own error is what every other rank
+ * reads, "rank R (pid P on HOST) cannot start: msg". */
+static void set_told_error(int rank, const char *msg)
+{
+    char text[1900];
+    colli_bootstrap_error_text(rank, msg, text, sizeof(text));
+    colli_set_last_error(text);
+}
+
 /* The library version the agent pins, against this build's: COLL_ERR_VERSION (reported to the
  * agent) naming rank, pod and node on a mismatch. */
 static coll_result_t check_version(const char *path, const colli_proto_facts_t *f)
@@ -186,7 +195,7 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f)
             snprintf(msg, sizeof(msg), "%s", colli_last_error());
             colli_bootstrap_report_error(&c->root, c->secret, how.own_rank ? c->rank : -1,
                                          c->nranks, msg);
-            colli_set_last_error(msg);
+            set_told_error(how.own_rank ? c->rank : -1, msg);
         }
         return status;
     }
@@ -195,14 +204,14 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f)
         char msg[1600];
         snprintf(msg, sizeof(msg), "%s", colli_last_error());
         colli_bootstrap_report_error(&c->root, c->secret, c->rank, c->nranks, msg);
-        colli_set_last_error(msg);
+        set_told_error(c->rank, msg);
         return status;
     }
     coll_info(INIT,
               "rank %d of %d from the caller's unique id; network, transport and timeouts pinned "
-              "by the kcoll agent of pod %s (rank %d of %d in topology %s)",
-              c->rank, c->nranks, f->pod[0] ? f->pod : "?", f->rank, f->nranks,
-              f->topology[0] ? f->topology : "?");
+              "by the kcoll agent of pod %s (rank %d of %d in %s%s)",
+              c->rank, c->nranks, f->pod[0] ? f->pod : "(unnamed)", f->rank, f->nranks,
+              f->topology[0] ? "CollectiveTopology " : "its standalone topology", f->topology);
     c->agent = f;
     c->agent_socket = path;
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_BOOTSTRAPPING, NULL);
@@ -266,7 +275,7 @@ static void tell_root(const colli_proto_facts_t *f, const colli_proto_failure_t 
     }
     if (hosts)
         colli_root_finish(thread, COLL_SUCCESS); /* until every rank got the message */
-    colli_set_last_error(msg);
+    set_told_error(how->own_rank ? f->rank : -1, msg);
 }
 
 coll_result_t coll_comm_init_agent(coll_comm_t *out)

@@ -134,6 +134,8 @@ static void describe_self(const struct coll_comm *comm, const colli_create_t *c,
     self->proto = COLLI_PROTO_VERSION;
     snprintf(self->version, sizeof(self->version), "%s", COLL_VERSION_STRING_BUILD);
     snprintf(self->ifname, sizeof(self->ifname), "%s", nif->name);
+    self->prefix = nif->prefix;
+    self->how = nif->how;
     colli_member_fill_host(self);
     apply_host_id_suffix(comm, self);
     /* the names the agent gave this rank; a split child keeps its parent's */

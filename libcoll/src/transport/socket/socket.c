@@ -355,6 +355,19 @@ static void read_pending(struct coll_comm *comm, sock_state_t *s, sock_pending_t
             want = p->abort_len - text;
         }
         ssize_t n = recv(p->fd, dst, want, 0);
+        if (n == 0 && p->got == 0) {
+            /* connected and closed without a byte: another rank's reachability probe at
+             * bootstrap (bootstrap/reach.c) or a port check; no stranger worth a WARN */
+            char a[80];
+            colli_sockaddr_str(&p->from, a, sizeof(a));
+            coll_debug(NET,
+                       "a connection from %s closed without sending anything (a rank's "
+                       "reachability probe, or a port check)",
+                       a);
+            close(p->fd);
+            p->fd = -1;
+            return;
+        }
         if (n == 0) {
             drop_pending_s(s, p,
                            p->got < PEND_HELLO ? "closed before completing its hello"
