@@ -56,6 +56,10 @@ typedef struct {
     int fatal;          /* fatal conditions stop the agent from serving facts */
 } agent_condition_t;
 
+/* Fill cond with a fatal condition of type and a formatted message; returns -1. */
+int agent_fatal(agent_condition_t *cond, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ---- the facts served to the library: exactly what a hello reply carries ---- */
 
 typedef colli_proto_facts_t agent_facts_t;
@@ -83,6 +87,7 @@ typedef struct {
     const char *lib_src;  /* libcoll.so* in the image */
     const char *lib_dir;  /* copied here (shared volume) before the socket opens; NULL = no copy */
     int local_timeout_s;  /* a pod's local ranks all say hello within this of the first (0 = 60) */
+    const char *ipc_allow_uids; /* "1000,0": uids besides the agent's own that may use the socket */
 } agent_options_t;
 
 typedef enum { AGENT_STATE_STARTING = 0, AGENT_STATE_READY, AGENT_STATE_FAILED } agent_state_t;

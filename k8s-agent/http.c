@@ -165,35 +165,49 @@ static mhd_result_t handler(void *cls, struct MHD_Connection *c, const char *url
 int agent_http_start(agent_ctx_t *ctx, agent_http_t **out)
 {
     agent_http_t *h;
-    struct sockaddr_in sa;
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    const char *addr = ctx->opt.health_addr ? ctx->opt.health_addr : "127.0.0.1";
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (ctx->opt.health_port <= 0)
         return 0;
     h = calloc(1, sizeof(*h));
     if (!h)
         return -1;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)ctx->opt.health_port);
-    if (inet_pton(AF_INET, ctx->opt.health_addr ? ctx->opt.health_addr : "0.0.0.0", &sa.sin_addr) !=
-        1) {
-        agent_error("AGENT-HTTP-FAIL", "--health-addr %s is not an IPv4 address",
-                    ctx->opt.health_addr);
+    memset(&ss, 0, sizeof(ss));
+    if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)ctx->opt.health_port);
+    } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)ctx->opt.health_port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        agent_error("AGENT-HTTP-FAIL",
+                    "--health-addr (or POD_IP) %s is not an IPv4 or IPv6 address; the webhook "
+                    "sets POD_IP from status.podIP",
+                    addr);
         free(h);
         return -1;
     }
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                            (uint16_t)ctx->opt.health_port, NULL, NULL, handler, ctx,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+    if (strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0)
+        agent_warn("AGENT-HTTP-LISTEN",
+                   "health port on every address (%s): plain HTTP, reachable from wherever the "
+                   "pod is; the default is the pod's IP",
+                   addr);
+    h->d = MHD_start_daemon(flags, (uint16_t)ctx->opt.health_port, NULL, NULL, handler, ctx,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_END);
     if (!h->d) {
-        agent_error("AGENT-HTTP-FAIL", "cannot serve health on %s:%d",
-                    ctx->opt.health_addr ? ctx->opt.health_addr : "0.0.0.0", ctx->opt.health_port);
+        agent_error("AGENT-HTTP-FAIL", "cannot serve health on %s port %d", addr,
+                    ctx->opt.health_port);
         free(h);
         return -1;
     }
-    agent_info("AGENT-HTTP-LISTEN", "health on %s:%d (/healthz /readyz /metrics)",
-               ctx->opt.health_addr ? ctx->opt.health_addr : "0.0.0.0", ctx->opt.health_port);
+    agent_info("AGENT-HTTP-LISTEN", "health on %s port %d (/healthz /readyz /metrics)", addr,
+               ctx->opt.health_port);
     *out = h;
     return 0;
 }

@@ -1,7 +1,10 @@
 /* The library's unix socket (the protocol is proto/agent_ipc.h): 4-byte big-endian length + a
  * JSON object with "v" and "type".
  * Unknown fields are ignored; malformed messages get an error reply, never a crash; every read
- * has a deadline; at most MAX_CONN connections are served at once. */
+ * has a deadline; at most MAX_CONN connections are served at once.
+ * Who may connect: the kernel's word (SO_PEERCRED), not the message's. A peer whose uid is
+ * neither the agent's nor one of --ipc-allow-uid is refused; where the peer's pid is visible
+ * (its pid namespace is ours or below), a hello or report must carry that pid. */
 #define _GNU_SOURCE
 #include "agent.h"
 #include "kube.h"
@@ -19,8 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CONN 128
-#define IDLE_MS  60000
+#define MAX_CONN   128
+#define IDLE_MS    60000
+#define MAX_ALLOW  32
+#define WARN_FIRST 8     /* refused peers named one by one, then ... */
+#define WARN_EVERY 10000 /* ... one line per 10 s that counts them */
 
 struct agent_ipc {
     agent_ctx_t *ctx;
@@ -29,11 +35,18 @@ struct agent_ipc {
     pthread_t thread;
     char path[108];
     _Atomic int nconn;
+    uid_t self;             /* the agent's euid */
+    uid_t allow[MAX_ALLOW]; /* --ipc-allow-uid */
+    int nallow;
+    long refused;       /* peers refused so far (accept thread only) */
+    long refused_shown; /* of which named */
+    int64_t refused_ms; /* last summary line */
 };
 
 typedef struct {
     agent_ipc_t *ipc;
     int fd;
+    pid_t peer_pid; /* 0 when the peer lives in a pid namespace we cannot see */
 } conn_t;
 
 /* Read exactly n bytes before deadline; 0 ok, 1 clean EOF at start, -1 error/timeout. */
@@ -150,7 +163,25 @@ static json_t *hello_reply(agent_ctx_t *ctx, const json_t *req)
     return agent_local_hello(ctx, req, deadline);
 }
 
-static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)
+/* A hello or report speaks for the process that sent it: where the kernel tells us the peer's
+ * pid, the "pid" in the message must be it (NULL when it is, or when nothing can be checked). */
+static json_t *pid_mismatch(const json_t *req, const char *type, pid_t peer_pid)
+{
+    const json_t *jp = json_object_get(req, COLLI_PROTO_KEY_PID);
+    if (peer_pid <= 0 || !json_is_integer(jp) || json_integer_value(jp) == peer_pid ||
+        (strcmp(type, COLLI_PROTO_TYPE_HELLO) != 0 && strcmp(type, COLLI_PROTO_TYPE_REPORT) != 0))
+        return NULL;
+    agent_warn("AGENT-IPC-PEER-REFUSED",
+               "a %s says pid %lld but the connected process is pid %d (SO_PEERCRED): a process "
+               "speaks only for itself; refused",
+               type, (long long)json_integer_value(jp), (int)peer_pid);
+    return error_reply("PeerPidMismatch",
+                       "the %s says pid %lld but the process connected to the agent is pid %d: a "
+                       "process may speak only for itself",
+                       type, (long long)json_integer_value(jp), (int)peer_pid);
+}
+
+static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len, pid_t peer_pid)
 {
     json_error_t jerr;
     json_t *req = json_loadb(buf, len, 0, &jerr), *reply;
@@ -175,7 +206,9 @@ static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len)
                            "protocol version %lld is not supported; this agent speaks v%d", v,
                            COLLI_PROTO_IPC_VERSION);
     }
-    if (strcmp(type, COLLI_PROTO_TYPE_HELLO) == 0) {
+    if ((reply = pid_mismatch(req, type, peer_pid)) != NULL) {
+        /* refused: nothing of the message is used */
+    } else if (strcmp(type, COLLI_PROTO_TYPE_HELLO) == 0) {
         reply = hello_reply(ctx, req);
     } else if (strcmp(type, COLLI_PROTO_TYPE_REPORT) == 0) {
         colli_proto_report_t rep;
@@ -231,7 +264,7 @@ static void *serve_conn(void *arg)
             agent_warn("AGENT-IPC-MALFORMED", "truncated frame (%u bytes announced)", n);
             break;
         }
-        reply = handle(ctx, buf, n);
+        reply = handle(ctx, buf, n, c->peer_pid);
         free(buf);
         if (!reply)
             reply = error_reply(COLLI_PROTO_CODE_INTERNAL, "cannot build the reply");
@@ -252,6 +285,77 @@ static void *serve_conn(void *arg)
     return NULL;
 }
 
+/* May the process at the other end of fd use the socket? 1 yes (its pid into *pid), else 0
+ * after a WARN (the first few by name, then counted every 10 s) and an error reply. */
+static int peer_allowed(agent_ipc_t *ipc, int fd, pid_t *pid)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    char allowed[MAX_ALLOW * 12] = "";
+    int64_t now;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+        agent_warn("AGENT-IPC-PEER-REFUSED", "cannot read the peer's credentials (%s); refused",
+                   strerror(errno));
+        return 0;
+    }
+    *pid = cr.pid;
+    if (cr.uid == ipc->self)
+        return 1;
+    for (int i = 0; i < ipc->nallow; i++)
+        if (cr.uid == ipc->allow[i])
+            return 1;
+    for (int i = 0; i < ipc->nallow; i++) {
+        size_t used = strlen(allowed);
+        snprintf(allowed + used, sizeof(allowed) - used, ",%u", (unsigned)ipc->allow[i]);
+    }
+    ipc->refused++;
+    now = agent_now_ms();
+    if (ipc->refused_shown < WARN_FIRST) {
+        ipc->refused_shown++;
+        agent_warn("AGENT-IPC-PEER-REFUSED",
+                   "connection from uid %u (gid %u, pid %d%s) refused: the socket admits the "
+                   "agent's uid %u%s%s only; add the uid of the training container to "
+                   "COLL_AGENT_IPC_ALLOW_UIDS (--ipc-allow-uid; the webhook sets it from the "
+                   "containers' runAsUser)",
+                   (unsigned)cr.uid, (unsigned)cr.gid, (int)cr.pid,
+                   cr.pid ? "" : ": another pid namespace", (unsigned)ipc->self,
+                   ipc->nallow ? " and " : "", ipc->nallow ? allowed + 1 : "");
+        ipc->refused_ms = now;
+    } else if (now - ipc->refused_ms >= WARN_EVERY) {
+        agent_warn("AGENT-IPC-PEER-REFUSED", "%ld connections refused so far (latest: uid %u)",
+                   ipc->refused, (unsigned)cr.uid);
+        ipc->refused_ms = now;
+    }
+    ipc->ctx->metrics.ipc_errors++;
+    send_msg(fd, error_reply("PeerNotAllowed",
+                             "uid %u may not use this coll-agent socket: it admits uid %u%s%s; "
+                             "set COLL_AGENT_IPC_ALLOW_UIDS on the agent",
+                             (unsigned)cr.uid, (unsigned)ipc->self, ipc->nallow ? " and " : "",
+                             ipc->nallow ? allowed + 1 : ""));
+    return 0;
+}
+
+/* "1000,0" into ipc->allow; -1 when malformed. */
+static int parse_allow(agent_ipc_t *ipc, const char *list)
+{
+    const char *p = list;
+    ipc->nallow = 0;
+    while (p && *p) {
+        char *end;
+        unsigned long v;
+        if (*p < '0' || *p > '9')
+            return -1;
+        errno = 0;
+        v = strtoul(p, &end, 10);
+        if (errno || v > 0x7fffffffUL || end == p || (*end && *end != ',') ||
+            ipc->nallow >= MAX_ALLOW)
+            return -1;
+        ipc->allow[ipc->nallow++] = (uid_t)v;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static void *accept_loop(void *arg)
 {
     agent_ipc_t *ipc = arg;
@@ -260,6 +364,7 @@ static void *accept_loop(void *arg)
         conn_t *c;
         pthread_t t;
         pthread_attr_t attr;
+        pid_t pid = 0;
         int fd;
         if (poll(p, 2, 1000) < 0 && errno != EINTR)
             break;
@@ -270,6 +375,10 @@ static void *accept_loop(void *arg)
         fd = accept4(ipc->fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
+        if (!peer_allowed(ipc, fd, &pid)) {
+            close(fd);
+            continue;
+        }
         if (ipc->nconn >= MAX_CONN) {
             agent_warn("AGENT-IPC-BUSY", "%d connections open; refusing one", MAX_CONN);
             send_msg(fd, error_reply(COLLI_PROTO_CODE_BUSY, "too many connections; retry"));
@@ -283,6 +392,7 @@ static void *accept_loop(void *arg)
         }
         c->ipc = ipc;
         c->fd = fd;
+        c->peer_pid = pid;
         ipc->nconn++;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -311,6 +421,16 @@ int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out)
         return -1;
     }
     ipc->ctx = ctx;
+    ipc->self = geteuid();
+    if (parse_allow(ipc, ctx->opt.ipc_allow_uids) != 0) {
+        agent_error(
+            "AGENT-IPC-FAIL",
+            "--ipc-allow-uid / COLL_AGENT_IPC_ALLOW_UIDS \"%.80s\" is not a comma-separated "
+            "list of at most %d uids",
+            ctx->opt.ipc_allow_uids, MAX_ALLOW);
+        free(ipc);
+        return -1;
+    }
     snprintf(ipc->path, sizeof(ipc->path), "%s", path);
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
@@ -332,7 +452,9 @@ int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out)
         return -1;
     }
     umask(old);
-    if (chmod(path, 0600) != 0 || listen(ipc->fd, 128) != 0) {
+    /* other uids must be able to connect for SO_PEERCRED to decide: the socket is then open to
+     * all (in a pod, its emptyDir is the pod's own) and the uid check is the gate */
+    if (chmod(path, ipc->nallow ? 0666 : 0600) != 0 || listen(ipc->fd, 128) != 0) {
         agent_error("AGENT-IPC-FAIL", "chmod/listen %s: %s", path, strerror(errno));
         close(ipc->fd);
         free(ipc);
@@ -343,8 +465,9 @@ int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out)
         free(ipc);
         return -1;
     }
-    agent_info("AGENT-IPC-LISTEN", "serving the library on %s (protocol v%d)", path,
-               COLLI_PROTO_IPC_VERSION);
+    agent_info("AGENT-IPC-LISTEN", "serving the library on %s (protocol v%d; uid %u%s%s)", path,
+               COLLI_PROTO_IPC_VERSION, (unsigned)ipc->self, ipc->nallow ? " and " : " only",
+               ipc->nallow ? ctx->opt.ipc_allow_uids : "");
     *out = ipc;
     return 0;
 }

@@ -118,6 +118,8 @@ typedef struct {
     char job_api_version[64];
     char job_name[254];
     char job_uid[64];
+    char owner_name[254];     /* the name of the owner job_uid belongs to (the kcoll.io/job
+                               * label may rename the job, never its owner) */
     char owner_job_name[254]; /* the batch/v1 Job owning the pod (JobSet child), if any */
     int rank_known;
     int nranks;              /* 0 = learn it from the Communicator */
@@ -146,6 +148,17 @@ int agent_selector_matches(const json_t *selector, const json_t *labels, char *e
 /* Rank 0 creates the Communicator, others watch it; fills root endpoint and secret. */
 int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
                      agent_condition_t *cond);
+
+/* The job secret's Secret (job_secret.c): "kcoll-JOB", checked as a DNS-1123 name (-1 when the
+ * job's name does not make one). Rank 0 creates it owned by the job with f->secret (an existing
+ * one of this job is adopted: f->secret becomes its secret; one of an earlier job is waited out
+ * until the garbage collector deletes it); the other ranks read the one the Communicator names,
+ * which must be owned by owner_uid (the Communicator's owner). The secret is never logged. */
+int agent_secret_name(const char *job, char *out, size_t len);
+int agent_secret_create(agent_ctx_t *ctx, int64_t deadline, const agent_pod_info_t *pi,
+                        agent_facts_t *f, agent_condition_t *cond);
+int agent_secret_read(agent_ctx_t *ctx, int64_t deadline, const char *secret_name,
+                      const char *owner_uid, agent_facts_t *f, agent_condition_t *cond);
 
 /* The topology group of the pod's node (its topology_key label; one GET of the Node) into
  * f->group; never fatal: problems become warning conditions (node_group.c). */

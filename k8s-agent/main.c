@@ -33,7 +33,8 @@ static void usage(FILE *to)
                 "  --sa-dir DIR             service-account dir (default "
                 "/var/run/secrets/kubernetes.io/serviceaccount)\n"
                 "  --health-addr ADDR       bind address of /healthz /readyz /metrics (default "
-                "0.0.0.0)\n"
+                "$POD_IP, the pod's\n"
+                "                           address kubelet probes; without it 127.0.0.1)\n"
                 "  --health-port N          their port (default 9470; 0 = off)\n"
                 "  --root-port N            bootstrap root port published by rank 0 (default 0: a "
                 "free port)\n"
@@ -55,6 +56,10 @@ static void usage(FILE *to)
                 "  --local-ranks-timeout S  a pod's local ranks all say hello within S of the "
                 "first (default 60,\n"
                 "                           at most bootstrapTimeoutSeconds)\n"
+                "  --ipc-allow-uid LIST     uids besides the agent's own that may use the socket "
+                "(checked with\n"
+                "                           SO_PEERCRED; default $COLL_AGENT_IPC_ALLOW_UIDS, "
+                "comma-separated)\n"
                 "  --log-level debug|info|warn|error\n"
                 "  --version --help\n");
 }
@@ -80,6 +85,7 @@ enum {
     OPT_LIB_DIR,
     OPT_LOG_LEVEL,
     OPT_LOCAL_TIMEOUT,
+    OPT_IPC_ALLOW,
     OPT_VERSION,
     OPT_HELP
 };
@@ -122,12 +128,15 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
         {"lib-dir", required_argument, 0, OPT_LIB_DIR},
         {"log-level", required_argument, 0, OPT_LOG_LEVEL},
         {"local-ranks-timeout", required_argument, 0, OPT_LOCAL_TIMEOUT},
+        {"ipc-allow-uid", required_argument, 0, OPT_IPC_ALLOW},
         {"version", no_argument, 0, OPT_VERSION},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     const char *env_sock = secure_getenv("COLL_AGENT_SOCKET");
     const char *env_src = secure_getenv("COLL_AGENT_LIB_SRC");
     const char *env_dir = secure_getenv("COLL_AGENT_LIB_DIR");
+    const char *env_ip = secure_getenv("POD_IP");
+    const char *env_uids = secure_getenv("COLL_AGENT_IPC_ALLOW_UIDS");
     int c, v;
     memset(o, 0, sizeof(*o));
     o->lib_src = env_src && env_src[0] ? env_src : "/opt/kcoll/lib";
@@ -135,7 +144,10 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
     o->socket_path = env_sock && env_sock[0] ? env_sock : "/var/run/kcoll/agent.sock";
     o->standalone_rank = -1;
     o->health_port = 9470;
-    o->health_addr = "0.0.0.0";
+    /* the pod's IP (the webhook passes status.podIP): what kubelet's probes reach, and not every
+     * address of the pod; outside a pod only this host */
+    o->health_addr = env_ip && env_ip[0] ? env_ip : "127.0.0.1";
+    o->ipc_allow_uids = env_uids && env_uids[0] ? env_uids : NULL;
     o->request_timeout_ms = 10000;
     o->backoff_base_ms = 200;
     o->backoff_cap_ms = 5000;
@@ -211,6 +223,9 @@ static int parse_args(int argc, char **argv, agent_options_t *o)
         case OPT_LOCAL_TIMEOUT:
             if (parse_int(optarg, "--local-ranks-timeout", 1, 86400, &o->local_timeout_s))
                 return -1;
+            break;
+        case OPT_IPC_ALLOW:
+            o->ipc_allow_uids = optarg;
             break;
         case OPT_VERSION:
             printf("coll-agent %s (protocol v%d)\n", AGENT_VERSION, COLLI_PROTO_IPC_VERSION);

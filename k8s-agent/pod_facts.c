@@ -69,6 +69,7 @@ static void read_owner(agent_pod_info_t *pi)
             snprintf(pi->job_kind, sizeof(pi->job_kind), "%s", kind);
             agent_json_str(r, "apiVersion", pi->job_api_version, sizeof(pi->job_api_version));
             agent_json_str(r, "name", pi->job_name, sizeof(pi->job_name));
+            snprintf(pi->owner_name, sizeof(pi->owner_name), "%s", pi->job_name);
             agent_json_str(r, "uid", pi->job_uid, sizeof(pi->job_uid));
             if (strcmp(kind, "Job") == 0)
                 snprintf(pi->owner_job_name, sizeof(pi->owner_job_name), "%s", pi->job_name);
@@ -240,6 +241,7 @@ int agent_pod_read(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, age
         snprintf(pi->job_kind, sizeof(pi->job_kind), "JobSet");
         snprintf(pi->job_api_version, sizeof(pi->job_api_version), "jobset.x-k8s.io/v1alpha2");
         snprintf(pi->job_name, sizeof(pi->job_name), "%s", v);
+        snprintf(pi->owner_name, sizeof(pi->owner_name), "%s", v);
         pi->job_uid[0] = '\0';
         if ((v = json_string_value(json_object_get(agent_json_path(pi->pod, "metadata.annotations"),
                                                    AGENT_ANN_JOB_UID))) ||

@@ -1,5 +1,6 @@
 /* Several ranks per pod: reading a pod's spec for the number of processes it starts (see
- * pod_ranks.h). */
+ * pod_ranks.h), and the one check of names that enter API paths. */
+#define _GNU_SOURCE
 #include "pod_ranks.h"
 
 #include <ctype.h>
@@ -276,4 +277,23 @@ int agent_pod_ranks_admit(const json_t *pod, int world_size, char *why, size_t l
         return -1;
     }
     return 0;
+}
+
+int agent_name_ok(const char *s, int subdomain)
+{
+    const size_t max = subdomain ? 253 : 63;
+    size_t n = s != NULL ? strnlen(s, max + 1) : 0;
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        const int alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && c != '-' && !(subdomain && c == '.'))
+            return 0;
+        if ((i == 0 || i == n - 1) && !alnum)
+            return 0;
+        if (c == '.' && (s[i + 1] == '.' || s[i + 1] == '-' || (i > 0 && s[i - 1] == '-')))
+            return 0;
+    }
+    return 1;
 }

@@ -40,4 +40,9 @@ int agent_pod_ranks_admit(const json_t *pod, int world_size, char *why, size_t l
 int agent_pod_ranks_choose(int topo, const char *topo_name, const agent_pod_ranks_t *pr,
                            char *source, size_t len);
 
+/* May s enter an API path as an object name? DNS-1123: a subdomain (253 characters, '.'
+ * allowed) when subdomain is set, else a label (63). 1 yes, 0 no. Every name read from a pod or
+ * an object (namespace, owner, job) is checked with it before it is put into a URL. */
+int agent_name_ok(const char *s, int subdomain);
+
 #endif /* AGENT_POD_RANKS_H */

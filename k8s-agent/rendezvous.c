@@ -1,5 +1,7 @@
 /* Rendezvous through the job's Communicator object: rank 0 creates it (owned by the job) with the
- * root endpoint and a random secret; every other agent WATCHes that one object. */
+ * root endpoint and the name of the job's Secret (job_secret.c, created first); every other
+ * agent WATCHes that one object, then reads the Secret. A Communicator without ownerReferences
+ * is never used: nothing would tell this job's from one anybody made. */
 #define _GNU_SOURCE
 #include "kube.h"
 
@@ -77,13 +79,13 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
 {
     json_t *spec = json_object_get(comm, "spec");
     const char *ep = json_string_value(json_object_get(spec, "rootEndpoint"));
-    const char *secret = json_string_value(json_object_get(spec, "secret"));
+    const char *sname = json_string_value(json_object_get(spec, "secretName"));
     const char *topo = json_string_value(json_object_get(spec, "topology"));
     json_t *n = json_object_get(spec, "nranks"), *np = json_object_get(spec, "pods");
     json_t *nper = json_object_get(spec, "ranksPerPod");
     json_int_t nr, pp;
     int nranks, per;
-    if (!ep || !secret || !json_is_integer(n))
+    if (!ep || !sname || !json_is_integer(n))
         return 1; /* not published yet */
     /* f counts pods; spec.nranks counts ranks (pods x ranksPerPod); never wrapped into another
      * int (0 is refused below) */
@@ -91,14 +93,13 @@ static int from_comm(const json_t *comm, agent_facts_t *f, int nranks_known,
     nranks = nr > 0 && nr <= INT_MAX ? (int)nr : 0;
     pp = json_is_integer(nper) ? json_integer_value(nper) : 1;
     per = pp > 0 && pp <= INT_MAX ? (int)pp : 0;
-    if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 ||
-        colli_proto_hex_decode(secret, f->secret, sizeof(f->secret)) != 0 || nranks <= 0) {
+    if (parse_endpoint(ep, f->root_host, sizeof(f->root_host), &f->root_port) != 0 || nranks <= 0) {
         cond->fatal = 1;
         snprintf(cond->type, sizeof(cond->type), "CommunicatorInvalid");
         snprintf(cond->message, sizeof(cond->message),
-                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %lld, "
-                 "secret of %zu characters); delete it so that rank 0 recreates it",
-                 f->ns, f->job, ep, (long long)nr, strlen(secret));
+                 "Communicator %s/%s has a malformed spec (rootEndpoint \"%s\", nranks %lld); "
+                 "delete it so that rank 0 recreates it",
+                 f->ns, f->job, ep, (long long)nr);
         return -1;
     }
     if (per != (f->local_size > 0 ? f->local_size : 1)) {
@@ -146,7 +147,8 @@ typedef struct {
     const char *job_uid;
     int nranks_known;
     agent_condition_t *cond;
-    int result; /* 0 ok, -1 fatal */
+    int result;  /* 0 ok, -1 fatal */
+    int unowned; /* a Communicator without ownerReferences was seen and refused */
     char comm_uid[64];
     json_t *obj; /* the Communicator as watched (seeds the status writer) */
 } watch_arg_t;
@@ -159,7 +161,17 @@ static int on_comm(void *arg, const char *type, json_t *obj)
     int rc;
     if (strcmp(type, "DELETED") == 0)
         return 0;
-    if (w->job_uid[0] && ouid && strcmp(ouid, w->job_uid) != 0) {
+    if (!ouid || !ouid[0]) {
+        if (!w->unowned)
+            agent_warn("AGENT-RDV-UNOWNED",
+                       "Communicator %s/%s has no ownerReferences: refused (rank 0's agent always "
+                       "sets this job as its owner; one without is an earlier version's or was "
+                       "made by hand); waiting for rank 0 to take it over",
+                       w->f->ns, w->f->job);
+        w->unowned = 1;
+        return 0;
+    }
+    if (strcmp(ouid, w->job_uid) != 0) {
         agent_info("AGENT-RDV-STALE",
                    "Communicator %s is owned by uid %s, not this job (%s); "
                    "waiting for rank 0 to replace it",
@@ -177,7 +189,7 @@ static int on_comm(void *arg, const char *type, json_t *obj)
 }
 
 static json_t *comm_object(agent_pod_info_t *pi, const agent_facts_t *f, const char *endpoint,
-                           const char *secret_hex)
+                           const char *secret_name)
 {
     json_t *o = json_pack(
         "{ss ss s{ss ss s{ss}} s{ss ss si si si ss ss ss ss ss ss ss si si}}", "apiVersion",
@@ -185,14 +197,14 @@ static json_t *comm_object(agent_pod_info_t *pi, const agent_facts_t *f, const c
         "labels", "kcoll.io/job", f->job, "spec", "jobName", f->job, "jobKind",
         pi->job_kind[0] ? pi->job_kind : "Pod", "nranks",
         f->nranks * (f->local_size > 0 ? f->local_size : 1), "pods", f->nranks, "ranksPerPod",
-        f->local_size > 0 ? f->local_size : 1, "rootEndpoint", endpoint, "secret", secret_hex,
+        f->local_size > 0 ? f->local_size : 1, "rootEndpoint", endpoint, "secretName", secret_name,
         "rootPod", f->pod, "rootNode", f->node, "topology", f->topology, "transport", f->transport,
         "libraryVersion", f->library_version, "bootstrapTimeoutSeconds", f->bootstrap_timeout_s,
         "timeoutSeconds", f->timeout_s);
-    if (o && pi->job_uid[0] && pi->job_api_version[0]) {
+    if (o) {
         json_t *ref =
             json_pack("[{ss ss ss ss sb}]", "apiVersion", pi->job_api_version, "kind", pi->job_kind,
-                      "name", pi->job_name, "uid", pi->job_uid, "controller", 0);
+                      "name", pi->owner_name, "uid", pi->job_uid, "controller", 0);
         json_object_set_new(json_object_get(o, "metadata"), "ownerReferences", ref);
     }
     return o;
@@ -280,7 +292,7 @@ out:
 static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, agent_facts_t *f,
                        agent_condition_t *cond)
 {
-    char path[700], one[1000], endpoint[128], secret_hex[33];
+    char path[700], one[1000], endpoint[128], secret_name[254];
     int port = ctx->opt.root_port > 0 ? ctx->opt.root_port : free_port(f->address);
     json_t *obj;
 
@@ -298,22 +310,18 @@ static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
         snprintf(cond->message, sizeof(cond->message), "getrandom failed: no secret");
         return -1;
     }
-    colli_proto_hex_encode(f->secret, sizeof(f->secret), secret_hex);
+    if (agent_secret_create(ctx, deadline, pi, f, cond) != 0 ||
+        agent_secret_name(f->job, secret_name, sizeof(secret_name)) != 0)
+        return -1;
     snprintf(f->root_host, sizeof(f->root_host), "%s", f->address);
     f->root_port = port;
     if (strchr(f->address, ':'))
         snprintf(endpoint, sizeof(endpoint), "[%s]:%d", f->address, port);
     else
         snprintf(endpoint, sizeof(endpoint), "%s:%d", f->address, port);
-    if (strcmp(pi->job_kind, "JobSet") == 0 && !pi->job_uid[0])
-        agent_warn("AGENT-RDV-OWNER",
-                   "the pod names JobSet %s but not its uid (annotation kcoll.io/job-uid, which "
-                   "the kcoll webhook writes): the Communicator will not be garbage-collected "
-                   "with the JobSet",
-                   pi->job_name);
     snprintf(path, sizeof(path), "%s/%s/communicators", COMM_GROUP_PATH, f->ns);
     snprintf(one, sizeof(one), "%s/%s", path, f->job);
-    obj = comm_object(pi, f, endpoint, secret_hex);
+    obj = comm_object(pi, f, endpoint, secret_name);
     if (!obj)
         return -1;
     for (int tries = 0; tries < MAX_CREATE_TRIES && agent_remaining_ms(deadline) > 0; tries++) {
@@ -355,7 +363,7 @@ static int root_create(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi,
         }
         owner = json_array_get(agent_json_path(r.body, "metadata.ownerReferences"), 0);
         ouid = json_string_value(json_object_get(owner, "uid"));
-        if (!pi->job_uid[0] || (ouid && strcmp(ouid, pi->job_uid) == 0)) {
+        if (ouid && strcmp(ouid, pi->job_uid) == 0) {
             rc = from_comm(r.body, f, 1, cond);
             if (rc == 0) {
                 agent_json_str(json_object_get(r.body, "metadata"), "uid", ctx->comm_uid,
@@ -411,6 +419,15 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
     if (!pi->rank_known && agent_pod_world_size(pi, f, cond) != 0)
         return -1;
     f->is_root = f->rank == 0;
+    if (!pi->job_uid[0] || !pi->job_api_version[0] || !pi->job_kind[0] || !pi->owner_name[0])
+        return agent_fatal(
+            cond, "JobOwnerUnknown",
+            "pod %s names job %s but no owner uid (%s): the job's Communicator and Secret must be "
+            "owned by the job, so that they are garbage-collected with it and no other object "
+            "can pass for them; run the pods under a Job, JobSet or PyTorchJob created through "
+            "the kcoll webhook (it writes a JobSet's uid as kcoll.io/job-uid)",
+            f->pod, f->job,
+            pi->job_kind[0] ? pi->job_kind : "no controlling Job, JobSet or PyTorchJob");
     if (f->is_root) {
         if (agent_pod_world_size(pi, f, cond) != 0)
             return -1;
@@ -435,6 +452,12 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
         json_decref(w.obj);
         if (r.code == 401 || r.code == 403 || r.code == 404) {
             agent_condition_from_resp(cond, "watching the Communicator", &r);
+        } else if (w.unowned) {
+            agent_fatal(cond, "CommunicatorUnowned",
+                        "Communicator %s/%s has no ownerReferences, so it was refused, and rank 0 "
+                        "did not replace it within the bootstrap timeout: delete it (kubectl "
+                        "delete communicator -n %s %s) and restart the job",
+                        f->ns, f->job, f->ns, f->job);
         } else {
             cond->fatal = 1;
             snprintf(cond->type, sizeof(cond->type), "%s", COLLI_PROTO_CODE_RENDEZVOUS_TIMEOUT);
@@ -445,7 +468,10 @@ int agent_rendezvous(agent_ctx_t *ctx, int64_t deadline, agent_pod_info_t *pi, a
         }
         return -1;
     }
-    if (w.result != 0) {
+    if (w.result != 0 ||
+        agent_secret_read(ctx, rdv_deadline,
+                          json_string_value(agent_json_path(w.obj, "spec.secretName")), pi->job_uid,
+                          f, cond) != 0) {
         json_decref(w.obj);
         return -1;
     }

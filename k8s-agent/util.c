@@ -151,6 +151,17 @@ int agent_read_file(const char *path, char **data, size_t *len, size_t max)
     return 0;
 }
 
+int agent_fatal(agent_condition_t *cond, const char *type, const char *fmt, ...)
+{
+    va_list ap;
+    cond->fatal = 1;
+    snprintf(cond->type, sizeof(cond->type), "%s", type);
+    va_start(ap, fmt);
+    vsnprintf(cond->message, sizeof(cond->message), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int agent_fmt(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;

@@ -29,10 +29,14 @@
  * arrive whole within BODY_DEADLINE_S of its headers; one address holds at most
  * CONN_PER_IP_LIMIT of the CONN_LIMIT connections; request bodies held at once are bounded by
  * a byte budget (inflight_budget), so that memory stays far under the chart's limit whatever
- * the number and size of requests: past it a request is answered 503 before its body is read. */
+ * the number and size of requests: past it a request is answered 503 before its body is read.
+ * The API server is one address (one per replica) and the Job controller creates pods in bursts
+ * (up to 500 at once), each an admission on a connection of its own when none is idle: an
+ * address gets half the table, so that such a burst is not reset (with failurePolicy Fail a
+ * reset is a refused pod), and a stranger needs four addresses to fill it. */
 #define CONN_IDLE_S       10
-#define CONN_LIMIT        256
-#define CONN_PER_IP_LIMIT 32
+#define CONN_LIMIT        512
+#define CONN_PER_IP_LIMIT 128
 #define BODY_DEADLINE_S   10
 #define INFLIGHT_BUDGET   ((size_t)48 << 20)
 #define TLS_PRIORITIES    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"

@@ -31,7 +31,10 @@ int agent_webhook_main(int argc, char **argv);
 #define AGENT_WEBHOOK_RUN_DIR           "/var/run/kcoll"
 #define AGENT_WEBHOOK_LIB_DIR           AGENT_WEBHOOK_RUN_DIR "/lib"
 #define AGENT_WEBHOOK_SOCKET            AGENT_WEBHOOK_RUN_DIR "/agent.sock"
-#define AGENT_WEBHOOK_DEFAULT_MAX_BODY  ((size_t)4 << 20)
+/* the projected API token of the agent's ServiceAccount, mounted into the sidecar only */
+#define AGENT_WEBHOOK_TOKEN_VOLUME     "kcoll-agent-token"
+#define AGENT_WEBHOOK_DEFAULT_AGENT_SA "kcoll-agent"
+#define AGENT_WEBHOOK_DEFAULT_MAX_BODY ((size_t)4 << 20)
 /* kcoll as NCCL (CollectiveTopology spec.nccl: kcoll): the annotation that records it and the
  * library every container preloads (the sidecar copies it there, off LD_LIBRARY_PATH) */
 #define AGENT_WEBHOOK_NCCL_ANNOT "kcoll.io/nccl"
@@ -70,6 +73,8 @@ struct agent_webhook_config {
     const char *cpu_limit;
     const char *memory_limit;
     size_t max_body; /* larger request bodies are refused with HTTP 413 */
+    /* the agent role's ServiceAccount ("" = pods keep their own; webhook_identity.c) */
+    const char *agent_service_account;
     /* Reads of the owner Job, JobSet and Namespace (webhook_facts.c); api_get NULL = no API
      * credentials (the facts become *-error annotations). api_timeout_ms bounds all reads of one
      * review together, well inside the MutatingWebhookConfiguration's timeoutSeconds. */
@@ -172,6 +177,15 @@ int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const ch
                                 const json_t *pod, const json_t *nslabels, json_t *warnings,
                                 struct agent_webhook_nccl_pins *pins);
 
+/* The pod's identity (webhook_identity.c): puts a pod that names no ServiceAccount (or
+ * "default") on cfg->agent_service_account with automountServiceAccountToken false, removes the
+ * ServiceAccount token volumes from its containers, and adds a projected token volume; appends
+ * the sidecar's token mount and COLL_AGENT_IPC_ALLOW_UIDS (the uids the pod's containers run as)
+ * to sidecar. Its JSONPatch operations go to ops before the sidecar's (they use the pod's
+ * original indices). A pod that cannot be handled safely gets deny set; -1 = out of memory. */
+int agent_webhook_identity(const struct agent_webhook_config *cfg, const json_t *pod, json_t *ops,
+                           json_t *warnings, json_t *sidecar, char *deny, size_t denylen);
+
 /* spec.nccl: native (webhook_nccl.c): the pins of a topology's spec. */
 void agent_webhook_nccl_pins_read(const json_t *spec, struct agent_webhook_nccl_pins *pins);
 /* The containers' env settings that contradict pins (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
@@ -180,9 +194,5 @@ void agent_webhook_nccl_pins_read(const json_t *spec, struct agent_webhook_nccl_
 int agent_webhook_nccl_conflicts(const json_t *containers,
                                  const struct agent_webhook_nccl_pins *pins, char *out,
                                  size_t outlen);
-
-/* May s enter an API path as an object name? DNS-1123: a subdomain (253 characters, '.'
- * allowed) when subdomain is set, else a label (63). 1 yes, 0 no. */
-int agent_webhook_name_ok(const char *s, int subdomain);
 
 #endif

@@ -9,6 +9,7 @@
 #include "webhook.h"
 
 #include "annotations.h"
+#include "pod_ranks.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -102,25 +103,6 @@ static int set_error(json_t *annots, json_t *warnings, const char *key, const ch
 /* A Kubernetes object name that may enter an API path: DNS-1123 (lowercase letters, digits, '-',
  * and with subdomain '.' too; starts and ends with a letter or digit; at most 63 characters for a
  * label, 253 for a subdomain). Nothing else reaches a path: no '/', '%', "..", no escapes. */
-int agent_webhook_name_ok(const char *s, int subdomain)
-{
-    const size_t max = subdomain ? 253 : 63;
-    size_t n = s != NULL ? strnlen(s, max + 1) : 0;
-    if (n == 0 || n > max)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        const char c = s[i];
-        const int alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-        if (!alnum && c != '-' && !(subdomain && c == '.'))
-            return 0;
-        if ((i == 0 || i == n - 1) && !alnum)
-            return 0;
-        if (c == '.' && (s[i + 1] == '.' || s[i + 1] == '-' || (i > 0 && s[i - 1] == '-')))
-            return 0;
-    }
-    return 1;
-}
-
 /* The condition type the sidecar reports for an API answer. */
 static const char *api_error_type(long code)
 {
@@ -284,7 +266,7 @@ int agent_webhook_pod_facts(const struct agent_webhook_config *cfg, const char *
     if (ns == NULL || ns[0] == '\0')
         return set_error(annots, warnings, AGENT_ANN_NAMESPACE_LABELS_ERROR, "APIError",
                          "the AdmissionReview names no namespace");
-    if (!agent_webhook_name_ok(ns, 0))
+    if (!agent_name_ok(ns, 0))
         return set_error(annots, warnings, AGENT_ANN_NAMESPACE_LABELS_ERROR, "InvalidName",
                          "the namespace \"%.80s\" is not a DNS-1123 label; nothing was read", ns);
     if (namespace_labels(cfg, deadline, ns, annots, warnings) != 0)
@@ -300,12 +282,12 @@ int agent_webhook_pod_facts(const struct agent_webhook_config *cfg, const char *
     }
     if (job == NULL)
         return 0; /* PyTorchJob (RANK/WORLD_SIZE env), kcoll.io labels, or a bare pod */
-    if (!agent_webhook_name_ok(job, 1))
+    if (!agent_name_ok(job, 1))
         return set_error(annots, warnings, AGENT_ANN_WORLD_SIZE_ERROR, "InvalidName",
                          "the pod's owner Job name \"%.80s\" is not a DNS-1123 subdomain; the "
                          "Job was not read",
                          job);
-    if (jobset != NULL && jobset[0] != '\0' && !agent_webhook_name_ok(jobset, 1))
+    if (jobset != NULL && jobset[0] != '\0' && !agent_name_ok(jobset, 1))
         return set_error(annots, warnings, AGENT_ANN_WORLD_SIZE_ERROR, "InvalidName",
                          "the pod's JobSet name \"%.80s\" is not a DNS-1123 subdomain; the "
                          "JobSet was not read",

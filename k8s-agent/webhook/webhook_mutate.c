@@ -222,6 +222,7 @@ static json_t *sidecar_container(const struct agent_webhook_config *cfg)
     if (env == NULL)
         return NULL;
     if (json_array_append_new(env, env_value("COLL_AGENT_LIB_DIR", AGENT_WEBHOOK_LIB_DIR)) != 0 ||
+        json_array_append_new(env, env_field("POD_IP", "status.podIP")) != 0 ||
         json_array_append_new(env, env_value("COLL_LIB_VERSION", cfg->lib_version)) != 0) {
         json_decref(env);
         return NULL;
@@ -548,8 +549,15 @@ static int mutate_pod(struct mutation *m, const json_t *pod)
 
     /* The sidecar goes first, so that it is running before any other init container. */
     json_t *sidecar = sidecar_container(m->cfg);
-    if (sidecar == NULL)
+    if (sidecar == NULL || agent_webhook_identity(m->cfg, pod, m->ops, m->warnings, sidecar,
+                                                  m->deny, sizeof(m->deny)) != 0) {
+        json_decref(sidecar);
         return -1;
+    }
+    if (m->deny[0] != '\0') {
+        json_decref(sidecar);
+        return 0;
+    }
     if (json_is_array(inits) && json_array_size(inits) > 0) {
         if (patch_op(m, "add", "/spec/initContainers/0", sidecar) != 0)
             return -1;

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "webhook.h"
+#include "pod_ranks.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -33,6 +34,7 @@ enum {
     OPT_KUBECONFIG,
     OPT_SA_DIR,
     OPT_API_TIMEOUT,
+    OPT_AGENT_SA,
 };
 
 static const struct option long_opts[] = {
@@ -51,6 +53,7 @@ static const struct option long_opts[] = {
     {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
     {"sa-dir", required_argument, NULL, OPT_SA_DIR},
     {"api-timeout-ms", required_argument, NULL, OPT_API_TIMEOUT},
+    {"agent-service-account", required_argument, NULL, OPT_AGENT_SA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -77,6 +80,10 @@ static void usage(FILE *out)
         "  --sidecar-cpu-limit Q         default none\n"
         "  --sidecar-memory-limit Q      default 256Mi\n"
         "  --max-body BYTES              largest AdmissionReview accepted (default %zu)\n"
+        "  --agent-service-account NAME  ServiceAccount of the agent role: pods that name none\n"
+        "                                (or default) run as it, its token in the sidecar only\n"
+        "                                (default " AGENT_WEBHOOK_DEFAULT_AGENT_SA
+        "; \"\" keeps every pod's own)\n"
         "  --threads N                   worker threads (default 2)\n"
         "  --kubeconfig FILE             API credentials when not in a cluster (in a cluster:\n"
         "                                the ServiceAccount token, see --sa-dir)\n"
@@ -173,6 +180,8 @@ static const char **string_opt(struct agent_webhook_opts *o, int c)
         return &o->kubeconfig;
     case OPT_SA_DIR:
         return &o->sa_dir;
+    case OPT_AGENT_SA:
+        return &o->cfg.agent_service_account;
     }
     return NULL;
 }
@@ -277,6 +286,13 @@ static int check_opts(struct agent_webhook_opts *o)
             return 2;
         }
     }
+    if (cfg->agent_service_account[0] != '\0' && !agent_name_ok(cfg->agent_service_account, 1)) {
+        fprintf(stderr,
+                "coll-agent webhook: --agent-service-account '%s' is not a ServiceAccount name "
+                "(a DNS-1123 subdomain)\n",
+                cfg->agent_service_account);
+        return 2;
+    }
     if (parse_listen(o->listen_spec, &o->listen_addr, &o->listen_any, &o->port) != 0) {
         fprintf(stderr,
                 "coll-agent webhook: --listen '%s' is not ADDR:PORT (e.g. :8443, "
@@ -300,6 +316,7 @@ int agent_webhook_opts_parse(int argc, char **argv, struct agent_webhook_opts *o
                 .memory_limit = "256Mi",
                 .max_body = AGENT_WEBHOOK_DEFAULT_MAX_BODY,
                 .api_timeout_ms = 3000,
+                .agent_service_account = AGENT_WEBHOOK_DEFAULT_AGENT_SA,
             },
         .listen_spec = DEFAULT_LISTEN,
         .threads = 2,

@@ -150,6 +150,7 @@ AGENT_RULES = [
     {"apiGroups": ["kcoll.io"], "resources": ["communicators"],
      "verbs": ["create", "watch", "patch"]},
     {"apiGroups": ["kcoll.io"], "resources": ["communicators/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 TOPOLOGY_RULE = {"apiGroups": ["kcoll.io"], "resources": ["collectivetopologies"],
@@ -199,10 +200,12 @@ def check_defaults(objs, schemas, node):
     t.check(a.get("--max-body") == "4194304", label + ": max body")
     t.check(a.get("--api-timeout-ms") == "5000",
             label + ": API reads get half the webhook timeout (%s)" % a.get("--api-timeout-ms"))
+    t.check(a.get("--agent-service-account") == "kcoll-agent",
+            label + ": the webhook runs injected pods as the agent's ServiceAccount (%s)" % a)
     t.check(set(a) == {"--listen", "--cert", "--key", "--agent-image", "--lib-version",
                        "--image-pull-policy", "--sidecar-cpu-request", "--sidecar-memory-request",
                        "--sidecar-cpu-limit", "--sidecar-memory-limit", "--max-body",
-                       "--api-timeout-ms"},
+                       "--api-timeout-ms", "--agent-service-account"},
             label + ": only flags coll-agent webhook knows (%s)" % sorted(a))
     t.check(dep["spec"]["replicas"] == 2, label + ": 2 webhook replicas")
     for probe in ("readinessProbe", "livenessProbe"):
@@ -290,8 +293,13 @@ def check_defaults(objs, schemas, node):
             label + ": three ClusterRoles (%s)" % sorted(roles))
     for r in roles.values():
         for rule in r.get("rules", []):
+            # the agent's one Secret rule: create the job's, get it (no list, watch, patch,
+            # update or delete of Secrets anywhere)
+            agent_secret = (r["metadata"]["name"] == "t-kcoll-agent" and
+                            rule == {"apiGroups": [""], "resources": ["secrets"],
+                                     "verbs": ["create", "get"]})
             t.check("*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []) and
-                    "secrets" not in rule.get("resources", []) and
+                    ("secrets" not in rule.get("resources", []) or agent_secret) and
                     "update" not in rule.get("verbs", []),
                     label + ": no wildcard, secret or update rule in %s" % r["metadata"]["name"])
 
@@ -524,11 +532,31 @@ def main():
     rbs = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "RoleBinding"}
     t.check(sorted(rbs) == ["eval", "research", "train"],
             "rbac: RoleBindings in train, eval, research (%s)" % sorted(rbs))
+    # issue 21 finding 7: the agent role (which reads the jobs' Secrets) is bound to the agent's
+    # own ServiceAccount, never to every ServiceAccount of a namespace
     t.check(rbs.get("train", {}).get("subjects") ==
-            [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
-              "name": "system:serviceaccounts:train"},
+            [{"kind": "ServiceAccount", "name": "kcoll-agent", "namespace": "train"},
              {"kind": "ServiceAccount", "name": "runner", "namespace": "train"}],
-            "rbac: train binds its ServiceAccounts group and runner")
+            "rbac: train binds the agent's ServiceAccount and runner (%s)"
+            % rbs.get("train", {}).get("subjects"))
+    t.check(rbs.get("eval", {}).get("subjects") ==
+            [{"kind": "ServiceAccount", "name": "kcoll-agent", "namespace": "eval"}],
+            "rbac: eval binds the agent's ServiceAccount only")
+    groups = [s for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+              for s in o.get("subjects", []) if s.get("kind") != "ServiceAccount"]
+    t.check(not groups, "rbac: no Group or User subject in any binding (%s)" % groups)
+    sas = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs
+           if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "kcoll-agent"}
+    t.check(sorted(sas) == [("eval", "kcoll-agent"), ("train", "kcoll-agent")] and
+            all(o.get("automountServiceAccountToken") is False for o in sas.values()),
+            "rbac: the agent's ServiceAccount in train and eval, no automounted token (%s)"
+            % sorted(sas))
+    objs2 = template(option_sets["rbac"] + ["rbac.agentServiceAccountName=gpu-agent"])
+    rb2 = [o for o in objs2 if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "eval"]
+    t.check(rb2 and rb2[0]["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-agent",
+                                           "namespace": "eval"}] and
+            args_of(one(objs2, "Deployment")).get("--agent-service-account") == "gpu-agent",
+            "rbac: agentServiceAccountName names the account, its binding and the webhook flag")
     t.check(rbs.get("research", {}).get("subjects") ==
             [{"kind": "ServiceAccount", "name": "trainer", "namespace": "research"}],
             "rbac: research binds only trainer")

@@ -258,7 +258,7 @@ def main():
         "apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator",
         "metadata": {"name": "job-a", "namespace": "ns", "labels": {"kcoll.io/job": "job-a"}},
         "spec": {"jobName": "job-a", "jobKind": "Pod", "nranks": 2,
-                 "rootEndpoint": "[fd00::1]:41000", "secret": "00112233445566778899aabbccddeeff",
+                 "rootEndpoint": "[fd00::1]:41000", "secretName": "kcoll-job-a",
                  "rootPod": "job-a-0", "rootNode": "n1", "topology": "default",
                  "transport": "Socket", "libraryVersion": "0.1.0",
                  "bootstrapTimeoutSeconds": 300, "timeoutSeconds": 1800},
@@ -325,7 +325,7 @@ def main():
         ("lastError message missing", comm, "status.lastError.message", DELETE, ["message"]),
         ("readyRanks negative", comm, "status.readyRanks", -1, ["readyRanks"]),
         ("rootEndpoint pattern", comm, "spec.rootEndpoint", "no-port", ["rootEndpoint"]),
-        ("secret pattern", comm, "spec.secret", "not-hex-not-hex-not-hex!", ["secret"]),
+        ("secretName pattern", comm, "spec.secretName", "other-secret", ["secretName"]),
         ("message too long", comm, "status.lastError.message", "x" * 5000, ["message"]),
     ]
     for case_id, base, path, value, _ in bad:

@@ -160,6 +160,60 @@ def env_map(container):
     return {e["name"]: e for e in container.get("env", [])}
 
 
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def projects_token(vol):
+    return any("serviceAccountToken" in src
+               for src in vol.get("projected", {}).get("sources", []))
+
+
+def without_token_mounts(c, token_vols):
+    c = copy.deepcopy(c)
+    if "volumeMounts" in c:
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in token_vols]
+    return c
+
+
+def check_identity(label, pod, out, side):
+    """Issue 21 finding 7: a pod that names no ServiceAccount (or default) runs as kcoll-agent,
+    no automounted token, the token volumes out of every container, a projected token of the
+    agent's account in the sidecar only; the sidecar admits the containers' uids."""
+    spec, ospec = pod["spec"], out["spec"]
+    t.check(ospec.get("serviceAccountName") == "kcoll-agent" and
+            ospec.get("serviceAccount", "kcoll-agent") == "kcoll-agent",
+            label + ": the pod runs as ServiceAccount kcoll-agent (%s)"
+            % ospec.get("serviceAccountName"))
+    t.check(ospec.get("automountServiceAccountToken") is False,
+            label + ": automountServiceAccountToken false")
+    vols = {v["name"]: v for v in ospec.get("volumes", [])}
+    tok = vols.get("kcoll-agent-token", {})
+    t.check(projects_token(tok) and [v for v in vols.values() if projects_token(v)] == [tok],
+            label + ": one projected token volume, kcoll-agent-token (%s)" % sorted(vols))
+    holders = [c["name"] for c in ospec.get("initContainers", []) + ospec.get("containers", [])
+               if any(m.get("mountPath", "").rstrip("/") == SA_DIR or
+                      m["name"] == "kcoll-agent-token" for m in c.get("volumeMounts", []))]
+    t.check(holders == ["kcoll-agent"],
+            label + ": only the sidecar mounts an API token (%s)" % holders)
+    t.check({"name": "kcoll-agent-token", "mountPath": SA_DIR, "readOnly": True}
+            in side.get("volumeMounts", []), label + ": sidecar token at " + SA_DIR)
+    se = env_map(side)
+    t.check(se.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") ==
+            "status.podIP", label + ": sidecar POD_IP from status.podIP (health port bind)")
+    want = []
+    for c in spec.get("initContainers", []) + spec.get("containers", []):
+        u = c.get("securityContext", {}).get("runAsUser",
+                                             spec.get("securityContext", {}).get("runAsUser"))
+        nonroot = c.get("securityContext", {}).get(
+            "runAsNonRoot", spec.get("securityContext", {}).get("runAsNonRoot"))
+        u = u if u is not None else (None if nonroot else 0)
+        if u is not None and str(u) not in want:
+            want.append(str(u))
+    t.check(se.get("COLL_AGENT_IPC_ALLOW_UIDS", {}).get("value", "") == ",".join(want),
+            label + ": sidecar admits the containers' uids %s (%s)"
+            % (want, se.get("COLL_AGENT_IPC_ALLOW_UIDS")))
+
+
 def check_injected(label, req_doc, resp):
     """Checks one allowed+patched answer; returns the patched pod."""
     r = resp.get("response", {})
@@ -192,8 +246,12 @@ def check_injected(label, req_doc, resp):
     vols = {v["name"]: v for v in out["spec"].get("volumes", [])}
     t.check(vols.get("kcoll-run") == {"name": "kcoll-run", "emptyDir": {}},
             label + ": emptyDir volume kcoll-run")
+    token_vols = {v["name"] for v in pod["spec"].get("volumes", []) if projects_token(v)}
     for v in pod["spec"].get("volumes", []):
-        t.check(vols.get(v["name"]) == v, label + ": volume %s kept" % v["name"])
+        if v["name"] in token_vols:
+            t.check(v["name"] not in vols, label + ": token volume %s removed" % v["name"])
+        else:
+            t.check(vols.get(v["name"]) == v, label + ": volume %s kept" % v["name"])
 
     inits = out["spec"].get("initContainers", [])
     side = inits[0] if inits else {}
@@ -223,8 +281,10 @@ def check_injected(label, req_doc, resp):
     t.check(se.get("COLL_AGENT_SOCKET", {}).get("value") == SOCK, label + ": sidecar socket env")
     t.check(se.get("COLL_LIB_VERSION", {}).get("value") == LIBV, label + ": sidecar lib version")
     t.check(se.get("COLL_AGENT_LIB_DIR", {}).get("value") == LIB, label + ": sidecar lib dir")
-    t.check(inits[1:] == pod["spec"].get("initContainers", []),
-            label + ": other init containers kept, in order, untouched")
+    t.check(inits[1:] == [without_token_mounts(c, token_vols)
+                          for c in pod["spec"].get("initContainers", [])],
+            label + ": other init containers kept, in order, untouched but for the API token")
+    check_identity(label, pod, out, side)
 
     for i, (before, after) in enumerate(zip(pod["spec"]["containers"],
                                             out["spec"]["containers"])):
@@ -259,16 +319,17 @@ def check_injected(label, req_doc, resp):
                 cl + ": existing env entries kept in place")
         t.check({"name": "kcoll-run", "mountPath": "/var/run/kcoll", "readOnly": True}
                 in after.get("volumeMounts", []), cl + ": mounts /var/run/kcoll read-only")
-        t.check(after.get("volumeMounts", [])[:len(before.get("volumeMounts", []))] ==
-                before.get("volumeMounts", []), cl + ": existing mounts kept")
+        kept = without_token_mounts(before, token_vols).get("volumeMounts", [])
+        t.check(after.get("volumeMounts", [])[:len(kept)] == kept,
+                cl + ": existing mounts kept, the API token's removed")
         t.check({k: v for k, v in after.items() if k not in ("env", "volumeMounts")} ==
                 {k: v for k, v in before.items() if k not in ("env", "volumeMounts")},
                 cl + ": nothing else changed")
         del i
-    t.check({k: v for k, v in out["spec"].items() if k not in ("initContainers", "volumes",
-                                                               "containers")} ==
-            {k: v for k, v in pod["spec"].items() if k not in ("initContainers", "volumes",
-                                                               "containers")},
+    ident = ("initContainers", "volumes", "containers", "serviceAccountName", "serviceAccount",
+             "automountServiceAccountToken")
+    t.check({k: v for k, v in out["spec"].items() if k not in ident} ==
+            {k: v for k, v in pod["spec"].items() if k not in ident},
             label + ": rest of the pod spec unchanged")
     return out
 
@@ -575,7 +636,9 @@ def main():
         patch = decoded_patch(resp) or []
         paths = [op["path"] for op in patch]
         t.check(set(paths) == {"/metadata/annotations", "/spec/volumes", "/spec/initContainers",
-                               "/spec/containers/0/env", "/spec/containers/0/volumeMounts"},
+                               "/spec/containers/0/env", "/spec/containers/0/volumeMounts",
+                               "/spec/serviceAccountName", "/spec/automountServiceAccountToken",
+                               "/spec/volumes/-"},
                 "minimal: whole arrays/objects added (%s)" % paths)
         t.check(all(op["op"] == "add" for op in patch), "minimal: only add operations")
         patched = check_injected("minimal", req, resp)

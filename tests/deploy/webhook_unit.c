@@ -3,6 +3,7 @@
  * facts read at pod creation (owner Job, JobSet, Namespace) against an in-process fake API with
  * its errors (403, 404, no answer); the command line's checks and exit statuses. */
 #include "webhook.h"
+#include "pod_ranks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,11 +231,11 @@ static void check_facts(void)
     char longname[300];
     memset(longname, 'a', sizeof(longname) - 1);
     longname[sizeof(longname) - 1] = '\0';
-    CHECK(!agent_webhook_name_ok(longname, 1), "a 299-character name is refused");
+    CHECK(!agent_name_ok(longname, 1), "a 299-character name is refused");
     longname[253] = '\0';
-    CHECK(agent_webhook_name_ok(longname, 1) && !agent_webhook_name_ok(longname, 0),
+    CHECK(agent_name_ok(longname, 1) && !agent_name_ok(longname, 0),
           "253 characters: a subdomain, not a label");
-    CHECK(agent_webhook_name_ok("train-1.v2", 1) && !agent_webhook_name_ok("train-1.v2", 0),
+    CHECK(agent_name_ok("train-1.v2", 1) && !agent_name_ok("train-1.v2", 0),
           "dots: subdomain only");
 
     /* PyTorchJob / bare pods: only the Namespace is read */
@@ -263,6 +264,114 @@ static void check_facts(void)
 }
 
 /* A pod whose creator wrote the webhook's annotations: they are replaced or removed. */
+/* The JSONPatch of a review reply, as text (calloc'd; "" when none). */
+static char *patch_text(const json_t *doc)
+{
+    const char *p64 = json_string_value(json_object_get(json_object_get(doc, "response"), "patch"));
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = p64 ? strlen(p64) : 0, o = 0;
+    char *text = calloc(n + 1, 1);
+    unsigned long acc = 0;
+    int bits = 0;
+    for (size_t i = 0; text != NULL && i < n && p64[i] != '='; i++) {
+        const char *at = strchr(alphabet, p64[i]);
+        acc = (acc << 6) | (unsigned long)(at ? at - alphabet : 0);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            text[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    return text;
+}
+
+/* The review of a pod (spec JSON) by a webhook with c: the reply document. */
+static json_t *review_spec(const struct agent_webhook_config *c, const char *spec)
+{
+    char body[4096];
+    struct agent_webhook_reply r;
+    snprintf(body, sizeof(body),
+             "{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\","
+             "\"request\":{\"uid\":\"id\",\"operation\":\"CREATE\",\"namespace\":\"team-a\","
+             "\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"
+             "\"object\":{\"metadata\":{\"name\":\"p\",\"labels\":{\"kcoll.io/inject\":\"true\"}},"
+             "\"spec\":%s}}}",
+             spec);
+    if (agent_webhook_review(c, AGENT_WEBHOOK_SCOPE_POD, body, strlen(body), &r) != 0)
+        return NULL;
+    json_t *doc = json_loads(r.body, 0, NULL);
+    free(r.body);
+    return doc;
+}
+
+#define TOKEN_VOLUME(name)                                                                         \
+    "{\"name\":\"" name "\",\"projected\":{\"sources\":[{\"serviceAccountToken\":"                 \
+    "{\"path\":\"token\",\"expirationSeconds\":3607}}]}}"
+#define SA_MOUNT(name)                                                                             \
+    "{\"name\":\"" name "\",\"readOnly\":true,"                                                    \
+    "\"mountPath\":\"/var/run/secrets/kubernetes.io/serviceaccount\"}"
+
+/* Issue 21 finding 7: the API token reaches the sidecar only; the socket admits the pod's uids. */
+static void check_identity(void)
+{
+    struct agent_webhook_config c = cfg;
+    c.agent_service_account = "kcoll-agent";
+    /* no ServiceAccount named: put on kcoll-agent, the admission plugin's token taken away */
+    json_t *doc =
+        review_spec(&c, "{\"volumes\":[" TOKEN_VOLUME(
+                            "kube-api-access-x1") "],\"containers\":["
+                                                  "{\"name\":\"c\",\"volumeMounts\":[" SA_MOUNT(
+                                                      "kube-api-access-x1") "]}]}");
+    char *text = doc ? patch_text(doc) : NULL;
+    CHECK(text &&
+              strstr(text, "{\"op\":\"remove\",\"path\":\"/spec/containers/0/volumeMounts/0\"}") &&
+              strstr(text, "{\"op\":\"remove\",\"path\":\"/spec/volumes/0\"}"),
+          "the admission plugin's token volume leaves the training container");
+    CHECK(text && strstr(text, "\"path\":\"/spec/serviceAccountName\",\"value\":\"kcoll-agent\"") &&
+              strstr(text, "\"path\":\"/spec/automountServiceAccountToken\",\"value\":false"),
+          "the pod runs as kcoll-agent, nothing automounted");
+    CHECK(text && strstr(text, "\"name\":\"kcoll-agent-token\",\"mountPath\":"
+                               "\"/var/run/secrets/kubernetes.io/serviceaccount\""),
+          "the sidecar mounts the projected token");
+    CHECK(text && strstr(text, "{\"name\":\"COLL_AGENT_IPC_ALLOW_UIDS\",\"value\":\"0\"}"),
+          "a container without runAsUser is taken to run as root");
+    free(text);
+    json_decref(doc);
+
+    /* the pod's own ServiceAccount: kept, the sidecar uses its token, a warning says the cost */
+    doc = review_spec(&c,
+                      "{\"serviceAccountName\":\"trainer\",\"volumes\":[" TOKEN_VOLUME(
+                          "kube-api-access-x2") "],\"securityContext\":{\"runAsUser\":1000},"
+                                                "\"containers\":[{\"name\":\"c\"},{\"name\":\"d\","
+                                                "\"securityContext\":{\"runAsUser\":2000}}]}");
+    text = doc ? patch_text(doc) : NULL;
+    char *warn = json_dumps(json_object_get(json_object_get(doc, "response"), "warnings"), 0);
+    CHECK(text && !strstr(text, "serviceAccountName") && !strstr(text, "\"op\":\"remove\"") &&
+              strstr(text, "\"name\":\"kube-api-access-x2\",\"mountPath\":"),
+          "a pod's own ServiceAccount is kept and the sidecar mounts its token");
+    CHECK(warn && strstr(warn, "runs as ServiceAccount trainer") &&
+              strstr(warn, "rbac.agentServiceAccounts"),
+          "with a warning that names the account and the cost");
+    free(warn);
+    CHECK(text && strstr(text, "{\"name\":\"COLL_AGENT_IPC_ALLOW_UIDS\",\"value\":\"1000,2000\"}"),
+          "the socket admits the uids the containers run as");
+    free(text);
+    json_decref(doc);
+
+    /* a token volume of the user's own would carry kcoll-agent's token: refused */
+    doc = review_spec(
+        &c, "{\"volumes\":[" TOKEN_VOLUME("vault-token") "],"
+                                                         "\"containers\":[{\"name\":\"c\"}]}");
+    CHECK(doc && json_is_false(json_object_get(json_object_get(doc, "response"), "allowed")),
+          "a pod with its own projected token volume is refused");
+    const char *msg = json_string_value(
+        json_object_get(json_object_get(json_object_get(doc, "response"), "status"), "message"));
+    CHECK(msg && strstr(msg, "volume vault-token projects a ServiceAccount token"),
+          "naming the volume");
+    json_decref(doc);
+}
+
 static void check_forged(void)
 {
     struct agent_webhook_config c = cfg;
@@ -283,25 +392,9 @@ static void check_forged(void)
     CHECK(agent_webhook_review(&c, AGENT_WEBHOOK_SCOPE_POD, body, strlen(body), &r) == 0,
           "forged review");
     json_t *doc = json_loads(r.body, 0, NULL);
-    const char *p64 = json_string_value(json_object_get(json_object_get(doc, "response"), "patch"));
     CHECK(json_is_true(json_object_get(json_object_get(doc, "response"), "allowed")),
           "a failed read never refuses the pod");
-    /* decode the patch (standard base64) */
-    static const char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t n = p64 ? strlen(p64) : 0, o = 0;
-    char *text = calloc(n + 1, 1);
-    unsigned long acc = 0;
-    int bits = 0;
-    for (size_t i = 0; text != NULL && i < n && p64[i] != '='; i++) {
-        const char *at = strchr(alphabet, p64[i]);
-        acc = (acc << 6) | (unsigned long)(at ? at - alphabet : 0);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            text[o++] = (char)((acc >> bits) & 0xff);
-        }
-    }
+    char *text = patch_text(doc);
     CHECK(text != NULL &&
               strstr(text,
                      "{\"op\":\"remove\",\"path\":\"/metadata/annotations/kcoll.io~1world-size\"}"),
@@ -396,6 +489,7 @@ int main(void)
     }
     check_facts();
     check_forged();
+    check_identity();
     check_opts();
     printf("webhook_unit: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;

@@ -65,8 +65,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(pi.job_kind, sizeof(pi.job_kind), "Job");
     snprintf(pi.job_api_version, sizeof(pi.job_api_version), "batch/v1");
     snprintf(pi.job_name, sizeof(pi.job_name), "train");
-    if (sel & 16)
+    if (sel & 16) {
         snprintf(pi.job_uid, sizeof(pi.job_uid), "0f0e0d0c-uid");
+        snprintf(pi.owner_name, sizeof(pi.owner_name), "train");
+    }
     snprintf(f.job, sizeof(f.job), "train");
     snprintf(f.ns, sizeof(f.ns), "ml");
     snprintf(f.pod, sizeof(f.pod), "train-%d", f.rank);

@@ -85,8 +85,14 @@ write("pod", "not-found", b"404 " + j({"kind": "Status", "reason": "NotFound", "
 comm = {"apiVersion": "kcoll.io/v1alpha1", "kind": "Communicator",
         "metadata": {"name": "train", "namespace": "ml", "uid": "c-uid", "resourceVersion": "7",
                      "ownerReferences": [{"kind": "Job", "name": "train", "uid": "0f0e0d0c-uid"}]},
-        "spec": {"nranks": 8, "rootEndpoint": "10.0.0.1:29500", "secret": "00112233445566778899aabbccddeeff",
+        "spec": {"nranks": 8, "rootEndpoint": "10.0.0.1:29500", "secretName": "kcoll-train",
                  "topology": "fabric", "transport": "Socket"}}
+# the job's Secret, which a non-root agent reads once the Communicator names it
+secret = b"\x00" + b"200 " + j({"apiVersion": "v1", "kind": "Secret", "type": "kcoll.io/job-secret",
+                        "metadata": {"name": "kcoll-train", "namespace": "ml",
+                                     "ownerReferences": [{"kind": "Job", "name": "train",
+                                                          "uid": "0f0e0d0c-uid"}]},
+                        "data": {"secret": "MDAxMTIyMzM0NDU1NjY3Nzg4OTlhYWJiY2NkZGVlZmY="}})
 pending = copy.deepcopy(comm)
 del pending["spec"]["rootEndpoint"]
 
@@ -96,24 +102,32 @@ def ev(t, o):
 
 
 bm = {"kind": "Communicator", "metadata": {"resourceVersion": "9"}}
-write("comm", "watch-added", bytes([0x1b]) + ev("ADDED", comm))
+write("comm", "watch-added", bytes([0x1b]) + ev("ADDED", comm) + secret)
 write("comm", "watch-pending-then-modified",
-      bytes([0x0a]) + ev("ADDED", pending) + ev("BOOKMARK", bm) + ev("MODIFIED", comm))
+      bytes([0x1a]) + ev("ADDED", pending) + ev("BOOKMARK", bm) + ev("MODIFIED", comm) + secret)
 write("comm", "watch-gone-then-added", bytes([0x13]) + ev("ERROR", {"kind": "Status", "code": 410})
-      + b"\0" + ev("ADDED", comm))
+      + b"\0" + ev("ADDED", comm) + secret)
 write("comm", "watch-410-status", bytes([0x12]) + b"410 " + j({"kind": "Status", "code": 410})
-      + b"\0" + b"garbage\n" + ev("DELETED", comm) + ev("ADDED", comm))
+      + b"\0" + b"garbage\n" + ev("DELETED", comm) + ev("ADDED", comm) + secret)
+unowned = copy.deepcopy(comm)
+del unowned["metadata"]["ownerReferences"]
+write("comm", "watch-unowned-then-owned",
+      bytes([0x1b]) + ev("ADDED", unowned) + ev("MODIFIED", comm) + secret)
+write("comm", "job-owner-unknown", bytes([0x0a]) + ev("ADDED", comm))
 c6 = copy.deepcopy(comm)
 c6["spec"]["rootEndpoint"] = "[fd00::1]:29500"
-write("comm", "watch-ipv6", bytes([0x1b]) + ev("ADDED", c6))
-write("comm", "root-created", bytes([0x18]) + b"201 " + j(comm))
+write("comm", "watch-ipv6", bytes([0x1b]) + ev("ADDED", c6) + secret)
+# rank 0: the Secret first (created, or this job's adopted), then the Communicator
+write("comm", "root-created", bytes([0x18]) + parts(b"201 {}", b"201 " + j(comm)))
+write("comm", "root-secret-adopted", bytes([0x18]) + parts(b"409 {}", secret[1:], b"201 " + j(comm)))
 other = copy.deepcopy(comm)
 other["metadata"]["ownerReferences"][0]["uid"] = "old-job"
-write("comm", "root-adopt", bytes([0x10]) + parts(b"409 {}", j(comm)))
+write("comm", "root-adopt", bytes([0x10]) + parts(b"201 {}", b"409 {}", j(comm)))
 write("comm", "root-replace-stale",
-      bytes([0x10]) + parts(b"409 {}", j(other), j(comm), j(comm)))
+      bytes([0x10]) + parts(b"201 {}", b"409 {}", j(other), j(comm), j(comm)))
 write("comm", "root-conflict-retry",
-      bytes([0x10]) + parts(b"409 {}", b"404 {}", b"409 {}", j(other), b"409 {}", b"201 " + j(comm)))
+      bytes([0x10]) + parts(b"201 {}", b"409 {}", b"404 {}", b"409 {}", j(other), b"409 {}",
+                            b"201 " + j(comm)))
 
 # ---- webhook: body, then the API's answers (input size & 1: namespace scope, & 2: API on) ----
 for name in sorted(os.listdir(os.path.join(FIX, "admission"))):
@@ -230,7 +244,9 @@ write("listener", "wrong-rank", bytes([0x0c, 1, 1, 0, 4, 0x0c, 0, 2, 0, 4, 0x0c,
 write("listener", "stranger", b"\x00" + b"SSH-2.0-OpenSSH\r\n".ljust(80, b"\0"))
 
 # ---- agent_server: what a container writes on the agent's socket (frames, one connection) ----
-hreq = {"v": 1, "type": "hello", "timeout_ms": 5000, "library_version": "0.1.0", "pid": 42}
+# no pid: the harness's connections come from its own process, whose pid the agent sees
+# (SO_PEERCRED), so a hello naming another pid is refused (PeerPidMismatch, a seed of its own)
+hreq = {"v": 1, "type": "hello", "timeout_ms": 5000, "library_version": "0.1.0"}
 with open(os.path.join(HERE, "corpus", "nccl_ipc", "request"), "rb") as f:
     nccl = f.read()
 write("agent_server", "hello", frame(j(hreq)))
@@ -242,6 +258,7 @@ write("agent_server", "report-failed", frame(j(
      "conditions": [{"type": "Reachable", "status": "False", "reason": "PeerUnreachable",
                      "message": "x"}]})))
 write("agent_server", "length-zero", b"\0\0\0\0" + frame(j(hreq)))
+write("agent_server", "hello-other-pid", frame(j(dict(hreq, pid=42))))
 write("agent_server", "length-huge", b"\x7f\xff\xff\xff{}")
 write("agent_server", "truncated", frame(j(hreq))[:30])
 write("agent_server", "version-2", frame(j({"v": 2, "type": "hello"})))

@@ -146,14 +146,15 @@ def ready_job(ck, cl, name, npods, per, torchrun, count):
     print("API: %d agents made %d requests (%.2f per pod), %d watches, for %d ranks" % (
         len(counts), total, total / max(1, len(counts)), watches, n))
     ck(len(counts) == npods, "one API client per pod (%d), not per rank" % len(counts))
-    # as with one rank per pod: 2 requests and a watch; rank 0's pod also creates the
-    # Communicator and patches its status (Bootstrapping, Ready; rarely a re-read after a
-    # conflict), however many local ranks report to it
-    ck(all(v["requests"] <= 2 for k, v in counts.items() if "-0-" not in k) and
-       all(v["requests"] <= 6 and v.get("verbs", {}).get("patch", 0) <= 3
+    # as with one rank per pod: 3 requests (pod, topologies, the job's Secret) and a watch;
+    # rank 0's pod creates the Secret and the Communicator and patches its status
+    # (Bootstrapping, Ready; rarely a re-read after a conflict), however many local ranks
+    # report to it
+    ck(all(v["requests"] <= 3 for k, v in counts.items() if "-0-" not in k) and
+       all(v["requests"] <= 7 and v.get("verbs", {}).get("patch", 0) <= 3
            for k, v in counts.items() if "-0-" in k) and watches <= npods - 1,
-       "requests per pod as with one rank per pod: 2 and a watch; rank 0's pod at most 6 "
-       "(create, status patches Bootstrapping and Ready, a re-read)",
+       "requests per pod as with one rank per pod: 3 and a watch; rank 0's pod at most 7 "
+       "(two creates, status patches Bootstrapping and Ready, a re-read)",
        json.dumps({k: (v["requests"], v["watches"], v.get("verbs")) for k, v in counts.items()}))
     log = cl.agent_log(agents[0])
     src = ("torchrun --nproc-per-node %d in container trainer" % per if torchrun
