@@ -456,7 +456,10 @@ void agent_health_member_failed(agent_ctx_t *ctx, const agent_facts_t *f, const 
                                              COLLI_PROTO_CODE_API_UNAVAILABLE, "Unauthorized",
                                              "Forbidden", "NotFound"};
     int per = f->local_size > 1 ? f->local_size : 1;
-    if (!h || !ctx->kube || !f->job[0] || !job_uid || !job_uid[0] || f->rank <= 0)
+    /* rank 0 writes only where it created the Communicator to fail the others (its pod IP stood
+     * in for the missing network: rendezvous_to_fail); else there is none */
+    if (!h || !ctx->kube || !f->job[0] || !job_uid || !job_uid[0] || f->rank < 0 ||
+        (f->rank == 0 && !ctx->comm_uid[0]))
         return;
     for (size_t i = 0; i < sizeof(unwritable) / sizeof(unwritable[0]); i++)
         if (strcmp(cond->type, unwritable[i]) == 0)

@@ -16,6 +16,7 @@ Cases:
                 naming it; the Communicator's lastError names it and `kubectl describe` shows it
   attachment_missing  8 ranks; rank 5's pod lacks the pinned Multus attachment: the Communicator
                 names rank 5, its pod and the cause; the ranks that waited are not unhealthy
+  attachment_missing_root  the same for rank 0's pod (it creates the Communicator to fail)
   iface_missing rank 1's pinned interface is missing (standalone agents, then one pod of a
                 Kubernetes job): every rank fails within seconds naming rank 1, its pod or host
                 and the interface
@@ -404,7 +405,17 @@ def case_attachment_missing(ck, cl):
     (NetworkConsistent False, reason NetworkNotAttached; lastError names the pod and the
     attachment); the ranks that waited for it are not listed unhealthy, and no Event lands on
     their pods."""
-    n, culprit = 8, 5
+    attachment_missing(ck, cl, 5)
+
+
+def case_attachment_missing_root(ck, cl):
+    """As attachment_missing, for rank 0's pod: its agent creates the Communicator on its pod IP
+    (the pinned network is missing) only to fail the others, and writes its own cause there."""
+    attachment_missing(ck, cl, 0)
+
+
+def attachment_missing(ck, cl, culprit):
+    n = 8
     cl.add(topology("e2e-attach", library_version(), boot_s=15))
     default_only = [x for x in harness.fixture("network-status-lo.json") if x.get("default")]
 
@@ -412,6 +423,8 @@ def case_attachment_missing(ck, cl):
         if i == culprit:
             p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"] = json.dumps(
                 default_only)
+            # the bootstrap root on the pod's own IP (bindable here, as in a real pod)
+            p.setdefault("status", {})["podIP"] = "127.0.0.1"
     _, pods = cl.add_job("e2eattach", n, pod_edit=strip)
     agents = [cl.start_agent(p) for p in pods]
     ranks = Ranks(cl, [a["sock"] for a in agents], ["--count", "1024"])
@@ -701,7 +714,8 @@ def case_iface_missing(ck, cl):
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "attachment_missing", "topology_order",
+NEEDS_CLUSTER = {"k8s64", "version_pin", "rank_failure", "attachment_missing",
+                 "attachment_missing_root", "topology_order",
                  "walkthrough", "iface_missing"}
 
 
