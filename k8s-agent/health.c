@@ -335,11 +335,6 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
         update = 1;
     }
     if (update) {
-        /* a pod's local ranks report Bootstrapping and Ready within moments of each other: the
-         * first report of a quiet spell waits LINGER_MS, so that they make one patch, not one
-         * each (readyRanks counted up by 3 patches was seen on a loaded machine) */
-        if (!u->dirty && !rep->has_error)
-            u->due_ms = agent_now_ms() + LINGER_MS;
         u->dirty = 1;
         pthread_cond_signal(&h->cv);
     }

@@ -8,7 +8,7 @@
 #define MAX_MSG         512
 #define MAX_TRANSPORT   129 /* status.transport: at most 128 characters */
 #define NCOND           COLLI_PROTO_NCOND
-#define LINGER_MS       500  /* reports from a pod's ranks within it: one status patch */
+#define LINGER_MS       500  /* reports of one failure from a pod's ranks: one status patch */
 #define BACKUPS         2    /* agents after the designated writer that check it wrote */
 #define BACKUP_DELAY_MS 3000 /* ... each this much later than the one before it */
 
