@@ -10,7 +10,7 @@ set -euo pipefail
 : "${KCOLL_IMAGE_MOUNT:?the directory shared with the container}"
 envs=()
 for v in POD_NAME POD_NAMESPACE KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT KUBECONFIG \
-    COLL_AGENT_LIB_DIR COLL_AGENT_SOCKET; do
+    COLL_AGENT_LIB_DIR COLL_AGENT_SOCKET COLL_AGENT_IPC_ALLOW_UIDS; do
     if [ -n "${!v:-}" ]; then
         envs+=(--env "$v=${!v}")
     fi

@@ -204,6 +204,20 @@ def case_contents(ck, args):
         ck(r.stdout.strip() == "", "no apt package lists left in the image", r.stdout)
 
 
+SIDECAR = "kcoll-agent"  # the webhook's sidecar (AGENT_WEBHOOK_SIDECAR_NAME); the pod template's
+#                         own init container "coll-agent" is not it
+
+
+def sidecar_env(pod, name):
+    """The value the webhook gave variable `name` in the pod's coll-agent sidecar, or None."""
+    for c in pod["spec"].get("initContainers", []):
+        if c.get("name") == SIDECAR:
+            for e in c.get("env", []):
+                if e.get("name") == name:
+                    return e.get("value")
+    return None
+
+
 def case_sidecar(ck, args):
     prerequisites()
     env = image_env(args.cache_dir)
@@ -237,9 +251,9 @@ def case_sidecar(ck, args):
               % (cl.webhook_port, time.time() - t0))
         cl.add(e2e_tests.topology("image-loopback", version))
         _, pods = cl.add_job("img", 2)
-        ck(all(any(c.get("name") == "coll-agent" for c in p["spec"].get("initContainers", []))
-               for p in pods), "the image's webhook injected the coll-agent sidecar into both "
-           "pods")
+        ck(all(any(c.get("name") == SIDECAR for c in p["spec"].get("initContainers", []))
+               for p in pods), "the image's webhook injected the %s sidecar into both pods"
+           % SIDECAR)
         # each pod's shared volume (/var/run/kcoll in a pod): lib/ for libcoll and its GPU
         # plugin, nccl/ for kcoll's libnccl.so.2 when the image has it; the agents (uid 10001)
         # make both
@@ -249,8 +263,14 @@ def case_sidecar(ck, args):
             os.chmod(d, 0o777)
         libdirs = [os.path.join(d, "lib") for d in pod_dirs]
         agents = []
-        for p, d in zip(pods, libdirs):
-            a = cl.start_agent(p, env={"COLL_AGENT_LIB_DIR": d})
+        # the uids the webhook admits to the agent's socket (the containers' runAsUser; none:
+        # root, as the ranks below run)
+        uids = [sidecar_env(p, "COLL_AGENT_IPC_ALLOW_UIDS") for p in pods]
+        ck(all(u is not None and "0" in u.split(",") for u in uids),
+           "the webhook admits the training containers' uid 0 to the agent's socket (%s)" % uids)
+        for p, d, u in zip(pods, libdirs, uids):
+            a = cl.start_agent(p, env={"COLL_AGENT_LIB_DIR": d,
+                                       "COLL_AGENT_IPC_ALLOW_UIDS": u or ""})
             agents.append(a)
             wrappers.append(a["proc"].pid)
         # the sidecar copies before it opens its socket; a pod's main container starts after
