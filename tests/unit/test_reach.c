@@ -10,18 +10,7 @@
 #include <sys/socket.h>
 
 #include "base/member.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static const uint8_t secret[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 static const uint8_t key[16] = {21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36};
@@ -132,18 +121,18 @@ static void test_helpers(void)
     char s[64];
     sa4(&a, "10.77.1.3", 0);
     sa4(&b, "10.77.1.200", 0);
-    CHECK(colli_net_same(&a, &b, 24) && !colli_net_same(&a, &b, 25), "10.77.1.3 vs .200");
+    check(colli_net_same(&a, &b, 24) && !colli_net_same(&a, &b, 25), "10.77.1.3 vs .200");
     colli_net_str(&a, 24, s, sizeof(s));
-    CHECK(strcmp(s, "10.77.1.0/24") == 0, "network string %s", s);
+    check(strcmp(s, "10.77.1.0/24") == 0, "network string %s", s);
     colli_net_str(&a, 20, s, sizeof(s));
-    CHECK(strcmp(s, "10.77.0.0/20") == 0, "network string %s", s);
+    check(strcmp(s, "10.77.0.0/20") == 0, "network string %s", s);
     sa4(&a, "127.0.0.1", 0);
-    CHECK(colli_netif_prefix_of(&a) == 8, "lo's prefix is %d", colli_netif_prefix_of(&a));
+    check(colli_netif_prefix_of(&a) == 8, "lo's prefix is %d", colli_netif_prefix_of(&a));
     sa4(&a, "192.0.2.77", 0);
-    CHECK(colli_netif_prefix_of(&a) == 0, "an address of no interface has a prefix");
+    check(colli_netif_prefix_of(&a) == 0, "an address of no interface has a prefix");
     colli_member_t m;
     rank_at(0, "10.77.1.1", 5, 24, "h");
-    CHECK(colli_member_from_wire(&recs[0], &m) == COLL_SUCCESS && m.prefix == 24 &&
+    check(colli_member_from_wire(&recs[0], &m) == COLL_SUCCESS && m.prefix == 24 &&
               m.how == COLLI_NETIF_NAME,
           "prefix and interface choice survive the wire (%d, %d)", m.prefix, m.how);
 }
@@ -159,17 +148,17 @@ static void test_one_network(void)
         rank_at(r, ip, 1000 + r, 24, r < 2 ? "a" : "b");
     }
     reset();
-    CHECK(colli_reach_check(ranks, N, secret, &root, msg, sizeof(msg)) == COLL_SUCCESS,
+    check(colli_reach_check(ranks, N, secret, &root, msg, sizeof(msg)) == COLL_SUCCESS,
           "one network failed: %s", msg);
-    CHECK(silent(), "one network: the root wrote to a rank");
+    check(silent(), "one network: the root wrote to a rank");
     close_all();
     /* two networks, but every rank on one host: nobody can judge, nothing is probed */
     for (int r = 0; r < N; r++)
         rank_at(r, r == 3 ? "10.77.9.3" : "10.77.1.3", 1000 + r, 24, "same");
     reset();
-    CHECK(colli_reach_check(ranks, N, secret, &root, msg, sizeof(msg)) == COLL_SUCCESS,
+    check(colli_reach_check(ranks, N, secret, &root, msg, sizeof(msg)) == COLL_SUCCESS,
           "one host failed: %s", msg);
-    CHECK(silent(), "one host: the root wrote to a rank");
+    check(silent(), "one host: the root wrote to a rank");
     close_all();
 }
 
@@ -191,12 +180,12 @@ static void two_networks(const char *ip, int port, int prefix, int answer, coll_
     msg[0] = '\0';
     coll_result_t st = colli_reach_check(ranks, N, secret, &root, msg, len);
     pthread_join(t, NULL);
-    CHECK(st == want, "two networks: %d, want %d: %s", st, want, msg);
-    CHECK(p.io == COLLI_IO_OK, "the prober's answer: %d", p.io);
+    check(st == want, "two networks: %d, want %d: %s", st, want, msg);
+    check(p.io == COLLI_IO_OK, "the prober's answer: %d", p.io);
     *entries = p.entries;
     char b;
     for (int i = 1; i < N; i++)
-        CHECK(recv(peer_fd[i], &b, 1, MSG_DONTWAIT) < 0, "rank %d was asked to probe", i);
+        check(recv(peer_fd[i], &b, 1, MSG_DONTWAIT) < 0, "rank %d was asked to probe", i);
     close_all();
 }
 
@@ -209,10 +198,10 @@ static void test_two_networks(void)
     sa4(&l, "127.0.0.1", 0);
     int lfd = -1;
     struct sockaddr_storage bound;
-    CHECK(colli_sock_listen(&l, &lfd, &bound) == COLL_SUCCESS, "listen");
+    check(colli_sock_listen(&l, &lfd, &bound) == COLL_SUCCESS, "listen");
     int port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
     two_networks("127.0.0.1", port, 8, 0, COLL_SUCCESS, msg, sizeof(msg), &entries);
-    CHECK(entries == 1, "ranks 2 and 3 share an address: %u probes, want 1", entries);
+    check(entries == 1, "ranks 2 and 3 share an address: %u probes, want 1", entries);
     close(lfd);
     /* a prober that could not tell (out of descriptors): left to the data connections */
     two_networks("10.77.9.3", 4000, 24, -EMFILE, COLL_SUCCESS, msg, sizeof(msg), &entries);
@@ -226,7 +215,7 @@ static void test_two_networks(void)
                           "Unreachable too: rank 3 (10.77.9.3:4001 on c). ",
                           "COLL_SOCKET_IFNAME=10.77.1.0/24"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-        CHECK(strstr(msg, want[i]) != NULL, "the message lacks \"%s\": %s", want[i], msg);
+        check(strstr(msg, want[i]) != NULL, "the message lacks \"%s\": %s", want[i], msg);
     printf("%s\n", msg);
 }
 
@@ -258,13 +247,13 @@ static void test_per_pod_addresses(void)
     int *count = plan_arrays(&p, buf);
     struct sockaddr_storage root;
     sa4(&root, "10.244.0.1", 1);
-    CHECK(group(&p, &root, count) && p.nnets == M, "%d networks, want %d", p.nnets, M);
-    CHECK(p.main == p.net[0], "the root's network is the main one on a tie");
+    check(group(&p, &root, count) && p.nnets == M, "%d networks, want %d", p.nnets, M);
+    check(p.main == p.net[0], "the root's network is the main one on a tie");
     const int probes = assign(&p);
-    CHECK(probes == REACH_PER_PROBER, "%d probes, want %d (one prober)", probes, REACH_PER_PROBER);
-    CHECK(p.prober[1] < 0, "rank 1 (on rank 0's host) was given a prober");
+    check(probes == REACH_PER_PROBER, "%d probes, want %d (one prober)", probes, REACH_PER_PROBER);
+    check(p.prober[1] < 0, "rank 1 (on rank 0's host) was given a prober");
     for (int j = 0; j < M; j++)
-        CHECK(p.prober[j] < 0 || p.prober[j] == 0, "rank %d probed by %d", j, p.prober[j]);
+        check(p.prober[j] < 0 || p.prober[j] == 0, "rank %d probed by %d", j, p.prober[j]);
 }
 
 int main(void)
@@ -273,9 +262,9 @@ int main(void)
     test_helpers();
     test_one_network();
     test_two_networks();
-    if (failures)
-        fprintf(stderr, "%d failures\n", failures);
+    if (n_failed)
+        fprintf(stderr, "%llu failures\n", n_failed);
     else
         printf("test_reach: all passed\n");
-    return failures ? 1 : 0;
+    return n_failed ? 1 : 0;
 }
