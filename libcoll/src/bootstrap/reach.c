@@ -110,7 +110,9 @@ int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16
     colli_wire_probe_t *e = calloc(n, sizeof(*e));
     colli_wire_probe_result_t *res = calloc(n, sizeof(*res));
     struct pollfd *pfd = calloc(n, sizeof(*pfd));
-    int io = e && res && pfd ? colli_sock_read_all(fd, e, n * sizeof(*e), deadline) : COLLI_IO_ERR;
+    struct sockaddr_storage *to = calloc(n, sizeof(*to));
+    int io =
+        e && res && pfd && to ? colli_sock_read_all(fd, e, n * sizeof(*e), deadline) : COLLI_IO_ERR;
     uint8_t digest[16], mac[16];
     if (io == COLLI_IO_OK) {
         entries_digest(secret, e, n, digest);
@@ -121,15 +123,14 @@ int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16
         }
         /* every connect at once, from this rank's data address as its data connections go */
         for (uint32_t i = 0; i < n; i++) {
-            struct sockaddr_storage to;
             colli_wire_member_t w = {.family = e[i].family, .port = e[i].port};
             memcpy(w.addr, e[i].addr, sizeof(w.addr));
-            rec_addr(&w, &to);
+            rec_addr(&w, &to[i]);
             res[i].rank = e[i].rank;
             pfd[i] = (struct pollfd){.fd = -1, .events = POLLOUT};
-            if (to.ss_family == AF_UNSPEC)
+            if (to[i].ss_family == AF_UNSPEC)
                 res[i].err = EAFNOSUPPORT;
-            else if (colli_sock_connect_start(&to, from, &pfd[i].fd) != COLLI_IO_OK)
+            else if (colli_sock_connect_start(&to[i], from, &pfd[i].fd) != COLLI_IO_OK)
                 res[i].err = verdict(errno);
             else
                 res[i].err = ETIMEDOUT;
@@ -160,11 +161,7 @@ int colli_reach_answer(int fd, const colli_root_reply_t *h, const uint8_t key[16
             if (pfd[i].fd >= 0)
                 close(pfd[i].fd);
             char a[80];
-            struct sockaddr_storage to;
-            colli_wire_member_t w = {.family = e[i].family, .port = e[i].port};
-            memcpy(w.addr, e[i].addr, sizeof(w.addr));
-            rec_addr(&w, &to);
-            colli_sockaddr_str(&to, a, sizeof(a));
+            colli_sockaddr_str(&to[i], a, sizeof(a));
             coll_info(INIT,
                       "rank %d: the bootstrap root asked whether rank %d at %s is reachable: %s",
                       rank, e[i].rank, a,
@@ -181,6 +178,7 @@ out:
     free(e);
     free(res);
     free(pfd);
+    free(to);
     return io;
 }
 
