@@ -446,6 +446,13 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
                          "%s; %s",
                          comm->rank, name, who, strerror(e), advice);
     }
+    if (fd < 0 && errno == ENOENT) /* announced, then gone, and no notice within 2 s */
+        return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
+                         "rank %d cannot open the shared-memory segment %s that %s announced: "
+                         "it is gone, so that rank most likely failed and removed it (its log "
+                         "or another rank's error says why); else /dev/shm is not one directory "
+                         "for every rank of this host",
+                         comm->rank, name, who);
     if (fd < 0)
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot open the shared-memory segment %s that %s announced: %s "
