@@ -7,15 +7,19 @@
  *                         which has no transfer with rank 2, times out first
  *   test_faults abort     4 ranks loop all_reduces; rank 1 calls coll_comm_abort
  *   test_faults fdlimit   16 ranks all_to_all; rank 0 runs with a descriptor limit of 24
+ *   test_faults fdfull    8 ranks all_to_all; rank 0 takes every descriptor it may open after
+ *                         init, so it has none left when it fails: its notices must still go
  * The others must fail within the timeout plus a margin, with the code and a message that names
  * the rank at fault.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dh.h"
 
@@ -23,7 +27,7 @@
 #define COUNT  (256 * 1024) /* float32: 1 MiB, the ring algorithm */
 #define MARGIN 3.0          /* seconds of slack on a busy (or sanitized) 2-core machine */
 
-enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT };
+enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT, M_FDFULL };
 enum { U_DONE = 0 }; /* dh_shared.user[] slots */
 
 typedef struct fargs {
@@ -374,6 +378,86 @@ static void test_loop(fargs_t *a)
     dh_free(j);
 }
 
+#define FULL_RANKS 8
+#define FULL_LIMIT 256
+
+static void fdfull_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    int held[FULL_LIMIT], nheld = 0;
+    if (ctx->rank == 0) {
+        /* a soft limit that bounds the filling, then every descriptor below it taken */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            dh_fail("getrlimit");
+        rl.rlim_cur = FULL_LIMIT;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            dh_fail("setrlimit: cannot lower the descriptor limit");
+        int fd;
+        while (nheld < FULL_LIMIT && (fd = dup(2)) >= 0)
+            held[nheld++] = fd;
+        CHECK(nheld < FULL_LIMIT && errno == EMFILE, "rank 0 took %d descriptors: %s", nheld,
+              strerror(errno));
+    }
+    size_t count = 1024, bytes = count * sizeof(int32_t) * (size_t)ctx->nranks;
+    int32_t *s = calloc(1, bytes), *r = calloc(1, bytes);
+    dh_begin(ctx, ctx->rank);
+    rc = coll_all_to_all(s, r, count, COLL_INT32, comm, NULL);
+    dh_record(ctx, "all_to_all", rc);
+    for (int i = 0; i < nheld; i++)
+        close(held[i]);
+    wait_all_done(ctx, 40); /* rank 0 stays: its peers must learn from its notices */
+    coll_comm_abort(comm);
+    free(s);
+    free(r);
+}
+
+static void test_fdfull(fargs_t *a)
+{
+    dh_setenv("COLL_TIMEOUT", "10");
+    dh_opts_t o = {.name = "rank 0 out of descriptors, none left, in an 8-rank all_to_all",
+                   .nranks = FULL_RANKS,
+                   .deadline_s = 60,
+                   .body = fdfull_body,
+                   .arg = a};
+    dh_log("--- %s (COLL_TIMEOUT=10)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    const dh_out_t *v = &dh_shared(j)->out[0];
+    dh_log("rank 0: %s: %s", dh_rc_name(v->rc), v->msg);
+    CHECK_RC(v->rc, COLL_ERR_SYSTEM, v->msg, "rank 0: all_to_all with no descriptor left");
+    CHECK_HAS(v->msg, "Too many open files", "rank 0: says why");
+    /* the limit covers the communicator: the advice names the program's descriptors, not a
+     * smaller limit than the one in force */
+    char advice[160];
+    snprintf(advice, sizeof(advice), "is %d (hard ", FULL_LIMIT);
+    CHECK_HAS(v->msg, advice, "rank 0: names its limit");
+    snprintf(advice, sizeof(advice), "may need about %d descriptors, but the process holds %d",
+             (FULL_RANKS - 1) * 2 + 64, FULL_LIMIT);
+    CHECK_HAS(v->msg, advice, "rank 0: what it needs and what the process holds");
+    snprintf(advice, sizeof(advice), "raise it (ulimit -n %d",
+             FULL_LIMIT + (FULL_RANKS - 1) * 2 + 64);
+    CHECK_HAS(v->msg, advice, "rank 0: a limit above the one that ran out");
+    char want[64];
+    snprintf(want, sizeof(want), "rank 0 (pid %d on ", (int)dh_pid(j, 0));
+    for (int r = 1; r < FULL_RANKS; r++) {
+        /* the descriptor held back for the notices: without it every peer waits COLL_TIMEOUT
+         * on a rank that is alive and says nothing */
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        CHECK_RC(out->rc, COLL_ERR_REMOTE, out->msg, "rank %d", r);
+        CHECK_HAS(out->msg, want, "rank %d: names rank 0", r);
+        CHECK_HAS(out->msg, "Too many open files", "rank %d: carries rank 0's reason", r);
+        CHECK(out->t - out->t0 < MARGIN, "rank %d failed after %.1f s (COLL_TIMEOUT is 10)", r,
+              out->t - out->t0);
+    }
+    dh_free(j);
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
@@ -403,8 +487,12 @@ int main(int argc, char **argv)
         a.mode = M_FDLIMIT;
         a.victim = 0;
         test_fdlimit(&a);
+    } else if (strcmp(m, "fdfull") == 0) {
+        a.mode = M_FDFULL;
+        a.victim = 0;
+        test_fdfull(&a);
     } else {
-        printf("usage: test_faults noinit|rootgone|stopped|stopped_far|abort|fdlimit\n");
+        printf("usage: test_faults noinit|rootgone|stopped|stopped_far|abort|fdlimit|fdfull\n");
         return 2;
     }
     return dh_finish();

@@ -3,11 +3,13 @@
  * can reach it, one progress pass over all of them, one poll() over all their descriptors. No
  * transport is named here but in the registry: each one answers for itself. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "transport/transport.h"
@@ -320,6 +322,17 @@ coll_result_t colli_tp_poll_notices(struct coll_comm *comm)
     return COLL_SUCCESS;
 }
 
+coll_result_t colli_tp_await_notice(struct coll_comm *comm, double seconds)
+{
+    for (const double until = colli_now() + seconds;;) {
+        coll_result_t status = colli_tp_poll_notices(comm);
+        if (status != COLL_SUCCESS || colli_now() >= until)
+            return status;
+        struct timespec ts = {0, 5 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 coll_result_t colli_tp_peer_left(struct coll_comm *comm, colli_subsys_t sub,
                                  const struct colli_op *op, int peer, const char *what,
                                  const char *via, int err)
@@ -426,12 +439,40 @@ unsigned long colli_fd_need(const struct coll_comm *comm, int *sock, int *shm, i
     return (unsigned long)n[0] * 2 * streams + 2ul * (unsigned long)n[1] + (unsigned long)n[2] + 64;
 }
 
+/* Descriptors open in this process, counted without opening one (the caller may have none
+ * left); 0 where the limit is too large to probe quickly. */
+static unsigned long fds_open(rlim_t limit)
+{
+    if (limit == RLIM_INFINITY || limit > 65536)
+        return 0;
+    const int saved = errno;
+    unsigned long n = 0;
+    for (rlim_t fd = 0; fd < limit; fd++)
+        n += fcntl((int)fd, F_GETFD) != -1;
+    errno = saved;
+    return n;
+}
+
 void colli_fd_advice(const struct coll_comm *comm, char *buf, size_t len)
 {
     struct rlimit rl = {0, 0};
     (void)getrlimit(RLIMIT_NOFILE, &rl);
     int s = 0, m = 0, i = 0;
     unsigned long need = colli_fd_need(comm, &s, &m, &i);
+    unsigned long held = rl.rlim_cur >= need ? fds_open(rl.rlim_cur) : 0;
+    if (held > 0) {
+        /* the limit covers the communicator: the program's own descriptors took the rest */
+        snprintf(buf, len,
+                 "the open-file limit (ulimit -n) is %llu (hard %llu) and rank %d with %d peers "
+                 "(%d over sockets, %d over shared memory, %d over InfiniBand) may need about "
+                 "%lu descriptors, but the process holds %lu: the program's own files and "
+                 "connections use the rest: raise it (ulimit -n %llu, or the container's nofile "
+                 "limit) or close descriptors the program no longer needs",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, comm->rank,
+                 comm->nranks - 1, s, m, i, need, held,
+                 (unsigned long long)rl.rlim_cur + (unsigned long long)need);
+        return;
+    }
     snprintf(buf, len,
              "the open-file limit (ulimit -n) is %llu (hard %llu), but rank %d with %d peers (%d "
              "over sockets, %d over shared memory, %d over InfiniBand) may need about %lu "

@@ -129,6 +129,10 @@ int colli_tp_listener_fd(struct coll_comm *comm);
 /* Hand a connection the listener accepted to the transport that owns its hello kind. */
 coll_result_t colli_tp_adopt(struct coll_comm *comm, const colli_hello_t *hello, int fd);
 coll_result_t colli_tp_poll_notices(struct coll_comm *comm);
+/* A peer just went away (its connection broke, its shared memory is gone): wait up to `seconds`
+ * for an abort notice that says why (a failing rank sends them before it exits, one at a time
+ * when it is short of descriptors). Returns the notice's error, or COLL_SUCCESS when none came. */
+coll_result_t colli_tp_await_notice(struct coll_comm *comm, double seconds);
 /* A local-link transport's peer left (its link ended; err is the link's errno, 0 for end of
  * stream) while this rank was `what` ("receiving from") it in op: the peer's own abort notice
  * when one arrived, else COLL_ERR_REMOTE naming the peer, the op and `via` (the transport), with

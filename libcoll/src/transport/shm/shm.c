@@ -425,16 +425,10 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
     /* A peer that fails removes what it announced: its abort notice says why. It may come a
      * moment later (a rank out of descriptors sends its notices a few at a time): wait for it,
      * briefly, rather than fail with this rank's view of the effect. */
-    for (const double until = colli_now() + 2.0; fd < 0 && errno == ENOENT;) {
-        coll_result_t status = colli_tp_poll_notices(comm);
+    if (fd < 0 && errno == ENOENT) {
+        coll_result_t status = colli_tp_await_notice(comm, 2.0);
         if (status != COLL_SUCCESS)
             return status;
-        if (colli_now() >= until) {
-            errno = ENOENT;
-            break;
-        }
-        struct timespec ts = {0, 10 * 1000000};
-        nanosleep(&ts, NULL);
         errno = ENOENT;
     }
     if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {

@@ -1,5 +1,6 @@
 /* Socket transport: listener, lazy authenticated connections, abort notices. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,20 @@ static coll_result_t sock_comm_init(struct coll_comm *comm, int tp, const colli_
     s->tp = tp;
     s->listen_fd = -1;
     s->bind_addr = nif->addr;
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (s->spare_fd < 0) {
+        status = COLLI_ERR(NET, COLL_ERR_SYSTEM,
+                           "rank %d cannot open /dev/null (the descriptor kept for abort "
+                           "notices): %s",
+                           comm->rank, strerror(errno));
+        goto err_free;
+    }
     COLL_CHECK_GOTO(colli_sock_listen(&nif->addr, &s->listen_fd, &self->addr), err_free);
     comm->tp[tp].state = s;
     return COLL_SUCCESS;
 err_free:
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
     free(s);
     return status;
 }
@@ -94,6 +105,8 @@ static void sock_comm_fini(struct coll_comm *comm, int tp)
         close(s->pend[i].fd);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
     free(s->out);
     free(s->in);
     free(s->pend);
@@ -486,7 +499,10 @@ static coll_result_t handshake_failed(struct coll_comm *comm, sock_state_t *s, s
                                       int peer, int rc, int err)
 {
     close_conn(c);
-    coll_result_t st = notice_first(comm, s);
+    /* a peer that fails closes the connections it has not authenticated yet, then sends its
+     * notices: give the notice a moment to arrive (a killed peer costs this moment) */
+    coll_result_t st =
+        rc == COLLI_HS_BADAUTH ? notice_first(comm, s) : colli_tp_await_notice(comm, 0.5);
     if (st != COLL_SUCCESS)
         return st;
     char who[200], theirs[80];
@@ -638,21 +654,47 @@ static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, 
         kind == COLLI_HELLO_ABORT && comm->blame_rank >= 0 && comm->blame_rank != comm->rank
             ? (uint32_t)comm->blame_rank + 1
             : 0;
-    if (kind == COLLI_HELLO_ABORT) {
-        /* the communicator is over: connections not yet authenticated are of no use, and their
-         * descriptors may be what the notices need (a rank that failed for want of them) */
-        for (int i = 0; i < s->npend; i++)
-            close(s->pend[i].fd);
-        s->npend = 0;
-    }
-    /* 0: nothing to send, 1: waiting for a descriptor, 2: connecting or sending */
-    uint8_t *todo = calloc((size_t)n, 1);
-    if (todo == NULL) {
+    /* todo[p] 0: nothing to send, 1: waiting for a descriptor, 2: connecting or sending;
+     * first[p]: p hears before the others */
+    uint8_t *todo = calloc(2 * (size_t)n, 1);
+    int *order = malloc(sizeof(int) * (size_t)n);
+    if (todo == NULL || order == NULL) {
+        free(todo);
+        free(order);
         free(fds);
         free(off);
         free(msg);
         return;
     }
+    /* who hears first: a peer whose half-done connection is closed below (its handshake breaks
+     * now; it must read why, not "reset by peer"), then the peers of this host (they find this
+     * rank's shared memory gone), then the rest */
+    uint8_t *first = todo + n;
+    if (kind == COLLI_HELLO_ABORT) {
+        /* the communicator is over: connections not yet authenticated are of no use, and their
+         * descriptors, and the one held back, may be what the notices need (a rank that failed
+         * for want of them) */
+        for (int i = 0; i < s->npend; i++) {
+            const sock_pending_t *p = &s->pend[i];
+            if (p->got >= PEND_HELLO && p->hello.from_rank >= 0 && p->hello.from_rank < n)
+                first[p->hello.from_rank] = 1;
+            close(p->fd);
+        }
+        s->npend = 0;
+        if (s->spare_fd >= 0)
+            close(s->spare_fd);
+        s->spare_fd = -1;
+    }
+    const char *my_host = comm->members[comm->rank].host_id;
+    int norder = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int p = 0; p < n; p++) {
+            const bool local =
+                strncmp(comm->members[p].host_id, my_host, sizeof(comm->members[p].host_id)) == 0;
+            if ((pass == 0 && first[p]) || (pass == 1 && !first[p] && local) ||
+                (pass == 2 && !first[p] && !local))
+                order[norder++] = p;
+        }
     int open_n = 0, waiting = 0;
     for (int p = 0; p < n; p++) {
         fds[p] = -1;
@@ -670,7 +712,8 @@ static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, 
     double deadline = colli_now() + 1.0;
     while ((open_n > 0 || waiting > 0) && colli_now() < deadline) {
         /* start what descriptors allow: out of them, the rest wait for one to close */
-        for (int p = 0; p < n && waiting > 0; p++) {
+        for (int k = 0; k < norder && waiting > 0; k++) {
+            const int p = order[k];
             if (todo[p] != 1)
                 continue;
             if (colli_sock_connect_start(&comm->members[p].addr, &s->bind_addr, &fds[p]) !=
@@ -716,6 +759,7 @@ static void send_notices(struct coll_comm *comm, sock_state_t *s, uint8_t kind, 
         if (fds[p] >= 0)
             close(fds[p]);
     free(todo);
+    free(order);
     free(fds);
     free(off);
     free(msg);

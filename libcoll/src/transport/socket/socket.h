@@ -39,6 +39,9 @@ typedef struct sock_pending {
 typedef struct sock_state {
     int tp; /* this transport's slot in the communicator */
     int listen_fd;
+    /* a descriptor held back (on /dev/null) for the abort notices: a rank that fails because it
+     * ran out of descriptors still has one to tell its peers why */
+    int spare_fd;
     struct sockaddr_storage bind_addr;
     int nstreams;
     sock_conn_t *out; /* [nranks * nstreams] data we send */
