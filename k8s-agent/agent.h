@@ -47,6 +47,13 @@ void agent_list_interfaces(char *buf, size_t len);
 int agent_check_interface(const char *ifname, const char *address, char *found, size_t found_len);
 /* Find the interface that carries address; 0 on success. */
 int agent_interface_for_address(const char *address, char *ifname, size_t len);
+/* Is the pinned address on the bootstrap root's network? Judged from an interface list (ifa,
+ * from getifaddrs): 0 yes, or not judged (root_host is no IP address, the address is on no
+ * interface); 1 no, but another interface of this host is (msg says which and what to pin);
+ * 2 no, and no interface here is (the root is reached through a route; msg says so). */
+struct ifaddrs;
+int agent_root_network(const struct ifaddrs *ifa, const char *address, const char *root_host,
+                       char *msg, size_t len);
 
 /* ---- named conditions ---- */
 
@@ -161,6 +168,10 @@ void agent_add_warning(agent_ctx_t *ctx, const agent_condition_t *cond);
 /* /dev/shm size, RLIMIT_MEMLOCK and /dev/infiniband for the pinned transport. Warnings and at
  * most one fatal condition are reported through ctx; returns 0, or -1 when a check is fatal. */
 int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *facts, agent_condition_t *fatal);
+/* Once the root is known: a pinned address off the root's network while another interface of
+ * this host is on it is a warning condition (RootOnOtherNetwork: logged, a pod Event); a routed
+ * root is one INFO line. Never fatal: the bootstrap's reachability checks decide. */
+void agent_check_root_network(agent_ctx_t *ctx, const agent_facts_t *facts);
 
 /* ---- library delivery (libcopy.c) ---- */
 

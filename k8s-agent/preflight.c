@@ -1,10 +1,12 @@
 /* Checks inside the pod before the library starts: /dev/shm size, RLIMIT_MEMLOCK and
- * /dev/infiniband for an InfiniBand pin. Each problem is a named condition with the fix. */
+ * /dev/infiniband for an InfiniBand pin, and once the root is known whether the pinned address
+ * is on its network. Each problem is a named condition with the fix. */
 #define _GNU_SOURCE
 #include "agent.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -100,4 +102,27 @@ int agent_preflight(agent_ctx_t *ctx, const agent_facts_t *f, agent_condition_t 
         }
     }
     return rc;
+}
+
+void agent_check_root_network(agent_ctx_t *ctx, const agent_facts_t *f)
+{
+    struct ifaddrs *ifa;
+    char msg[700];
+    agent_condition_t c;
+    if (getifaddrs(&ifa) != 0) {
+        agent_warn("AGENT-ROOT-NETWORK",
+                   "cannot list this host's interfaces (%s): whether %s is on the bootstrap root's "
+                   "network is not checked",
+                   strerror(errno), f->address);
+        return;
+    }
+    int rc = agent_root_network(ifa, f->address, f->root_host, msg, sizeof(msg));
+    freeifaddrs(ifa);
+    if (rc == 1) {
+        cond_set(&c, "RootOnOtherNetwork", 0, "rank %d (%s on %s): %s", f->rank, f->pod, f->node,
+                 msg);
+        agent_add_warning(ctx, &c); /* logged and emitted as a pod Event */
+    } else if (rc == 2) {
+        agent_info("AGENT-ROOT-ROUTED", "rank %d (%s on %s): %s", f->rank, f->pod, f->node, msg);
+    }
 }

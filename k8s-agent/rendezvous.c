@@ -554,6 +554,7 @@ int agent_kube_run(agent_ctx_t *ctx)
         deadline = agent_now_ms() + (int64_t)f.bootstrap_timeout_s * 1000;
     if (agent_rendezvous(ctx, deadline, &pi, &f, &cond) != 0)
         goto out;
+    agent_check_root_network(ctx, &f);
     rc = 0;
 out:
     if (rc == 0) {

@@ -251,6 +251,7 @@ int agent_standalone_run(agent_ctx_t *ctx)
         agent_set_failed_known(ctx, &fatal, &f);
         goto out;
     }
+    agent_check_root_network(ctx, &f);
     if (per == 1)
         agent_info("AGENT-STANDALONE", "rank %d of %d from %s: interface %s address %s root %s:%d",
                    f.rank, f.nranks, path, f.ifname, f.address, f.root_host, f.root_port);

@@ -290,3 +290,110 @@ int agent_interface_for_address(const char *address, char *ifname, size_t len)
     freeifaddrs(ifa);
     return rc;
 }
+
+/* An IP address in text, into sa; 0 when it is one. */
+static int parse_ip(const char *text, struct sockaddr_storage *sa)
+{
+    memset(sa, 0, sizeof(*sa));
+    struct sockaddr_in *a4 = (struct sockaddr_in *)sa;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)sa;
+    if (inet_pton(AF_INET, text, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, text, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        return 0;
+    }
+    return -1;
+}
+
+/* The bytes of an address (4 or 16), or NULL for another family. */
+static const unsigned char *ip_bytes(const struct sockaddr *sa, size_t *n)
+{
+    if (sa->sa_family == AF_INET) {
+        *n = 4;
+        return (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+    }
+    if (sa->sa_family == AF_INET6) {
+        *n = 16;
+        return (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    }
+    return NULL;
+}
+
+/* Does the network of interface address i contain ip? Its prefix length goes to *prefix. */
+static int on_network(const struct ifaddrs *i, const struct sockaddr *ip, int *prefix)
+{
+    size_t n = 0, nm = 0, ni = 0;
+    const unsigned char *a = ip_bytes(i->ifa_addr, &n);
+    const unsigned char *m = i->ifa_netmask ? ip_bytes(i->ifa_netmask, &nm) : NULL;
+    const unsigned char *b = ip_bytes(ip, &ni);
+    if (a == NULL || m == NULL || b == NULL || i->ifa_addr->sa_family != ip->sa_family ||
+        i->ifa_netmask->sa_family != ip->sa_family || nm != n || ni != n)
+        return 0;
+    int same = 1;
+    *prefix = 0;
+    for (size_t k = 0; k < n; k++) {
+        same &= (a[k] & m[k]) == (b[k] & m[k]);
+        *prefix += __builtin_popcount(m[k]);
+    }
+    return same;
+}
+
+int agent_root_network(const struct ifaddrs *ifa, const char *address, const char *root_host,
+                       char *msg, size_t len)
+{
+    struct sockaddr_storage root;
+    const struct ifaddrs *mine = NULL, *other = NULL;
+    int mine_prefix = 0, other_prefix = 0, p = 0;
+    msg[0] = '\0';
+    if (address == NULL || !address[0] || parse_ip(root_host, &root) != 0)
+        return 0;
+    for (const struct ifaddrs *i = ifa; i != NULL; i = i->ifa_next) {
+        char a[INET6_ADDRSTRLEN];
+        if (i->ifa_addr == NULL || addr_string(i->ifa_addr, a, sizeof(a)) != 0)
+            continue;
+        if (strcmp(a, address) == 0) {
+            mine = i;
+            if (on_network(i, (const struct sockaddr *)&root, &mine_prefix))
+                return 0;
+            (void)on_network(i, i->ifa_addr, &mine_prefix); /* its prefix, for the message */
+        } else if (other == NULL && on_network(i, (const struct sockaddr *)&root, &p)) {
+            other = i;
+            other_prefix = p;
+        }
+    }
+    if (mine == NULL)
+        return 0; /* the interface checks name that */
+    if (other != NULL) {
+        char oa[INET6_ADDRSTRLEN] = "?", net[INET6_ADDRSTRLEN] = "?";
+        (void)addr_string(other->ifa_addr, oa, sizeof(oa));
+        /* the network itself: the address under its mask */
+        struct sockaddr_storage ns;
+        memcpy(&ns, other->ifa_addr,
+               other->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                     : sizeof(struct sockaddr_in6));
+        size_t n = 0, nm = 0;
+        unsigned char *b = (unsigned char *)ip_bytes((struct sockaddr *)&ns, &n);
+        const unsigned char *m = ip_bytes(other->ifa_netmask, &nm);
+        for (size_t k = 0; b != NULL && m != NULL && k < n && k < nm; k++)
+            b[k] &= m[k];
+        (void)addr_string((struct sockaddr *)&ns, net, sizeof(net));
+        snprintf(msg, len,
+                 "the pinned interface %s (%s/%d) is not on the network of the bootstrap root %s, "
+                 "but this host's %s (%s/%d) is: ranks on the root's network cannot reach this "
+                 "one unless the two networks route to each other (the bootstrap checks and "
+                 "names any pair that cannot); if they do not, pin %s or its network %s/%d for "
+                 "this rank",
+                 mine->ifa_name, address, mine_prefix, root_host, other->ifa_name, oa, other_prefix,
+                 other->ifa_name, net, other_prefix);
+        return 1;
+    }
+    snprintf(msg, len,
+             "the pinned interface %s (%s/%d) is not on the network of the bootstrap root %s and "
+             "no interface of this host is: the root and the ranks on its network are reached "
+             "through a route",
+             mine->ifa_name, address, mine_prefix, root_host);
+    return 2;
+}

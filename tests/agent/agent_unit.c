@@ -4,6 +4,9 @@
 #include "kube.h"
 #include "pod_ranks.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +167,61 @@ static void test_helpers(void)
         agent_list_interfaces(list, sizeof(list));
         EXPECT(strstr(list, "lo 127.0.0.1") != NULL);
     }
+}
+
+/* One interface address of a hand-made getifaddrs list. */
+typedef struct {
+    struct ifaddrs ifa;
+    struct sockaddr_storage addr, mask;
+} fake_if_t;
+
+static void fake_if(fake_if_t *f, const char *name, const char *addr, const char *mask,
+                    fake_if_t *next)
+{
+    memset(f, 0, sizeof(*f));
+    int v6 = strchr(addr, ':') != NULL;
+    f->addr.ss_family = f->mask.ss_family = v6 ? AF_INET6 : AF_INET;
+    if (v6) {
+        EXPECT(inet_pton(AF_INET6, addr, &((struct sockaddr_in6 *)&f->addr)->sin6_addr) == 1);
+        EXPECT(inet_pton(AF_INET6, mask, &((struct sockaddr_in6 *)&f->mask)->sin6_addr) == 1);
+    } else {
+        EXPECT(inet_pton(AF_INET, addr, &((struct sockaddr_in *)&f->addr)->sin_addr) == 1);
+        EXPECT(inet_pton(AF_INET, mask, &((struct sockaddr_in *)&f->mask)->sin_addr) == 1);
+    }
+    f->ifa.ifa_name = (char *)name;
+    f->ifa.ifa_addr = (struct sockaddr *)&f->addr;
+    f->ifa.ifa_netmask = (struct sockaddr *)&f->mask;
+    f->ifa.ifa_next = next ? &next->ifa : NULL;
+}
+
+/* The seed's spare server B: bond0 on the management network, eth2 on the backend network of
+ * the bootstrap root. */
+static void test_root_network(void)
+{
+    fake_if_t lo, bond0, eth2, v6a, v6b;
+    char msg[700];
+    fake_if(&v6b, "eth2", "fd00:8::78", "ffff:ffff:ffff:ffff::", NULL);
+    fake_if(&v6a, "bond0", "fd00:12::78", "ffff:ffff:ffff:ffff::", &v6b);
+    fake_if(&eth2, "eth2", "10.37.8.78", "255.255.255.0", &v6a);
+    fake_if(&bond0, "bond0", "10.37.12.78", "255.255.255.0", &eth2);
+    fake_if(&lo, "lo", "127.0.0.1", "255.0.0.0", &bond0);
+    EXPECT(agent_root_network(&lo.ifa, "10.37.12.78", "10.37.8.72", msg, sizeof(msg)) == 1);
+    EXPECT(strstr(msg,
+                  "pinned interface bond0 (10.37.12.78/24) is not on the network of the "
+                  "bootstrap root 10.37.8.72, but this host's eth2 (10.37.8.78/24) is") != NULL);
+    EXPECT(strstr(msg, "pin eth2 or its network 10.37.8.0/24 for this rank") != NULL);
+    EXPECT(agent_root_network(&lo.ifa, "10.37.8.78", "10.37.8.72", msg, sizeof(msg)) == 0);
+    EXPECT(agent_root_network(&lo.ifa, "127.0.0.1", "127.0.0.1", msg, sizeof(msg)) == 0);
+    EXPECT(agent_root_network(&lo.ifa, "fd00:12::78", "fd00:8::72", msg, sizeof(msg)) == 1);
+    EXPECT(strstr(msg, "bond0 (fd00:12::78/64)") && strstr(msg, "eth2 (fd00:8::78/64) is") &&
+           strstr(msg, "its network fd00:8::/64"));
+    /* not judged: a host name, an address on no interface */
+    EXPECT(agent_root_network(&lo.ifa, "10.37.12.78", "root.example", msg, sizeof(msg)) == 0);
+    EXPECT(agent_root_network(&lo.ifa, "10.1.1.1", "10.37.8.72", msg, sizeof(msg)) == 0);
+    /* no interface on the root's network: routed, said once */
+    bond0.ifa.ifa_next = NULL;
+    EXPECT(agent_root_network(&lo.ifa, "10.37.12.78", "10.37.8.72", msg, sizeof(msg)) == 2);
+    EXPECT(strstr(msg, "no interface of this host is") != NULL);
 }
 
 /* proto/agent_ipc.h: what one side encodes the other decodes. */
@@ -426,6 +484,7 @@ int main(void)
     test_yaml();
     test_kubeconfig();
     test_helpers();
+    test_root_network();
     test_proto();
     test_local_ranks();
     test_pod_ranks();
