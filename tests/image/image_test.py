@@ -246,7 +246,7 @@ def case_sidecar(ck, args):
         t0 = time.time()
         # the webhook (coll-agent webhook) runs from the image too: it admits the pods below
         cl = harness.Cluster(WRAPPER, topologies=())
-        wrappers.append(cl.webhook.pid)
+        wrappers.append(cl.webhook)
         print("fake API server up, the image's webhook listening on %d (%.1f s)"
               % (cl.webhook_port, time.time() - t0))
         cl.add(e2e_tests.topology("image-loopback", version))
@@ -272,7 +272,7 @@ def case_sidecar(ck, args):
             a = cl.start_agent(p, env={"COLL_AGENT_LIB_DIR": d,
                                        "COLL_AGENT_IPC_ALLOW_UIDS": u or ""})
             agents.append(a)
-            wrappers.append(a["proc"].pid)
+            wrappers.append(a["proc"])
         # the sidecar copies before it opens its socket; a pod's main container starts after
         deadline = time.time() + 60
         while time.time() < deadline and not all(
@@ -356,8 +356,9 @@ def case_sidecar(ck, args):
             if failed:
                 for a in cl.agents:
                     print("---- %s\n%s" % (a["log"], e2e_tests.tail(cl.agent_log(a), 2000)))
+        stop_groups(wrappers)  # before close() reaps the leaders
+        if cl is not None:
             cl.close(keep=failed)  # says where the files are kept when it keeps them
-        stop_groups(wrappers)
         ctr.remove()
         if not failed:
             shutil.rmtree(work, ignore_errors=True)
@@ -381,19 +382,22 @@ def dir_digests(d):
     return out
 
 
-def stop_groups(pids):
-    """The wrappers run buildah in sessions of their own (setsid): end each group, by its id."""
+def stop_groups(procs):
+    """The wrappers run buildah in sessions of their own (setsid): end each group, by its id,
+    while its leader is not yet reaped (a reaped leader's id may name another process's group
+    by now: pid_max is 32768 here and other test runs start processes)."""
+    procs = [p for p in procs if p.returncode is None]
     for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         live = []
-        for pid in pids:
+        for p in procs:
             try:
-                os.killpg(pid, sig)
-                live.append(pid)
+                os.killpg(p.pid, sig)
+                live.append(p.pid)
             except ProcessLookupError:
                 pass
         deadline = time.time() + wait_s
         while live and time.time() < deadline:
-            live = [p for p in live if group_alive(p)]
+            live = [g for g in live if group_alive(g)]
             time.sleep(0.1)
         if not live:
             return
@@ -410,11 +414,19 @@ def pid_alive(pid):
 
 
 def group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+    """Does group pgid have a member that is not a zombie? (The un-reaped leader stays one.)"""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 CASES = {"build": case_build, "contents": case_contents, "sidecar": case_sidecar}
