@@ -27,6 +27,65 @@ static void take_string(char *dst, size_t len, const char *v)
     snprintf(dst, len, "%s", v ? v : "");
 }
 
+/* A pod or node name as the API server gives it: 1..253 printable ASCII characters. */
+static int name_ok(const char *t)
+{
+    size_t n = t ? strlen(t) : 0;
+    if (n == 0 || n > 253)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] <= 0x20 || t[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* GPU ranges as the library writes them ("0-3,6"): digits, '-' and ',', at most 95. */
+static int gpus_ok(const char *t)
+{
+    size_t n = strlen(t);
+    if (n > 95)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((t[i] >= '0' && t[i] <= '9') || t[i] == '-' || t[i] == ','))
+            return 0;
+    return 1;
+}
+
+/* Rank 0's placement, checked entry by entry against the world size, into h->placement (under
+ * h->mu): 1 when it holds entries. An entry that fails a check is left out and counted. */
+static int take_placement(agent_health_t *h, const colli_proto_report_t *rep, int world)
+{
+    json_t *list = json_array();
+    int omitted = rep->places_more, bad = 0;
+    for (int k = 0; list && k < rep->nplaces; k++) {
+        const colli_proto_place_t *p = &rep->places[k];
+        if (!name_ok(p->pod) || (p->node && p->node[0] && !name_ok(p->node)) ||
+            (p->gpus && !gpus_ok(p->gpus)) || p->count > world || p->first > world - p->count) {
+            bad++;
+            continue;
+        }
+        json_t *o =
+            json_pack("{ss si si}", "pod", p->pod, "firstRank", p->first, "ranks", p->count);
+        if (o && p->node && p->node[0])
+            json_object_set_new(o, "node", json_string(p->node));
+        if (o && p->gpus && p->gpus[0])
+            json_object_set_new(o, "gpus", json_string(p->gpus));
+        json_array_append_new(list, o);
+    }
+    if (bad)
+        agent_warn("AGENT-REPORT",
+                   "library report: %d placement entries are not a pod, node, GPU list and rank "
+                   "range of this job; not shown",
+                   bad);
+    if (!list || json_array_size(list) == 0) {
+        json_decref(list);
+        return 0;
+    }
+    json_decref(h->placement);
+    h->placement = json_pack("{so si}", "placement", list, "placementOmitted", omitted + bad);
+    return h->placement != NULL;
+}
+
 /* ---- the writer thread ---- */
 
 /* The pending status is to be written now (under mu). */
@@ -129,6 +188,7 @@ void agent_health_stop(agent_health_t *h)
         pthread_join(h->thread, NULL);
     json_decref(h->cached);
     json_decref(h->seed);
+    json_decref(h->placement);
     agent_events_free(h->events);
     free(h);
 }
@@ -313,6 +373,8 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
                            MAX_TRANSPORT - 1);
             else if (rep->transport != NULL)
                 snprintf(u->transport, sizeof(u->transport), "%s", rep->transport);
+            if (rep->nplaces > 0 && take_placement(h, rep, ctx->facts.nranks * (per > 0 ? per : 1)))
+                u->placement = 1;
             for (int k = 0; k < NCOND; k++) {
                 snprintf(u->conds[k].status, sizeof(u->conds[k].status), "True");
                 snprintf(u->conds[k].reason, sizeof(u->conds[k].reason), "BootstrapComplete");

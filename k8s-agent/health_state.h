@@ -29,6 +29,7 @@ typedef struct {
     char phase[16];
     int ready_ranks;               /* -1 = no update */
     char transport[MAX_TRANSPORT]; /* rank 0's transports ("" = no update) */
+    int placement;                 /* write agent_health.placement */
     cond_t conds[NCOND];
     int has_error;
     member_t err;   /* lastError; err.rank -1: blamed on no rank */
@@ -69,6 +70,9 @@ struct agent_health {
     json_t *seed;     /* the Communicator as created (under mu): saves the first GET */
     char since[40];   /* RFC 3339 start of this agent: later failures belong to its bootstrap */
     char written[16]; /* the phase of the last status patch, sent or being sent (under mu) */
+    /* {placement: [...], placementOmitted: n}: where the ranks run, from rank 0's Ready report
+     * (under mu; NULL = none) */
+    json_t *placement;
 };
 
 /* ---- status.c ---- */

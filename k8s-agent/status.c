@@ -86,6 +86,13 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
         json_object_set_new(st, "readyRanks", json_integer(u->ready_ranks));
     if (u->transport[0])
         json_object_set_new(st, "transport", json_string(u->transport));
+    if (u->placement) {
+        const char *key;
+        json_t *v;
+        pthread_mutex_lock(&h->mu);
+        json_object_foreach(h->placement, key, v) json_object_set(st, key, v);
+        pthread_mutex_unlock(&h->mu);
+    }
     for (int c = 0; c < NCOND; c++) {
         json_t *old = NULL;
         json_array_foreach(cur_conds, i, it)
@@ -218,6 +225,7 @@ static void requeue(agent_health_t *h, update_t *u, const char *why)
             p->ready_ranks = u->ready_ranks;
         if (!p->transport[0])
             snprintf(p->transport, sizeof(p->transport), "%s", u->transport);
+        p->placement |= u->placement;
         for (int k = 0; k < NCOND; k++)
             if (!p->conds[k].status[0])
                 p->conds[k] = u->conds[k];

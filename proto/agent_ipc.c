@@ -437,6 +437,23 @@ json_t *colli_proto_report_build(const colli_proto_report_t *r)
     }
     if (conds)
         json_object_set_new(msg, COLLI_PROTO_KEY_CONDITIONS, conds);
+    if (r->nplaces > 0) {
+        json_t *places = json_array();
+        for (int k = 0; places && k < r->nplaces && k < COLLI_PROTO_MAX_PLACES; k++) {
+            const colli_proto_place_t *pl = &r->places[k];
+            json_t *o =
+                json_pack("{ss si si}", COLLI_PROTO_KEY_POD, pl->pod ? pl->pod : "",
+                          COLLI_PROTO_KEY_FIRST, pl->first, COLLI_PROTO_KEY_COUNT, pl->count);
+            if (o && pl->node)
+                json_object_set_new(o, COLLI_PROTO_KEY_NODE, json_string(pl->node));
+            if (o && pl->gpus)
+                json_object_set_new(o, COLLI_PROTO_KEY_GPUS, json_string(pl->gpus));
+            json_array_append_new(places, o);
+        }
+        json_object_set_new(msg, COLLI_PROTO_KEY_PLACEMENT, places);
+        if (r->places_more > 0)
+            json_object_set_new(msg, COLLI_PROTO_KEY_PLACEMENT_MORE, json_integer(r->places_more));
+    }
     return msg;
 }
 
@@ -492,6 +509,28 @@ int colli_proto_report_parse(const json_t *msg, colli_proto_report_t *out, char 
             out->conds[k].reason = json_string_value(json_object_get(c, COLLI_PROTO_KEY_REASON));
             out->conds[k].message = json_string_value(json_object_get(c, COLLI_PROTO_KEY_MESSAGE));
         }
+    }
+    json_array_foreach(json_object_get(msg, COLLI_PROTO_KEY_PLACEMENT), i, c)
+    {
+        colli_proto_place_t *pl = &out->places[out->nplaces];
+        const char *pod = json_string_value(json_object_get(c, COLLI_PROTO_KEY_POD));
+        if (out->nplaces >= COLLI_PROTO_MAX_PLACES || pod == NULL || !pod[0] ||
+            !int_value(json_object_get(c, COLLI_PROTO_KEY_FIRST), &pl->first) ||
+            !int_value(json_object_get(c, COLLI_PROTO_KEY_COUNT), &pl->count) || pl->first < 0 ||
+            pl->count < 1) {
+            out->places_more++;
+            continue;
+        }
+        pl->pod = pod;
+        pl->node = json_string_value(json_object_get(c, COLLI_PROTO_KEY_NODE));
+        pl->gpus = json_string_value(json_object_get(c, COLLI_PROTO_KEY_GPUS));
+        out->nplaces++;
+    }
+    {
+        const json_t *more = json_object_get(msg, COLLI_PROTO_KEY_PLACEMENT_MORE);
+        int n = 0;
+        if (out->nplaces > 0 && int_value(more, &n) && n > 0 && n <= (1 << 20))
+            out->places_more += n;
     }
     return 0;
 }

@@ -97,10 +97,17 @@ unsigned char *colli_proto_frame_encode(const struct json_t *msg, size_t *len);
 #define COLLI_PROTO_KEY_PROGRESS    "progress"
 #define COLLI_PROTO_KEY_TRANSPORT   "transport" /* report: the transports a Ready rank uses */
 #define COLLI_PROTO_KEY_READY_RANKS "ready_ranks"
-#define COLLI_PROTO_KEY_CONDITIONS  "conditions"
-#define COLLI_PROTO_KEY_MESSAGE     "message" /* of a report's error and of a condition */
-#define COLLI_PROTO_KEY_STATUS      "status"  /* of a condition; its "type" is KEY_TYPE */
-#define COLLI_PROTO_KEY_REASON      "reason"
+/* report (rank 0's Ready): where the ranks run, one entry per pod {pod, node, first, count,
+ * gpus}, and how many pods were left out of it */
+#define COLLI_PROTO_KEY_PLACEMENT      "placement"
+#define COLLI_PROTO_KEY_PLACEMENT_MORE "placement_more"
+#define COLLI_PROTO_KEY_FIRST          "first"
+#define COLLI_PROTO_KEY_COUNT          "count"
+#define COLLI_PROTO_KEY_GPUS           "gpus"
+#define COLLI_PROTO_KEY_CONDITIONS     "conditions"
+#define COLLI_PROTO_KEY_MESSAGE        "message" /* of a report's error and of a condition */
+#define COLLI_PROTO_KEY_STATUS         "status"  /* of a condition; its "type" is KEY_TYPE */
+#define COLLI_PROTO_KEY_REASON         "reason"
 
 /* The header every message carries: 0 with *v and *type (borrowed) when "v" is an integer and
  * "type" a string, else -1. */
@@ -273,6 +280,18 @@ typedef struct {
     const char *message; /* NULL = absent */
 } colli_proto_condition_t;
 
+/* Pods a report places, at most (the rest are counted in places_more). */
+#define COLLI_PROTO_MAX_PLACES 64
+
+/* One pod's ranks: first .. first + count - 1, on the GPUs listed ("0-3,6"; "" for none). */
+typedef struct {
+    const char *pod;
+    const char *node; /* NULL = absent */
+    const char *gpus; /* NULL = absent */
+    int first;
+    int count;
+} colli_proto_place_t;
+
 /* One report. Strings are borrowed (from the caller when building, from the message when
  * parsed); NULL means absent. */
 typedef struct {
@@ -294,6 +313,11 @@ typedef struct {
     /* the reporting process (COLLI_PROTO_KEY_PID; 0 = absent): in a pod of several ranks the
      * agent knows its local rank from its hello */
     int pid;
+    /* rank 0's Ready: where the ranks run, by pod (entries without a pod, or with a rank range
+     * outside int, are dropped when parsed) */
+    int nplaces;
+    int places_more;
+    colli_proto_place_t places[COLLI_PROTO_MAX_PLACES];
 } colli_proto_report_t;
 
 /* The report message (NULL when r->phase is not a phase). An error is sent with its message

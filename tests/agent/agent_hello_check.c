@@ -99,7 +99,7 @@ int main(int argc, char **argv)
             ok = !eq || strcmp(eq + 1, "False") != 0;
         }
         if (transport != NULL && p == COLLI_PROTO_PHASE_READY)
-            r = colli_agent_report_ready(argv[i], timeout_ms, transport);
+            r = colli_agent_report_ready(argv[i], timeout_ms, transport, NULL, 0, 0);
         else
             r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, err_pod,
                                       err_node, error, cond ? type : NULL, ok, NULL,

@@ -305,6 +305,29 @@ static void test_proto(void)
            back.phase == COLLI_PROTO_PHASE_READY && back.transport &&
            strcmp(back.transport, "InfiniBand (3 peers), shared memory (1)") == 0);
     json_decref(m);
+    /* ... and rank 0's placement: kept entry by entry; hostile ones dropped and counted */
+    ready.nplaces = 2;
+    ready.places_more = 5;
+    ready.places[0] = (colli_proto_place_t){"job-0", "node-a", "0-7", 0, 8};
+    ready.places[1] = (colli_proto_place_t){"job-1", NULL, NULL, 8, 8};
+    m = colli_proto_report_build(&ready);
+    EXPECT(m && colli_proto_report_parse(m, &back, err, sizeof(err)) == 0 && back.nplaces == 2 &&
+           back.places_more == 5 && strcmp(back.places[0].pod, "job-0") == 0 &&
+           strcmp(back.places[0].node, "node-a") == 0 && strcmp(back.places[0].gpus, "0-7") == 0 &&
+           back.places[1].first == 8 && back.places[1].count == 8 && back.places[1].node == NULL);
+    json_t *list = json_object_get(m, "placement");
+    json_array_append_new(list, json_pack("{ss si si}", "pod", "x", "first", -1, "count", 1));
+    json_array_append_new(list, json_pack("{ss si si}", "pod", "", "first", 0, "count", 1));
+    json_array_append_new(
+        list, json_pack("{ss sI si}", "pod", "x", "first", (json_int_t)1 << 40, "count", 1));
+    json_array_append_new(list, json_pack("{ss si si}", "pod", "x", "first", 0, "count", 0));
+    json_array_append_new(list, json_string("not an object"));
+    for (int k = 0; k < COLLI_PROTO_MAX_PLACES; k++) /* more than fit */
+        json_array_append_new(list,
+                              json_pack("{ss si si}", "pod", "y", "first", 16 + k, "count", 1));
+    EXPECT(colli_proto_report_parse(m, &back, err, sizeof(err)) == 0 &&
+           back.nplaces == COLLI_PROTO_MAX_PLACES && back.places_more == 5 + 5 + 2);
+    json_decref(m);
     rep.phase = COLLI_PROTO_PHASE_NONE;
     EXPECT(colli_proto_report_build(&rep) == NULL);
 

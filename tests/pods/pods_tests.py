@@ -136,6 +136,19 @@ def ready_job(ck, cl, name, npods, per, torchrun, count):
     ck(ready, "the Communicator's status.phase is Ready", json.dumps(st)[:1500])
     ck(st.get("readyRanks") == n, "status.readyRanks counts ranks: %s == %d" % (
         st.get("readyRanks"), n))
+    # where each rank runs: one entry per pod, its ranks, node and GPUs (issue 20)
+    place = st.get("placement") or []
+    # with nvidia.com/gpu limits (the torchrun pods) local rank r binds GPU r; without, none
+    gpus = ("0-%d" % (per - 1) if per > 1 else "0") if torchrun else None
+    print("status.placement: %s" % json.dumps(place))
+    pod_names = sorted(p["metadata"]["name"] for p in pods)
+    ck(len(place) == npods and st.get("placementOmitted") == 0 and
+       [e.get("firstRank") for e in place] == [p * per for p in range(npods)] and
+       all(e.get("ranks") == per and e.get("node") for e in place) and
+       sorted(e.get("pod") for e in place) == pod_names and
+       all(e.get("gpus") == gpus for e in place),
+       "status.placement: %d pods of %d ranks, each with its node and GPUs %s" % (
+           npods, per, gpus or "none (no nvidia.com/gpu limits)"), json.dumps(place)[:1500])
     spec = (comm_object(cl, name) or {}).get("spec", {})
     ck(spec.get("nranks") == n and spec.get("pods") == npods and spec.get("ranksPerPod") == per,
        "spec: nranks %d, pods %d, ranksPerPod %d" % (n, npods, per),

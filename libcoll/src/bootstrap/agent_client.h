@@ -62,10 +62,12 @@ int colli_agent_failed_facts(colli_proto_facts_t *out, colli_proto_failure_t *ho
 
 /**
  * Report Ready with the transports this rank uses (transport: "InfiniBand, shared memory"; the
- * rank-0 agent shows its rank's in the Communicator's status.transport).
+ * rank-0 agent shows its rank's in the Communicator's status.transport) and, from rank 0, where
+ * the ranks run (places[nplaces], more: pods left out; status.placement).
  */
 coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
-                                       const char *transport);
+                                       const char *transport, const colli_proto_place_t *places,
+                                       int nplaces, int more);
 
 /**
  * One request of another kind (e.g. proto/nccl_ipc.h's nccl_init): sends req (not consumed) and

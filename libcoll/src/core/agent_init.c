@@ -218,14 +218,80 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f)
     return COLL_SUCCESS;
 }
 
-/* Ready, with the transports the new communicator uses (the Communicator shows rank 0's). */
+/* The GPU ordinals of ranks first .. first + count - 1, as ranges ("0-3,6"); "" for none, or
+ * when they do not fit. */
+static void gpu_ranges(const struct coll_comm *comm, int first, int count, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int r = first; r < first + count;) {
+        const int g = comm->members[r].gpu;
+        int e = r;
+        while (g >= 0 && e + 1 < first + count &&
+               comm->members[e + 1].gpu == comm->members[e].gpu + 1)
+            e++;
+        if (g >= 0) {
+            int n = e > r ? snprintf(buf + off, len - off, "%s%d-%d", off ? "," : "", g,
+                                     comm->members[e].gpu)
+                          : snprintf(buf + off, len - off, "%s%d", off ? "," : "", g);
+            if (n < 0 || (size_t)n >= len - off) {
+                buf[0] = '\0';
+                return;
+            }
+            off += (size_t)n;
+        }
+        r = e + 1;
+    }
+}
+
+/* Where rank 0's communicator runs, one entry per pod (consecutive ranks of one pod). */
+typedef struct {
+    colli_proto_place_t places[COLLI_PROTO_MAX_PLACES];
+    char gpus[COLLI_PROTO_MAX_PLACES][96];
+    int n, more;
+} placement_t;
+
+static void placement(const struct coll_comm *comm, placement_t *pl)
+{
+    pl->n = pl->more = 0;
+    for (int r = 0; r < comm->nranks;) {
+        int end = r + 1;
+        while (end < comm->nranks && strcmp(comm->members[end].pod, comm->members[r].pod) == 0)
+            end++;
+        if (!comm->members[r].pod[0]) {
+            r = end; /* no agent named it */
+            continue;
+        }
+        if (pl->n == COLLI_PROTO_MAX_PLACES) {
+            pl->more++;
+        } else {
+            gpu_ranges(comm, r, end - r, pl->gpus[pl->n], sizeof(pl->gpus[pl->n]));
+            pl->places[pl->n] = (colli_proto_place_t){.pod = comm->members[r].pod,
+                                                      .node = comm->members[r].node,
+                                                      .gpus = pl->gpus[pl->n],
+                                                      .first = r,
+                                                      .count = end - r};
+            pl->n++;
+        }
+        r = end;
+    }
+}
+
+/* Ready, with the transports the new communicator uses (the Communicator shows rank 0's) and,
+ * from rank 0, where every rank runs. */
 static void report_ready(const char *path, coll_comm_t handle)
 {
     char tp[256] = "";
     struct coll_comm *comm = NULL;
-    if (handle != NULL && colli_comm_lookup(handle, &comm) == COLL_SUCCESS)
+    placement_t *pl = NULL;
+    if (handle != NULL && colli_comm_lookup(handle, &comm) == COLL_SUCCESS) {
         colli_tp_summary(comm, tp, sizeof(tp));
-    (void)colli_agent_report_ready(path, AGENT_REPORT_MS, tp[0] ? tp : NULL);
+        if (comm->rank == 0 && comm->members != NULL && (pl = calloc(1, sizeof(*pl))) != NULL)
+            placement(comm, pl);
+    }
+    (void)colli_agent_report_ready(path, AGENT_REPORT_MS, tp[0] ? tp : NULL, pl ? pl->places : NULL,
+                                   pl ? pl->n : 0, pl ? pl->more : 0);
+    free(pl);
 }
 
 void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_t status)
