@@ -44,6 +44,17 @@ void perf_device_open(struct ctx *c, size_t alloc)
     char why[256] = "";
     if (o->init(why, sizeof(why)) != 0)
         perf_fatal(c, "--device cuda: %s", why);
+    /* the GPU the agent placed this rank on (local rank r: GPU r of the pod's visible GPUs) */
+    coll_rank_place_t pl;
+    if (coll_comm_rank_place(c->comm, c->rank, &pl) == COLL_SUCCESS && pl.gpu >= 0) {
+        int err = o->set_device(pl.gpu);
+        if (err != 0)
+            perf_fatal(c,
+                       "--device cuda: rank %d (local rank %d of %d in pod %s) is placed on GPU "
+                       "%d of its pod's visible GPUs, which this process cannot use: %s; check "
+                       "CUDA_VISIBLE_DEVICES and the pod's nvidia.com/gpu limit",
+                       c->rank, pl.local_rank, pl.local_size, pl.pod, pl.gpu, o->error_string(err));
+    }
     void *ds = NULL, *dr = NULL;
     int err = o->dev_alloc(&ds, alloc);
     if (err == 0)
@@ -56,6 +67,10 @@ void perf_device_open(struct ctx *c, size_t alloc)
     c->gpu = o;
     c->dsbuf = ds;
     c->drbuf = dr;
+    int dev = -1;
+    if (o->ptr_device(ds, &dev) == 1)
+        printf("# rank %d: buffers on GPU %d (%s)\n", c->rank, dev,
+               o->device_name ? o->device_name(dev) : "?");
 }
 
 void perf_device_close(struct ctx *c)

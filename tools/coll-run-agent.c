@@ -345,6 +345,8 @@ void run_write_topology(struct run *run, const char *spec, const char *pin_versi
     fprintf(f, "  \"bootstrapTimeoutSeconds\": %d,\n  \"timeoutSeconds\": %d,\n",
             env_seconds(ENV_BOOT_TIMEOUT, DEFAULT_BOOT_S),
             env_seconds(ENV_TIMEOUT, DEFAULT_TIMEOUT_S));
+    if (run->gpus_per_pod > 0) /* local rank r binds GPU r of them */
+        fprintf(f, "  \"gpusPerPod\": %d,\n", run->gpus_per_pod);
     if (run->local_env) /* --pods/--ranks-per-pod: one entry per pod */
         fprintf(f, "  \"ranksPerPod\": %d,\n  \"pods\": [\n", run->ranks_per_pod);
     else

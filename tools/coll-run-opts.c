@@ -21,7 +21,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: coll-run -n N [--ifname SPEC] [--timeout SEC] [--agent[=PATH] [--pin-version V]\n"
-        "                [--pods P --ranks-per-pod R]]\n"
+        "                [--pods P --ranks-per-pod R [--gpus-per-pod G]]]\n"
         "                [--nnodes H --node-rank K [--id ID]] [--] program [args...]\n"
         "\n"
         "Start N ranks of program on this host. Each rank gets the parent's environment plus\n"
@@ -47,6 +47,8 @@ static void usage(FILE *f)
         "                     with --agent: P \"pods\" of R ranks each (-n P*R, or leave -n out);\n"
         "                     one agent per pod serves its R ranks, which get LOCAL_RANK 0..R-1\n"
         "                     and LOCAL_WORLD_SIZE R as torchrun sets them (rank = pod*R + local)\n"
+        "  --gpus-per-pod G   with --pods/--ranks-per-pod: each pod has G GPUs, as its\n"
+        "                     nvidia.com/gpu limit would say; local rank r binds GPU r %% G\n"
         "  --nnodes H         the job spans H hosts, -n ranks on each (ranks K*n..K*n+n-1 on\n"
         "                     node K); node 0 makes the unique id, serves the bootstrap root\n"
         "                     and prints the command for the others. The interface is chosen\n"
@@ -129,6 +131,7 @@ static void parse_options(int argc, char **argv, struct run_opts *o)
         {"id", required_argument, NULL, 'I'},
         {"pods", required_argument, NULL, 'P'},
         {"ranks-per-pod", required_argument, NULL, 'R'},
+        {"gpus-per-pod", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -170,6 +173,9 @@ static void parse_options(int argc, char **argv, struct run_opts *o)
             break;
         case 'R':
             o->ranks_per_pod = parse_count("--ranks-per-pod", optarg, 1, 256);
+            break;
+        case 'G':
+            o->gpus_per_pod = parse_count("--gpus-per-pod", optarg, 1, 256);
             break;
         case 'I':
             if (*optarg == '\0')
@@ -226,6 +232,8 @@ void run_parse_args(int argc, char **argv, struct run_opts *o)
     parse_options(argc, argv, o);
     if ((o->npods > 0 || o->ranks_per_pod > 0) && !o->agent_mode)
         usage_error("--pods and --ranks-per-pod need --agent (one agent serves each pod's ranks)");
+    if (o->gpus_per_pod > 0 && o->npods == 0 && o->ranks_per_pod == 0)
+        usage_error("--gpus-per-pod needs --pods or --ranks-per-pod (and --agent)");
     if (o->npods > 0 || o->ranks_per_pod > 0) {
         long per = o->ranks_per_pod > 0 ? o->ranks_per_pod : 1;
         long pods = o->npods > 0 ? o->npods : (o->nranks > 0 ? o->nranks / per : 0);

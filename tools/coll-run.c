@@ -103,6 +103,7 @@ static void init_run(struct run *run, const struct run_opts *o)
     run->ranks_per_pod = o->ranks_per_pod > 0 ? o->ranks_per_pod : 1;
     run->npods = o->nranks / run->ranks_per_pod;
     run->local_env = o->ranks_per_pod > 0;
+    run->gpus_per_pod = o->gpus_per_pod;
     run->nprocs = o->agent_mode ? o->nranks + run->npods : o->nranks;
     run->timeout_s = o->timeout_s;
     run->argv = o->argv;

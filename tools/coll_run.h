@@ -50,6 +50,7 @@ struct run_opts {
     const char *pin_version; /* --pin-version, NULL when not given */
     int npods;               /* --pods P (with --agent): one agent per pod, 0 = one per rank */
     int ranks_per_pod;       /* --ranks-per-pod R: nranks = P x R; 0 = not given */
+    int gpus_per_pod;        /* --gpus-per-pod G: each pod's GPUs; 0 = none given */
     char **argv;             /* the program and its arguments */
     char *prog_path;         /* resolved path of the program */
     char *agent_path;        /* resolved coll-agent, with --agent */
@@ -84,6 +85,7 @@ struct run {
     struct rank *ranks; /* ranks[0..nranks), then the agents: ranks[nranks + p] serves pod p */
     int npods;          /* --agent: pods (one agent each); rank r is local rank r % per of pod */
     int ranks_per_pod;  /* r / per; 1 without --ranks-per-pod */
+    int gpus_per_pod;   /* the topology's gpusPerPod; 0 = none */
     bool local_env;     /* --ranks-per-pod given: ranks get LOCAL_RANK and LOCAL_WORLD_SIZE */
     char *prog_path;    /* resolved path of the program */
     char **argv;        /* program argv (argv[0] as the user wrote it) */
