@@ -86,7 +86,11 @@ cleanup() {
     for ns in "$NS1" "$NS2" "$NS3" "$SW" "${TAG}probe"; do
         ip netns del "$ns" 2>/dev/null
     done
-    rm -rf "$WORK"
+    if [ -n "${NETNS_KEEP:-}" ]; then
+        echo "[netns] files kept in $WORK (NETNS_KEEP)"
+    else
+        rm -rf "$WORK"
+    fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
@@ -151,6 +155,7 @@ note "node1: bond0 10.77.1.1 | node2: eth1 10.77.1.2 | node3: eth0 10.77.9.3 (de
 
 NODE_NS=("$NS1" "$NS2" "$NS3")
 CASES=" ${NETNS_CASES:-a0 a a2 a3 r b c d e f g h u} " # a subset can be chosen for debugging
+# (NETNS_KEEP=1 keeps every rank's output)
 want_case() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 
 # run_on <node index 0..2> <command...>: inside the node's namespaces, in the background

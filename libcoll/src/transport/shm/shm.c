@@ -515,7 +515,7 @@ coll_result_t shm_link_read(struct coll_comm *comm, shm_state_t *st, int peer)
         for (ssize_t i = 0; i < n; i++) {
             if (buf[i] == 'B') {
                 pp->bye = true;
-            } else if (buf[i] == 'N') {
+            } else if (buf[i] == 'N' && !st->leaving) {
                 coll_result_t status = ring_map(comm, st, peer);
                 if (status != COLL_SUCCESS)
                     return status;
@@ -559,6 +559,9 @@ static void shm_comm_fini(struct coll_comm *comm, int tp)
     if (st == NULL)
         return;
     const bool clean = comm->async_error == COLL_SUCCESS;
+    /* what a peer announced now is never read: its name is removed below, not mapped (mapping
+     * it could wait for a notice on a communicator that is over, and overwrite its error) */
+    st->leaving = true;
     for (int p = 0; st->peers != NULL && p < comm->nranks; p++) {
         if (!is_local(comm, st, p))
             continue;

@@ -100,6 +100,7 @@ typedef struct shm_state {
     struct sockaddr_storage bind_addr;
     uint32_t nslots;
     uint32_t cap;
+    bool leaving; /* the communicator is being destroyed: announced segments are not mapped */
 } shm_state_t;
 
 static inline shm_slot_t *shm_slot(const shm_ring_t *r, uint64_t pos)
