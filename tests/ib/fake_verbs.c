@@ -188,8 +188,15 @@ static void flush_backlog(void)
         socklen_t len;
         sock_name(b->p.dpid, &sa, &len);
         ssize_t w = sendto(fv.sock, &b->p, b->size, MSG_DONTWAIT, (struct sockaddr *)&sa, len);
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS))
-            return; /* in order: retry later */
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS ||
+                      errno == ENOMEM || errno == EINTR))
+            return; /* in order: retry later, as an HCA retransmits */
+        if (w < 0 && errno != ECONNREFUSED && errno != ENOENT) {
+            /* not a dead peer: dropping it would hang the transport with no error */
+            char what[96];
+            snprintf(what, sizeof(what), "sendto: %s", strerror(errno));
+            die(what);
+        }
         fv.bl_head = b->next;
         if (fv.bl_head == NULL)
             fv.bl_tail = NULL;
