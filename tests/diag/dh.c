@@ -47,6 +47,8 @@ struct dh_job {
     int hung[DH_MAX_RANKS + 1];
     double deadline;
     int guard_fd; /* holds the dead root's port (root_dead) */
+    long
+        failed_start; /* dh_failed when the job started: a quiet job that failed shows its output */
 };
 
 /* ---- output and checks ---- */
@@ -548,6 +550,7 @@ dh_job_t *dh_start(const dh_opts_t *o)
     if (j == NULL)
         abort();
     j->o = *o;
+    j->failed_start = dh_failed;
     /* DH_ECHO=1 echoes the ranks' output of a quiet job too (to watch a failing case) */
     const char *echo = getenv("DH_ECHO");
     if (echo != NULL && strcmp(echo, "1") == 0)
@@ -690,10 +693,35 @@ long dh_wait(dh_job_t *j)
     return dh_failed - before;
 }
 
+/* The last `lines` lines of rank i's output, prefixed like the echo. */
+static void print_tail(const dh_job_t *j, int i, int lines)
+{
+    const char *b = j->buf[i];
+    if (b == NULL || j->len[i] == 0)
+        return;
+    const char *start = b + j->len[i];
+    for (int k = 0; start > b && k <= lines;)
+        if (*--start == '\n' && start + 1 < b + j->len[i])
+            k++;
+    if (start > b || *start == '\n')
+        start++;
+    dh_log("---- the last %d lines of rank %d's output (a quiet job that failed):", lines, i);
+    for (const char *l = start; l < b + j->len[i];) {
+        const char *nl = memchr(l, '\n', (size_t)(b + j->len[i] - l));
+        int n = nl ? (int)(nl - l) : (int)(b + j->len[i] - l);
+        printf("  r%-3d| %.*s\n", i, n, l);
+        l += n + 1;
+    }
+    fflush(stdout);
+}
+
 void dh_free(dh_job_t *j)
 {
     if (j == NULL)
         return;
+    if (j->o.quiet && dh_failed > j->failed_start)
+        for (int i = 0; i < j->n && i < DH_MAX_RANKS; i++)
+            print_tail(j, i, 40);
     for (int i = 0; i <= HOLDER; i++) {
         if (j->pid[i] > 0 && !j->exited[i]) {
             kill(j->pid[i], SIGCONT);
