@@ -1,6 +1,7 @@
 /* Time, base64, files, JSON and interface helpers. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "netaddr.h" /* proto/ */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -308,45 +309,20 @@ static int parse_ip(const char *text, struct sockaddr_storage *sa)
     return -1;
 }
 
-/* The bytes of an address (4 or 16), or NULL for another family. */
-static const unsigned char *ip_bytes(const struct sockaddr *sa, size_t *n)
+/* The address of interface entry i, as a sockaddr_storage. */
+static void ifa_addr(const struct ifaddrs *i, struct sockaddr_storage *out)
 {
-    if (sa->sa_family == AF_INET) {
-        *n = 4;
-        return (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-    }
-    if (sa->sa_family == AF_INET6) {
-        *n = 16;
-        return (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-    }
-    return NULL;
-}
-
-/* Does the network of interface address i contain ip? Its prefix length goes to *prefix. */
-static int on_network(const struct ifaddrs *i, const struct sockaddr *ip, int *prefix)
-{
-    size_t n = 0, nm = 0, ni = 0;
-    const unsigned char *a = ip_bytes(i->ifa_addr, &n);
-    const unsigned char *m = i->ifa_netmask ? ip_bytes(i->ifa_netmask, &nm) : NULL;
-    const unsigned char *b = ip_bytes(ip, &ni);
-    if (a == NULL || m == NULL || b == NULL || i->ifa_addr->sa_family != ip->sa_family ||
-        i->ifa_netmask->sa_family != ip->sa_family || nm != n || ni != n)
-        return 0;
-    int same = 1;
-    *prefix = 0;
-    for (size_t k = 0; k < n; k++) {
-        same &= (a[k] & m[k]) == (b[k] & m[k]);
-        *prefix += __builtin_popcount(m[k]);
-    }
-    return same;
+    memset(out, 0, sizeof(*out));
+    memcpy(out, i->ifa_addr,
+           i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                             : sizeof(struct sockaddr_in6));
 }
 
 int agent_root_network(const struct ifaddrs *ifa, const char *address, const char *root_host,
                        char *msg, size_t len)
 {
-    struct sockaddr_storage root;
+    struct sockaddr_storage root, other_sa;
     const struct ifaddrs *mine = NULL, *other = NULL;
-    int mine_prefix = 0, other_prefix = 0, p = 0;
     msg[0] = '\0';
     if (address == NULL || !address[0] || parse_ip(root_host, &root) != 0)
         return 0;
@@ -354,46 +330,40 @@ int agent_root_network(const struct ifaddrs *ifa, const char *address, const cha
         char a[INET6_ADDRSTRLEN];
         if (i->ifa_addr == NULL || addr_string(i->ifa_addr, a, sizeof(a)) != 0)
             continue;
+        struct sockaddr_storage sa;
+        ifa_addr(i, &sa);
+        const bool on_root_net = colli_net_same(&sa, &root, colli_ifa_prefix(i));
         if (strcmp(a, address) == 0) {
-            mine = i;
-            if (on_network(i, (const struct sockaddr *)&root, &mine_prefix))
+            if (on_root_net)
                 return 0;
-            (void)on_network(i, i->ifa_addr, &mine_prefix); /* its prefix, for the message */
-        } else if (other == NULL && on_network(i, (const struct sockaddr *)&root, &p)) {
+            mine = i;
+        } else if (other == NULL && on_root_net) {
             other = i;
-            other_prefix = p;
+            other_sa = sa;
         }
     }
     if (mine == NULL)
         return 0; /* the interface checks name that */
+    const int mp = colli_ifa_prefix(mine);
     if (other != NULL) {
-        char oa[INET6_ADDRSTRLEN] = "?", net[INET6_ADDRSTRLEN] = "?";
+        char oa[INET6_ADDRSTRLEN] = "?", onet[INET6_ADDRSTRLEN + 8];
         (void)addr_string(other->ifa_addr, oa, sizeof(oa));
-        /* the network itself: the address under its mask */
-        struct sockaddr_storage ns;
-        memcpy(&ns, other->ifa_addr,
-               other->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                     : sizeof(struct sockaddr_in6));
-        size_t n = 0, nm = 0;
-        unsigned char *b = (unsigned char *)ip_bytes((struct sockaddr *)&ns, &n);
-        const unsigned char *m = ip_bytes(other->ifa_netmask, &nm);
-        for (size_t k = 0; b != NULL && m != NULL && k < n && k < nm; k++)
-            b[k] &= m[k];
-        (void)addr_string((struct sockaddr *)&ns, net, sizeof(net));
+        const int op = colli_ifa_prefix(other);
+        colli_net_str(&other_sa, op, onet, sizeof(onet));
         snprintf(msg, len,
                  "the pinned interface %s (%s/%d) is not on the network of the bootstrap root %s, "
                  "but this host's %s (%s/%d) is: ranks on the root's network cannot reach this "
                  "one unless the two networks route to each other (the bootstrap checks and "
-                 "names any pair that cannot); if they do not, pin %s or its network %s/%d for "
-                 "this rank",
-                 mine->ifa_name, address, mine_prefix, root_host, other->ifa_name, oa, other_prefix,
-                 other->ifa_name, net, other_prefix);
+                 "names any pair that cannot); if they do not, pin %s or its network %s for this "
+                 "rank",
+                 mine->ifa_name, address, mp, root_host, other->ifa_name, oa, op, other->ifa_name,
+                 onet);
         return 1;
     }
     snprintf(msg, len,
              "the pinned interface %s (%s/%d) is not on the network of the bootstrap root %s and "
              "no interface of this host is: the root and the ranks on its network are reached "
              "through a route",
-             mine->ifa_name, address, mine_prefix, root_host);
+             mine->ifa_name, address, mp, root_host);
     return 2;
 }

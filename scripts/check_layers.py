@@ -26,7 +26,7 @@ import tempfile
 
 LAYERS = ["base", "plan", "transport", "engine", "bootstrap", "algo", "device", "core"]
 # headers a libcoll file may include from outside libcoll/src (leaves below every layer)
-LEAF_HEADERS = {"coll.h", "coll_kernels.h", "agent_ipc.h", "hex.h"}
+LEAF_HEADERS = {"coll.h", "coll_kernels.h", "agent_ipc.h", "hex.h", "netaddr.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 

@@ -82,34 +82,6 @@ static bool usable(const struct ifaddrs *ifa, int family)
     return true;
 }
 
-/* The bytes of an IPv4 or IPv6 address (n: 4 or 16), NULL for another family. */
-static const uint8_t *ip_bytes(const struct sockaddr *sa, size_t *n)
-{
-    if (sa == NULL)
-        return NULL;
-    *n = sa->sa_family == AF_INET ? 4 : 16;
-    if (sa->sa_family == AF_INET)
-        return (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
-    if (sa->sa_family == AF_INET6)
-        return (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-    return NULL;
-}
-
-/* Leading one bits of a netmask (0 when there is none). */
-static int mask_bits(const struct ifaddrs *ifa)
-{
-    size_t n = 0;
-    const uint8_t *m =
-        ifa->ifa_netmask != NULL && ifa->ifa_netmask->sa_family == ifa->ifa_addr->sa_family
-            ? ip_bytes(ifa->ifa_netmask, &n)
-            : NULL;
-    int bits = 0;
-    for (size_t i = 0; m != NULL && i < n; i++)
-        for (int b = 7; b >= 0 && ((m[i] >> b) & 1); b--)
-            bits++;
-    return bits;
-}
-
 static void take(const struct ifaddrs *ifa, int how, colli_netif_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -117,59 +89,27 @@ static void take(const struct ifaddrs *ifa, int how, colli_netif_t *out)
     size_t len = ifa->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
                                                      : sizeof(struct sockaddr_in6);
     memcpy(&out->addr, ifa->ifa_addr, len);
-    out->prefix = mask_bits(ifa);
+    out->prefix = colli_ifa_prefix(ifa);
     out->how = how;
 }
 
 int colli_netif_prefix_of(const struct sockaddr_storage *addr)
 {
     size_t n = 0, k = 0;
-    const uint8_t *want = ip_bytes((const struct sockaddr *)addr, &n);
+    const uint8_t *want = colli_ip_bytes((const struct sockaddr *)addr, &n);
     struct ifaddrs *list = NULL;
     if (want == NULL || getifaddrs(&list) != 0)
         return 0;
     int bits = 0;
     for (const struct ifaddrs *ifa = list; ifa != NULL && bits == 0; ifa = ifa->ifa_next) {
         const uint8_t *a = ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == addr->ss_family
-                               ? ip_bytes(ifa->ifa_addr, &k)
+                               ? colli_ip_bytes(ifa->ifa_addr, &k)
                                : NULL;
         if (a != NULL && k == n && memcmp(a, want, n) == 0)
-            bits = mask_bits(ifa);
+            bits = colli_ifa_prefix(ifa);
     }
     freeifaddrs(list);
     return bits;
-}
-
-bool colli_net_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b, int prefix)
-{
-    size_t na = 0, nb = 0;
-    const uint8_t *x = ip_bytes((const struct sockaddr *)a, &na);
-    const uint8_t *y = ip_bytes((const struct sockaddr *)b, &nb);
-    if (x == NULL || y == NULL || na != nb || a->ss_family != b->ss_family || prefix <= 0 ||
-        (size_t)prefix > na * 8)
-        return false;
-    for (int i = 0; i < prefix; i++) {
-        const int byte = i / 8, bit = 7 - i % 8;
-        if (((x[byte] >> bit) & 1) != ((y[byte] >> bit) & 1))
-            return false;
-    }
-    return true;
-}
-
-void colli_net_str(const struct sockaddr_storage *addr, int prefix, char *buf, size_t len)
-{
-    size_t n = 0;
-    const uint8_t *x = ip_bytes((const struct sockaddr *)addr, &n);
-    uint8_t net[16] = {0};
-    char a[INET6_ADDRSTRLEN] = "?";
-    if (x == NULL || prefix < 0 || (size_t)prefix > n * 8) {
-        snprintf(buf, len, "?");
-        return;
-    }
-    for (int i = 0; i < prefix; i++)
-        net[i / 8] |= (uint8_t)(x[i / 8] & (1u << (7 - i % 8)));
-    inet_ntop(addr->ss_family, net, a, sizeof(a));
-    snprintf(buf, len, "%s/%d", a, prefix);
 }
 
 coll_result_t colli_netif_select(const char *spec, int family, colli_netif_t *out)

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "coll.h"
+#include "netaddr.h" /* proto/: colli_net_same, colli_net_str */
 
 /* How an interface was chosen (said in the member record, for the root's network check). */
 enum {
@@ -39,12 +40,6 @@ coll_result_t colli_netif_select_toward(const char *spec, int family,
 
 /* The prefix length of this host's interface address equal to addr's (0: none here). */
 int colli_netif_prefix_of(const struct sockaddr_storage *addr);
-
-/* Does a hold b's address within its first prefix bits (the same network)? */
-bool colli_net_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b, int prefix);
-
-/* "10.77.1.0/24": the network of addr with prefix bits. */
-void colli_net_str(const struct sockaddr_storage *addr, int prefix, char *buf, size_t len);
 
 /* Is this host's interface name down (not up, no carrier, or gone)? 1 down, 0 up, -1 unknown. */
 int colli_netif_link_down(const char *name);
