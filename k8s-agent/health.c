@@ -5,6 +5,7 @@
  * not the blamed one (writer_role). */
 #define _GNU_SOURCE
 #include "health_state.h"
+#include "pod_ranks.h" /* agent_name_ok */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,18 +28,6 @@ static void take_string(char *dst, size_t len, const char *v)
     snprintf(dst, len, "%s", v ? v : "");
 }
 
-/* A pod or node name as the API server gives it: 1..253 printable ASCII characters. */
-static int name_ok(const char *t)
-{
-    size_t n = t ? strlen(t) : 0;
-    if (n == 0 || n > 253)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (t[i] <= 0x20 || t[i] > 0x7e)
-            return 0;
-    return 1;
-}
-
 /* GPU ranges as the library writes them ("0-3,6"): digits, '-' and ',', at most 95. */
 static int gpus_ok(const char *t)
 {
@@ -59,7 +48,7 @@ static int take_placement(agent_health_t *h, const colli_proto_report_t *rep, in
     int omitted = rep->places_more, bad = 0;
     for (int k = 0; list && k < rep->nplaces; k++) {
         const colli_proto_place_t *p = &rep->places[k];
-        if (!name_ok(p->pod) || (p->node && p->node[0] && !name_ok(p->node)) ||
+        if (!agent_name_ok(p->pod, 1) || (p->node && p->node[0] && !agent_name_ok(p->node, 1)) ||
             (p->gpus && !gpus_ok(p->gpus)) || p->count > world || p->first > world - p->count) {
             bad++;
             continue;

@@ -512,19 +512,17 @@ int colli_proto_report_parse(const json_t *msg, colli_proto_report_t *out, char 
     }
     json_array_foreach(json_object_get(msg, COLLI_PROTO_KEY_PLACEMENT), i, c)
     {
-        colli_proto_place_t *pl = &out->places[out->nplaces];
-        const char *pod = json_string_value(json_object_get(c, COLLI_PROTO_KEY_POD));
-        if (out->nplaces >= COLLI_PROTO_MAX_PLACES || pod == NULL || !pod[0] ||
-            !int_value(json_object_get(c, COLLI_PROTO_KEY_FIRST), &pl->first) ||
-            !int_value(json_object_get(c, COLLI_PROTO_KEY_COUNT), &pl->count) || pl->first < 0 ||
-            pl->count < 1) {
-            out->places_more++;
-            continue;
-        }
-        pl->pod = pod;
-        pl->node = json_string_value(json_object_get(c, COLLI_PROTO_KEY_NODE));
-        pl->gpus = json_string_value(json_object_get(c, COLLI_PROTO_KEY_GPUS));
-        out->nplaces++;
+        colli_proto_place_t pl = {
+            .pod = json_string_value(json_object_get(c, COLLI_PROTO_KEY_POD)),
+            .node = json_string_value(json_object_get(c, COLLI_PROTO_KEY_NODE)),
+            .gpus = json_string_value(json_object_get(c, COLLI_PROTO_KEY_GPUS))};
+        if (out->nplaces < COLLI_PROTO_MAX_PLACES && pl.pod != NULL && pl.pod[0] &&
+            int_value(json_object_get(c, COLLI_PROTO_KEY_FIRST), &pl.first) &&
+            int_value(json_object_get(c, COLLI_PROTO_KEY_COUNT), &pl.count) && pl.first >= 0 &&
+            pl.count >= 1)
+            out->places[out->nplaces++] = pl;
+        else
+            out->places_more++; /* beyond the cap, or not a pod and a rank range */
     }
     {
         const json_t *more = json_object_get(msg, COLLI_PROTO_KEY_PLACEMENT_MORE);

@@ -307,19 +307,11 @@ coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
                                        const char *transport, const colli_proto_place_t *places,
                                        int nplaces, int more)
 {
-    colli_proto_report_t *rep = calloc(1, sizeof(*rep));
-    if (rep == NULL) {
-        set_err("agent: out of memory for a report");
-        return COLL_ERR_SYSTEM;
-    }
-    rep->phase = COLLI_PROTO_PHASE_READY;
-    rep->transport = transport;
+    colli_proto_report_t rep = {
+        .phase = COLLI_PROTO_PHASE_READY, .transport = transport, .places_more = more};
     for (int k = 0; k < nplaces && k < COLLI_PROTO_MAX_PLACES; k++)
-        rep->places[rep->nplaces++] = places[k];
-    rep->places_more = more;
-    coll_result_t status = send_report(socket_path, timeout_ms, rep);
-    free(rep);
-    return status;
+        rep.places[rep.nplaces++] = places[k];
+    return send_report(socket_path, timeout_ms, &rep);
 }
 
 coll_result_t colli_agent_report_ex(const char *socket_path, int timeout_ms,
