@@ -47,8 +47,8 @@ struct dh_job {
     int hung[DH_MAX_RANKS + 1];
     double deadline;
     int guard_fd; /* holds the dead root's port (root_dead) */
-    long
-        failed_start; /* dh_failed when the job started: a quiet job that failed shows its output */
+    /* dh_failed when the job started: a quiet job that failed shows its ranks' output */
+    long failed_start;
 };
 
 /* ---- output and checks ---- */
@@ -696,19 +696,18 @@ long dh_wait(dh_job_t *j)
 /* The last `lines` lines of rank i's output, prefixed like the echo. */
 static void print_tail(const dh_job_t *j, int i, int lines)
 {
-    const char *b = j->buf[i];
-    if (b == NULL || j->len[i] == 0)
+    const char *l = j->buf[i], *end = l + j->len[i];
+    if (l == NULL || j->len[i] == 0)
         return;
-    const char *start = b + j->len[i];
-    for (int k = 0; start > b && k <= lines;)
-        if (*--start == '\n' && start + 1 < b + j->len[i])
-            k++;
-    if (start > b || *start == '\n')
-        start++;
+    int total = end[-1] != '\n'; /* a last line without its newline counts too */
+    for (const char *p = l; p < end; p++)
+        total += *p == '\n';
+    for (int skip = total - lines; skip > 0; skip--)
+        l = (const char *)memchr(l, '\n', (size_t)(end - l)) + 1;
     dh_log("---- the last %d lines of rank %d's output (a quiet job that failed):", lines, i);
-    for (const char *l = start; l < b + j->len[i];) {
-        const char *nl = memchr(l, '\n', (size_t)(b + j->len[i] - l));
-        int n = nl ? (int)(nl - l) : (int)(b + j->len[i] - l);
+    while (l < end) {
+        const char *nl = memchr(l, '\n', (size_t)(end - l));
+        const int n = (int)((nl ? nl : end) - l);
         printf("  r%-3d| %.*s\n", i, n, l);
         l += n + 1;
     }
