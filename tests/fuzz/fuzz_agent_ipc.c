@@ -102,6 +102,16 @@ static void report(const json_t *msg)
                                  !same_str(s.conds[k].reason, r.conds[k].reason) ||
                                  !same_str(s.conds[k].message, r.conds[k].message))))
             fuzz_fail("report conditions differ after build and parse");
+    if (s.nplaces != r.nplaces)
+        fuzz_fail("report placement entries differ in number after build and parse");
+    for (int k = 0; k < r.nplaces && k < s.nplaces; k++)
+        if (!same_str(s.places[k].pod, r.places[k].pod) ||
+            !same_str(s.places[k].node, r.places[k].node) ||
+            !same_str(s.places[k].gpus, r.places[k].gpus) ||
+            s.places[k].first != r.places[k].first || s.places[k].count != r.places[k].count ||
+            r.places[k].first < 0 || r.places[k].count < 1 || r.places[k].pod == NULL ||
+            !r.places[k].pod[0])
+            fuzz_fail("report placement differs after build and parse, or kept a bad entry");
     json_decref(built);
 }
 

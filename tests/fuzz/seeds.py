@@ -252,6 +252,11 @@ with open(os.path.join(HERE, "corpus", "nccl_ipc", "request"), "rb") as f:
 write("agent_server", "hello", frame(j(hreq)))
 write("agent_server", "hello-report-nccl",
       frame(j(hreq)) + frame(j({"v": 1, "type": "report", "phase": "Ready", "ready_ranks": 4})) + nccl)
+write("agent_server", "hello-report-placement", frame(j(hreq)) + frame(j(
+    {"v": 1, "type": "report", "phase": "Ready",
+     "placement": [{"pod": "job-0", "node": "node-a", "first": 0, "count": 2, "gpus": "0-1"},
+                   {"pod": "Not_A_Pod", "first": 2, "count": 2, "gpus": "x"}],
+     "placement_more": 1})))
 write("agent_server", "report-failed", frame(j(
     {"v": 1, "type": "report", "phase": "Failed",
      "error": {"rank": 2, "pod": "p", "node": "n", "message": "boom"},
