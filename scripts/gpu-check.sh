@@ -41,8 +41,9 @@ COLL_SOCKET_IFNAME=lo timeout 120 tools/coll-run -n 2 tools/coll-perf --device c
     >"$OUT/perf_device.log" 2>&1
 echo "exit $?"
 grep -v "^\[rank 1\]" "$OUT/perf_device.log" | tail -n 40
-# The hang of the first H200 run (docs/gpu.md): stream order with each gate, and without CUDA
-# IPC, 40 s each at most, so that one run tells which part holds the stream.
+# The hang of the first H200 run (docs/gpu.md; likeliest cause: lazy kernel loading, fixed by
+# loading the kernels before the first gate): stream order with each gate, and without CUDA IPC,
+# 40 s each at most, so that one run tells which part holds the stream if it still hangs.
 for v in "COLL_CUDA_GATE=memop" "COLL_CUDA_GATE=hostfunc" "COLL_CUDA_GATE=memop COLL_CUDA_IPC=0"; do
     stage "dev_cuda_order with $v"
     env $v COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=COLL timeout 40 ctest -R '^dev_cuda_order$' \

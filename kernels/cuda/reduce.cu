@@ -548,6 +548,16 @@ extern "C" int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_
     return launch(kernels[COLL_UINT8][COLL_SUM], dst, srcs, 1, bytes, 1, 0, sm_count, stream);
 }
 
+extern "C" size_t colli_cuda_kernel_symbols(const void **syms, size_t max)
+{
+    size_t n = 0;
+    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++)
+        for (int op = 0; op < COLL_NUM_OPS; op++)
+            if (n < max)
+                syms[n++] = (const void *)kernels[dt][op];
+    return n;
+}
+
 extern "C" const char *colli_cuda_error_name(int err)
 {
     return cudaGetErrorName((cudaError_t)err);

@@ -46,6 +46,12 @@ int colli_cuda_reduce(void *dst, const void *const *srcs, int nsrcs, size_t coun
  * share their offset modulo 16). dst and src must not overlap unless equal. */
 int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_count, void *stream);
 
+/* The kernels behind colli_cuda_reduce and colli_cuda_copy (their host-side symbols, as
+ * cudaLaunchKernel takes them), at most max of them into syms; the number written. For loading
+ * them before their first launch (CUDA loads kernels lazily). */
+#define COLLI_CUDA_NUM_KERNELS (COLL_NUM_DATATYPES * COLL_NUM_OPS)
+size_t colli_cuda_kernel_symbols(const void **syms, size_t max);
+
 /* Name ("cudaErrorInvalidValue") and description ("invalid argument") of a cudaError_t. */
 const char *colli_cuda_error_name(int err);
 const char *colli_cuda_error_string(int err);

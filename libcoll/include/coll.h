@@ -92,7 +92,10 @@ typedef enum {
 /** Opaque communicator handle. A destroyed handle is detected, never dereferenced. */
 typedef struct coll_comm *coll_comm_t;
 
-/** Opaque stream: a cudaStream_t for device buffers, NULL for host buffers. */
+/** Opaque stream: a cudaStream_t for device buffers, NULL for host buffers. For device buffers,
+ * make the GPU current (cudaSetDevice) before creating the communicator, as NCCL asks: its
+ * kernels are then loaded at creation; else at its first device call, which then waits for the
+ * work already queued on the GPU (docs/gpu.md). */
 typedef void *coll_stream_t;
 
 #define COLL_UNIQUE_ID_BYTES 128

@@ -216,6 +216,45 @@ static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint
                                                                  : (int)cudaErrorUnknown;
 }
 
+/* Every kernel of the plugin, loaded into the current context now (gpu_plugin.h): the runtime
+ * looks each one up (cudaGetFuncBySymbol, which loads its module), then the driver loads the
+ * function where it is not yet (cuFuncLoad, CUDA 12.4 drivers on; older ones load it at the
+ * lookup) and says it is. */
+static int cu_load_kernels(int only_if_current, int *loaded)
+{
+    typedef CUresult (*ctx_fn)(CUcontext *);
+    typedef CUresult (*is_loaded_fn)(CUfunctionLoadingState *, CUfunction);
+    typedef CUresult (*load_fn)(CUfunction);
+    static const ctx_fn get_current = (ctx_fn)driver_fn("cuCtxGetCurrent");
+    static const is_loaded_fn is_loaded = (is_loaded_fn)driver_fn("cuFuncIsLoaded");
+    static const load_fn load = (load_fn)driver_fn("cuFuncLoad");
+    *loaded = 0;
+    if (only_if_current) {
+        CUcontext ctx = NULL;
+        if (get_current == NULL || get_current(&ctx) != CUDA_SUCCESS || ctx == NULL)
+            return 0;
+    }
+    const void *syms[COLLI_CUDA_NUM_KERNELS + 1];
+    size_t n = colli_cuda_kernel_symbols(syms, COLLI_CUDA_NUM_KERNELS);
+    syms[n++] = (const void *)colli_delay_kernel;
+    for (size_t i = 0; i < n; i++) {
+        cudaFunction_t f = NULL;
+        cudaError_t e = cudaGetFuncBySymbol(&f, syms[i]);
+        if (e != cudaSuccess)
+            return (int)e;
+        /* the driver's codes are the runtime's for these calls' errors (209: no binary for
+         * this GPU is cudaErrorNoKernelImageForDevice) */
+        CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_LOADED;
+        CUresult c = is_loaded != NULL ? is_loaded(&state, (CUfunction)f) : CUDA_SUCCESS;
+        if (c == CUDA_SUCCESS && state != CU_FUNCTION_LOADING_STATE_LOADED)
+            c = load != NULL ? load((CUfunction)f) : CUDA_ERROR_NOT_SUPPORTED;
+        if (c != CUDA_SUCCESS)
+            return (int)c;
+    }
+    *loaded = 1;
+    return 0;
+}
+
 static const colli_gpu_ops_t cu_ops = {
     sizeof(colli_gpu_ops_t),
     COLLI_GPU_PLUGIN_VERSION,
@@ -241,6 +280,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_ipc_open,
     cu_ipc_close,
     cu_gate_words,
+    cu_load_kernels,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -14,6 +14,14 @@
  * FAKE_GPU_BAD_EXPORT=1 describes allocations as too small, as corrupt bytes would). reduce
  * computes with the CPU reference kernels, input by input, as the CUDA kernels do.
  *
+ * Kernels load lazily, as CUDA's do by default (CUDA_MODULE_LOADING=LAZY): the first launch of
+ * a kernel (reduce, delay) on a device whose kernels load_kernels has not loaded loads them, and
+ * a load (that one, or load_kernels) waits until every stream is idle, as a load that
+ * synchronises the context does; a stream still busy after SYNC_MAX_S is a deadlock on a GPU,
+ * and the fake aborts saying so. CUDA_MODULE_LOADING=EAGER
+ * loads them up front. A thread has a context once it set a device, allocated device memory or
+ * made a stream (what load_kernels(only_if_current) asks).
+ *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
 #define _GNU_SOURCE
@@ -47,6 +55,7 @@ static size_t elt_size(coll_datatype_t dt)
 #define MAXSTREAMS 256
 /* ipc_close synchronises the device; a stream still busy after this long would be a deadlock */
 #define SYNC_MAX_S 10.0
+#define MAXDEV     64
 
 enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE };
 
@@ -93,6 +102,7 @@ static struct {
     fstream_t *legacy;
     fstream_t *streams[MAXSTREAMS]; /* every stream made here, the default one too */
     int nstreams;
+    bool loaded[MAXDEV]; /* the kernels are loaded on this device */
 } fg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* What the CUDA kernels compute (reduce_cuda.h), with the CPU reference: input by input, the
@@ -125,8 +135,10 @@ static void run_reduce(const task_t *t)
     }
 }
 
-/* The calling thread's current device (FAKE_GPU_DEVICES, default 1, devices exist). */
+/* The calling thread's current device (FAKE_GPU_DEVICES, default 1, devices exist), and
+ * whether it has a context (set a device, allocated device memory or made a stream). */
 static _Thread_local int cur_device;
+static _Thread_local bool has_ctx;
 
 static void *stream_main(void *arg)
 {
@@ -295,9 +307,10 @@ static int fake_ptr_device(const void *p, int *device)
 static int fake_set_device(int device)
 {
     const char *e = getenv("FAKE_GPU_DEVICES");
-    if (device < 0 || device >= (e != NULL ? atoi(e) : 1))
+    if (device < 0 || device >= (e != NULL ? atoi(e) : 1) || device >= MAXDEV)
         return 1;
     cur_device = device;
+    has_ctx = true;
     return 0;
 }
 
@@ -332,6 +345,7 @@ static int fake_dev_alloc(void **p, size_t bytes)
 {
     if (bytes == 0)
         bytes = 1;
+    has_ctx = true;
     int fd = memfd_create("fake-gpu", MFD_CLOEXEC);
     if (fd < 0)
         return 2;
@@ -466,6 +480,7 @@ static void stream_free(fstream_t *s);
 
 static int fake_stream_create(void **stream)
 {
+    has_ctx = true;
     fstream_t *s = stream_new();
     pthread_mutex_lock(&fg.mu);
     bool listed = s != NULL && stream_list_locked(s, true);
@@ -550,8 +565,60 @@ static int fake_gate_words(void *stream, volatile uint32_t *arrived, volatile ui
     return enqueue(stream, &t);
 }
 
+/* The kernels on the current device: loaded now (load_kernels), or at their first launch, which
+ * waits for every stream as CUDA's lazy loading may (see the top). */
+static bool kernels_loaded(void)
+{
+    const char *mode = getenv("CUDA_MODULE_LOADING");
+    if (mode != NULL && strcmp(mode, "EAGER") == 0)
+        return true;
+    pthread_mutex_lock(&fg.mu);
+    bool loaded = fg.loaded[cur_device];
+    pthread_mutex_unlock(&fg.mu);
+    return loaded;
+}
+
+static void set_loaded(void)
+{
+    pthread_mutex_lock(&fg.mu);
+    fg.loaded[cur_device] = true;
+    pthread_mutex_unlock(&fg.mu);
+}
+
+/* Load the kernels on the current device (what): a load waits for every stream. */
+static void load(const char *what)
+{
+    if (kernels_loaded())
+        return;
+    if (!device_idle(SYNC_MAX_S)) {
+        fprintf(stderr,
+                "fake GPU: %s on GPU %d loads the kernels, which waits for every stream, and a "
+                "stream was still busy after %.0f s: on a GPU this would deadlock if a stream "
+                "waits for the loading thread\n",
+                what, cur_device, SYNC_MAX_S);
+        abort();
+    }
+    set_loaded();
+}
+
+/* FAKE_GPU_NO_KERNELS=1: no kernel for this GPU (a plugin built for another architecture). */
+static int fake_load_kernels(int only_if_current, int *loaded)
+{
+    *loaded = 0;
+    if (only_if_current && !has_ctx)
+        return 0;
+    const char *none = getenv("FAKE_GPU_NO_KERNELS");
+    if (none != NULL && strcmp(none, "1") == 0)
+        return 209; /* cudaErrorNoKernelImageForDevice */
+    has_ctx = true;
+    load("load_kernels");
+    *loaded = 1;
+    return 0;
+}
+
 static int fake_delay(void *stream, unsigned us)
 {
+    load("the first launch of the delay kernel (lazy loading)");
     task_t t = {.kind = T_DELAY, .us = us};
     return enqueue(stream, &t);
 }
@@ -565,6 +632,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
         return 1;
     if (count == 0)
         return 0;
+    load("the first launch of the reduce kernel (lazy loading)");
     const size_t bytes = count * elt_size((coll_datatype_t)dt);
     size_t left;
     if (find(dst, &left) < 0 || left < bytes)
@@ -595,6 +663,9 @@ static const char *fake_error_string(int err)
         return "fakeErrorMemoryAllocation: out of memory";
     case 3:
         return "fakeErrorNoDevice: no GPU";
+    case 209:
+        return "fakeErrorNoKernelImageForDevice: no kernel image is available for execution on "
+               "the device";
     case 801:
         return "fakeErrorNotSupported: operation not supported";
     default:
@@ -632,6 +703,7 @@ static const colli_gpu_ops_t ops = {
     .ipc_open = fake_ipc_open,
     .ipc_close = fake_ipc_close,
     .gate_words = fake_gate_words,
+    .load_kernels = fake_load_kernels,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

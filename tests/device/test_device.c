@@ -89,8 +89,13 @@ static float *dev_read(const colli_gpu_ops_t *o, const void *d, size_t count)
     return h;
 }
 
+/* As NCCL asks (cudaSetDevice before creating a communicator): the GPU current first, so that
+ * the library loads its kernels at creation, not at a first call whose stream these tests hold. */
 static coll_comm_t init(dh_ctx_t *ctx)
 {
+    const colli_gpu_ops_t *o = plugin();
+    if (o != NULL && !CHECK(o->set_device(0) == 0, "rank %d: set GPU 0", ctx->rank))
+        exit(1);
     coll_comm_t comm = NULL;
     coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
     if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: init", ctx->rank))
@@ -404,6 +409,28 @@ static void usage_body(dh_ctx_t *ctx)
     o->stream_destroy(s);
 }
 
+/* FAKE_GPU_NO_KERNELS=1 (fake GPU): the plugin has no kernel for this GPU. The communicator is
+ * made (host buffers need no kernel); a device call fails at once saying why, and host calls
+ * still work. */
+static void no_kernels_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    coll_comm_t comm = init(ctx);
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    float *d = dev_filled(o, 1000, ctx->rank, s), h[4] = {1, 2, 3, 4};
+    coll_result_t rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_ERR_CUDA, coll_get_last_error(), "a device call without kernels");
+    CHECK_HAS(coll_get_last_error(), "cannot load kcoll's GPU kernels on GPU 0", "says what");
+    CHECK_HAS(coll_get_last_error(), "CMAKE_CUDA_ARCHITECTURES", "says what to do");
+    rc = coll_all_reduce(h, h, 4, COLL_FLOAT32, COLL_SUM, comm, NULL);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "host buffers still work");
+    CHECK(h[3] == 8.0f, "host call result %g", (double)h[3]);
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    o->dev_free(d);
+    o->stream_destroy(s);
+}
+
 static void init_fails_body(dh_ctx_t *ctx)
 {
     coll_comm_t comm = NULL;
@@ -618,8 +645,12 @@ int main(int argc, char **argv)
                    COLL_ERR_UNSUPPORTED, "COLL_CUDA_PLUGIN=/nonexistent/libcoll_cuda.so.0 cannot");
         init_fails("not a plugin", "COLL_CUDA_PLUGIN", "libm.so.6", COLL_ERR_UNSUPPORTED,
                    "not a kcoll GPU plugin");
-        if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL)
+        if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL) {
             init_fails("no GPU", "FAKE_GPU_NO_DEVICE", "1", COLL_ERR_CUDA, "no GPU");
+            dh_setenv("FAKE_GPU_NO_KERNELS", "1");
+            run("no kernel for this GPU", 2, no_kernels_body);
+            dh_setenv("FAKE_GPU_NO_KERNELS", NULL);
+        }
     } else if (strcmp(c, "evict") == 0) {
         run("evict", 2, evict_body);
     } else if (strcmp(c, "teardown") == 0) {

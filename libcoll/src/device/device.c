@@ -148,11 +148,22 @@ coll_result_t colli_dev_init(struct coll_comm *comm)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the device-buffer path");
     d->ops = ops;
     d->device = -1;
+    d->kernels = -1;
     snprintf(d->path, sizeof(d->path), "%s", path);
     pthread_mutex_init(&d->mu, NULL);
     cond_init_monotonic(&d->cv);
     comm->dev = d;
     coll_info(INIT, "device buffers: GPU plugin \"%s\" (%s)", ops->name, path);
+    /* The kernels now, while no gate of this communicator holds a stream, when the program
+     * made its GPU current first (as NCCL asks: cudaSetDevice before creating a communicator);
+     * else at the first device call (prepare). A failure here is told there. */
+    int loaded = 0, dev = -1;
+    err = ops->load_kernels(1, &loaded);
+    if (err == 0 && loaded && ops->get_device(&dev) == 0)
+        d->kernels = dev;
+    else if (err != 0)
+        coll_info(INIT, "GPU plugin %s: cannot load its kernels yet: %s", path,
+                  ops->error_string(err));
     return COLL_SUCCESS;
 }
 
@@ -399,6 +410,23 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
     int prev = -1, err = o->get_device(&prev);
     if (err == 0)
         err = o->set_device(device);
+    if (err == 0 && d->kernels != device) {
+        /* before the first gate: a kernel loaded at its first launch, on the progress thread
+         * while a gate holds the caller's stream, may wait for the device forever
+         * (gpu_plugin.h, load_kernels); here the load waits at most for the work queued so far */
+        int loaded = 0;
+        err = o->load_kernels(0, &loaded);
+        if (err != 0) {
+            if (prev >= 0 && prev != device)
+                (void)o->set_device(prev);
+            return COLLI_ERR(COLL, COLL_ERR_CUDA,
+                             "rank %d: cannot load kcoll's GPU kernels on GPU %d (%s): %s; a "
+                             "plugin built for another GPU architecture has no kernel for this "
+                             "one (rebuild with CMAKE_CUDA_ARCHITECTURES including it)",
+                             comm->rank, device, o->device_name(device), o->error_string(err));
+        }
+        d->kernels = device;
+    }
     for (int i = 0; i < DEV_SLOTS && err == 0; i++)
         if (d->slots[i].stream == NULL)
             err = o->stream_create(&d->slots[i].stream);

@@ -51,6 +51,7 @@ struct colli_dev {
     bool thread_on;
     pthread_t thread;
     int device;    /* the GPU of every device call (its first one's), -1 before */
+    int kernels;   /* the GPU the plugin's kernels were loaded on (load_kernels), -1: none */
     int copies;    /* staging copies so far (COLL_TEST_DEV_FAIL_COPY) */
     char *staging; /* the current pinned staging (caller's thread) */
     size_t staging_cap;

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 3
+#define COLLI_GPU_PLUGIN_VERSION 4
 #define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
@@ -84,6 +84,15 @@ typedef struct colli_gpu_ops {
      * supported: a nonzero error (the caller then uses host_func). */
     int (*gate_words)(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
                       uint32_t value);
+    /* Load every kernel the plugin launches (reduce, delay) into the calling thread's current
+     * context now; *loaded says whether it did. CUDA loads a kernel lazily at its first launch
+     * (CUDA_MODULE_LOADING=LAZY, the default since 12.2), and the load may wait until the
+     * whole device is idle: at a first launch on the progress thread, while a gate holds the
+     * caller's stream, that wait would never end. So the library calls this on the caller's
+     * thread before any gate: at creation with only_if_current (nothing is done, *loaded = 0,
+     * when the thread has no context yet: a context is not made only for this), and at the
+     * first device call on its GPU without. 0, or an error (no kernel image for this GPU). */
+    int (*load_kernels)(int only_if_current, int *loaded);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);
