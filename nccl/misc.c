@@ -53,7 +53,9 @@ ncclResult_t nccl_error(ncclResult_t code, const char *fmt, ...)
     vsnprintf(layer_error, sizeof(layer_error), fmt, ap);
     va_end(ap);
     layer_newest = true;
-    fprintf(stderr, "kcoll NCCL WARN %s: %s\n", ncclGetErrorString(code), layer_error);
+    char line[sizeof(layer_error) + 128];
+    snprintf(line, sizeof(line), "kcoll NCCL WARN %s: %s", ncclGetErrorString(code), layer_error);
+    coll_log_text(line); /* where kcoll logs: stderr or NCCL_DEBUG_FILE */
     return code;
 }
 
@@ -108,9 +110,13 @@ static void print_banner(void)
     if (level == NULL || (strcasecmp(level, "VERSION") != 0 && strcasecmp(level, "INFO") != 0 &&
                           strcasecmp(level, "TRACE") != 0))
         return;
-    fprintf(stderr, "NCCL version %d.%d.%d+kcoll%s (kcoll %s implements the NCCL %d.%d.%d API)\n",
-            NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, coll_get_version_string(),
-            coll_get_version_string(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    char line[160];
+    snprintf(line, sizeof(line),
+             "NCCL version %d.%d.%d+kcoll%s (kcoll %s implements the NCCL "
+             "%d.%d.%d API)",
+             NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, coll_get_version_string(),
+             coll_get_version_string(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    coll_log_text(line);
 }
 
 void nccl_banner(void)

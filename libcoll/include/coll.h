@@ -129,6 +129,14 @@ COLL_API coll_result_t coll_get_version(int *version);
 /** Library version string (the one pinned and compared between ranks), e.g. "0.1.0". */
 COLL_API const char *coll_get_version_string(void);
 
+/**
+ * Write one line, as given (a newline is added), where kcoll logs: stderr, or the file that
+ * COLL_DEBUG_FILE (else NCCL_DEBUG_FILE) names, "%h" standing for the host and "%p" for the pid.
+ * For layers over kcoll (its libnccl.so.2, the PyTorch backend), whose lines then go where
+ * kcoll's own go; the caller decides whether the line is wanted (COLL_DEBUG).
+ */
+COLL_API void coll_log_text(const char *text);
+
 /* ---- unique id ---- */
 
 /**

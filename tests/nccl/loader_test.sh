@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A program linked with NVIDIA's libnccl.so.2 runs on kcoll's, as a user would switch: with
-# LD_PRELOAD, and with LD_LIBRARY_PATH; NCCL_DEBUG=VERSION prints kcoll's banner.
+# LD_PRELOAD, and with LD_LIBRARY_PATH; NCCL_DEBUG=VERSION prints kcoll's banner, into the file
+# NCCL_DEBUG_FILE names when it is set.
 #   loader_test.sh PROGRAM KCOLL_LIBNCCL
 set -uo pipefail
 prog=$1 lib=$2
@@ -24,4 +25,20 @@ for how in preload path; do
         status=1
     fi
 done
+# NCCL_DEBUG_FILE: the banner and kcoll's lines go to that file (%p: the pid), not to stderr
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+out=$(NCCL_DEBUG=VERSION NCCL_DEBUG_FILE="$tmp/nccl.%p.log" LD_PRELOAD="$preload" "$prog" 2>&1)
+rc=$?
+log=$(cat "$tmp"/nccl.[0-9]*.log 2>&1)
+if [ $rc = 0 ] && grep -q "all_reduce on 1 rank: 2" <<<"$out" && ! grep -q "NCCL version" <<<"$out" &&
+    grep -q "^NCCL version .*+kcoll" <<<"$log"; then
+    echo "ok (NCCL_DEBUG_FILE): $(head -n 1 <<<"$log")"
+else
+    echo "FAIL (NCCL_DEBUG_FILE, exit $rc): output:"
+    sed 's/^/  /' <<<"$out"
+    echo "  file:"
+    sed 's/^/  /' <<<"$log"
+    status=1
+fi
 exit $status

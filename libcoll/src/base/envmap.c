@@ -36,6 +36,7 @@ static const colli_env_alias_t aliases[] = {
     {"COLL_SHM_DISABLE", "NCCL_SHM_DISABLE", NULL},
     {"COLL_DEBUG", "NCCL_DEBUG", NULL},
     {"COLL_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", NULL},
+    {"COLL_DEBUG_FILE", "NCCL_DEBUG_FILE", NULL},
 };
 
 const colli_env_alias_t *colli_env_alias(const char *coll_name)
@@ -73,14 +74,14 @@ static const struct {
     {"NCCL_NTHREADS", ""},
     {"NCCL_MIN_NCHANNELS", ""},
     {"NCCL_MAX_NCHANNELS", ""},
-    {"NCCL_DEBUG_FILE", "(kcoll logs to stderr)"},
 };
 
 /* COLL_* names kcoll reads besides the parameters (launchers, the agent, logging, test seams). */
 static const char *const other_coll[] = {
-    "COLL_DEBUG",         "COLL_DEBUG_SUBSYS", "COLL_AGENT_SOCKET", "COLL_AGENT_LIB_DIR",
-    "COLL_AGENT_LIB_SRC", "COLL_LIB_VERSION",  "COLL_UNIQUE_ID",    "COLL_RANK",
-    "COLL_NRANKS",        "COLL_LOCAL_RANK",   "COLL_MASTER_PORT",  "COLL_JOB_SECRET",
+    "COLL_DEBUG",         "COLL_DEBUG_SUBSYS",  "COLL_DEBUG_FILE",  "COLL_AGENT_SOCKET",
+    "COLL_AGENT_LIB_DIR", "COLL_AGENT_LIB_SRC", "COLL_LIB_VERSION", "COLL_UNIQUE_ID",
+    "COLL_RANK",          "COLL_NRANKS",        "COLL_LOCAL_RANK",  "COLL_MASTER_PORT",
+    "COLL_JOB_SECRET",
 };
 
 /* Edit distance, for the closest known name of a typo (names are short). */

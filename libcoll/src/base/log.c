@@ -1,5 +1,8 @@
-/* Logging: COLL_DEBUG selects the level, COLL_DEBUG_SUBSYS the subsystems. Each line carries
- * host, pid and rank. The level and sink are the only process-wide logging state, set up once. */
+/* Logging: COLL_DEBUG selects the level, COLL_DEBUG_SUBSYS the subsystems, COLL_DEBUG_FILE the
+ * sink (stderr by default). Each line carries host, pid and rank. The level and sink are the
+ * only process-wide logging state, set up once. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -12,16 +15,20 @@
 
 #include "base/envmap.h"
 #include "base/log.h"
+#include "coll.h"
 
 static struct {
     pthread_once_t once;
     colli_log_level_t level;
     uint32_t subsys;
     char host[64];
+    FILE *sink; /* COLL_DEBUG_FILE, or NULL: stderr */
     pthread_mutex_t lock;
-} log_state = {PTHREAD_ONCE_INIT, COLLI_LOG_WARN, ~0u, "", PTHREAD_MUTEX_INITIALIZER};
+} log_state = {PTHREAD_ONCE_INIT, COLLI_LOG_WARN, ~0u, "", NULL, PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int log_rank = -1;
+
+static void write_line(const char *line);
 
 static const struct {
     const char *name;
@@ -61,6 +68,62 @@ static const char *nccl_subsys(const char *tok)
     return strcasecmp(tok, "BOOTSTRAP") == 0 ? "BOOT"
            : strcasecmp(tok, "ENV") == 0     ? "CONFIG"
                                              : tok;
+}
+
+/* pattern with NCCL's %h (host) and %p (pid) expanded, %% a percent sign; false when too long */
+static bool expand_path(const char *pattern, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = pattern; *p != '\0'; p++) {
+        char num[24];
+        const char *add = num;
+        if (p[0] == '%' && p[1] == 'h') {
+            add = log_state.host;
+            p++;
+        } else if (p[0] == '%' && p[1] == 'p') {
+            snprintf(num, sizeof(num), "%d", (int)getpid());
+            p++;
+        } else if (p[0] == '%' && p[1] == '%') {
+            snprintf(num, sizeof(num), "%%");
+            p++;
+        } else {
+            snprintf(num, sizeof(num), "%c", *p);
+        }
+        size_t k = strlen(add);
+        if (n + k >= len)
+            return false;
+        memcpy(out + n, add, k);
+        n += k;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+/* The log goes to the file COLL_DEBUG_FILE names (created or emptied, as NCCL does with
+ * NCCL_DEBUG_FILE); when it cannot be opened, one WARN on stderr and the log stays there. */
+static void open_sink(const char *pattern, const char *var)
+{
+    char path[4096];
+    if (!expand_path(pattern, path, sizeof(path))) {
+        fprintf(stderr,
+                "%s:%d kcoll WARN CONFIG %s is longer than %zu bytes once expanded; "
+                "logging to stderr\n",
+                log_state.host, (int)getpid(), var, sizeof(path) - 1);
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        fprintf(stderr,
+                "%s:%d kcoll WARN CONFIG %s=%s: cannot open %s: %s; logging to stderr (name a "
+                "file in a writable folder; %%h is the host, %%p the pid)\n",
+                log_state.host, (int)getpid(), var, pattern, path, strerror(e));
+        return;
+    }
+    log_state.sink = f;
 }
 
 static void log_init(void)
@@ -112,6 +175,9 @@ static void log_init(void)
     }
     if (gethostname(log_state.host, sizeof(log_state.host) - 1) != 0)
         snprintf(log_state.host, sizeof(log_state.host), "unknown-host");
+    const char *file = log_env("COLL_DEBUG_FILE", &nccl);
+    if (file != NULL && *file != '\0')
+        open_sink(file, nccl ? "NCCL_DEBUG_FILE" : "COLL_DEBUG_FILE");
 }
 
 bool colli_log_enabled(colli_log_level_t level, colli_subsys_t sub)
@@ -154,8 +220,22 @@ void colli_log(colli_log_level_t level, colli_subsys_t sub, const char *fmt, ...
         vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
         va_end(ap);
     }
+    write_line(line);
+}
+
+/* One whole line to the sink. */
+static void write_line(const char *line)
+{
+    FILE *out = log_state.sink != NULL ? log_state.sink : stderr;
     pthread_mutex_lock(&log_state.lock);
-    fprintf(stderr, "%s\n", line);
-    fflush(stderr);
+    fprintf(out, "%s\n", line);
+    fflush(out);
     pthread_mutex_unlock(&log_state.lock);
+}
+
+void coll_log_text(const char *text)
+{
+    pthread_once(&log_state.once, log_init);
+    if (text != NULL)
+        write_line(text);
 }
