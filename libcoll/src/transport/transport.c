@@ -453,12 +453,23 @@ static unsigned long fds_open(rlim_t limit)
     return n;
 }
 
-void colli_fd_advice(const struct coll_comm *comm, char *buf, size_t len)
+void colli_fd_advice(const struct coll_comm *comm, int err, char *buf, size_t len)
 {
     struct rlimit rl = {0, 0};
     (void)getrlimit(RLIMIT_NOFILE, &rl);
     int s = 0, m = 0, i = 0;
     unsigned long need = colli_fd_need(comm, &s, &m, &i);
+    if (err == ENFILE) {
+        /* not this process's limit: the kernel's table for every process of the host is full */
+        snprintf(buf, len,
+                 "the whole host is out of open files (every process together reached the "
+                 "kernel's fs.file-max; this process's own limit, ulimit -n %llu, is not the "
+                 "cause): close descriptors other programs on this host hold, or raise "
+                 "fs.file-max (sysctl; on Kubernetes a node setting); rank %d with %d peers may "
+                 "need about %lu descriptors",
+                 (unsigned long long)rl.rlim_cur, comm->rank, comm->nranks - 1, need);
+        return;
+    }
     unsigned long held = rl.rlim_cur >= need ? fds_open(rl.rlim_cur) : 0;
     if (held > 0) {
         /* the limit covers the communicator: the program's own descriptors took the rest */

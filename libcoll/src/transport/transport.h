@@ -154,9 +154,10 @@ const char *colli_tp_name(const struct coll_comm *comm, int peer);
  * link, plus a reserve of 64. The one estimate the start-up check and every "out of
  * descriptors" error give; sock, shm and ib get the peers over each (NULL: not wanted). */
 unsigned long colli_fd_need(const struct coll_comm *comm, int *sock, int *shm, int *ib);
-/* "the open-file limit (ulimit -n) is L (hard H), but rank R with P peers (S over sockets, M
- * over shared memory, I over InfiniBand) may need about N descriptors: raise it (ulimit -n N, or
- * the container's nofile limit)" */
-void colli_fd_advice(const struct coll_comm *comm, char *buf, size_t len);
+/* What to do about err (EMFILE, the process's limit, or ENFILE, the host's table): "the
+ * open-file limit (ulimit -n) is L (hard H), but rank R with P peers (S over sockets, M over
+ * shared memory, I over InfiniBand) may need about N descriptors: raise it (ulimit -n N, or the
+ * container's nofile limit)"; for ENFILE, that the whole host is out of files (fs.file-max). */
+void colli_fd_advice(const struct coll_comm *comm, int err, char *buf, size_t len);
 
 #endif

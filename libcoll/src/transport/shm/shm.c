@@ -182,7 +182,7 @@ static coll_result_t link_connect(struct coll_comm *comm, shm_state_t *st, int p
         char who[200], advice[512] = "";
         colli_member_desc(comm, p, who, sizeof(who));
         if (e == EMFILE || e == ENFILE) {
-            colli_fd_advice(comm, advice, sizeof(advice));
+            colli_fd_advice(comm, e, advice, sizeof(advice));
             return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                              "rank %d cannot open its shared-memory link to %s: %s; %s", comm->rank,
                              who, strerror(e), advice);
@@ -356,7 +356,7 @@ coll_result_t shm_ring_create(struct coll_comm *comm, shm_state_t *st, int peer)
             snprintf(advice, sizeof(advice), " (another process uses this name)");
         else if (e == EMFILE || e == ENFILE) {
             memcpy(advice, "; ", 3);
-            colli_fd_advice(comm, advice + 2, sizeof(advice) - 2);
+            colli_fd_advice(comm, e, advice + 2, sizeof(advice) - 2);
         }
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot create the shared-memory segment %s for %s: %s%s",
@@ -434,7 +434,7 @@ static coll_result_t ring_map(struct coll_comm *comm, shm_state_t *st, int peer)
     if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
         const int e = errno;
         char advice[512];
-        colli_fd_advice(comm, advice, sizeof(advice));
+        colli_fd_advice(comm, e, advice, sizeof(advice));
         return COLLI_ERR(SHM, COLL_ERR_SYSTEM,
                          "rank %d cannot open the shared-memory segment %s that %s announced: "
                          "%s; %s",

@@ -63,7 +63,7 @@ static void check_fd_limit(const struct coll_comm *comm)
         return;
     }
     char advice[512];
-    colli_fd_advice(comm, advice, sizeof(advice));
+    colli_fd_advice(comm, EMFILE, advice, sizeof(advice));
     coll_warn(NET, "%s; until then collectives that reach every peer (all_to_all) will fail",
               advice);
 }
@@ -154,7 +154,7 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
 static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int err)
 {
     char advice[512];
-    colli_fd_advice(comm, advice, sizeof(advice));
+    colli_fd_advice(comm, err, advice, sizeof(advice));
     return COLLI_ERR(NET, COLL_ERR_SYSTEM, "rank %d cannot %s: %s; %s", comm->rank, what,
                      strerror(err), advice);
 }
