@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 #include <type_traits>
 
 #include "fp8.h"
@@ -466,6 +467,28 @@ __global__ void __launch_bounds__(COLLI_CUDA_BLOCK, COLLI_CUDA_BLOCKS_PER_SM)
     singles<DT, OP>(a);
 }
 
+/* PreMulSum's first step, dst[i] = src[i] * scalar, as colli_scale computes it (DT::prod: the
+ * same rounding as a PROD step); one element per thread and step, grid-strided. */
+template <class DT>
+__global__ void __launch_bounds__(COLLI_CUDA_BLOCK)
+    scale_kernel(void *dst, const void *src, size_t count, uint64_t scalar_bits, bool aligned)
+{
+    typedef typename DT::S S;
+    Pack<S, sizeof(S)> k;
+    k.raw = (typename Raw<sizeof(S)>::T)scalar_bits;
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step)
+        store1<S>(dst, i, DT::prod(load1<S>(src, i, aligned), k.e[0]), aligned);
+}
+
+typedef void (*scale_fn)(void *, const void *, size_t, uint64_t, bool);
+
+const scale_fn scale_kernels[COLL_NUM_DATATYPES] = {
+    scale_kernel<I8>,  scale_kernel<U8>,  scale_kernel<I32>,  scale_kernel<U32>,
+    scale_kernel<I64>, scale_kernel<U64>, scale_kernel<F16>,  scale_kernel<BF16>,
+    scale_kernel<F32>, scale_kernel<F64>, scale_kernel<E4M3>, scale_kernel<E5M2>,
+};
+
 typedef void (*kernel_fn)(const Args);
 
 #define KERNEL_ROW(DT)                                                                             \
@@ -548,13 +571,37 @@ extern "C" int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_
     return launch(kernels[COLL_UINT8][COLL_SUM], dst, srcs, 1, bytes, 1, 0, sm_count, stream);
 }
 
+extern "C" int colli_cuda_scale(void *dst, const void *src, size_t count, coll_datatype_t dt,
+                                const void *scalar, int sm_count, void *stream)
+{
+    if ((unsigned)dt >= (unsigned)COLL_NUM_DATATYPES || scalar == NULL || sm_count < 1)
+        return cudaErrorInvalidValue;
+    if (count == 0)
+        return cudaSuccess;
+    if (dst == NULL || src == NULL)
+        return cudaErrorInvalidValue;
+    const size_t e = elem_size[dt];
+    uint64_t bits = 0;
+    memcpy(&bits, scalar, e);
+    const bool aligned = (((uintptr_t)dst | (uintptr_t)src) & (e - 1)) == 0;
+    const size_t want = (count + COLLI_CUDA_BLOCK - 1) / COLLI_CUDA_BLOCK;
+    const size_t most = (size_t)sm_count * 8;
+    const unsigned grid = (unsigned)(want < most ? want : most);
+    void *args[] = {&dst, (void *)&src, &count, &bits, (void *)&aligned};
+    return (int)cudaLaunchKernel((const void *)scale_kernels[dt], dim3(grid),
+                                 dim3(COLLI_CUDA_BLOCK), args, 0, (cudaStream_t)stream);
+}
+
 extern "C" size_t colli_cuda_kernel_symbols(const void **syms, size_t max)
 {
     size_t n = 0;
-    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++)
+    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
         for (int op = 0; op < COLL_NUM_OPS; op++)
             if (n < max)
                 syms[n++] = (const void *)kernels[dt][op];
+        if (n < max)
+            syms[n++] = (const void *)scale_kernels[dt];
+    }
     return n;
 }
 

@@ -46,10 +46,16 @@ int colli_cuda_reduce(void *dst, const void *const *srcs, int nsrcs, size_t coun
  * share their offset modulo 16). dst and src must not overlap unless equal. */
 int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_count, void *stream);
 
-/* The kernels behind colli_cuda_reduce and colli_cuda_copy (their host-side symbols, as
- * cudaLaunchKernel takes them), at most max of them into syms; the number written. For loading
- * them before their first launch (CUDA loads kernels lazily). */
-#define COLLI_CUDA_NUM_KERNELS (COLL_NUM_DATATYPES * COLL_NUM_OPS)
+/* dst[i] = src[i] * scalar for i < count on stream (PreMulSum's first step), computed as
+ * colli_scale (coll_kernels.h) does, bit for bit; scalar is one element of dt in host memory,
+ * read at the call. dst may equal src. sm_count as for colli_cuda_reduce. */
+int colli_cuda_scale(void *dst, const void *src, size_t count, coll_datatype_t dt,
+                     const void *scalar, int sm_count, void *stream);
+
+/* The kernels behind colli_cuda_reduce, colli_cuda_copy and colli_cuda_scale (their host-side
+ * symbols, as cudaLaunchKernel takes them), at most max of them into syms; the number written. For
+ * loading them before their first launch (CUDA loads kernels lazily). */
+#define COLLI_CUDA_NUM_KERNELS (COLL_NUM_DATATYPES * (COLL_NUM_OPS + 1))
 size_t colli_cuda_kernel_symbols(const void **syms, size_t max);
 
 /* Name ("cudaErrorInvalidValue") and description ("invalid argument") of a cudaError_t. */

@@ -260,8 +260,8 @@ typedef enum {
 /**
  * A PreMulSum operator of comm (ncclRedOpCreatePreMulSum): a sum where each rank first
  * multiplies its input by its own scalar, one element of datatype. *op is COLL_NUM_OPS or more;
- * it is valid for comm's all_reduce, reduce and reduce_scatter on datatype and on host buffers,
- * until coll_op_destroy. The product is computed as colli_scale documents: integers wrap,
+ * it is valid for comm's all_reduce, reduce and reduce_scatter on datatype (host or device
+ * buffers), until coll_op_destroy. The product is computed as colli_scale documents: integers wrap,
  * float16/bfloat16/float8 in float32 with one rounding, float32/float64 in the type. Not
  * thread-safe against collectives of comm running on other threads, like NCCL's.
  */

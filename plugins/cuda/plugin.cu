@@ -128,19 +128,35 @@ static const char *cu_device_name(int device)
 
 static_assert(COLLI_GPU_MAX_SRCS <= COLLI_CUDA_MAX_SRCS, "the plugin takes what the kernels take");
 
+/* The current device's multiprocessor count, for a launch grid: asked per call (an attribute
+ * query, no synchronisation), so no per-device table is kept. */
+static cudaError_t sm_count(int *sm)
+{
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    return e == cudaSuccess ? cudaDeviceGetAttribute(sm, cudaDevAttrMultiProcessorCount, device)
+                            : e;
+}
+
 static int cu_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
                      uint32_t divisor, void *stream)
 {
-    /* the launch grid comes from the device's multiprocessor count: asked per call (an
-     * attribute query, no synchronisation), so no per-device table is kept */
-    int device = 0, sm = 0;
-    cudaError_t e = cudaGetDevice(&device);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device);
+    int sm = 0;
+    cudaError_t e = sm_count(&sm);
     if (e != cudaSuccess)
         return (int)e;
     return colli_cuda_reduce(dst, srcs, nsrcs, count, (coll_datatype_t)dt, (coll_op_t)op, divisor,
                              sm, stream);
+}
+
+static int cu_scale(void *dst, const void *src, size_t count, int dt, const void *scalar,
+                    void *stream)
+{
+    int sm = 0;
+    cudaError_t e = sm_count(&sm);
+    if (e != cudaSuccess)
+        return (int)e;
+    return colli_cuda_scale(dst, src, count, (coll_datatype_t)dt, scalar, sm, stream);
 }
 
 static_assert(sizeof(cudaIpcMemHandle_t) == COLLI_GPU_IPC_HANDLE, "IPC handle size");
@@ -281,6 +297,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_ipc_close,
     cu_gate_words,
     cu_load_kernels,
+    cu_scale,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

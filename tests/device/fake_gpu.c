@@ -57,7 +57,7 @@ static size_t elt_size(coll_datatype_t dt)
 #define SYNC_MAX_S 10.0
 #define MAXDEV     64
 
-enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE };
+enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE, T_SCALE };
 
 typedef struct task {
     struct task *next;
@@ -68,8 +68,9 @@ typedef struct task {
     void (*fn)(void *);
     void *arg;
     unsigned us;
-    /* T_REDUCE */
+    /* T_REDUCE, T_SCALE (srcs[0], scalar) */
     const void *srcs[COLLI_GPU_MAX_SRCS];
+    uint8_t scalar[8];
     int nsrcs;
     size_t count;
     int dt, op;
@@ -161,6 +162,8 @@ static void *stream_main(void *arg)
             t->fn(t->arg);
         } else if (t->kind == T_REDUCE) {
             run_reduce(t);
+        } else if (t->kind == T_SCALE) {
+            colli_scale(t->dst, t->srcs[0], t->count, (coll_datatype_t)t->dt, t->scalar);
         } else if (t->kind == T_GATE) {
             /* as cuStreamWriteValue32 then cuStreamWaitValue32(GEQ): the stream polls */
             __atomic_store_n(t->arrived, t->value, __ATOMIC_RELEASE);
@@ -624,6 +627,12 @@ static int fake_delay(void *stream, unsigned us)
 }
 
 /* Kernels read and write device memory only: every range must be one of this GPU's. */
+static bool on_gpu(const void *p, size_t bytes)
+{
+    size_t left;
+    return find(p, &left) >= 0 && left >= bytes;
+}
+
 static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
                        uint32_t divisor, void *stream)
 {
@@ -634,8 +643,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
         return 0;
     load("the first launch of the reduce kernel (lazy loading)");
     const size_t bytes = count * elt_size((coll_datatype_t)dt);
-    size_t left;
-    if (find(dst, &left) < 0 || left < bytes)
+    if (!on_gpu(dst, bytes))
         return 1;
     task_t t = {.kind = T_REDUCE,
                 .dst = dst,
@@ -645,10 +653,28 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
                 .op = op,
                 .divisor = divisor};
     for (int i = 0; i < nsrcs; i++) {
-        if (find(srcs[i], &left) < 0 || left < bytes)
+        if (!on_gpu(srcs[i], bytes))
             return 1;
         t.srcs[i] = srcs[i];
     }
+    return enqueue(stream, &t);
+}
+
+/* PreMulSum's scaling, as the CUDA kernel does it: colli_scale, ordered on the stream. */
+static int fake_scale(void *dst, const void *src, size_t count, int dt, const void *scalar,
+                      void *stream)
+{
+    if (dt < 0 || dt >= COLL_NUM_DATATYPES || scalar == NULL)
+        return 1;
+    if (count == 0)
+        return 0;
+    load("the first launch of the scale kernel (lazy loading)");
+    const size_t bytes = count * elt_size((coll_datatype_t)dt);
+    if (!on_gpu(dst, bytes) || !on_gpu(src, bytes))
+        return 1;
+    task_t t = {.kind = T_SCALE, .dst = dst, .count = count, .dt = dt};
+    t.srcs[0] = src;
+    memcpy(t.scalar, scalar, elt_size((coll_datatype_t)dt));
     return enqueue(stream, &t);
 }
 
@@ -704,6 +730,7 @@ static const colli_gpu_ops_t ops = {
     .ipc_close = fake_ipc_close,
     .gate_words = fake_gate_words,
     .load_kernels = fake_load_kernels,
+    .scale = fake_scale,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -278,6 +278,52 @@ static void test_copies(void)
     check(rc == 0 && memcmp(h_out, h_in[1], 4097 + 3) == 0, "copy in place changed the data");
 }
 
+/* PreMulSum's scaling: colli_cuda_scale against colli_scale, every datatype, a few scalars
+ * (specials included), aligned, misaligned and in place. */
+static void test_scales(void)
+{
+    static const size_t counts[] = {1, 4097, BIG_COUNT};
+    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
+        const size_t esz = dt_size[dt], n = buf_bytes / esz;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = gen_elem(dt);
+            memcpy(h_in[0] + i * esz, &v, esz);
+        }
+        CUDA_OK(cudaMemcpyAsync(d_in[0], h_in[0], buf_bytes, cudaMemcpyHostToDevice, stream));
+        unsigned long long failed_before = n_failed;
+        for (int k = 0; k < 4; k++) {
+            uint64_t scalar = gen_elem(dt);
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                const size_t count = counts[c], bytes = count * esz;
+                for (int lay = 0; lay < 3; lay++) { /* aligned, misaligned, in place */
+                    const unsigned od = lay == 1 ? (esz == 1 ? 3u : 1u) : 0u,
+                                   os = lay == 1 ? (esz == 1 ? 5u : 3u) : 0u;
+                    unsigned char *d_src = d_in[0] + os;
+                    unsigned char *d_dst = lay == 2 ? d_in[1] : d_out + od;
+                    if (lay == 2) /* in place on a copy of the input */
+                        CUDA_OK(cudaMemcpyAsync(d_in[1], d_in[0], bytes, cudaMemcpyDeviceToDevice,
+                                                stream));
+                    int rc = colli_cuda_scale(d_dst, lay == 2 ? d_dst : d_src, count,
+                                              (coll_datatype_t)dt, &scalar, sm_count, stream);
+                    CUDA_OK(cudaMemcpyAsync(h_out, d_dst, bytes, cudaMemcpyDeviceToHost, stream));
+                    CUDA_OK(cudaStreamSynchronize(stream));
+                    check(rc == 0, "%s scale count %zu layout %d: returned %d", dt_name[dt], count,
+                          lay, rc);
+                    colli_scale(h_ref, h_in[0] + os, count, (coll_datatype_t)dt, &scalar);
+                    size_t bad = 0;
+                    for (size_t i = 0; i < count; i++)
+                        bad += !same(dt, COLL_PROD, ld_bits(h_ref, i, esz), ld_bits(h_out, i, esz));
+                    check(bad == 0,
+                          "%s scale by 0x%" PRIx64 " count %zu layout %d: %zu of %zu differ",
+                          dt_name[dt], scalar, count, lay, bad, count);
+                }
+            }
+        }
+        printf("%-8s scale %s\n", dt_name[dt], n_failed == failed_before ? "ok" : "FAILED");
+        fflush(stdout);
+    }
+}
+
 static void test_arguments(void)
 {
     const void *srcs[COLLI_CUDA_MAX_SRCS + 1];
@@ -407,6 +453,7 @@ int main(void)
 
     test_reductions();
     test_copies();
+    test_scales();
     test_arguments();
     report_speed();
 

@@ -188,8 +188,11 @@ void case_conformance(void)
             premul(comm, dts[d], counts[c], c % 2 ? ncclScalarDevice : ncclScalarHostImmediate);
             movements(comm, dts[d], counts[c]);
         }
-    /* beyond a pipeline chunk and the single-copy threshold */
+    /* beyond a pipeline chunk and the single-copy threshold (device buffers: CUDA IPC, and a
+     * PreMulSum's scratch grown and the smaller one retired) */
     reductions(comm, ncclFloat32, ncclSum, 300007);
+    premul(comm, ncclFloat32, 300007, ncclScalarHostImmediate);
+    premul(comm, ncclBfloat16, 300007, ncclScalarDevice);
     movements(comm, ncclInt32, 300007);
     ncclResult_t async = ncclInternalError;
     CHECK_OK(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");

@@ -1,8 +1,8 @@
 /* PreMulSum operators (coll_op_create_premul_sum): each rank's input multiplied by its own
  * scalar into a temporary buffer, then summed by the ordinary all_reduce / reduce /
- * reduce_scatter (so every algorithm and transport serves them unchanged). Device buffers are
- * staged through pinned host memory in the order of their stream, as send/recv on device buffers
- * is, and take the same host path. */
+ * reduce_scatter (so every algorithm and transport serves them unchanged). On device buffers the
+ * GPU scales (the plugin's scale kernel, on the progress thread, into device scratch), and the
+ * sum runs as any collective on device buffers (CUDA IPC or the chunk pipeline). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,14 +97,19 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
     return COLL_SUCCESS;
 }
 
+static coll_result_t destroyed(const colli_coll_args_t *a)
+{
+    return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                     "%s: PreMulSum operator %d was destroyed before the call ran; destroy "
+                     "operators only after the group that uses them ended",
+                     colli_coll_name(a->coll), (int)a->op);
+}
+
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a)
 {
     const struct colli_premul *p = slot_of(comm, a->op);
     if (p == NULL) /* destroyed between the call and the end of its group */
-        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "%s: PreMulSum operator %d was destroyed before the call ran; destroy "
-                         "operators only after the group that uses them ended",
-                         colli_coll_name(a->coll), (int)a->op);
+        return destroyed(a);
     colli_coll_args_t s = *a;
     s.op = COLL_SUM;
     const size_t n =
@@ -124,27 +129,19 @@ coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *
     return status;
 }
 
-static coll_result_t run_staged(struct coll_comm *comm, void *ctx)
-{
-    return colli_premul_run(comm, ctx);
-}
-
 coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
 {
-    colli_coll_args_t h = it->a;
-    size_t len[2];
-    colli_buffer_sizes(&h, comm->nranks, comm->rank, len);
-    const size_t send_span = colli_stage_span(len[0]);
-    colli_dev_region_t reg[2] = {
-        {.dev = h.sendbuf, .bytes = len[0], .off = 0, .in = true, .out = false},
-        {.dev = h.recvbuf, .bytes = len[1], .off = send_span, .in = false, .out = true},
+    const struct colli_premul *p = slot_of(comm, it->a.op);
+    if (p == NULL) /* destroyed between the call and the end of its group */
+        return destroyed(&it->a);
+    colli_coll_args_t a = it->a;
+    a.op = COLL_SUM;
+    colli_dev_scale_t sc = {
+        .src = a.sendbuf,
+        .count = a.coll == COLLI_COLL_REDUCE_SCATTER ? a.count * (size_t)comm->nranks : a.count,
+        .dt = a.dt,
+        .ptr = p->by_pointer ? p->ptr : NULL,
     };
-    char *base = NULL;
-    coll_result_t status = colli_dev_staging(comm, send_span + len[1], &base);
-    if (status != COLL_SUCCESS)
-        return status;
-    h.sendbuf = len[0] > 0 ? base : NULL;
-    h.recvbuf = len[1] > 0 ? base + send_span : NULL;
-    return colli_dev_submit(comm, colli_coll_name(h.coll), it->device, it->stream, reg, 2,
-                            run_staged, &h, sizeof(h));
+    memcpy(sc.value, p->value, coll_datatype_size(a.dt));
+    return colli_dev_submit_scaled(comm, colli_coll_name(a.coll), it->device, it->stream, &a, &sc);
 }

@@ -281,6 +281,24 @@ static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_
     return err == 0 ? COLL_SUCCESS : colli_dev_fail(comm, d, j, step, o->error_string(err));
 }
 
+/* PreMulSum: the input times the scalar into the scratch that the job's args name as sendbuf,
+ * on slot 0's stream, waited for. false: the communicator failed. */
+static bool prescale(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    const colli_coll_args_t *a = j->ctx;
+    const colli_dev_scale_t *sc = &j->sc;
+    uint8_t scalar[8];
+    memcpy(scalar, sc->ptr != NULL ? sc->ptr : sc->value, coll_datatype_size(sc->dt));
+    int err = d->ops->scale((void *)a->sendbuf, sc->src, sc->count, (int)sc->dt, scalar,
+                            d->slots[0].stream);
+    int sync_err = d->ops->stream_sync(d->slots[0].stream);
+    if (err == 0)
+        err = sync_err;
+    if (err != 0)
+        colli_dev_fail(comm, d, j, "scaling the input of a PreMulSum", d->ops->error_string(err));
+    return err == 0;
+}
+
 static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
     const colli_gpu_ops_t *o = d->ops;
@@ -294,6 +312,8 @@ static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
         return;
     }
     if (j->run == NULL) {
+        if (j->scaled && !prescale(comm, d, j))
+            return;
         colli_dev_pipe_run(comm, d, j);
         return;
     }
@@ -353,9 +373,29 @@ static void free_retired(struct colli_dev *d, bool all)
             continue;
         }
         *pp = r->next;
-        (void)d->ops->host_free(r->p);
+        (void)(r->dev ? d->ops->dev_free(r->p) : d->ops->host_free(r->p));
         free(r);
     }
+}
+
+/* p (staging, or device scratch when dev) was replaced: freed once the calls queued so far are
+ * over (free_retired). */
+static void retire(struct colli_dev *d, retired_t *r, void *p, bool dev)
+{
+    pthread_mutex_lock(&d->mu);
+    r->last_seq = d->submitted;
+    pthread_mutex_unlock(&d->mu);
+    r->dev = dev;
+    r->p = p;
+    r->next = d->retired;
+    d->retired = r;
+}
+
+/* A grow-only buffer's next size for bytes: at least double, in 2 MiB steps. */
+static size_t grown(size_t cap, size_t bytes)
+{
+    size_t want = cap * 2 > bytes ? cap * 2 : bytes;
+    return (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
 }
 
 coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base)
@@ -366,8 +406,7 @@ coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **bas
         *base = d->staging;
         return COLL_SUCCESS;
     }
-    size_t want = d->staging_cap * 2 > bytes ? d->staging_cap * 2 : bytes;
-    want = (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    const size_t want = grown(d->staging_cap, bytes);
     void *p = NULL;
     int err = d->ops->host_alloc(&p, want);
     if (err != 0)
@@ -382,12 +421,7 @@ coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **bas
             (void)d->ops->host_free(p);
             return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
         }
-        pthread_mutex_lock(&d->mu);
-        r->last_seq = d->submitted;
-        pthread_mutex_unlock(&d->mu);
-        r->p = d->staging;
-        r->next = d->retired;
-        d->retired = r;
+        retire(d, r, d->staging, false);
     }
     d->staging = p;
     d->staging_cap = want;
@@ -493,9 +527,47 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     return d->ops->host_func(stream, gate, j);
 }
 
-coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
-                               const colli_dev_region_t *regions, int nregions,
-                               colli_dev_run_fn run, const void *ctx, size_t ctx_size)
+/* Device scratch of at least bytes on d->device for a PreMulSum's scaled input (caller's
+ * thread, after prepare; grow-only, the replaced one retired until its calls are over). */
+static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
+                                 void **p)
+{
+    free_retired(d, false);
+    if (bytes <= d->scratch_cap) {
+        *p = d->scratch;
+        return COLL_SUCCESS;
+    }
+    const size_t want = grown(d->scratch_cap, bytes);
+    retired_t *r = d->scratch != NULL ? malloc(sizeof(*r)) : NULL;
+    if (d->scratch != NULL && r == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
+    const colli_gpu_ops_t *o = d->ops;
+    void *m = NULL;
+    int prev = -1, err = o->get_device(&prev);
+    if (err == 0)
+        err = o->set_device(d->device);
+    if (err == 0)
+        err = o->dev_alloc(&m, want);
+    if (prev >= 0 && prev != d->device)
+        (void)o->set_device(prev);
+    if (err != 0) {
+        free(r);
+        return COLLI_ERR(COLL, COLL_ERR_CUDA,
+                         "rank %d: cannot allocate %zu bytes of GPU %d memory for the scaled "
+                         "input of a PreMulSum: %s (free GPU memory, or make the calls smaller)",
+                         comm->rank, want, d->device, o->error_string(err));
+    }
+    if (r != NULL)
+        retire(d, r, d->scratch, true);
+    d->scratch = m;
+    d->scratch_cap = want;
+    *p = m;
+    return COLL_SUCCESS;
+}
+
+static coll_result_t submit(struct coll_comm *comm, const char *what, int device, void *stream,
+                            const colli_dev_region_t *regions, int nregions, colli_dev_run_fn run,
+                            const void *ctx, size_t ctx_size, const colli_dev_scale_t *sc)
 {
     struct colli_dev *d = comm->dev;
     if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
@@ -520,6 +592,18 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing %s", what);
     }
     memcpy(c, ctx, ctx_size);
+    if (sc != NULL) {
+        void *scratch = NULL;
+        status = scratch_for(comm, d, sc->count * coll_datatype_size(sc->dt), &scratch);
+        if (status != COLL_SUCCESS) {
+            free(j);
+            free(c);
+            return status;
+        }
+        ((colli_coll_args_t *)c)->sendbuf = scratch;
+        j->scaled = true;
+        j->sc = *sc;
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 2;
@@ -560,6 +644,21 @@ coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int dev
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
     return COLL_SUCCESS;
+}
+
+coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
+                               const colli_dev_region_t *regions, int nregions,
+                               colli_dev_run_fn run, const void *ctx, size_t ctx_size)
+{
+    return submit(comm, what, device, stream, regions, nregions, run, ctx, ctx_size, NULL);
+}
+
+coll_result_t colli_dev_submit_scaled(struct coll_comm *comm, const char *what, int device,
+                                      void *stream, const colli_coll_args_t *a,
+                                      const colli_dev_scale_t *sc)
+{
+    return submit(comm, what, device, stream, NULL, 0, NULL, a, sizeof(*a),
+                  sc->count > 0 ? sc : NULL);
 }
 
 coll_result_t colli_dev_drain(struct coll_comm *comm, const char *fn)
@@ -624,6 +723,8 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     free_retired(d, true);
     if (d->staging != NULL)
         (void)d->ops->host_free(d->staging);
+    if (d->scratch != NULL)
+        (void)d->ops->dev_free(d->scratch);
     /* a stream of a dropped call may still store to its words: kept then (8 KiB) */
     if (d->gate_words != NULL && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE))
         (void)d->ops->host_free((void *)d->gate_words);

@@ -7,7 +7,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "algo/algos.h"
 #include "base/comm.h"
 
 /* Load the GPU plugin when the process uses CUDA (or COLL_CUDA_PLUGIN names one). An error only
@@ -55,5 +57,22 @@ coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **bas
 coll_result_t colli_dev_submit(struct coll_comm *comm, const char *what, int device, void *stream,
                                const colli_dev_region_t *regions, int nregions,
                                colli_dev_run_fn run, const void *ctx, size_t ctx_size);
+
+/* PreMulSum's first step on device buffers: src (count elements of dt, device memory) times
+ * the scalar, into device scratch of the communicator, on the GPU, by the progress thread. */
+typedef struct colli_dev_scale {
+    const void *src;
+    size_t count;
+    coll_datatype_t dt;
+    uint8_t value[8]; /* the scalar (COLL_SCALAR_IMMEDIATE) */
+    const void *ptr;  /* else host memory, read when the call runs */
+} colli_dev_scale_t;
+
+/* Queue the collective a (a sum) on the scaled input: a's sendbuf is replaced by the scratch
+ * that the progress thread fills from sc first (CUDA IPC or the pipeline then run it as any
+ * collective on device buffers). */
+coll_result_t colli_dev_submit_scaled(struct coll_comm *comm, const char *what, int device,
+                                      void *stream, const colli_coll_args_t *a,
+                                      const colli_dev_scale_t *sc);
 
 #endif

@@ -28,6 +28,8 @@ typedef struct dev_job {
     char what[48];
     char *staging;
     colli_dev_run_fn run; /* NULL: a collective through the chunk pipeline (ctx: its args) */
+    bool scaled;          /* run NULL: first scale sc into the args' sendbuf (PreMulSum) */
+    colli_dev_scale_t sc;
     void *ctx;
     int nregions;
     colli_dev_region_t regions[];
@@ -35,6 +37,7 @@ typedef struct dev_job {
 
 typedef struct retired {
     struct retired *next;
+    bool dev; /* device memory (scratch), else pinned host memory (staging) */
     void *p;
     uint64_t last_seq; /* the last call that may use it */
 } retired_t;
@@ -56,6 +59,10 @@ struct colli_dev {
     char *staging; /* the current pinned staging (caller's thread) */
     size_t staging_cap;
     retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
+    /* PreMulSum's scaled inputs (device memory of the communicator's GPU, grow-only; the
+     * replaced one is retired as staging is). Calls run one at a time, so one serves all. */
+    void *scratch;
+    size_t scratch_cap;
     /* DEV_SLOTS slots, each a stream of its own with pinned host buffers (hs, hr) and device
      * scratch (ds) of slot_bytes (0: not yet allocated). Made on the caller's thread before the
      * first call that needs them is queued, freed at fini, never in between: an allocation or a

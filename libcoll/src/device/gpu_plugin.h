@@ -93,6 +93,11 @@ typedef struct colli_gpu_ops {
      * when the thread has no context yet: a context is not made only for this), and at the
      * first device call on its GPU without. 0, or an error (no kernel image for this GPU). */
     int (*load_kernels)(int only_if_current, int *loaded);
+    /* dst[i] = scalar * src[i] for i < count on the current device's memory, ordered on stream
+     * (PreMulSum's first step): scalar is one element of dt in host memory, read now; computed
+     * as colli_scale (coll_kernels.h) does. dst may equal src. */
+    int (*scale)(void *dst, const void *src, size_t count, int dt, const void *scalar,
+                 void *stream);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);
