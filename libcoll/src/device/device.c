@@ -368,7 +368,10 @@ static void free_retired(struct colli_dev *d, bool all)
     pthread_mutex_unlock(&d->mu);
     for (retired_t **pp = &d->retired; *pp != NULL;) {
         retired_t *r = *pp;
-        if (!all && r->last_seq > done) {
+        /* replaced scratch stays until fini: peers may keep it mapped through CUDA IPC, and
+         * freeing an allocation another process still maps is undefined in CUDA (it is at
+         * most as large as the scratch in use, which doubles as it grows) */
+        if (!all && (r->last_seq > done || r->dev)) {
             pp = &r->next;
             continue;
         }
@@ -379,7 +382,7 @@ static void free_retired(struct colli_dev *d, bool all)
 }
 
 /* p (staging, or device scratch when dev) was replaced: freed once the calls queued so far are
- * over (free_retired). */
+ * over, scratch at fini (free_retired). */
 static void retire(struct colli_dev *d, retired_t *r, void *p, bool dev)
 {
     pthread_mutex_lock(&d->mu);

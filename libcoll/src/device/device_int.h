@@ -60,7 +60,7 @@ struct colli_dev {
     size_t staging_cap;
     retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
     /* PreMulSum's scaled inputs (device memory of the communicator's GPU, grow-only; the
-     * replaced one is retired as staging is). Calls run one at a time, so one serves all. */
+     * replaced one is kept until fini). Calls run one at a time, so one serves all. */
     void *scratch;
     size_t scratch_cap;
     /* DEV_SLOTS slots, each a stream of its own with pinned host buffers (hs, hr) and device
