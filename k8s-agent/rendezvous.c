@@ -11,20 +11,59 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define COMM_GROUP_PATH  "/apis/kcoll.io/v1alpha1/namespaces"
 #define MAX_CREATE_TRIES 8
 
-/* A free TCP port on address (the pod's own network namespace: nothing else binds it). */
+/* The kernel's ports for outgoing connections (net.ipv4.ip_local_port_range). */
+static bool ephemeral_range(int *lo, int *hi)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f == NULL)
+        return false;
+    bool ok = fscanf(f, "%d %d", lo, hi) == 2 && *lo > 0 && *lo <= *hi && *hi <= 65535;
+    fclose(f);
+    return ok;
+}
+
+/* Can a TCP socket bind address:port now (0: any)? The port bound, or -1. */
+static int try_bind(const struct sockaddr_storage *addr, socklen_t len, int port)
+{
+    struct sockaddr_storage ss = *addr;
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int got = -1;
+    if (bind(fd, (struct sockaddr *)&ss, len) == 0 &&
+        getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        got = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    close(fd);
+    return got;
+}
+
+/* A free TCP port on address for the bootstrap root, which rank 0 binds seconds later. Chosen at
+ * random in [20000, 30000) below the kernel's ephemeral range: a port there is never handed to
+ * an outgoing connection meanwhile (one from bind(0) is, by any connection of the pod, or of the
+ * node with hostNetwork: "bind: Address already in use" on rank 0), and it stays clear of
+ * Kubernetes' NodePorts (30000-32767). bind(0) when that range is not below the ephemeral one or
+ * nothing in it is free. */
 static int free_port(const char *address)
 {
+    enum { LOW = 20000, HIGH = 30000, TRIES = 64 };
     struct sockaddr_storage ss;
     socklen_t len;
-    int fd, port = -1, family = strchr(address, ':') ? AF_INET6 : AF_INET;
     memset(&ss, 0, sizeof(ss));
-    if (family == AF_INET) {
+    if (strchr(address, ':') == NULL) {
         struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
         s4->sin_family = AF_INET;
         if (inet_pton(AF_INET, address, &s4->sin_addr) != 1)
@@ -37,15 +76,17 @@ static int free_port(const char *address)
             return -1;
         len = sizeof(*s6);
     }
-    fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&ss, len) == 0 &&
-        getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-        port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                       : ((struct sockaddr_in6 *)&ss)->sin6_port);
-    close(fd);
-    return port;
+    int lo = 0, hi = 0;
+    const int top = ephemeral_range(&lo, &hi) && lo < HIGH ? lo : HIGH;
+    for (int i = 0; top - LOW >= TRIES && i < TRIES; i++) {
+        uint32_t r = 0;
+        if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+            break;
+        int port = try_bind(&ss, len, LOW + (int)(r % (uint32_t)(top - LOW)));
+        if (port > 0)
+            return port;
+    }
+    return try_bind(&ss, len, 0);
 }
 
 static int parse_endpoint(const char *ep, char *host, size_t hlen, int *port)
