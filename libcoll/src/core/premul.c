@@ -97,6 +97,12 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
     return COLL_SUCCESS;
 }
 
+/* Elements of sendbuf the scalar multiplies (reduce_scatter sends a block per rank). */
+static size_t send_count(const struct coll_comm *comm, const colli_coll_args_t *a)
+{
+    return a->coll == COLLI_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
+}
+
 static coll_result_t destroyed(const colli_coll_args_t *a)
 {
     return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
@@ -112,8 +118,7 @@ coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *
         return destroyed(a);
     colli_coll_args_t s = *a;
     s.op = COLL_SUM;
-    const size_t n =
-        a->coll == COLLI_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
+    const size_t n = send_count(comm, a);
     if (n == 0)
         return colli_run_collective(comm, &s);
     const size_t bytes = n * coll_datatype_size(a->dt);
@@ -138,7 +143,7 @@ coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
     a.op = COLL_SUM;
     colli_dev_scale_t sc = {
         .src = a.sendbuf,
-        .count = a.coll == COLLI_COLL_REDUCE_SCATTER ? a.count * (size_t)comm->nranks : a.count,
+        .count = send_count(comm, &a),
         .dt = a.dt,
         .ptr = p->by_pointer ? p->ptr : NULL,
     };

@@ -531,7 +531,7 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 }
 
 /* Device scratch of at least bytes on d->device for a PreMulSum's scaled input (caller's
- * thread, after prepare; grow-only, the replaced one retired until its calls are over). */
+ * thread, after prepare; grow-only, the replaced one kept until fini: see free_retired). */
 static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
                                  void **p)
 {
