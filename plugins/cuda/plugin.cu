@@ -271,6 +271,25 @@ static int cu_load_kernels(int only_if_current, int *loaded)
     return 0;
 }
 
+static int cu_stream_capturing(void *stream, int *capturing)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &st);
+    *capturing = e == cudaSuccess && st != cudaStreamCaptureStatusNone;
+    return (int)e;
+}
+
+static int cu_capture(void *stream, int begin)
+{
+    if (begin)
+        return (int)cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeGlobal);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &g);
+    if (g != NULL)
+        (void)cudaGraphDestroy(g);
+    return (int)e;
+}
+
 static const colli_gpu_ops_t cu_ops = {
     sizeof(colli_gpu_ops_t),
     COLLI_GPU_PLUGIN_VERSION,
@@ -298,6 +317,8 @@ static const colli_gpu_ops_t cu_ops = {
     cu_gate_words,
     cu_load_kernels,
     cu_scale,
+    cu_stream_capturing,
+    cu_capture,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -22,8 +22,13 @@
  * loads them up front. A thread has a context once it set a device, allocated device memory or
  * made a stream (what load_kernels(only_if_current) asks).
  *
+ * A stream can capture (capture, for tests), but the fake records no graph: work enqueued on a
+ * capturing stream, or its synchronisation, fails and invalidates the capture, so that a test
+ * sees whether the library touched such a stream.
+ *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
- * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU). */
+ * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU),
+ * 900 work on a capturing stream, 901 a capture so invalidated, at its end. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -86,6 +91,9 @@ typedef struct fstream {
     task_t *head, *tail;
     int running; /* a task is being run */
     int stop;
+    /* capture (a test's): work enqueued meanwhile is refused and invalidates it (a graph
+     * records it on a GPU; the fake records no graphs, and the library must enqueue nothing) */
+    bool capturing, invalidated;
     pthread_t thread;
 } fstream_t;
 
@@ -260,6 +268,12 @@ static int enqueue(void *stream, const task_t *t)
     *c = *t;
     c->next = NULL;
     pthread_mutex_lock(&s->mu);
+    if (s->capturing) {
+        s->invalidated = true;
+        pthread_mutex_unlock(&s->mu);
+        free(c);
+        return 900; /* cudaErrorStreamCaptureUnsupported */
+    }
     if (s->tail != NULL)
         s->tail->next = c;
     else
@@ -502,10 +516,38 @@ static int fake_stream_sync(void *stream)
     if (s == NULL)
         return 2;
     pthread_mutex_lock(&s->mu);
-    while (s->head != NULL || s->running)
+    const bool capturing = s->capturing;
+    s->invalidated |= capturing; /* as a synchronisation of a capturing stream does */
+    while (!capturing && (s->head != NULL || s->running))
         pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
+    return capturing ? 900 : 0;
+}
+
+static int fake_stream_capturing(void *stream, int *capturing)
+{
+    fstream_t *s = stream_of(stream);
+    if (s == NULL)
+        return 2;
+    pthread_mutex_lock(&s->mu);
+    *capturing = s->capturing;
+    pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+static int fake_capture(void *stream, int begin)
+{
+    fstream_t *s = stream_of(stream);
+    if (s == NULL)
+        return 2;
+    pthread_mutex_lock(&s->mu);
+    const int err = (begin != 0) == s->capturing ? 1 : !begin && s->invalidated ? 901 : 0;
+    if (err != 1) {
+        s->capturing = begin != 0;
+        s->invalidated = false;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
 }
 
 static int fake_stream_destroy(void *stream)
@@ -694,6 +736,12 @@ static const char *fake_error_string(int err)
                "the device";
     case 801:
         return "fakeErrorNotSupported: operation not supported";
+    case 900:
+        return "fakeErrorStreamCaptureUnsupported: operation not permitted when stream is "
+               "capturing";
+    case 901:
+        return "fakeErrorStreamCaptureInvalidated: operation failed due to a previous error "
+               "during capture";
     default:
         return "fakeErrorUnknown: unknown error";
     }
@@ -731,6 +779,8 @@ static const colli_gpu_ops_t ops = {
     .gate_words = fake_gate_words,
     .load_kernels = fake_load_kernels,
     .scale = fake_scale,
+    .stream_capturing = fake_stream_capturing,
+    .capture = fake_capture,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

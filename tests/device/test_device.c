@@ -12,8 +12,9 @@
  *             and one on device buffers, fail with a mismatch naming both calls; a corrupt CUDA
  *             IPC descriptor fails every rank naming its sender (fake GPU only) (2 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
- *             count 0, buffers on a second GPU (FAKE_GPU_DEVICES=2); a plugin that cannot be
- *             loaded, is not a plugin or has no GPU
+ *             count 0, a stream capturing a CUDA graph, buffers on a second GPU
+ *             (FAKE_GPU_DEVICES=2); a plugin that cannot be loaded, is not a plugin or has no
+ *             GPU
  *   evict     more peers' buffers than the CUDA IPC mapping cache holds, calls queued: the
  *             evicted mappings are closed on the caller's thread, never on the progress thread
  *             (2 ranks)
@@ -377,6 +378,20 @@ static void usage_body(dh_ctx_t *ctx)
     CHECK_HAS(coll_get_last_error(), "mix host and device buffers", "says what is mixed");
     rc = coll_all_reduce(d, d, 0, COLL_FLOAT32, COLL_SUM, comm, s);
     CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "count 0 on device buffers");
+    /* a stream capturing a CUDA graph: refused before anything is enqueued on it (its capture
+     * ends clean), a collective and a group alike; the communicator works on afterwards */
+    CHECK(o->capture(s, 1) == 0, "rank %d: begin a capture", me);
+    rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a call on a capturing stream");
+    CHECK_HAS(coll_get_last_error(), "capturing a CUDA graph", "says why");
+    CHECK_HAS(coll_get_last_error(), "outside the capture", "says what to do");
+    coll_group_start();
+    coll_send(d, 1000, COLL_FLOAT32, peer, comm, s);
+    coll_recv(d, 1000, COLL_FLOAT32, peer, comm, s);
+    rc = coll_group_end();
+    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a group on a capturing stream");
+    CHECK_HAS(coll_get_last_error(), "capturing a CUDA graph", "says why");
+    CHECK(o->capture(s, 0) == 0, "rank %d: the capture ends clean (nothing was put in it)", me);
     /* device calls, then a host call: it waits for them */
     rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, COLL_MAX, comm, s);
     CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "device call");

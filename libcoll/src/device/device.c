@@ -578,6 +578,20 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
                          "the communicator failed earlier and cannot be used (destroy or abort "
                          "it and create a new one): %s",
                          comm->async_msg);
+    /* first: nothing (no allocation, no gate) may touch a stream that records a graph */
+    int capturing = 0, cerr = d->ops->stream_capturing(stream, &capturing);
+    if (cerr != 0)
+        return COLLI_ERR(COLL, COLL_ERR_CUDA,
+                         "rank %d: %s: cannot tell whether stream %p is capturing a CUDA graph: %s",
+                         comm->rank, what, stream, d->ops->error_string(cerr));
+    if (capturing)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: %s on stream %p, which is capturing a CUDA graph: kcoll cannot "
+                         "put its calls in a graph (their work runs on a host thread that a "
+                         "replay would not wake); make this call outside the capture (PyTorch: "
+                         "no collective inside torch.cuda.graph or torch.compile's "
+                         "\"reduce-overhead\" mode; vLLM: --enforce-eager)",
+                         comm->rank, what, stream);
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;

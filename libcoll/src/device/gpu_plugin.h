@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 4
+#define COLLI_GPU_PLUGIN_VERSION 5
 #define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
@@ -98,6 +98,13 @@ typedef struct colli_gpu_ops {
      * as colli_scale (coll_kernels.h) does. dst may equal src. */
     int (*scale)(void *dst, const void *src, size_t count, int dt, const void *scalar,
                  void *stream);
+    /* Is stream capturing a CUDA graph (cudaStreamIsCapturing: active, or invalidated by an
+     * error)? Work enqueued on such a stream is recorded into the graph, not run; the library
+     * refuses it (a replay would not wake the progress thread). 0, or an error. */
+    int (*stream_capturing)(void *stream, int *capturing);
+    /* For tests: begin a capture on stream in the global mode (PyTorch's default), or end it
+     * and discard the graph (begin = 0; an error when the capture was invalidated). */
+    int (*capture)(void *stream, int begin);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);
