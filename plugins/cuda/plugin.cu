@@ -4,6 +4,7 @@
  * itself never links CUDA and runs where CUDA is absent. Every function returns a cudaError_t.
  */
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
@@ -161,24 +162,28 @@ static int cu_scale(void *dst, const void *src, size_t count, int dt, const void
 
 static_assert(sizeof(cudaIpcMemHandle_t) == COLLI_GPU_IPC_HANDLE, "IPC handle size");
 
-/* A driver function, from the driver the runtime uses (the plugin links no libcuda). */
-static void *driver_fn(const char *name)
+/* A driver function, from the driver the runtime uses (the plugin links no libcuda), or NULL.
+ * The version asked for must be at least the one the function came with: asked for as of an
+ * earlier one, the driver answers "version not sufficient" and no pointer (cuFuncLoad, of 12.4,
+ * asked for as of 12.0, was not found so, and the kernels were not loaded). DRIVER_FN takes the
+ * version of the function's typedef in cudaTypedefs.h, so that the two cannot disagree. */
+static void *driver_fn(const char *name, unsigned version)
 {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
         return NULL;
     return fn;
 }
+#define DRIVER_FN(name, version) ((PFN_##name##_v##version)driver_fn(#name, version))
 
 static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
 {
-    typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
-    typedef CUresult (*attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
     /* looked up once per process (C++ initialises function statics once, thread-safely) */
-    static const range_fn range = (range_fn)driver_fn("cuMemGetAddressRange");
-    static const attr_fn attr = (attr_fn)driver_fn("cuPointerGetAttribute");
+    static const auto range = DRIVER_FN(cuMemGetAddressRange, 3020);
+    static const auto attr = DRIVER_FN(cuPointerGetAttribute, 4000);
     if (range == NULL || attr == NULL)
         return (int)cudaErrorNotSupported;
     CUdeviceptr base = 0, dp = (CUdeviceptr)(uintptr_t)p;
@@ -210,13 +215,11 @@ static int cu_ipc_close(void *base)
 
 /* The stream memory operations of the driver (cuStreamWriteValue32, cuStreamWaitValue32): the
  * stream itself stores the arrival and waits for the release, no thread is blocked. */
-typedef CUresult (*memop_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-
 static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
                          uint32_t value)
 {
-    static const memop_fn write32 = (memop_fn)driver_fn("cuStreamWriteValue32");
-    static const memop_fn wait32 = (memop_fn)driver_fn("cuStreamWaitValue32");
+    static const auto write32 = DRIVER_FN(cuStreamWriteValue32, 11070);
+    static const auto wait32 = DRIVER_FN(cuStreamWaitValue32, 11070);
     if (write32 == NULL || wait32 == NULL)
         return (int)cudaErrorNotSupported;
     void *a = NULL, *r = NULL;
@@ -234,16 +237,14 @@ static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint
 
 /* Every kernel of the plugin, loaded into the current context now (gpu_plugin.h): the runtime
  * looks each one up (cudaGetFuncBySymbol, which loads its module), then the driver loads the
- * function where it is not yet (cuFuncLoad, CUDA 12.4 drivers on; older ones load it at the
- * lookup) and says it is. */
+ * function where it is not yet (cuFuncIsLoaded, cuFuncLoad: drivers of CUDA 12.4 on, which a
+ * CUDA 13 runtime needs anyway). A driver without them gets the lookup only, which may leave a
+ * function to load at its first launch; CUDA_MODULE_LOADING=EAGER is the remedy there. */
 static int cu_load_kernels(int only_if_current, int *loaded)
 {
-    typedef CUresult (*ctx_fn)(CUcontext *);
-    typedef CUresult (*is_loaded_fn)(CUfunctionLoadingState *, CUfunction);
-    typedef CUresult (*load_fn)(CUfunction);
-    static const ctx_fn get_current = (ctx_fn)driver_fn("cuCtxGetCurrent");
-    static const is_loaded_fn is_loaded = (is_loaded_fn)driver_fn("cuFuncIsLoaded");
-    static const load_fn load = (load_fn)driver_fn("cuFuncLoad");
+    static const auto get_current = DRIVER_FN(cuCtxGetCurrent, 4000);
+    static const auto is_loaded = DRIVER_FN(cuFuncIsLoaded, 12040);
+    static const auto load = DRIVER_FN(cuFuncLoad, 12040);
     *loaded = 0;
     if (only_if_current) {
         CUcontext ctx = NULL;
