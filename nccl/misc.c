@@ -180,11 +180,22 @@ ncclResult_t nccl_datatype(ncclDataType_t dt, const char *fn, coll_datatype_t *o
 
 /* ---- memory ---- */
 
-/* The CUDA runtime's entry point sym when the process has the runtime loaded (a framework that
- * uses CUDA does); this layer never loads it. */
+/* The CUDA runtime's entry point sym when the process has a runtime loaded (a framework that
+ * uses CUDA does); this layer never loads one. Global symbols first (PyTorch makes its runtime
+ * global); else a runtime loaded privately, found by its SONAME without loading it: a Python
+ * extension module (CuPy's) brings libcudart in with RTLD_LOCAL, which RTLD_DEFAULT does not
+ * see, and without it ncclCommCuDevice said GPU 0 on every GPU and ncclMemAlloc gave host
+ * memory. The reference dlopen takes is kept: the runtime stays while the process uses it. */
 static void *cudart(const char *sym)
 {
-    return dlsym(RTLD_DEFAULT, sym);
+    static const char *const sonames[] = {"libcudart.so.13", "libcudart.so.12"};
+    void *fn = dlsym(RTLD_DEFAULT, sym);
+    for (size_t i = 0; fn == NULL && i < sizeof(sonames) / sizeof(sonames[0]); i++) {
+        void *h = dlopen(sonames[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (h != NULL && (fn = dlsym(h, sym)) == NULL)
+            (void)dlclose(h);
+    }
+    return fn;
 }
 
 /* NCCL's allocator gives device memory: cudaMalloc where the process uses CUDA, else host memory
