@@ -95,13 +95,19 @@ static int env_local_rank(void)
     return *end || r < 0 || r > 65535 ? -1 : (int)r;
 }
 
-/* The CUDA driver version when libcuda is already loaded in the process (never loads it). */
+/* The CUDA driver version when libcuda is already loaded in the process (never loads it):
+ * among the global symbols, else by its SONAME (NCCL and the CUDA runtime load it privately). */
 static int cuda_driver_version(void)
 {
     int (*get)(int *) = (int (*)(int *))dlsym(RTLD_DEFAULT, "cuDriverGetVersion");
+    void *h = get ? NULL : dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     int v = 0;
+    if (h)
+        get = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
     if (!get || get(&v) != 0)
-        return 0;
+        v = 0;
+    if (h)
+        (void)dlclose(h);
     return v;
 }
 
