@@ -28,7 +28,8 @@
  *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU),
- * 900 work on a capturing stream, 901 a capture so invalidated, at its end. */
+ * 700 a kernel given another GPU's memory, 900 work on a capturing stream, 901 a capture so
+ * invalidated, at its end. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -108,7 +109,7 @@ static struct {
         int device;    /* the current device of the thread that allocated it */
     } dev[MAXALLOC];
     uint64_t allocs;
-    fstream_t *legacy;
+    fstream_t *legacy[MAXDEV];      /* each device's default stream */
     fstream_t *streams[MAXSTREAMS]; /* every stream made here, the default one too */
     int nstreams;
     bool loaded[MAXDEV]; /* the kernels are loaded on this device */
@@ -227,9 +228,10 @@ static fstream_t *stream_of(void *stream)
     if (stream != NULL)
         return stream;
     pthread_mutex_lock(&fg.mu);
-    if (fg.legacy == NULL && (fg.legacy = stream_new()) != NULL)
-        (void)stream_list_locked(fg.legacy, true);
-    fstream_t *s = fg.legacy;
+    fstream_t **l = &fg.legacy[cur_device];
+    if (*l == NULL && (*l = stream_new()) != NULL)
+        (void)stream_list_locked(*l, true);
+    fstream_t *s = *l;
     pthread_mutex_unlock(&fg.mu);
     return s;
 }
@@ -669,10 +671,16 @@ static int fake_delay(void *stream, unsigned us)
 }
 
 /* Kernels read and write device memory only: every range must be one of this GPU's. */
-static bool on_gpu(const void *p, size_t bytes)
+/* [p, p + bytes) lies in one allocation of the current device: a kernel reads no other GPU's
+ * memory (no peer access: an access there faults, 700, as on a GPU). */
+static int on_gpu(const void *p, size_t bytes)
 {
     size_t left;
-    return find(p, &left) >= 0 && left >= bytes;
+    const int i = find(p, &left);
+    pthread_mutex_lock(&fg.mu);
+    const bool here = i >= 0 && fg.dev[i].device == cur_device;
+    pthread_mutex_unlock(&fg.mu);
+    return i < 0 || left < bytes ? 1 : here ? 0 : 700;
 }
 
 static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
@@ -685,8 +693,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
         return 0;
     load("the first launch of the reduce kernel (lazy loading)");
     const size_t bytes = count * elt_size((coll_datatype_t)dt);
-    if (!on_gpu(dst, bytes))
-        return 1;
+    int err = on_gpu(dst, bytes);
     task_t t = {.kind = T_REDUCE,
                 .dst = dst,
                 .nsrcs = nsrcs,
@@ -694,12 +701,11 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
                 .dt = dt,
                 .op = op,
                 .divisor = divisor};
-    for (int i = 0; i < nsrcs; i++) {
-        if (!on_gpu(srcs[i], bytes))
-            return 1;
+    for (int i = 0; i < nsrcs && err == 0; i++) {
+        err = on_gpu(srcs[i], bytes);
         t.srcs[i] = srcs[i];
     }
-    return enqueue(stream, &t);
+    return err != 0 ? err : enqueue(stream, &t);
 }
 
 /* PreMulSum's scaling, as the CUDA kernel does it: colli_scale, ordered on the stream. */
@@ -712,8 +718,9 @@ static int fake_scale(void *dst, const void *src, size_t count, int dt, const vo
         return 0;
     load("the first launch of the scale kernel (lazy loading)");
     const size_t bytes = count * elt_size((coll_datatype_t)dt);
-    if (!on_gpu(dst, bytes) || !on_gpu(src, bytes))
-        return 1;
+    int err = on_gpu(dst, bytes);
+    if (err != 0 || (err = on_gpu(src, bytes)) != 0)
+        return err;
     task_t t = {.kind = T_SCALE, .dst = dst, .count = count, .dt = dt};
     t.srcs[0] = src;
     memcpy(t.scalar, scalar, elt_size((coll_datatype_t)dt));
@@ -736,6 +743,8 @@ static const char *fake_error_string(int err)
                "the device";
     case 801:
         return "fakeErrorNotSupported: operation not supported";
+    case 700:
+        return "fakeErrorIllegalAddress: an illegal memory access was encountered";
     case 900:
         return "fakeErrorStreamCaptureUnsupported: operation not permitted when stream is "
                "capturing";

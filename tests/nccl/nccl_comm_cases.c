@@ -224,6 +224,48 @@ void case_abort(void)
 
 /* ---- one process, every rank ---- */
 
+/* NCCL_TEST_MEM=fakegpu: rank r's buffers on GPU r of one process (FAKE_GPU_DEVICES=n), an
+ * all_reduce large enough for the CUDA IPC path: no kernel of one GPU may read another's memory
+ * (the fake GPU faults as a GPU without peer access does), so these go through host staging. */
+static void initall_devices(ncclComm_t *comms, int n)
+{
+    enum { COUNT = 1 << 17 }; /* 512 KiB of float */
+    static float host[COUNT];
+    float *in[MAX_RANKS] = {0}, *out[MAX_RANKS] = {0};
+    for (int r = 0; r < n; r++) {
+        for (size_t i = 0; i < COUNT; i++)
+            host[i] = (float)((i + (size_t)r) % 7);
+        CHECK(gpu->set_device(r) == 0, "set GPU %d (FAKE_GPU_DEVICES=%d?)", r, n);
+        in[r] = buf_alloc(COUNT * sizeof(float));
+        out[r] = buf_alloc(COUNT * sizeof(float));
+        CHECK(in[r] != NULL && out[r] != NULL &&
+                  gpu->memcpy_async(in[r], host, sizeof(host), NULL) == 0 &&
+                  gpu->stream_sync(NULL) == 0,
+              "device buffers of rank %d on GPU %d", r, r);
+    }
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < n; r++)
+        CHECK_OK(ncclAllReduce(in[r], out[r], COUNT, ncclFloat32, ncclSum, comms[r], NULL),
+                 "queue a device all_reduce");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd over every GPU");
+    for (int r = 0; r < n; r++) {
+        long bad = 0; /* GPU r's default stream has rank r's call */
+        CHECK(gpu->set_device(r) == 0 && gpu->memcpy_async(host, out[r], sizeof(host), NULL) == 0 &&
+                  gpu->stream_sync(NULL) == 0,
+              "read rank %d's result", r);
+        for (size_t i = 0; i < COUNT; i++) {
+            float want = 0;
+            for (int q = 0; q < n; q++)
+                want += (float)((i + (size_t)q) % 7);
+            bad += host[i] != want;
+        }
+        CHECK(bad == 0, "rank %d (GPU %d): %ld of %d sums wrong", r, r, bad, COUNT);
+        buf_free(in[r]);
+        buf_free(out[r]);
+    }
+    (void)gpu->set_device(0);
+}
+
 void case_initall(int n)
 {
     ncclComm_t comms[MAX_RANKS] = {0};
@@ -240,8 +282,11 @@ void case_initall(int n)
         int dev = -1;
         CHECK_OK(ncclCommCuDevice(comms[r], &dev), "ncclCommCuDevice");
         CHECK(out[r] == n * (n + 1) / 2.0 && dev == r, "rank %d: sum %g device %d", r, out[r], dev);
-        CHECK_OK(ncclCommDestroy(comms[r]), "destroy");
     }
+    if (gpu != NULL)
+        initall_devices(comms, n);
+    for (int r = 0; r < n; r++)
+        CHECK_OK(ncclCommDestroy(comms[r]), "destroy");
 }
 
 /* ---- shrink: the way on without the last rank, healthy and after it died ---- */

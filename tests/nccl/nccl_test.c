@@ -162,6 +162,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "initall") == 0) {
         rank_ = 0;
+        gpu_open();
         case_initall(nranks_);
         printf("%ld passed, %ld failed\n", passed, failed);
         return failed ? 1 : 0;

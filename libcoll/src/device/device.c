@@ -644,7 +644,15 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     pthread_mutex_lock(&d->mu);
     const uint64_t seq = d->submitted + 1, in_flight = d->submitted - d->done;
     pthread_mutex_unlock(&d->mu);
-    int err = enqueue_gate(comm, d, j, stream, seq, in_flight);
+    /* on the communicator's GPU: the default stream (NULL) is the current device's, and a
+     * thread driving several GPUs (ncclCommInitAll) may have another one current */
+    int prev = -1, err = d->ops->get_device(&prev);
+    if (err == 0 && prev != d->device)
+        err = d->ops->set_device(d->device);
+    if (err == 0)
+        err = enqueue_gate(comm, d, j, stream, seq, in_flight);
+    if (prev >= 0 && prev != d->device)
+        (void)d->ops->set_device(prev);
     if (err != 0) {
         j->refs = 1;
         job_unref(j);

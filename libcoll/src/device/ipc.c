@@ -32,7 +32,7 @@ typedef struct ipc_buf {
 typedef struct ipc_desc {
     uint32_t magic, ok;
     int32_t pid;
-    uint32_t pad;
+    int32_t device;   /* the GPU the sender's buffers are on */
     ipc_buf_t buf[2]; /* send, receive */
 } ipc_desc_t;
 
@@ -68,6 +68,7 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
     memset(me, 0, sizeof(*me));
     me->magic = IPC_MAGIC;
     me->pid = (int32_t)getpid();
+    me->device = c->d->device;
     me->ok = c->comm->cfg.dev_ipc && o->ipc_export != NULL &&
              !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
     const void *ptr[2] = {a->sendbuf, a->recvbuf};
@@ -152,6 +153,17 @@ static int map_all(ipc_call_t *c, const ipc_desc_t *descs)
                 continue;
             if (!b->used || b->off > b->size || len[i] > b->size - b->off)
                 return -1 - q; /* a descriptor that cannot describe this call's buffer */
+            if (q != c->r && descs[q].pid == self && descs[q].device != c->d->device) {
+                /* one process, two GPUs (ncclCommInitAll): a kernel here cannot read the other
+                 * GPU's memory without peer access, which is not kcoll's to turn on */
+                if (!c->d->ipc_told)
+                    coll_info(COLL,
+                              "rank %d (GPU %d): rank %d of this process is on GPU %d: device "
+                              "buffers between them go through host staging",
+                              c->r, c->d->device, q, descs[q].device);
+                c->d->ipc_told = true;
+                return 1;
+            }
             if (q == c->r || descs[q].pid == self) {
                 *slot[i] = (char *)(uintptr_t)b->addr; /* one address space */
                 continue;
