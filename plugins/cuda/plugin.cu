@@ -12,6 +12,23 @@
 #include "gpu_plugin.h"
 #include "reduce_cuda.h"
 
+/* A driver function, from the driver the runtime uses (the plugin links no libcuda), or NULL.
+ * The version asked for must be at least the one the function came with: asked for as of an
+ * earlier one, the driver answers "version not sufficient" and no pointer (cuFuncLoad, of 12.4,
+ * asked for as of 12.0, was not found so, and the kernels were not loaded). DRIVER_FN takes the
+ * version of the function's typedef in cudaTypedefs.h, so that the two cannot disagree. */
+static void *driver_fn(const char *name, unsigned version)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return fn;
+}
+#define DRIVER_FN(name, version) ((PFN_##name##_v##version)driver_fn(#name, version))
+
 static int cu_init(char *why, size_t len)
 {
     int n = 0;
@@ -41,8 +58,16 @@ static int cu_set_device(int device)
     return (int)cudaSetDevice(device);
 }
 
+/* -1 on a thread without a current context: restoring "device 0" there (cudaGetDevice's answer)
+ * would create a context on GPU 0 (about 0.5 GiB) for a rank that never uses it. */
 static int cu_get_device(int *device)
 {
+    static const auto get_current = DRIVER_FN(cuCtxGetCurrent, 4000);
+    CUcontext ctx = NULL;
+    if (get_current != NULL && get_current(&ctx) == CUDA_SUCCESS && ctx == NULL) {
+        *device = -1;
+        return 0;
+    }
     return (int)cudaGetDevice(device);
 }
 
@@ -162,22 +187,6 @@ static int cu_scale(void *dst, const void *src, size_t count, int dt, const void
 
 static_assert(sizeof(cudaIpcMemHandle_t) == COLLI_GPU_IPC_HANDLE, "IPC handle size");
 
-/* A driver function, from the driver the runtime uses (the plugin links no libcuda), or NULL.
- * The version asked for must be at least the one the function came with: asked for as of an
- * earlier one, the driver answers "version not sufficient" and no pointer (cuFuncLoad, of 12.4,
- * asked for as of 12.0, was not found so, and the kernels were not loaded). DRIVER_FN takes the
- * version of the function's typedef in cudaTypedefs.h, so that the two cannot disagree. */
-static void *driver_fn(const char *name, unsigned version)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-        return NULL;
-    return fn;
-}
-#define DRIVER_FN(name, version) ((PFN_##name##_v##version)driver_fn(#name, version))
 
 static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
 {

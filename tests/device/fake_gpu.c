@@ -335,7 +335,7 @@ static int fake_set_device(int device)
 
 static int fake_get_device(int *device)
 {
-    *device = cur_device;
+    *device = has_ctx ? cur_device : -1; /* as the CUDA plugin: no context, no device */
     return 0;
 }
 

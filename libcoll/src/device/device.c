@@ -733,6 +733,11 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
                       "still waited for their streams; they were dropped",
                       comm->rank);
     }
+    /* on the communicator's GPU (a thread without a context would otherwise make one on GPU 0
+     * for these calls), the caller's restored */
+    int prev = -1;
+    if (d->device >= 0 && d->ops->get_device(&prev) == 0 && prev != d->device)
+        (void)d->ops->set_device(d->device);
     colli_dev_ipc_free(d);
     for (int i = 0; i < DEV_SLOTS; i++) {
         const struct dev_slot *sl = &d->slots[i];
@@ -753,6 +758,8 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     /* a stream of a dropped call may still store to its words: kept then (8 KiB) */
     if (d->gate_words != NULL && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE))
         (void)d->ops->host_free((void *)d->gate_words);
+    if (prev >= 0 && prev != d->device)
+        (void)d->ops->set_device(prev);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d);
