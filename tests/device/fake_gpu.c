@@ -16,7 +16,7 @@
  *
  * Kernels load lazily, as CUDA's do by default (CUDA_MODULE_LOADING=LAZY): the first launch of
  * a kernel (reduce, delay) on a device whose kernels load_kernels has not loaded loads them, and
- * a load (that one, or load_kernels) waits until every stream is idle, as a load that
+ * a load (that one, or load_kernels) waits until every stream of its device is idle, as a load that
  * synchronises the context does; a stream still busy after SYNC_MAX_S is a deadlock on a GPU,
  * and the fake aborts saying so. CUDA_MODULE_LOADING=EAGER
  * loads them up front. A thread has a context once it set a device, allocated device memory or
@@ -43,18 +43,8 @@
 #include <unistd.h>
 
 #include "coll_kernels.h"
+#include "fake_gpu_math.h"
 #include "gpu_plugin.h"
-
-/* Bytes of one element (the plugin is loaded into programs that do not export coll_*, such as
- * kcoll's libnccl.so.2). */
-static size_t elt_size(coll_datatype_t dt)
-{
-    static const size_t sz[COLL_NUM_DATATYPES] = {
-        [COLL_INT8] = 1,    [COLL_UINT8] = 1,   [COLL_INT32] = 4,       [COLL_UINT32] = 4,
-        [COLL_INT64] = 8,   [COLL_UINT64] = 8,  [COLL_FLOAT16] = 2,     [COLL_BFLOAT16] = 2,
-        [COLL_FLOAT32] = 4, [COLL_FLOAT64] = 8, [COLL_FLOAT8_E4M3] = 1, [COLL_FLOAT8_E5M2] = 1};
-    return (int)dt >= 0 && dt < COLL_NUM_DATATYPES ? sz[dt] : 0;
-}
 
 #define EXPORT     __attribute__((visibility("default")))
 #define MAXALLOC   4096
@@ -95,6 +85,7 @@ typedef struct fstream {
     /* capture (a test's): work enqueued meanwhile is refused and invalidates it (a graph
      * records it on a GPU; the fake records no graphs, and the library must enqueue nothing) */
     bool capturing, invalidated;
+    int device; /* the current device of the thread that made it */
     pthread_t thread;
 } fstream_t;
 
@@ -114,36 +105,6 @@ static struct {
     int nstreams;
     bool loaded[MAXDEV]; /* the kernels are loaded on this device */
 } fg = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* What the CUDA kernels compute (reduce_cuda.h), with the CPU reference: input by input, the
- * division of COLL_AVG at the last step, block by block through a buffer of its own so that dst
- * may equal an input. */
-static void run_reduce(const task_t *t)
-{
-    enum { BLOCK = 4096 };
-    uint64_t tmp[BLOCK]; /* BLOCK elements of at most 8 bytes */
-    const coll_datatype_t dt = (coll_datatype_t)t->dt;
-    const coll_op_t op = (coll_op_t)t->op;
-    const size_t e = elt_size(dt);
-    const bool div = op == COLL_AVG && t->divisor > 0;
-    for (size_t b = 0; b < t->count; b += BLOCK) {
-        const size_t m = t->count - b < BLOCK ? t->count - b : BLOCK;
-        const char *s0 = (const char *)t->srcs[0] + b * e;
-        if (t->nsrcs == 1 && div)
-            colli_div(tmp, s0, m, dt, t->divisor);
-        else if (t->nsrcs == 1)
-            memcpy(tmp, s0, m * e);
-        for (int i = 1; i < t->nsrcs; i++) {
-            const void *a = i == 1 ? (const void *)s0 : (const void *)tmp;
-            const char *x = (const char *)t->srcs[i] + b * e;
-            if (div && i == t->nsrcs - 1)
-                colli_reduce_div(tmp, a, x, m, dt, t->divisor);
-            else
-                colli_reduce(tmp, a, x, m, dt, op);
-        }
-        memcpy((char *)t->dst + b * e, tmp, m * e);
-    }
-}
 
 /* The calling thread's current device (FAKE_GPU_DEVICES, default 1, devices exist), and
  * whether it has a context (set a device, allocated device memory or made a stream). */
@@ -170,7 +131,7 @@ static void *stream_main(void *arg)
         } else if (t->kind == T_FUNC) {
             t->fn(t->arg);
         } else if (t->kind == T_REDUCE) {
-            run_reduce(t);
+            fake_run_reduce(t->dst, t->srcs, t->nsrcs, t->count, t->dt, t->op, t->divisor);
         } else if (t->kind == T_SCALE) {
             colli_scale(t->dst, t->srcs[0], t->count, (coll_datatype_t)t->dt, t->scalar);
         } else if (t->kind == T_GATE) {
@@ -200,6 +161,7 @@ static fstream_t *stream_new(void)
         return NULL;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    s->device = cur_device;
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         free(s);
         return NULL;
@@ -236,15 +198,17 @@ static fstream_t *stream_of(void *stream)
     return s;
 }
 
-/* Wait until every stream of this process is idle, as a device-wide synchronisation does; false
- * after max_s. (Streams are not destroyed while this runs: the library destroys its own only at
- * fini, on the thread that closes.) */
+/* Wait until every stream of the current device is idle, as a synchronisation of its context
+ * does (other GPUs' contexts go on); false after max_s. (Streams are not destroyed while this
+ * runs: the library destroys its own only at fini, on the thread that closes.) */
 static bool device_idle(double max_s)
 {
     fstream_t *all[MAXSTREAMS];
+    int n = 0;
     pthread_mutex_lock(&fg.mu);
-    const int n = fg.nstreams;
-    memcpy(all, fg.streams, (size_t)n * sizeof(all[0]));
+    for (int i = 0; i < fg.nstreams; i++)
+        if (fg.streams[i]->device == cur_device)
+            all[n++] = fg.streams[i];
     pthread_mutex_unlock(&fg.mu);
     struct timespec end;
     clock_gettime(CLOCK_REALTIME, &end);
@@ -639,7 +603,8 @@ static void load(const char *what)
         return;
     if (!device_idle(SYNC_MAX_S)) {
         fprintf(stderr,
-                "fake GPU: %s on GPU %d loads the kernels, which waits for every stream, and a "
+                "fake GPU: %s on GPU %d loads the kernels, which waits for every stream of that "
+                "GPU, and a "
                 "stream was still busy after %.0f s: on a GPU this would deadlock if a stream "
                 "waits for the loading thread\n",
                 what, cur_device, SYNC_MAX_S);
@@ -692,7 +657,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
     if (count == 0)
         return 0;
     load("the first launch of the reduce kernel (lazy loading)");
-    const size_t bytes = count * elt_size((coll_datatype_t)dt);
+    const size_t bytes = count * fake_elt_size((coll_datatype_t)dt);
     int err = on_gpu(dst, bytes);
     task_t t = {.kind = T_REDUCE,
                 .dst = dst,
@@ -717,13 +682,13 @@ static int fake_scale(void *dst, const void *src, size_t count, int dt, const vo
     if (count == 0)
         return 0;
     load("the first launch of the scale kernel (lazy loading)");
-    const size_t bytes = count * elt_size((coll_datatype_t)dt);
+    const size_t bytes = count * fake_elt_size((coll_datatype_t)dt);
     int err = on_gpu(dst, bytes);
     if (err != 0 || (err = on_gpu(src, bytes)) != 0)
         return err;
     task_t t = {.kind = T_SCALE, .dst = dst, .count = count, .dt = dt};
     t.srcs[0] = src;
-    memcpy(t.scalar, scalar, elt_size((coll_datatype_t)dt));
+    memcpy(t.scalar, scalar, fake_elt_size((coll_datatype_t)dt));
     return enqueue(stream, &t);
 }
 

@@ -364,14 +364,16 @@ static void *progress_main(void *arg)
 static void free_retired(struct colli_dev *d, bool all)
 {
     pthread_mutex_lock(&d->mu);
-    uint64_t done = d->done;
+    const bool idle = d->done == d->submitted;
     pthread_mutex_unlock(&d->mu);
     for (retired_t **pp = &d->retired; *pp != NULL;) {
         retired_t *r = *pp;
         /* replaced scratch stays until fini: peers may keep it mapped through CUDA IPC, and
          * freeing an allocation another process still maps is undefined in CUDA (it is at
-         * most as large as the scratch in use, which doubles as it grows) */
-        if (!all && (r->last_seq > done || r->dev)) {
+         * most as large as the scratch in use, which doubles as it grows). Staging is freed
+         * once no call is queued: freeing pinned memory may wait for the whole GPU, which a
+         * gate of a queued call may hold (the progress thread meanwhile in the driver). */
+        if (!all && (!idle || r->dev)) {
             pp = &r->next;
             continue;
         }
@@ -381,13 +383,10 @@ static void free_retired(struct colli_dev *d, bool all)
     }
 }
 
-/* p (staging, or device scratch when dev) was replaced: freed once the calls queued so far are
- * over, scratch at fini (free_retired). */
+/* p (staging, or device scratch when dev) was replaced: freed once no call is queued, scratch
+ * at fini (free_retired). */
 static void retire(struct colli_dev *d, retired_t *r, void *p, bool dev)
 {
-    pthread_mutex_lock(&d->mu);
-    r->last_seq = d->submitted;
-    pthread_mutex_unlock(&d->mu);
     r->dev = dev;
     r->p = p;
     r->next = d->retired;
@@ -595,7 +594,15 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;
-    int closed = colli_dev_ipc_close_dead(d);
+    /* evicted mappings are closed when no call is queued (colli_dev_ipc_close_dead); when half
+     * the room for them is taken, this call first waits for the queued ones (they need nothing
+     * from this thread), so that CUDA IPC is not given up for want of room */
+    pthread_mutex_lock(&d->mu);
+    const double idle_by = colli_now() + comm->cfg.timeout;
+    while (d->ipc_ndead >= DEV_IPC_MAPS / 2 && d->done < d->submitted && colli_now() < idle_by)
+        cond_wait_s(&d->cv, &d->mu, 0.1);
+    pthread_mutex_unlock(&d->mu);
+    int closed = colli_dev_ipc_close_dead(d, false);
     if (closed != 0)
         coll_warn(COLL,
                   "rank %d: cannot close a peer's device buffer mapped for CUDA IPC (%s); the "

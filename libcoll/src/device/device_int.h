@@ -39,7 +39,6 @@ typedef struct retired {
     struct retired *next;
     bool dev; /* device memory (scratch), else pinned host memory (staging) */
     void *p;
-    uint64_t last_seq; /* the last call that may use it */
 } retired_t;
 
 struct colli_dev {
@@ -111,8 +110,10 @@ coll_result_t colli_dev_net(struct coll_comm *comm, const colli_coll_args_t *out
 bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
                        coll_result_t *status);
 /* Close the evicted mappings (caller's thread, current device restored): 0 or the plugin's
- * error. */
-int colli_dev_ipc_close_dead(struct colli_dev *d);
+ * error. A close may wait for the whole GPU, and take the driver's locks while it waits: so
+ * only while no call of this communicator is queued (none holds a stream, the progress thread
+ * opens no mapping), unless busy_too (destroy, after the progress thread ended). */
+int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too);
 /* Close every mapped peer allocation (fini, the progress thread ended). */
 void colli_dev_ipc_free(struct colli_dev *d);
 /* Bytes of each slot buffer: enough for a step of any collective on this communicator. */

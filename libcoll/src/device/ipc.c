@@ -338,13 +338,13 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
     return true;
 }
 
-int colli_dev_ipc_close_dead(struct colli_dev *d)
+int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too)
 {
     void *dead[DEV_IPC_MAPS];
     pthread_mutex_lock(&d->mu);
-    const int n = d->ipc_ndead;
+    const int n = busy_too || d->done == d->submitted ? d->ipc_ndead : 0;
     memcpy(dead, d->ipc_dead, (size_t)n * sizeof(dead[0]));
-    d->ipc_ndead = 0;
+    d->ipc_ndead -= n;
     pthread_mutex_unlock(&d->mu);
     if (n == 0)
         return 0;
@@ -363,12 +363,12 @@ int colli_dev_ipc_close_dead(struct colli_dev *d)
 
 void colli_dev_ipc_free(struct colli_dev *d)
 {
-    (void)colli_dev_ipc_close_dead(d);
+    (void)colli_dev_ipc_close_dead(d, true);
     pthread_mutex_lock(&d->mu);
     for (int i = 0; i < DEV_IPC_MAPS; i++)
         if (d->ipc_maps[i].base != NULL)
             d->ipc_dead[d->ipc_ndead++] = d->ipc_maps[i].base; /* room: none was left dead */
     pthread_mutex_unlock(&d->mu);
     memset(d->ipc_maps, 0, sizeof(d->ipc_maps));
-    (void)colli_dev_ipc_close_dead(d);
+    (void)colli_dev_ipc_close_dead(d, true);
 }
