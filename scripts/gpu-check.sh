@@ -51,8 +51,13 @@ for v in "COLL_CUDA_GATE=memop" "COLL_CUDA_GATE=hostfunc" "COLL_CUDA_GATE=memop 
     echo "exit $?"
     grep -E "Passed|Failed|Timeout|stream memory|WARN" "$OUT/order_${v//[ =]/_}.log" | head -n 8
 done
+# The hardware-queue risk (docs/gpu.md): with one queue, do the copies wait behind the gate?
+stage "dev_cuda_stall (CUDA_DEVICE_MAX_CONNECTIONS=1)"
+timeout 60 ctest -R '^dev_cuda_stall$' -V >"$OUT/stall.log" 2>&1
+echo "exit $?"
+grep -E "Passed|Failed|Timeout|no stall|stalled with" "$OUT/stall.log" | cut -c1-300 | head -n 6
 stage "ctest -L gpu (without the kernel test)"
-timeout "${KCOLL_GPU_CTEST_S:-330}" ctest -L gpu -E test_cuda_kernels --output-on-failure -j1 >"$OUT/ctest_gpu.log" 2>&1
+timeout "${KCOLL_GPU_CTEST_S:-330}" ctest -L gpu -E 'test_cuda_kernels|dev_cuda_stall' --output-on-failure -j1 >"$OUT/ctest_gpu.log" 2>&1
 echo "exit $?"
 grep -E "Test +#|tests passed|SKIPPED|ok   |FAIL|time all|busbw" "$OUT/ctest_gpu.log" | tail -n 60
 left=$((${KCOLL_GPU_BUDGET_S:-540} - (SECONDS - start)))

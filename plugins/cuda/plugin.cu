@@ -300,6 +300,13 @@ static int cu_capture(void *stream, int begin)
     return (int)e;
 }
 
+static int cu_stream_query(void *stream, int *busy)
+{
+    cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+    *busy = e == cudaErrorNotReady;
+    return e == cudaErrorNotReady ? 0 : (int)e;
+}
+
 static const colli_gpu_ops_t cu_ops = {
     sizeof(colli_gpu_ops_t),
     COLLI_GPU_PLUGIN_VERSION,
@@ -329,6 +336,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_scale,
     cu_stream_capturing,
     cu_capture,
+    cu_stream_query,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -44,6 +44,7 @@
 
 #include "coll_kernels.h"
 #include "fake_gpu_math.h"
+#include "fake_gpu_queues.h"
 #include "gpu_plugin.h"
 
 #define EXPORT     __attribute__((visibility("default")))
@@ -58,6 +59,7 @@ enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE, T_SCALE };
 typedef struct task {
     struct task *next;
     int kind;
+    uint64_t ticket; /* in the hardware queues (fake_gpu_queues.h) */
     void *dst;
     const void *src;
     size_t bytes;
@@ -86,6 +88,7 @@ typedef struct fstream {
      * records it on a GPU; the fake records no graphs, and the library must enqueue nothing) */
     bool capturing, invalidated;
     int device; /* the current device of the thread that made it */
+    int queue;  /* its hardware queue, -1 without (fake_gpu_queues.h) */
     pthread_t thread;
 } fstream_t;
 
@@ -126,6 +129,7 @@ static void *stream_main(void *arg)
             s->tail = NULL;
         s->running = 1;
         pthread_mutex_unlock(&s->mu);
+        fq_before_run(s->queue, s, t->ticket);
         if (t->kind == T_COPY) {
             memmove(t->dst, t->src, t->bytes);
         } else if (t->kind == T_FUNC) {
@@ -145,6 +149,7 @@ static void *stream_main(void *arg)
             while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
                 ;
         }
+        fq_done(s->queue, t->ticket);
         free(t);
         pthread_mutex_lock(&s->mu);
         s->running = 0;
@@ -162,6 +167,7 @@ static fstream_t *stream_new(void)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->device = cur_device;
+    s->queue = fq_queue_new();
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         free(s);
         return NULL;
@@ -240,6 +246,7 @@ static int enqueue(void *stream, const task_t *t)
         free(c);
         return 900; /* cudaErrorStreamCaptureUnsupported */
     }
+    c->ticket = fq_enqueue(s->queue, s, t->kind == T_GATE || t->kind == T_FUNC);
     if (s->tail != NULL)
         s->tail->next = c;
     else
@@ -488,6 +495,17 @@ static int fake_stream_sync(void *stream)
         pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
     return capturing ? 900 : 0;
+}
+
+static int fake_stream_query(void *stream, int *busy)
+{
+    fstream_t *s = stream_of(stream);
+    if (s == NULL)
+        return 2;
+    pthread_mutex_lock(&s->mu);
+    *busy = s->head != NULL || s->running;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
 }
 
 static int fake_stream_capturing(void *stream, int *capturing)
@@ -755,6 +773,7 @@ static const colli_gpu_ops_t ops = {
     .scale = fake_scale,
     .stream_capturing = fake_stream_capturing,
     .capture = fake_capture,
+    .stream_query = fake_stream_query,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

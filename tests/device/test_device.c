@@ -15,6 +15,8 @@
  *             count 0, a stream capturing a CUDA graph, buffers on a second GPU
  *             (FAKE_GPU_DEVICES=2); a plugin that cannot be loaded, is not a plugin or has no
  *             GPU
+ *   stall     one hardware queue for every stream: a call whose copies queue behind its own
+ *             gate fails at COLL_TIMEOUT saying why, never hangs (2 ranks)
  *   evict     more peers' buffers than the CUDA IPC mapping cache holds, calls queued: the
  *             evicted mappings are closed on the caller's thread, never on the progress thread
  *             (2 ranks)
@@ -238,6 +240,49 @@ static void errors_body(dh_ctx_t *ctx)
     rc = coll_all_reduce(buf, buf, count, COLL_FLOAT32, COLL_SUM, comm, s);
     CHECK(rc == ae && rc != COLL_SUCCESS, "rank %d: the next call fails with it (%s)", ctx->rank,
           dh_rc_name(rc));
+    coll_comm_destroy(comm);
+    o->stream_destroy(s);
+}
+
+/* ---- stall ---- */
+
+/* One hardware queue for every stream (FAKE_GPU_CONNECTIONS=1 on the fake GPU,
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 on a GPU): the slot streams' copies may queue behind the gate
+ * that holds the caller's stream. The fake GPU does queue them so, and the call must then fail
+ * at COLL_TIMEOUT saying why, the stream going on, never hang. On a GPU either outcome is
+ * accepted and told: the right sum, or that error. */
+static void stall_body(dh_ctx_t *ctx)
+{
+    const colli_gpu_ops_t *o = plugin();
+    const bool fake = strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL;
+    coll_comm_t comm = init(ctx);
+    void *s = NULL;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    const size_t count = 1000;
+    float *d = dev_filled(o, count, ctx->rank, s);
+    coll_result_t rc = coll_all_reduce(d, d, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: the call is queued", ctx->rank);
+    CHECK(o->stream_sync(s) == 0, "rank %d: the stream goes on", ctx->rank);
+    coll_result_t ae = COLL_ERR_INTERNAL;
+    CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS, "get_async_error");
+    if (ae == COLL_SUCCESS && !fake) {
+        float *r = dev_read(o, d, count);
+        long bad = 0;
+        for (size_t i = 0; i < count; i++)
+            bad += r[i] != val(i, 0) + val(i, 1);
+        CHECK(bad == 0, "rank %d: %ld wrong sums", ctx->rank, bad);
+        dh_log("rank %d: no stall with one hardware queue on this GPU", ctx->rank);
+        free(r);
+    } else {
+        CHECK(ae == COLL_ERR_CUDA || ae == COLL_ERR_REMOTE, "rank %d: async error %s", ctx->rank,
+              dh_rc_name(ae));
+        rc = coll_all_reduce(d, d, count, COLL_FLOAT32, COLL_SUM, comm, s);
+        CHECK(rc == ae, "rank %d: the next call fails with it", ctx->rank);
+        const char *m = coll_get_last_error();
+        CHECK(strstr(m, "CUDA_DEVICE_MAX_CONNECTIONS") != NULL || dh_names_rank(m, 1 - ctx->rank),
+              "rank %d: says why, or names the peer that stalled: %s", ctx->rank, m);
+        dh_log("rank %d: stalled with one hardware queue: %s", ctx->rank, m);
+    }
     coll_comm_destroy(comm);
     o->stream_destroy(s);
 }
@@ -623,7 +668,8 @@ int main(int argc, char **argv)
 {
     dh_init();
     if (argc != 2) {
-        fprintf(stderr, "usage: test_device order|p2p|errors|mismatch|usage|evict|teardown\n");
+        fprintf(stderr,
+                "usage: test_device order|p2p|errors|mismatch|usage|stall|evict|teardown\n");
         return 2;
     }
     /* the plugin is tried in a child: a CUDA runtime must not start before the ranks fork */
@@ -666,6 +712,8 @@ int main(int argc, char **argv)
             run("no kernel for this GPU", 2, no_kernels_body);
             dh_setenv("FAKE_GPU_NO_KERNELS", NULL);
         }
+    } else if (strcmp(c, "stall") == 0) {
+        run("stall", 2, stall_body);
     } else if (strcmp(c, "evict") == 0) {
         run("evict", 2, evict_body);
     } else if (strcmp(c, "teardown") == 0) {

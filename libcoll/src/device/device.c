@@ -273,12 +273,12 @@ static coll_result_t stage(struct coll_comm *comm, struct colli_dev *d, dev_job_
     }
     /* even after a failure: no copy enqueued so far may outlive this call (its staging is
      * reused or freed next) */
-    int sync_err = o->stream_sync(d->slots[0].stream);
+    int sync_err = colli_dev_wait(comm, d, d->slots[0].stream);
     if (err == 0)
         err = sync_err;
     if (injected)
         return colli_dev_fail(comm, d, j, step, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
-    return err == 0 ? COLL_SUCCESS : colli_dev_fail(comm, d, j, step, o->error_string(err));
+    return err == 0 ? COLL_SUCCESS : colli_dev_fail(comm, d, j, step, colli_dev_strerror(d, err));
 }
 
 /* PreMulSum: the input times the scalar into the scratch that the job's args name as sendbuf,
@@ -291,11 +291,11 @@ static bool prescale(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
     memcpy(scalar, sc->ptr != NULL ? sc->ptr : sc->value, coll_datatype_size(sc->dt));
     int err = d->ops->scale((void *)a->sendbuf, sc->src, sc->count, (int)sc->dt, scalar,
                             d->slots[0].stream);
-    int sync_err = d->ops->stream_sync(d->slots[0].stream);
+    int sync_err = colli_dev_wait(comm, d, d->slots[0].stream);
     if (err == 0)
         err = sync_err;
     if (err != 0)
-        colli_dev_fail(comm, d, j, "scaling the input of a PreMulSum", d->ops->error_string(err));
+        colli_dev_fail(comm, d, j, "scaling the input of a PreMulSum", colli_dev_strerror(d, err));
     return err == 0;
 }
 

@@ -116,6 +116,11 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
 int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too);
 /* Close every mapped peer allocation (fini, the progress thread ended). */
 void colli_dev_ipc_free(struct colli_dev *d);
+/* Wait until stream (a slot stream) has run its work, at most COLL_TIMEOUT (wait.c): 0, the
+ * runtime's error, or COLLI_DEV_STALLED; colli_dev_strerror says which. */
+enum { COLLI_DEV_STALLED = 0x7fff0001 };
+int colli_dev_wait(const struct coll_comm *comm, const struct colli_dev *d, void *stream);
+const char *colli_dev_strerror(const struct colli_dev *d, int err);
 /* Bytes of each slot buffer: enough for a step of any collective on this communicator. */
 size_t colli_dev_slot_bytes(const struct coll_comm *comm);
 

@@ -105,6 +105,9 @@ typedef struct colli_gpu_ops {
     /* For tests: begin a capture on stream in the global mode (PyTorch's default), or end it
      * and discard the graph (begin = 0; an error when the capture was invalidated). */
     int (*capture)(void *stream, int begin);
+    /* Has stream run everything enqueued on it so far? *busy = 0 when it has (cudaStreamQuery);
+     * 0, or the first error of its work. */
+    int (*stream_query)(void *stream, int *busy);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

@@ -256,7 +256,7 @@ static void work(ipc_call_t *c)
         break;
     }
     if (c->err == 0) {
-        int err = c->d->ops->stream_sync(c->stream);
+        int err = colli_dev_wait(c->comm, c->d, c->stream);
         if (err != 0) {
             c->err = err;
             c->what = "waiting for the GPU's copies and kernels (CUDA IPC)";
@@ -330,7 +330,7 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
     if (c.err != 0) {
         colli_dev_fail(comm, d, j, c.what,
                        c.err < 0 ? "injected failure (COLL_TEST_DEV_FAIL_COPY)"
-                                 : d->ops->error_string(c.err));
+                                 : colli_dev_strerror(d, c.err));
         *status = COLL_ERR_CUDA;
         return true;
     }

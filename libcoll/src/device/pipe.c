@@ -94,7 +94,7 @@ static void reduce(pipe_t *p, const chunk_t *c, void *dst, const char *base, siz
 
 static bool sync_slot(pipe_t *p, const chunk_t *c)
 {
-    int err = p->o->stream_sync(c->s->stream);
+    int err = colli_dev_wait(p->comm, p->d, c->s->stream);
     if (err != 0)
         fail_at(p, err, "waiting for the GPU's copies and kernels");
     return p->err == 0 && !p->injected;
@@ -284,9 +284,10 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         if (sync_slot(&p, &last) && (status = net2(&p, &last)) == COLL_SUCCESS)
             post(&p, &last);
     }
-    /* no copy or kernel of this call may outlive it: the slots are reused by the next */
-    for (int i = 0; i < DEV_SLOTS; i++) {
-        int err = p.o->stream_sync(d->slots[i].stream);
+    /* no copy or kernel of this call may outlive it: the slots are reused by the next (after a
+     * stall the communicator fails, and none comes) */
+    for (int i = 0; i < DEV_SLOTS && p.err != COLLI_DEV_STALLED; i++) {
+        int err = colli_dev_wait(comm, d, d->slots[i].stream);
         if (err != 0)
             fail_at(&p, err, "waiting for the GPU's copies and kernels");
     }
@@ -295,7 +296,7 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     if (p.injected)
         colli_dev_fail(comm, d, j, p.what, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
     else if (p.err != 0)
-        colli_dev_fail(comm, d, j, p.what, p.o->error_string(p.err));
+        colli_dev_fail(comm, d, j, p.what, colli_dev_strerror(d, p.err));
 }
 
 size_t colli_dev_slot_bytes(const struct coll_comm *comm)
