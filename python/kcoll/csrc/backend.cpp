@@ -11,6 +11,7 @@
 #include <c10/core/StreamGuard.h>
 #include <torch/python.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -47,6 +48,18 @@ template <typename Pred> static bool spin_until(Pred ready)
     return true;
 }
 
+/* The CUDA devices of ts, once each: a future over them is CUDA-aware (its completion records
+ * an event on each device's current stream, and a callback chained with then() runs with its
+ * streams waiting for those events), as ProcessGroupNCCL's futures are. */
+static std::vector<c10::Device> cuda_devices(const std::vector<at::Tensor> &ts)
+{
+    std::vector<c10::Device> d;
+    for (const auto &t : ts)
+        if (t.defined() && t.is_cuda() && std::find(d.begin(), d.end(), t.device()) == d.end())
+            d.push_back(t.device());
+    return d;
+}
+
 class Work : public c10d::Work
 {
   public:
@@ -55,7 +68,7 @@ class Work : public c10d::Work
         : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout),
           comm_(std::move(comm)), name_(std::move(name)),
           future_(c10::make_intrusive<c10::ivalue::Future>(
-              c10::ListType::create(c10::TensorType::get())))
+              c10::ListType::create(c10::TensorType::get()), cuda_devices(outputs_)))
     {
     }
 
@@ -85,6 +98,9 @@ class Work : public c10d::Work
         }
         if (exception_)
             std::rethrow_exception(exception_);
+        /* CUDA tensors: the current streams wait for the call (its event, recorded after the
+         * gate on the call's stream), as ProcessGroupNCCL's wait does; no-op on the CPU */
+        future_->wait();
         return true;
     }
 
@@ -626,9 +642,11 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                 queued_.fetch_sub(1, std::memory_order_relaxed);
             }
             std::exception_ptr e;
+            /* the works complete with the job's stream current: a CUDA-aware future records its
+             * event there, after the call's gate, so that a then() callback waits for the result */
+            c10::OptionalStreamGuard on_stream(job.stream);
             try {
                 at::NoGradGuard no_grad;
-                c10::OptionalStreamGuard on_stream(job.stream);
                 TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
                                                "was aborted (an earlier wait timed out)");
                 job.fn();
