@@ -240,8 +240,9 @@ static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint
     CUresult c = write32((CUstream)stream, (CUdeviceptr)a, value, 0);
     if (c == CUDA_SUCCESS)
         c = wait32((CUstream)stream, (CUdeviceptr)r, value, CU_STREAM_WAIT_VALUE_GEQ);
-    return c == CUDA_SUCCESS ? 0 : c == CUDA_ERROR_NOT_SUPPORTED ? (int)cudaErrorNotSupported
-                                                                 : (int)cudaErrorUnknown;
+    /* the driver's code as it is (the runtime numbers these errors alike: 1 invalid value, 801
+     * not supported), so that the fallback's message names the real cause */
+    return c == CUDA_SUCCESS ? 0 : (int)c;
 }
 
 /* Every kernel of the plugin, loaded into the current context now (gpu_plugin.h): the runtime

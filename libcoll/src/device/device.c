@@ -206,7 +206,9 @@ static bool wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
     pthread_mutex_lock(&j->mu);
     while (!j->started && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE)) {
         if (j->memop) {
-            /* the stream stores the call's number when it gets here: poll, backing off */
+            /* the stream stores the call's number when it gets here: poll, backing off to 0.1 ms
+             * naps (a call queued ahead of a long forward pass is seen at most that late; 1 ms
+             * before, a millisecond added to such a call; about 10,000 cheap wakes a second) */
             if (__atomic_load_n(&d->gate_words[j->slot], __ATOMIC_ACQUIRE) == (uint32_t)j->seq) {
                 j->started = 1;
                 break;
@@ -214,7 +216,7 @@ static bool wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
             pthread_mutex_unlock(&j->mu);
             struct timespec ts = {0, (long)(nap * 1e9)};
             nanosleep(&ts, NULL);
-            nap = nap < 1e-3 ? nap * 2 : nap;
+            nap = nap < 100e-6 ? nap * 2 : nap;
             pthread_mutex_lock(&j->mu);
         } else {
             cond_wait_s(&j->cv, &j->mu, 0.1);
