@@ -497,26 +497,27 @@ static int fake_stream_sync(void *stream)
     return capturing ? 900 : 0;
 }
 
-static int fake_stream_query(void *stream, int *busy)
+/* A state of the stream, read under its lock: whether work is left (busy), else whether it
+ * captures. */
+static int stream_state(void *stream, bool busy, int *out)
 {
     fstream_t *s = stream_of(stream);
     if (s == NULL)
         return 2;
     pthread_mutex_lock(&s->mu);
-    *busy = s->head != NULL || s->running;
+    *out = busy ? s->head != NULL || s->running : s->capturing;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
 
+static int fake_stream_query(void *stream, int *busy)
+{
+    return stream_state(stream, true, busy);
+}
+
 static int fake_stream_capturing(void *stream, int *capturing)
 {
-    fstream_t *s = stream_of(stream);
-    if (s == NULL)
-        return 2;
-    pthread_mutex_lock(&s->mu);
-    *capturing = s->capturing;
-    pthread_mutex_unlock(&s->mu);
-    return 0;
+    return stream_state(stream, false, capturing);
 }
 
 static int fake_capture(void *stream, int begin)
