@@ -187,7 +187,6 @@ static int cu_scale(void *dst, const void *src, size_t count, int dt, const void
 
 static_assert(sizeof(cudaIpcMemHandle_t) == COLLI_GPU_IPC_HANDLE, "IPC handle size");
 
-
 static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
 {
     /* looked up once per process (C++ initialises function statics once, thread-safely) */
