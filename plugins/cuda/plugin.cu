@@ -222,26 +222,40 @@ static int cu_ipc_close(void *base)
 }
 
 /* The stream memory operations of the driver (cuStreamWriteValue32, cuStreamWaitValue32): the
- * stream itself stores the arrival and waits for the release, no thread is blocked. */
-static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
-                         uint32_t value)
+ * stream itself stores and waits, no thread is blocked. The write has its default memory
+ * barrier: the host sees the word only after the writes of the work before it (copies into
+ * pinned memory). The driver's code is returned as it is (the runtime numbers these errors
+ * alike: 1 invalid value, 801 not supported), so that a fallback's message names the cause. */
+static int cu_word(void *stream, volatile uint32_t *word, uint32_t value, bool wait)
 {
     static const auto write32 = DRIVER_FN(cuStreamWriteValue32, 11070);
     static const auto wait32 = DRIVER_FN(cuStreamWaitValue32, 11070);
     if (write32 == NULL || wait32 == NULL)
         return (int)cudaErrorNotSupported;
-    void *a = NULL, *r = NULL;
-    cudaError_t e = cudaHostGetDevicePointer(&a, (void *)arrived, 0);
-    if (e == cudaSuccess)
-        e = cudaHostGetDevicePointer(&r, (void *)release, 0);
+    void *w = NULL;
+    cudaError_t e = cudaHostGetDevicePointer(&w, (void *)word, 0);
     if (e != cudaSuccess)
         return (int)e;
-    CUresult c = write32((CUstream)stream, (CUdeviceptr)a, value, 0);
-    if (c == CUDA_SUCCESS)
-        c = wait32((CUstream)stream, (CUdeviceptr)r, value, CU_STREAM_WAIT_VALUE_GEQ);
-    /* the driver's code as it is (the runtime numbers these errors alike: 1 invalid value, 801
-     * not supported), so that the fallback's message names the real cause */
+    CUresult c = wait ? wait32((CUstream)stream, (CUdeviceptr)w, value, CU_STREAM_WAIT_VALUE_GEQ)
+                      : write32((CUstream)stream, (CUdeviceptr)w, value, 0);
     return c == CUDA_SUCCESS ? 0 : (int)c;
+}
+
+static int cu_word_write(void *stream, volatile uint32_t *word, uint32_t value)
+{
+    return cu_word(stream, word, value, false);
+}
+
+static int cu_word_wait(void *stream, volatile uint32_t *word, uint32_t value)
+{
+    return cu_word(stream, word, value, true);
+}
+
+static int cu_gate_words(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
+                         uint32_t value)
+{
+    int err = cu_word_write(stream, arrived, value);
+    return err != 0 ? err : cu_word_wait(stream, release, value);
 }
 
 /* Every kernel of the plugin, loaded into the current context now (gpu_plugin.h): the runtime
@@ -337,6 +351,8 @@ static const colli_gpu_ops_t cu_ops = {
     cu_stream_capturing,
     cu_capture,
     cu_stream_query,
+    cu_word_write,
+    cu_word_wait,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

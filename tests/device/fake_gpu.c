@@ -1,12 +1,11 @@
 /* A fake GPU plugin (libcoll/src/device/gpu_plugin.h) for testing the device-buffer path without
- * a GPU:
- * loaded through COLL_CUDA_PLUGIN, it offers one device, "fake GPU 0" (FAKE_GPU_DEVICES=N: N;
- * all share one memory, an allocation belongs to its thread's current device), whose memory is host
- * memory that only this plugin hands out (so ptr_device tells it from other memory), and streams
- * that are threads running their work in order: copies, host functions (which block their
- * stream while they run, as CUDA's do) and delays. The default stream (NULL) is one more such
- * stream. What the path relies on (call order on a stream, a gate that holds its stream, copies
- * on a stream of their own, errors) behaves as on CUDA; timing and memory bandwidth do not.
+ * a GPU, loaded through COLL_CUDA_PLUGIN: one device, "fake GPU 0" (FAKE_GPU_DEVICES=N: N, one
+ * memory, an allocation belongs to its thread's current device), whose memory is host memory
+ * only this plugin hands out (so ptr_device tells it from other memory), and streams that are
+ * threads running their work in order: copies, kernels, host functions (which block their
+ * stream while they run, as CUDA's do), stream memory operations (stores, and waits that poll)
+ * and delays. The default stream (NULL) is one more. Order and errors behave as on CUDA;
+ * timing and bandwidth do not.
  *
  * Device memory is a shared mapping of a memfd, so that IPC works between processes: a handle
  * names the process and the descriptor, which a peer opens through /proc/<pid>/fd
@@ -140,9 +139,11 @@ static void *stream_main(void *arg)
             colli_scale(t->dst, t->srcs[0], t->count, (coll_datatype_t)t->dt, t->scalar);
         } else if (t->kind == T_GATE) {
             /* as cuStreamWriteValue32 then cuStreamWaitValue32(GEQ): the stream polls */
-            __atomic_store_n(t->arrived, t->value, __ATOMIC_RELEASE);
+            if (t->arrived != NULL)
+                __atomic_store_n(t->arrived, t->value, __ATOMIC_RELEASE);
             struct timespec ts = {0, 20000};
-            while ((int32_t)(__atomic_load_n(t->release, __ATOMIC_ACQUIRE) - t->value) < 0)
+            while (t->release != NULL &&
+                   (int32_t)(__atomic_load_n(t->release, __ATOMIC_ACQUIRE) - t->value) < 0)
                 nanosleep(&ts, NULL);
         } else {
             struct timespec ts = {(time_t)(t->us / 1000000u), (long)(t->us % 1000000u) * 1000L};
@@ -246,7 +247,8 @@ static int enqueue(void *stream, const task_t *t)
         free(c);
         return 900; /* cudaErrorStreamCaptureUnsupported */
     }
-    c->ticket = fq_enqueue(s->queue, s, t->kind == T_GATE || t->kind == T_FUNC);
+    c->ticket =
+        fq_enqueue(s->queue, s, (t->kind == T_GATE && t->release != NULL) || t->kind == T_FUNC);
     if (s->tail != NULL)
         s->tail->next = c;
     else
@@ -589,10 +591,20 @@ static int fake_gate_words(void *stream, volatile uint32_t *arrived, volatile ui
                            uint32_t value)
 {
     const char *no = getenv("FAKE_GPU_NO_MEMOP");
-    if (no != NULL && strcmp(no, "1") == 0)
-        return 801; /* cudaErrorNotSupported */
     task_t t = {.kind = T_GATE, .arrived = arrived, .release = release, .value = value};
-    return enqueue(stream, &t);
+    return no != NULL && strcmp(no, "1") == 0 ? 801 /* cudaErrorNotSupported */
+                                              : enqueue(stream, &t);
+}
+
+/* One stream memory operation: a gate's store (arrived) or its wait (release) alone. */
+static int fake_word_write(void *stream, volatile uint32_t *word, uint32_t value)
+{
+    return fake_gate_words(stream, word, NULL, value);
+}
+
+static int fake_word_wait(void *stream, volatile uint32_t *word, uint32_t value)
+{
+    return fake_gate_words(stream, NULL, word, value);
 }
 
 /* The kernels on the current device: loaded now (load_kernels), or at their first launch, which
@@ -775,6 +787,8 @@ static const colli_gpu_ops_t ops = {
     .stream_capturing = fake_stream_capturing,
     .capture = fake_capture,
     .stream_query = fake_stream_query,
+    .word_write = fake_word_write,
+    .word_wait = fake_word_wait,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -62,8 +62,10 @@ static bool parse_gate(const char *t, void *f, char *why, size_t wl)
         *g = COLLI_GATE_MEMOP;
     else if (strcasecmp(t, "hostfunc") == 0)
         *g = COLLI_GATE_HOSTFUNC;
+    else if (strcasecmp(t, "inline") == 0)
+        *g = COLLI_GATE_INLINE;
     else {
-        snprintf(why, wl, "use auto, memop or hostfunc");
+        snprintf(why, wl, "use auto, inline, memop or hostfunc");
         return false;
     }
     return true;
@@ -300,10 +302,12 @@ static const param_t params[] = {
      "every rank can; 0: through host staging",
      parse_bool, OFF(dev_ipc)},
     {"COLL_CUDA_GATE", "auto",
-     "how a call on device buffers holds the caller's stream until it is over: memop (the "
-     "stream waits on a word in pinned memory that the progress thread writes: "
-     "cuStreamWaitValue32), hostfunc (a blocked host function: cudaLaunchHostFunc), auto "
-     "(memop where the driver offers it)",
+     "how a call on device buffers is ordered on the caller's stream: inline (its copies and "
+     "kernels are enqueued on that stream when the call is made, between waits on words in "
+     "pinned memory that the progress thread writes: cuStreamWaitValue32), memop (the stream "
+     "waits on such a word while the progress thread runs the call on streams of its own), "
+     "hostfunc (as memop, with a blocked host function: cudaLaunchHostFunc), auto (inline "
+     "where the driver offers stream memory operations, else hostfunc)",
      parse_gate, OFF(dev_gate)},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))

@@ -24,7 +24,7 @@ typedef enum {
 } colli_transport_policy_t;
 
 /* How a device call holds the caller's stream until it is over (COLL_CUDA_GATE). */
-enum { COLLI_GATE_AUTO = 0, COLLI_GATE_MEMOP = 1, COLLI_GATE_HOSTFUNC = 2 };
+enum { COLLI_GATE_AUTO = 0, COLLI_GATE_MEMOP = 1, COLLI_GATE_HOSTFUNC = 2, COLLI_GATE_INLINE = 3 };
 
 typedef struct colli_config {
     char socket_ifname[256]; /* NCCL syntax: prefix list, ^exclude, =exact; "" = automatic */

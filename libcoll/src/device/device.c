@@ -1,42 +1,34 @@
 /* The device-buffer path: collectives and point-to-point calls on GPU memory, ordered on the
  * caller's stream without blocking the caller (NCCL semantics).
  *
- * libcoll does not link CUDA: a GPU plugin (device/gpu_plugin.h; libcoll_cuda.so.0 for
- * CUDA) is loaded with dlopen when the process uses CUDA, or from COLL_CUDA_PLUGIN. A call on
- * device buffers
- *   1. (caller's thread) makes the communicator's streams and buffers the first time, enqueues
- *      a gate on the caller's stream (a host function that blocks the stream until the call is
- *      over) and queues a job for the communicator's progress thread; it returns at once;
+ * libcoll does not link CUDA: a GPU plugin (device/gpu_plugin.h; libcoll_cuda.so.0 for CUDA) is
+ * loaded with dlopen (load.c). A call on device buffers
+ *   1. (caller's thread) makes the communicator's streams and buffers the first time, and
+ *      queues a job for the communicator's progress thread after enqueuing on the caller's
+ *      stream either the call's whole program (inline.c: its copies and kernels between
+ *      stream memory operations on words the progress thread writes; the default where the
+ *      driver offers them), or a gate that holds the stream until the call is over (CUDA
+ *      IPC's calls, whose copies need the peers' pointers; no stream memory operations;
+ *      COLL_CUDA_GATE=memop or hostfunc); it returns at once;
  *   2. (progress thread, one job at a time, in call order) waits until the stream reached the
- *      gate, runs the call and opens the gate: the caller's stream goes on with the results in
- *      place. A collective runs through CUDA IPC between the ranks of one host (ipc.c)
- *      or the chunk pipeline (pipe.c); sends and receives are staged whole here: copied
- *      to pinned staging, sent and received by the host-buffer calls, copied back.
+ *      call, then runs the network steps between the program's words (inline), or the whole
+ *      call on streams of its own and opens the gate: a collective through CUDA IPC between
+ *      the ranks of one host (ipc.c) or the chunk pipeline (pipe.c); sends and receives are
+ *      staged whole: copied to pinned staging, sent and received by the host-buffer calls,
+ *      copied back. The caller's stream goes on with the results in place.
  * A failure (a copy, the network, a peer) fails the communicator as any call does (its async
- * error, the peers told); the gate opens anyway, so no stream waits forever, and the next call
- * reports the error. */
-#include <dlfcn.h>
+ * error, the peers told); every wait of the stream is released anyway, so no stream waits
+ * forever, and the next call reports the error. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <time.h>
 
 #include "base/error.h"
 #include "base/util.h"
-#include "device/cuda_driver.h"
 #include "device/device_int.h"
-
-static void cond_init_monotonic(pthread_cond_t *cv)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &ca);
-    pthread_condattr_destroy(&ca);
-}
 
 /* Wait on cv for at most s seconds (mu held). */
 static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s)
@@ -47,124 +39,6 @@ static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s)
     ts.tv_sec += (time_t)s + ns / 1000000000L;
     ts.tv_nsec = ns % 1000000000L;
     (void)pthread_cond_timedwait(cv, mu, &ts);
-}
-
-/* ---- loading the plugin ---- */
-
-static bool plugin_path(const struct coll_comm *comm, char *path, size_t len)
-{
-    if (comm->cfg.cuda_plugin[0] != '\0') {
-        snprintf(path, len, "%s", comm->cfg.cuda_plugin);
-        return true;
-    }
-    /* beside libcoll.so (or the executable that linked libcoll.a) */
-    Dl_info info;
-    const char *slash = NULL;
-    if (dladdr((void *)colli_dev_init, &info) != 0 && info.dli_fname != NULL)
-        slash = strrchr(info.dli_fname, '/');
-    if (slash == NULL)
-        snprintf(path, len, "libcoll_cuda.so.0");
-    else
-        snprintf(path, len, "%.*s/libcoll_cuda.so.0", (int)(slash - info.dli_fname),
-                 info.dli_fname);
-    return false;
-}
-
-/* The CUDA driver, when the process already loaded it: device buffers are told apart from host
- * buffers even without a plugin (refused with a clear error then). */
-static coll_result_t open_driver(struct coll_comm *comm)
-{
-    colli_cuda_driver_t drv;
-    if (!colli_cuda_driver_open(&drv, true))
-        return COLL_SUCCESS;
-    if (drv.pointer_get_attribute == NULL) {
-        colli_cuda_driver_close(&drv);
-        return COLL_SUCCESS;
-    }
-    comm->cuda = malloc(sizeof(*comm->cuda));
-    if (comm->cuda == NULL) {
-        colli_cuda_driver_close(&drv);
-        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the CUDA driver's entry points");
-    }
-    *comm->cuda = drv;
-    coll_info(INIT, "the CUDA driver is loaded in this process: device buffers are detected");
-    return COLL_SUCCESS;
-}
-
-void colli_dev_release(struct coll_comm *comm)
-{
-    if (comm->cuda != NULL)
-        colli_cuda_driver_close(comm->cuda);
-    free(comm->cuda);
-    comm->cuda = NULL;
-}
-
-/* A GPU node: the NVIDIA driver's control device exists (checked without touching CUDA). */
-static bool gpu_node(void)
-{
-    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
-}
-
-coll_result_t colli_dev_init(struct coll_comm *comm)
-{
-    char path[256];
-    coll_result_t status = open_driver(comm);
-    if (status != COLL_SUCCESS)
-        return status;
-    const bool named = plugin_path(comm, path, sizeof(path));
-    /* A process that has not touched CUDA yet may still pass device buffers later (a program
-     * that creates its communicator first, then allocates): on a GPU node the plugin is loaded
-     * now, when it is there, so that those buffers are known as device memory and never read as
-     * host memory. Elsewhere the process does not use CUDA. */
-    if (!named && comm->cuda == NULL && (!gpu_node() || access(path, F_OK) != 0))
-        return COLL_SUCCESS;
-    const char *load_err = NULL;
-    const colli_gpu_ops_t *ops = colli_gpu_plugin_open(path, &load_err);
-    if (ops == NULL && !named) {
-        coll_info(INIT,
-                  "the process uses CUDA, but the GPU plugin %s cannot be loaded (%s): device "
-                  "buffers are refused (this kcoll was built without nvcc?)",
-                  path, load_err);
-        return COLL_SUCCESS;
-    }
-    if (ops == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_UNSUPPORTED,
-                         "COLL_CUDA_PLUGIN=%s cannot be loaded: %s; point it at "
-                         "libcoll_cuda.so.0 of this kcoll build, or unset it",
-                         path, load_err);
-    char why[256] = "";
-    int err = ops->init(why, sizeof(why));
-    if (err != 0 && why[0] == '\0')
-        snprintf(why, sizeof(why), "%s", ops->error_string(err));
-    if (err != 0) {
-        if (!named) {
-            coll_info(INIT, "GPU plugin %s: %s; device buffers are refused", path, why);
-            return COLL_SUCCESS;
-        }
-        return COLLI_ERR(INIT, COLL_ERR_CUDA, "COLL_CUDA_PLUGIN=%s: %s", path, why);
-    }
-    struct colli_dev *d = calloc(1, sizeof(*d));
-    if (d == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory for the device-buffer path");
-    d->ops = ops;
-    d->device = -1;
-    d->kernels = -1;
-    snprintf(d->path, sizeof(d->path), "%s", path);
-    pthread_mutex_init(&d->mu, NULL);
-    cond_init_monotonic(&d->cv);
-    comm->dev = d;
-    coll_info(INIT, "device buffers: GPU plugin \"%s\" (%s)", ops->name, path);
-    /* The kernels now, while no gate of this communicator holds a stream, when the program
-     * made its GPU current first (as NCCL asks: cudaSetDevice before creating a communicator);
-     * else at the first device call (prepare). A failure here is told there. */
-    int loaded = 0, dev = -1;
-    err = ops->load_kernels(1, &loaded);
-    if (err == 0 && loaded && ops->get_device(&dev) == 0)
-        d->kernels = dev;
-    else if (err != 0)
-        coll_info(INIT, "GPU plugin %s: cannot load its kernels yet: %s", path,
-                  ops->error_string(err));
-    return COLL_SUCCESS;
 }
 
 /* ---- jobs ---- */
@@ -200,16 +74,19 @@ static void gate(void *arg)
 /* Until the caller's stream reached the gate: false when the communicator is aborted first.
  * The stream may legitimately be busy for long (a long kernel before the call), so there is no
  * deadline, but a warning every COLL_TIMEOUT says which call waits. */
-static bool wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+bool colli_dev_wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
+    volatile uint32_t *arrived = j->inl     ? colli_dev_words(d, j) + W_ARR
+                                 : j->memop ? &d->gate_words[j->slot]
+                                            : NULL;
     double since = colli_now(), warned = since, nap = 20e-6;
     pthread_mutex_lock(&j->mu);
     while (!j->started && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE)) {
-        if (j->memop) {
+        if (arrived != NULL) {
             /* the stream stores the call's number when it gets here: poll, backing off to 0.1 ms
              * naps (a call queued ahead of a long forward pass is seen at most that late; 1 ms
              * before, a millisecond added to such a call; about 10,000 cheap wakes a second) */
-            if (__atomic_load_n(&d->gate_words[j->slot], __ATOMIC_ACQUIRE) == (uint32_t)j->seq) {
+            if (__atomic_load_n(arrived, __ATOMIC_ACQUIRE) == (uint32_t)j->seq) {
                 j->started = 1;
                 break;
             }
@@ -253,7 +130,9 @@ coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_jo
 
 bool colli_dev_inject(struct coll_comm *comm, struct colli_dev *d)
 {
-    return comm->test.dev_fail_copy > 0 && ++d->copies == comm->test.dev_fail_copy;
+    /* counted on the caller's thread (inline programs) and the progress thread (the others) */
+    return comm->test.dev_fail_copy > 0 &&
+           __atomic_add_fetch(&d->copies, 1, __ATOMIC_RELAXED) == comm->test.dev_fail_copy;
 }
 
 /* Copy the regions with (in: device to staging) or without (out: back) in set, then wait. */
@@ -304,7 +183,7 @@ static bool prescale(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 static void run_job(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
     const colli_gpu_ops_t *o = d->ops;
-    if (!wait_started(comm, d, j))
+    if (!colli_dev_wait_started(comm, d, j))
         return; /* aborted: fini failed the communicator */
     if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != COLL_SUCCESS)
         return; /* an earlier call failed: this one does nothing (the next call reports it) */
@@ -344,7 +223,10 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&d->mu);
         if (j == NULL)
             break;
-        run_job(comm, d, j);
+        if (j->inl)
+            colli_dev_inline_run(comm, d, j);
+        else
+            run_job(comm, d, j);
         if (j->memop) /* the gate opens: the stream goes on */
             __atomic_store_n(&d->gate_words[DEV_GATE_WORDS + j->slot], (uint32_t)j->seq,
                              __ATOMIC_RELEASE);
@@ -476,6 +358,14 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
             d->gate_words = w;
         }
     }
+    if (err == 0 && d->words == NULL && o->word_write != NULL && o->word_wait != NULL &&
+        (comm->cfg.dev_gate == COLLI_GATE_AUTO || comm->cfg.dev_gate == COLLI_GATE_INLINE)) {
+        void *w = NULL; /* without it the calls take the gates: not an error */
+        if (o->host_alloc(&w, DEV_GATE_WORDS * DEV_WORDS * sizeof(uint32_t)) == 0) {
+            memset(w, 0, DEV_GATE_WORDS * DEV_WORDS * sizeof(uint32_t));
+            d->words = w;
+        }
+    }
     for (int i = 0; i < DEV_SLOTS && err == 0 && bytes > 0; i++) {
         struct dev_slot *s = &d->slots[i]; /* after a failure, the next call makes the rest */
         if (s->hs == NULL)
@@ -529,6 +419,27 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         }
     }
     return d->ops->host_func(stream, gate, j);
+}
+
+/* Enqueue job j on the caller's stream: its whole program (inline.c) where it can, else a gate
+ * that holds the stream while the progress thread runs it (CUDA IPC's exchange, whose copies
+ * need the peers' pointers; no stream memory operations; too many calls in flight). */
+static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                        uint64_t seq, uint64_t in_flight)
+{
+    if (d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS &&
+        (j->run != NULL || !colli_dev_ipc_eligible(comm, j->ctx))) {
+        int err = colli_dev_inline_emit(comm, d, j, stream, seq);
+        if (err == 0)
+            return 0;
+        d->inline_told = true; /* and not tried again */
+        colli_log(comm->cfg.dev_gate == COLLI_GATE_INLINE ? COLLI_LOG_WARN : COLLI_LOG_INFO,
+                  COLLI_SUB_COLL,
+                  "rank %d: the GPU's stream memory operations are not available (%s): device "
+                  "calls hold their streams with a gate while a thread runs them",
+                  comm->rank, d->ops->error_string(err));
+    }
+    return enqueue_gate(comm, d, j, stream, seq, in_flight);
 }
 
 /* Device scratch of at least bytes on d->device for a PreMulSum's scaled input (caller's
@@ -659,7 +570,7 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     if (err == 0 && prev != d->device)
         err = d->ops->set_device(d->device);
     if (err == 0)
-        err = enqueue_gate(comm, d, j, stream, seq, in_flight);
+        err = enqueue_call(comm, d, j, stream, seq, in_flight);
     if (prev >= 0 && prev != d->device)
         (void)d->ops->set_device(prev);
     if (err != 0) {
@@ -748,25 +659,36 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     if (d->device >= 0 && d->ops->get_device(&prev) == 0 && prev != d->device)
         (void)d->ops->set_device(d->device);
     colli_dev_ipc_free(d);
+    /* a dropped call's program may still run on its stream (inline): what it uses is kept */
+    const bool keep = d->dangling;
+    if (keep)
+        coll_warn(COLL,
+                  "rank %d: calls on device buffers were dropped before their streams ran them: "
+                  "their pinned staging and device scratch stay allocated until the process ends",
+                  comm->rank);
     for (int i = 0; i < DEV_SLOTS; i++) {
         const struct dev_slot *sl = &d->slots[i];
         if (sl->stream != NULL)
             (void)d->ops->stream_destroy(sl->stream);
-        if (sl->hs != NULL)
+        if (sl->hs != NULL && !keep)
             (void)d->ops->host_free(sl->hs);
-        if (sl->hr != NULL)
+        if (sl->hr != NULL && !keep)
             (void)d->ops->host_free(sl->hr);
-        if (sl->ds != NULL)
+        if (sl->ds != NULL && !keep)
             (void)d->ops->dev_free(sl->ds);
     }
-    free_retired(d, true);
-    if (d->staging != NULL)
+    if (!keep)
+        free_retired(d, true);
+    if (d->staging != NULL && !keep)
         (void)d->ops->host_free(d->staging);
-    if (d->scratch != NULL)
+    if (d->scratch != NULL && !keep)
         (void)d->ops->dev_free(d->scratch);
-    /* a stream of a dropped call may still store to its words: kept then (8 KiB) */
-    if (d->gate_words != NULL && !__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE))
+    /* a stream of a dropped call may still store to its words: kept then (8 KiB, 32 KiB) */
+    const bool dropped = keep || __atomic_load_n(&d->abort, __ATOMIC_ACQUIRE);
+    if (d->gate_words != NULL && !dropped)
         (void)d->ops->host_free((void *)d->gate_words);
+    if (d->words != NULL && !dropped)
+        (void)d->ops->host_free((void *)d->words);
     if (prev >= 0 && prev != d->device)
         (void)d->ops->set_device(prev);
     pthread_mutex_destroy(&d->mu);

@@ -14,15 +14,28 @@
  * back to a host function) */
 enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32, DEV_GATE_WORDS = 1024 };
 
+/* The words of a call's inline program (COLL_CUDA_GATE=inline, DEV_WORDS per call in flight):
+ * the stream stores ARR (it reached the call: the call's number), PRE and MID (a step's copies
+ * and kernels before the network ran: steps so far) and END (the program ran: the number); the
+ * progress thread stores GO (the call may start: the number), NET1 and NET2 (the network steps
+ * done so far). */
+enum { W_ARR, W_GO, W_PRE, W_NET1, W_MID, W_NET2, W_END, DEV_WORDS = 8 };
+
 typedef struct dev_job {
     struct dev_job *next;
     pthread_mutex_t mu; /* started, finished, refs */
     pthread_cond_t cv;
-    int started;  /* the caller's stream reached the gate */
-    int finished; /* the call is over: the gate opens */
-    int refs;     /* the gate and the progress thread: the last one frees the job */
-    int memop;    /* held by the memop gate: its stream stores gate_words[slot], waits on
-                   * gate_words[DEV_GATE_WORDS + slot] */
+    int started;         /* the caller's stream reached the gate */
+    int finished;        /* the call is over: the gate opens */
+    int refs;            /* the gate and the progress thread: the last one frees the job */
+    int memop;           /* held by the memop gate: its stream stores gate_words[slot], waits on
+                          * gate_words[DEV_GATE_WORDS + slot] */
+    int inl;             /* an inline program on its stream (words: colli_dev_words) */
+    void *stream;        /* the caller's stream (inline: the progress thread asks it for errors) */
+    size_t steps;        /* inline: the network steps of the program (0: a staged call, 1 step) */
+    const char *bad;     /* inline: a copy or kernel could not be enqueued (the step), or NULL */
+    const char *bad_why; /* ... why (the plugin's error string, a static string) */
+    bool truncated;      /* ... and the program lacks its end: the stream is never waited for */
     uint32_t slot;
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
@@ -76,7 +89,11 @@ struct colli_dev {
      * word its stream stores when it reaches the call and one the progress thread stores to
      * let it go on, in pinned host memory made with the slots' streams; NULL: host functions. */
     volatile uint32_t *gate_words; /* [2 * DEV_GATE_WORDS]: arrived, then release */
-    bool gate_told;                /* the fallback to host functions was said */
+    volatile uint32_t *words;      /* [DEV_GATE_WORDS * DEV_WORDS]: the inline programs' */
+    bool inline_told;              /* a fallback from inline programs was said */
+    bool dangling;  /* a dropped call's program may still run: its buffers are kept at fini */
+    bool one_queue; /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its work is not inline) */
+    bool gate_told; /* the fallback to host functions was said */
     /* CUDA IPC (device_ipc.c; progress thread only): peers' allocations mapped here, least
      * recently used first out */
     struct dev_ipc_map {
@@ -94,6 +111,29 @@ struct colli_dev {
     bool ipc_told, ipc_announced; /* INFO lines said once */
 };
 
+/* Job j's DEV_WORDS words (inline). */
+static inline volatile uint32_t *colli_dev_words(const struct colli_dev *d, const dev_job_t *j)
+{
+    return d->words + (size_t)j->slot * DEV_WORDS;
+}
+/* Inline: wait until the stream stored at least value into job j's word w, at most COLL_TIMEOUT
+ * (wait.c): 0, the stream's error, COLLI_DEV_STALLED_PROGRAM, or COLLI_DEV_ABORTED. */
+int colli_dev_wait_word(const struct coll_comm *comm, const struct colli_dev *d, const dev_job_t *j,
+                        int w, uint32_t value);
+/* Inline: enqueue job j's collective (its pipeline) on stream after the call's start (caller's
+ * thread); j->bad and j->truncated say what failed. Run its host side (progress thread). */
+void colli_dev_pipe_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream);
+void colli_dev_pipe_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Inline (inline.c): enqueue job j's whole program on stream (caller's thread, seq its number):
+ * 0, or the plugin's error when not even its start could be enqueued (another gate then). */
+int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                          uint64_t seq);
+/* Run job j's host side and wait for its program's end (progress thread). */
+void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Until the caller's stream reached job j (device.c): false when aborted first. */
+bool colli_dev_wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Does collective a on device buffers take CUDA IPC's exchange (every rank decides alike)? */
+bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
                              const char *step, const char *why);
@@ -118,7 +158,11 @@ int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too);
 void colli_dev_ipc_free(struct colli_dev *d);
 /* Wait until stream (a slot stream) has run its work, at most COLL_TIMEOUT (wait.c): 0, the
  * runtime's error, or COLLI_DEV_STALLED; colli_dev_strerror says which. */
-enum { COLLI_DEV_STALLED = 0x7fff0001 };
+enum {
+    COLLI_DEV_STALLED = 0x7fff0001,         /* a slot stream's work (memop, hostfunc) */
+    COLLI_DEV_STALLED_PROGRAM = 0x7fff0002, /* an inline program */
+    COLLI_DEV_ABORTED = 0x7fff0003,
+};
 int colli_dev_wait(const struct coll_comm *comm, const struct colli_dev *d, void *stream);
 const char *colli_dev_strerror(const struct colli_dev *d, int err);
 /* Bytes of each slot buffer: enough for a step of any collective on this communicator. */

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 5
+#define COLLI_GPU_PLUGIN_VERSION 6
 #define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
@@ -108,6 +108,13 @@ typedef struct colli_gpu_ops {
     /* Has stream run everything enqueued on it so far? *busy = 0 when it has (cudaStreamQuery);
      * 0, or the first error of its work. */
     int (*stream_query)(void *stream, int *busy);
+    /* Stream memory operations one at a time, for a call's program on the caller's stream
+     * (device.c): once stream gets here, word_write stores value into *word, after everything
+     * enqueued before it has run and its writes are visible to the host (cuStreamWriteValue32);
+     * word_wait holds the stream until (int32_t)(*word - value) >= 0 (cuStreamWaitValue32,
+     * GEQ). Words in pinned host memory from host_alloc. Not supported: a nonzero error. */
+    int (*word_write)(void *stream, volatile uint32_t *word, uint32_t value);
+    int (*word_wait)(void *stream, volatile uint32_t *word, uint32_t value);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

@@ -51,9 +51,15 @@ typedef struct ipc_call {
     const char *what;
 } ipc_call_t;
 
-static bool eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
+/* From facts every rank shares (the job's environment alike on every rank): a rank that took
+ * this path while another ran the pipeline would fail with a mismatch of the two. Not with one
+ * hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1): this path runs its copies and kernels on a
+ * stream of its own while the caller's is held (memop gate), and one queue makes them wait
+ * behind the hold (device.c), so the inline pipeline takes the call. */
+bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
 {
     if (comm->nranks < 2 || comm->nranks > COLLI_GPU_MAX_SRCS || comm->cfg.shm_direct_min == 0 ||
+        !comm->cfg.dev_ipc || comm->dev->one_queue ||
         a->count * coll_datatype_size(a->dt) < comm->cfg.shm_direct_min)
         return false;
     return comm->all_local;
@@ -282,7 +288,7 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
 {
     const colli_coll_args_t *a = j->ctx;
     *status = COLL_SUCCESS;
-    if (!eligible(comm, a))
+    if (!colli_dev_ipc_eligible(comm, a))
         return false;
     ipc_call_t c = {.comm = comm,
                     .d = d,

@@ -39,6 +39,9 @@ typedef struct pipe {
     int err;         /* first failure of a copy or kernel (plugin error code) */
     const char *what;
     bool injected;
+    bool inl;             /* inline: every copy and kernel on the caller's stream, at the call */
+    void *ustream;        /* ... that stream */
+    volatile uint32_t *w; /* ... the call's words */
 } pipe_t;
 
 typedef struct chunk {
@@ -47,6 +50,12 @@ typedef struct chunk {
     size_t p;     /* elements of one rank's piece */
     struct dev_slot *s;
 } chunk_t;
+
+/* Where step c's copies and kernels go. */
+static void *stream_of(const pipe_t *p, const chunk_t *c)
+{
+    return p->inl ? p->ustream : c->s->stream;
+}
 
 static void fail_at(pipe_t *p, int err, const char *what)
 {
@@ -68,7 +77,7 @@ static void copy(pipe_t *p, const chunk_t *c, void *dst, const void *src, size_t
         p->what = what;
         return;
     }
-    int err = p->o->memcpy_async(dst, src, bytes, c->s->stream);
+    int err = p->o->memcpy_async(dst, src, bytes, stream_of(p, c));
     if (err != 0)
         fail_at(p, err, what);
 }
@@ -86,7 +95,7 @@ static void reduce(pipe_t *p, const chunk_t *c, void *dst, const char *base, siz
         while (k < COLLI_GPU_MAX_SRCS && i < m)
             srcs[k++] = base + (size_t)i++ * stride;
         const uint32_t div = p->a->op == COLL_AVG && i == m ? (uint32_t)p->n : 0;
-        int err = p->o->reduce(dst, srcs, k, count, p->a->dt, p->a->op, div, c->s->stream);
+        int err = p->o->reduce(dst, srcs, k, count, p->a->dt, p->a->op, div, stream_of(p, c));
         if (err != 0)
             fail_at(p, err, "reducing on the GPU");
     }
@@ -242,23 +251,37 @@ static void setup(pipe_t *p)
                                                   : piece;
 }
 
+/* The pipeline of job j's collective; false when a step would outgrow the slot buffers (cannot
+ * be: colli_dev_slot_bytes covers every step). */
+static bool pipe_init(pipe_t *p, struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    *p = (pipe_t){.comm = comm, .d = d, .j = j, .o = d->ops, .a = j->ctx};
+    p->n = comm->nranks;
+    p->r = comm->rank;
+    p->e = coll_datatype_size(p->a->dt);
+    setup(p);
+    const size_t need =
+        (p->reduces || p->a->coll == COLLI_COLL_BROADCAST ? p->step_max : p->step_max * p->n) *
+        p->e;
+    return need <= d->slot_bytes;
+}
+
+static size_t steps_of(const pipe_t *p)
+{
+    return (p->walk + p->step_max - 1) / p->step_max;
+}
+
 void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    pipe_t p = {.comm = comm, .d = d, .j = j, .o = d->ops, .a = j->ctx};
-    p.n = comm->nranks;
-    p.r = comm->rank;
-    p.e = coll_datatype_size(p.a->dt);
-    setup(&p);
-    const size_t need =
-        (p.reduces || p.a->coll == COLLI_COLL_BROADCAST ? p.step_max : p.step_max * p.n) * p.e;
-    if (need > d->slot_bytes) { /* cannot be: colli_dev_slot_bytes covers every step */
+    pipe_t p;
+    if (!pipe_init(&p, comm, d, j)) {
         colli_dev_fail(comm, d, j, "planning the pipeline", "a step outgrows the slot buffers");
         return;
     }
     coll_result_t status = COLL_SUCCESS;
     if (colli_dev_ipc_try(comm, d, j, d->slots[0].stream, &status))
         return; /* ran through CUDA IPC, or failed the communicator */
-    const size_t steps = (p.walk + p.step_max - 1) / p.step_max;
+    const size_t steps = steps_of(&p);
     if (steps > 0) {
         chunk_t c0 = chunk_of(&p, 0);
         pre(&p, &c0);
@@ -297,6 +320,125 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         colli_dev_fail(comm, d, j, p.what, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
     else if (p.err != 0)
         colli_dev_fail(comm, d, j, p.what, colli_dev_strerror(d, p.err));
+}
+
+/* ---- inline (COLL_CUDA_GATE=inline) ----
+ * The same steps as one program on the caller's stream, enqueued by the caller's thread when
+ * the call is made (after the call's start, device.c), so that no copy or kernel of the call is
+ * enqueued later behind a wait on that stream: a stream held by a gate may hold every stream of
+ * its hardware queue (CUDA_DEVICE_MAX_CONNECTIONS). Between them, the stream stores and waits on
+ * the call's words (steps so far), and the progress thread runs the network:
+ *   stream: pre(0) PRE=1, then for each step k: pre(k+1) PRE=k+2, wait NET1>=k+1, mid(k) MID=k+1,
+ *           wait NET2>=k, post(k-1); at the end wait NET2>=steps, post(last)
+ *   host:   for each step k: wait PRE>=k+1, net1(k) NET1=k+1, wait MID>=k, net2(k-1) NET2=k;
+ *           at the end wait MID>=steps, net2(last) NET2=steps
+ * (MID, NET2 and post only for all_reduce and reduce). A slot is rewritten by pre(k+3) only
+ * after the stream waited for the network to be done with step k, and the network rewrites it
+ * only after the stream stored a word that comes after mid(k) and post(k). */
+
+/* One word operation of the program; a failure truncates it (nothing more is enqueued). */
+static bool word(pipe_t *p, bool wait, int w, size_t v)
+{
+    if (p->j->truncated)
+        return false;
+    int err = wait ? p->o->word_wait(p->ustream, &p->w[w], (uint32_t)v)
+                   : p->o->word_write(p->ustream, &p->w[w], (uint32_t)v);
+    if (err != 0) {
+        p->j->truncated = true;
+        p->injected = false;
+        p->err = 0;
+        fail_at(p, err, "enqueueing the call's stream memory operations");
+    }
+    return err == 0;
+}
+
+void colli_dev_pipe_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream)
+{
+    pipe_t p;
+    if (!pipe_init(&p, comm, d, j)) {
+        j->bad = "planning the pipeline";
+        j->bad_why = "a step outgrows the slot buffers";
+        return;
+    }
+    p.inl = true;
+    p.ustream = stream;
+    p.w = colli_dev_words(d, j);
+    const size_t steps = steps_of(&p);
+    j->steps = steps;
+    if (steps > 0) {
+        chunk_t c0 = chunk_of(&p, 0);
+        pre(&p, &c0);
+        (void)word(&p, false, W_PRE, 1);
+    }
+    for (size_t k = 0; k < steps && !j->truncated; k++) {
+        chunk_t c = chunk_of(&p, k);
+        if (k + 1 < steps) {
+            chunk_t next = chunk_of(&p, k + 1);
+            pre(&p, &next);
+            (void)word(&p, false, W_PRE, k + 2);
+        }
+        if (!word(&p, true, W_NET1, k + 1))
+            break;
+        mid(&p, &c);
+        if (p.reduces && word(&p, false, W_MID, k + 1) && k > 0 && word(&p, true, W_NET2, k)) {
+            chunk_t prev = chunk_of(&p, k - 1);
+            post(&p, &prev);
+        }
+    }
+    if (p.reduces && steps > 0 && word(&p, true, W_NET2, steps)) {
+        chunk_t last = chunk_of(&p, steps - 1);
+        post(&p, &last);
+    }
+    if (p.injected || p.err != 0) {
+        j->bad = p.what;
+        j->bad_why = p.injected ? "injected failure (COLL_TEST_DEV_FAIL_COPY)"
+                                : colli_dev_strerror(d, p.err);
+    }
+}
+
+static void store(pipe_t *p, int w, size_t v)
+{
+    __atomic_store_n(&p->w[w], (uint32_t)v, __ATOMIC_RELEASE);
+}
+
+void colli_dev_pipe_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    pipe_t p;
+    (void)pipe_init(&p, comm, d, j); /* checked by emit */
+    p.inl = true;
+    p.ustream = j->stream;
+    p.w = colli_dev_words(d, j);
+    const size_t steps = j->steps;
+    const char *in = "waiting for the copies of the inputs to host staging";
+    const char *red = "waiting for the GPU's reduction";
+    coll_result_t status = COLL_SUCCESS;
+    int err = 0;
+    const char *what = in;
+    for (size_t k = 0; k < steps && err == 0 && status == COLL_SUCCESS; k++) {
+        chunk_t c = chunk_of(&p, k);
+        what = in;
+        if ((err = colli_dev_wait_word(comm, d, j, W_PRE, (uint32_t)(k + 1))) != 0 ||
+            (status = net1(&p, &c)) != COLL_SUCCESS)
+            break;
+        store(&p, W_NET1, k + 1);
+        if (!p.reduces || k == 0)
+            continue;
+        chunk_t prev = chunk_of(&p, k - 1);
+        what = red;
+        if ((err = colli_dev_wait_word(comm, d, j, W_MID, (uint32_t)k)) == 0 &&
+            (status = net2(&p, &prev)) == COLL_SUCCESS)
+            store(&p, W_NET2, k);
+    }
+    if (err == 0 && status == COLL_SUCCESS && p.reduces && steps > 0) {
+        chunk_t last = chunk_of(&p, steps - 1);
+        what = red;
+        if ((err = colli_dev_wait_word(comm, d, j, W_MID, (uint32_t)steps)) == 0 &&
+            (status = net2(&p, &last)) == COLL_SUCCESS)
+            store(&p, W_NET2, steps);
+    }
+    /* a network step failed the communicator as on host buffers; an abort fails it too */
+    if (err != 0 && err != COLLI_DEV_ABORTED)
+        colli_dev_fail(comm, d, j, what, colli_dev_strerror(d, err));
 }
 
 size_t colli_dev_slot_bytes(const struct coll_comm *comm)
