@@ -251,7 +251,7 @@ COLL_API coll_result_t coll_comm_rank_place(const coll_comm_t comm, int rank,
 /** Where the scalar of a PreMulSum operator is read. */
 typedef enum {
     COLL_SCALAR_IMMEDIATE = 0, /**< its value, copied when the operator is made */
-    COLL_SCALAR_POINTER = 1    /**< host memory, read when each collective that uses it runs */
+    COLL_SCALAR_POINTER = 1    /**< host memory, read by each collective that uses it when called */
 } coll_scalar_residence_t;
 
 /** Most PreMulSum operators one communicator holds at once. */

@@ -303,8 +303,8 @@ static void stall_body(dh_ctx_t *ctx)
         CHECK(strstr(m, "CUDA_DEVICE_MAX_CONNECTIONS") != NULL || dh_names_rank(m, 1 - ctx->rank),
               "rank %d: says why, or names the peer that stalled: %s", ctx->rank, m);
         dh_log("rank %d: stalled with one hardware queue: %s", ctx->rank, m);
-        o->dev_free(d);
-        break;
+        break; /* d not freed: the stalled copies may still run (the fake's free does not wait
+                * for the device, as cudaFree does) */
     }
     coll_comm_destroy(comm);
     o->stream_destroy(s);

@@ -540,6 +540,10 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         ((colli_coll_args_t *)c)->sendbuf = scratch;
         j->scaled = true;
         j->sc = *sc;
+        if (sc->ptr != NULL) { /* a pointer scalar is read when the call is made */
+            memcpy(j->sc.value, sc->ptr, coll_datatype_size(sc->dt));
+            j->sc.ptr = NULL;
+        }
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);

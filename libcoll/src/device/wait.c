@@ -6,9 +6,10 @@
  * (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default; Megatron-LM sets 1), in order within a queue: a
  * slot stream that shares the held stream's queue may have its work queued behind the gate,
  * which then never opens (CUDA's documentation of stream memory operations warns of exactly
- * this). Until the device path enqueues its GPU work on the caller's stream itself, that hang
- * is turned into an error: a wait that passes COLL_TIMEOUT fails the call, whose gate the
- * progress thread then opens, and says why. */
+ * this). Inline programs (inline.c) enqueue their GPU work on the caller's stream itself; for
+ * the calls that still take a gate (CUDA IPC's), that hang is turned into an error: a wait
+ * that passes COLL_TIMEOUT fails the call, whose gate the progress thread then opens, and says
+ * why. */
 #include <sched.h>
 #include <time.h>
 
@@ -77,8 +78,9 @@ const char *colli_dev_strerror(const struct colli_dev *d, int err)
         return d->ops->error_string(err);
     return "the GPU did not run kcoll's copies and kernels within COLL_TIMEOUT although the "
            "call's stream had reached the call: the GPU may have queued them behind the stream "
-           "the call holds (streams share the GPU's hardware queues; CUDA_DEVICE_MAX_CONNECTIONS="
-           "1, as Megatron-LM sets it, makes this certain, the default 8 possible), a limit of "
-           "kcoll's device path: leave CUDA_DEVICE_MAX_CONNECTIONS unset or raise it to 32, or "
-           "use host buffers";
+           "the call holds (streams share the GPU's hardware queues; the calls that hold their "
+           "stream so are those through CUDA IPC and those with COLL_CUDA_GATE=memop or "
+           "hostfunc), a limit of kcoll's device path: set COLL_CUDA_IPC=0 (or "
+           "CUDA_DEVICE_MAX_CONNECTIONS=1, which does the same for kcoll), leave "
+           "COLL_CUDA_GATE unset, or use host buffers";
 }
