@@ -42,16 +42,18 @@ COLL_SOCKET_IFNAME=lo timeout 120 tools/coll-run -n 2 tools/coll-perf --device c
 echo "exit $?"
 grep -v "^\[rank 1\]" "$OUT/perf_device.log" | tail -n 40
 # The hang of the first H200 run (docs/gpu.md; likeliest cause: lazy kernel loading, fixed by
-# loading the kernels before the first gate): stream order with each gate, and without CUDA IPC,
-# 40 s each at most, so that one run tells which part holds the stream if it still hangs.
-for v in "COLL_CUDA_GATE=memop" "COLL_CUDA_GATE=hostfunc" "COLL_CUDA_GATE=memop COLL_CUDA_IPC=0"; do
+# loading the kernels before the first gate): stream order with inline programs (the default)
+# without and with CUDA IPC, then with each gate, 40 s each at most, so that one run tells which
+# part holds the stream if it still hangs.
+for v in "COLL_CUDA_GATE=inline COLL_CUDA_IPC=0" "COLL_CUDA_GATE=inline" "COLL_CUDA_GATE=memop" \
+    "COLL_CUDA_GATE=hostfunc"; do
     stage "dev_cuda_order with $v"
     env $v COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=COLL timeout 40 ctest -R '^dev_cuda_order$' \
         --output-on-failure >"$OUT/order_${v//[ =]/_}.log" 2>&1
     echo "exit $?"
     grep -E "Passed|Failed|Timeout|stream memory|WARN" "$OUT/order_${v//[ =]/_}.log" | head -n 8
 done
-# The hardware-queue risk (docs/gpu.md): with one queue, do the copies wait behind the gate?
+# The hardware-queue risk (docs/gpu.md): with one queue, inline programs must give the sums.
 stage "dev_cuda_stall (CUDA_DEVICE_MAX_CONNECTIONS=1)"
 timeout 60 ctest -R '^dev_cuda_stall$' -V >"$OUT/stall.log" 2>&1
 echo "exit $?"
