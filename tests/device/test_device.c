@@ -482,6 +482,20 @@ static void usage_body(dh_ctx_t *ctx)
         CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "buffers on another GPU");
         CHECK_HAS(coll_get_last_error(), "buffers are on GPU 1, but the communicator's",
                   "names both GPUs");
+        /* the default stream of a call is its buffers' GPU's: a capture there is seen with
+         * GPU 0 current, and nothing is put in it */
+        coll_comm_t c1 = NULL;
+        CHECK_RC(coll_comm_split(comm, 0, me, &c1), COLL_SUCCESS, coll_get_last_error(),
+                 "a second communicator, no device call yet");
+        CHECK(o->set_device(1) == 0 && o->capture(NULL, 1) == 0,
+              "rank %d: begin a capture on GPU 1's default stream", me);
+        (void)o->set_device(0);
+        rc = coll_all_reduce(d1, d1, 1000, COLL_FLOAT32, COLL_SUM, c1, NULL);
+        CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(),
+                 "GPU 1 buffers on the default stream, GPU 0 current, GPU 1's capturing");
+        CHECK(o->set_device(1) == 0 && o->capture(NULL, 0) == 0,
+              "rank %d: GPU 1's capture ends clean", me);
+        CHECK_RC(coll_comm_destroy(c1), COLL_SUCCESS, coll_get_last_error(), "destroy");
         o->dev_free(d1);
     } else {
         dh_log("rank %d: no second GPU: the one-GPU-per-communicator check is not run", me);

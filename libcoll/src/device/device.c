@@ -490,8 +490,15 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
                          "the communicator failed earlier and cannot be used (destroy or abort "
                          "it and create a new one): %s",
                          comm->async_msg);
-    /* first: nothing (no allocation, no gate) may touch a stream that records a graph */
+    /* first: nothing (no allocation, no gate) may touch a stream that records a graph; the
+     * default stream (NULL) asked for is the buffers' GPU's, whichever GPU is current */
+    int cur = -1;
+    const bool other = stream == NULL && d->ops->get_device(&cur) == 0 && cur != device;
+    if (other)
+        (void)d->ops->set_device(device);
     int capturing = 0, cerr = d->ops->stream_capturing(stream, &capturing);
+    if (other)
+        (void)d->ops->set_device(cur);
     if (cerr != 0)
         return COLLI_ERR(COLL, COLL_ERR_CUDA,
                          "rank %d: %s: cannot tell whether stream %p is capturing a CUDA graph: %s",
