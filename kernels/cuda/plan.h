@@ -38,6 +38,58 @@ typedef struct colli_cuda_plan {
     unsigned grid;         /* blocks, at most sm_count * BLOCKS_PER_SM; 0 only when count is 0 */
 } colli_cuda_plan_t;
 
+#ifdef __CUDACC__
+#define COLLI_PLAN_FN static inline __host__ __device__
+#else
+#define COLLI_PLAN_FN static inline
+#endif
+
+/* The head that aligns every address to vec bytes, or -1 when no common head exists: the
+ * addresses differ modulo vec, or share an offset that is not a whole number of elements. */
+COLLI_PLAN_FN long long colli_cuda_head_for(const uintptr_t *addrs, int naddrs, size_t elem_size,
+                                            unsigned vec)
+{
+    uintptr_t off = addrs[0] % vec;
+    for (int i = 1; i < naddrs; i++)
+        if (addrs[i] % vec != off)
+            return -1;
+    if (off % elem_size != 0)
+        return -1;
+    return (long long)(((vec - off) % vec) / elem_size);
+}
+
+/* The parts of a plan (head, body, tail, elem_size, vec_bytes, vec_elems, elem_aligned; not
+ * block and grid) for count elements of elem_size (1, 2, 4 or 8) bytes at addrs: on the host for
+ * a launch (colli_cuda_plan), on the device where the addresses are known only when the kernel
+ * runs (a list kernel, reduce.cu). */
+COLLI_PLAN_FN void colli_cuda_plan_parts(colli_cuda_plan_t *p, size_t count, size_t elem_size,
+                                         const uintptr_t *addrs, int naddrs)
+{
+    p->elem_size = (unsigned)elem_size;
+    p->elem_aligned = 1;
+    p->vec_bytes = p->vec_elems = 0;
+    p->body = 0;
+    for (int i = 0; i < naddrs; i++)
+        if (addrs[i] % elem_size != 0)
+            p->elem_aligned = 0;
+    p->head = count;
+    for (unsigned vec = 16; vec >= 4 && p->elem_aligned && vec >= elem_size; vec /= 2) {
+        long long head = colli_cuda_head_for(addrs, naddrs, elem_size, vec);
+        if (head < 0 || (size_t)head >= count)
+            continue;
+        size_t vec_elems = vec / elem_size;
+        size_t body = (count - (size_t)head) / vec_elems * vec_elems;
+        if (body == 0)
+            continue;
+        p->vec_bytes = vec;
+        p->vec_elems = (unsigned)vec_elems;
+        p->head = (size_t)head;
+        p->body = body;
+        break;
+    }
+    p->tail = count - p->head - p->body;
+}
+
 /* Plans the launch for count elements of elem_size bytes at the naddrs device addresses addrs
  * (every input and the output) on a device with sm_count multiprocessors. Returns 0, or -1 when
  * elem_size is not 1, 2, 4 or 8, naddrs < 1, addrs is NULL, sm_count < 1, or count * elem_size

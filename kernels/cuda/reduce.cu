@@ -278,10 +278,10 @@ struct E5m2Conv {
     }
 };
 
-typedef SmallFloat<HalfConv, HalfOrder<0x7c00> > F16;
-typedef SmallFloat<Bf16Conv, HalfOrder<0x7f80> > BF16;
-typedef SmallFloat<E4m3Conv, Fp8Order<0x7fu> > E4M3;
-typedef SmallFloat<E5m2Conv, Fp8Order<0x7du> > E5M2;
+typedef SmallFloat<HalfConv, HalfOrder<0x7c00>> F16;
+typedef SmallFloat<Bf16Conv, HalfOrder<0x7f80>> BF16;
+typedef SmallFloat<E4m3Conv, Fp8Order<0x7fu>> E4M3;
+typedef SmallFloat<E5m2Conv, Fp8Order<0x7du>> E5M2;
 
 /* One step of op OP (COLL_AVG sums; its division is the separate last step). */
 template <class DT, int OP>
@@ -444,9 +444,7 @@ template <class DT, int OP> __device__ __forceinline__ void singles(const Args &
 
 /* __grid_constant__: the inputs are indexed at run time straight from parameter space, with no
  * copy of Args to the stack. */
-template <class DT, int OP>
-__global__ void __launch_bounds__(COLLI_CUDA_BLOCK, COLLI_CUDA_BLOCKS_PER_SM)
-    reduce_kernel(const __grid_constant__ Args a)
+template <class DT, int OP> __device__ __forceinline__ void run(const Args &a)
 {
     typedef typename DT::S S;
     switch (a.vec_bytes) {
@@ -465,6 +463,52 @@ __global__ void __launch_bounds__(COLLI_CUDA_BLOCK, COLLI_CUDA_BLOCKS_PER_SM)
         break;
     }
     singles<DT, OP>(a);
+}
+
+template <class DT, int OP>
+__global__ void __launch_bounds__(COLLI_CUDA_BLOCK, COLLI_CUDA_BLOCKS_PER_SM)
+    reduce_kernel(const __grid_constant__ Args a)
+{
+    run<DT, OP>(a);
+}
+
+/* The ops of a list, each planned here from the pointers the list holds when the kernel runs
+ * (colli_cuda_plan_parts, as the host plans a launch), run by the whole grid one after the
+ * other (they do not depend on each other: no grid-wide wait between them). */
+template <class DT, int OP>
+__global__ void __launch_bounds__(COLLI_CUDA_BLOCK, COLLI_CUDA_BLOCKS_PER_SM)
+    list_kernel(const colli_cuda_list_t *l)
+{
+    const uint32_t n = l->n < COLLI_CUDA_LIST_OPS ? l->n : COLLI_CUDA_LIST_OPS;
+    for (uint32_t i = 0; i < n; i++) {
+        const colli_cuda_list_op_t *op = &l->ops[i];
+        const bool copy = op->nsrcs == 0;
+        const int nsrcs = copy ? 1 : op->nsrcs;
+        if (nsrcs < 1 || nsrcs > COLLI_CUDA_MAX_SRCS || op->count == 0 || op->dst == NULL)
+            continue;
+        Args a = {};
+        uintptr_t addrs[COLLI_CUDA_MAX_SRCS + 1];
+        a.dst = op->dst;
+        addrs[0] = (uintptr_t)op->dst;
+        for (int s = 0; s < nsrcs; s++) {
+            a.src[s] = op->srcs[s];
+            addrs[s + 1] = (uintptr_t)op->srcs[s];
+        }
+        a.nsrcs = nsrcs;
+        a.divisor = OP == COLL_AVG && !copy ? op->divisor : 0u;
+        colli_cuda_plan_t p;
+        colli_cuda_plan_parts(&p, (size_t)op->count, copy ? 1 : sizeof(typename DT::S), addrs,
+                              nsrcs + 1);
+        a.head = p.head;
+        a.body = p.body;
+        a.tail = p.tail;
+        a.vec_bytes = p.vec_bytes;
+        a.elem_aligned = p.elem_aligned;
+        if (copy)
+            run<U8, COLL_SUM>(a);
+        else
+            run<DT, OP>(a);
+    }
 }
 
 /* PreMulSum's first step, dst[i] = src[i] * scalar, as colli_scale computes it (DT::prod: the
@@ -498,9 +542,22 @@ typedef void (*kernel_fn)(const Args);
     }
 
 const kernel_fn kernels[COLL_NUM_DATATYPES][COLL_NUM_OPS] = {
-    KERNEL_ROW(I8),  KERNEL_ROW(U8),  KERNEL_ROW(I32),  KERNEL_ROW(U32), KERNEL_ROW(I64),
-    KERNEL_ROW(U64), KERNEL_ROW(F16), KERNEL_ROW(BF16), KERNEL_ROW(F32), KERNEL_ROW(F64),
-    KERNEL_ROW(E4M3), KERNEL_ROW(E5M2),
+    KERNEL_ROW(I8),  KERNEL_ROW(U8),  KERNEL_ROW(I32),  KERNEL_ROW(U32),
+    KERNEL_ROW(I64), KERNEL_ROW(U64), KERNEL_ROW(F16),  KERNEL_ROW(BF16),
+    KERNEL_ROW(F32), KERNEL_ROW(F64), KERNEL_ROW(E4M3), KERNEL_ROW(E5M2),
+};
+
+typedef void (*list_fn)(const colli_cuda_list_t *);
+
+#define LIST_ROW(DT)                                                                               \
+    {                                                                                              \
+        list_kernel<DT, COLL_SUM>, list_kernel<DT, COLL_PROD>, list_kernel<DT, COLL_MIN>,          \
+            list_kernel<DT, COLL_MAX>, list_kernel<DT, COLL_AVG>                                   \
+    }
+
+const list_fn list_kernels[COLL_NUM_DATATYPES][COLL_NUM_OPS] = {
+    LIST_ROW(I8),  LIST_ROW(U8),   LIST_ROW(I32), LIST_ROW(U32), LIST_ROW(I64),  LIST_ROW(U64),
+    LIST_ROW(F16), LIST_ROW(BF16), LIST_ROW(F32), LIST_ROW(F64), LIST_ROW(E4M3), LIST_ROW(E5M2),
 };
 
 const size_t elem_size[COLL_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
@@ -571,6 +628,20 @@ extern "C" int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_
     return launch(kernels[COLL_UINT8][COLL_SUM], dst, srcs, 1, bytes, 1, 0, sm_count, stream);
 }
 
+extern "C" int colli_cuda_reduce_list(const colli_cuda_list_t *list, coll_datatype_t dt,
+                                      coll_op_t op, int sm_count, void *stream)
+{
+    if ((unsigned)dt >= (unsigned)COLL_NUM_DATATYPES || (unsigned)op >= (unsigned)COLL_NUM_OPS ||
+        list == NULL || sm_count < 1)
+        return cudaErrorInvalidValue;
+    size_t grid = (size_t)sm_count * COLLI_CUDA_BLOCKS_PER_SM;
+    if (grid > COLLI_CUDA_MAX_GRID)
+        grid = COLLI_CUDA_MAX_GRID;
+    void *args[] = {(void *)&list};
+    return (int)cudaLaunchKernel((const void *)list_kernels[dt][op], dim3((unsigned)grid),
+                                 dim3(COLLI_CUDA_BLOCK), args, 0, (cudaStream_t)stream);
+}
+
 extern "C" int colli_cuda_scale(void *dst, const void *src, size_t count, coll_datatype_t dt,
                                 const void *scalar, int sm_count, void *stream)
 {
@@ -596,9 +667,12 @@ extern "C" size_t colli_cuda_kernel_symbols(const void **syms, size_t max)
 {
     size_t n = 0;
     for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
-        for (int op = 0; op < COLL_NUM_OPS; op++)
+        for (int op = 0; op < COLL_NUM_OPS; op++) {
             if (n < max)
                 syms[n++] = (const void *)kernels[dt][op];
+            if (n < max)
+                syms[n++] = (const void *)list_kernels[dt][op];
+        }
         if (n < max)
             syms[n++] = (const void *)scale_kernels[dt];
     }

@@ -52,10 +52,34 @@ int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_count, void
 int colli_cuda_scale(void *dst, const void *src, size_t count, coll_datatype_t dt,
                      const void *scalar, int sm_count, void *stream);
 
-/* The kernels behind colli_cuda_reduce, colli_cuda_copy and colli_cuda_scale (their host-side
+/* A list of reductions and copies read by the kernel when it runs (device memory): for work
+ * whose pointers are known only after it was enqueued. The layout of the GPU plugin's
+ * colli_gpu_list_t (libcoll/src/device/gpu_plugin.h). */
+#define COLLI_CUDA_LIST_OPS 8
+typedef struct colli_cuda_list_op {
+    void *dst;
+    const void *srcs[COLLI_CUDA_MAX_SRCS];
+    uint64_t count;   /* elements of dt; bytes for a copy */
+    int32_t nsrcs;    /* 1..COLLI_CUDA_MAX_SRCS; 0: a copy of count bytes of srcs[0] */
+    uint32_t divisor; /* COLL_AVG, as for colli_cuda_reduce */
+} colli_cuda_list_op_t;
+typedef struct colli_cuda_list {
+    uint32_t n;
+    uint32_t pad;
+    colli_cuda_list_op_t ops[COLLI_CUDA_LIST_OPS];
+} colli_cuda_list_t;
+
+/* Run ops [0, n) of *list on stream, in no set order, each as colli_cuda_reduce (or
+ * colli_cuda_copy) would; the list is read when the kernel runs. Ops with a bad nsrcs or count
+ * 0 are skipped. */
+int colli_cuda_reduce_list(const colli_cuda_list_t *list, coll_datatype_t dt, coll_op_t op,
+                           int sm_count, void *stream);
+
+/* The kernels behind colli_cuda_reduce, colli_cuda_copy, colli_cuda_reduce_list and
+ * colli_cuda_scale (their host-side
  * symbols, as cudaLaunchKernel takes them), at most max of them into syms; the number written. For
  * loading them before their first launch (CUDA loads kernels lazily). */
-#define COLLI_CUDA_NUM_KERNELS (COLL_NUM_DATATYPES * (COLL_NUM_OPS + 1))
+#define COLLI_CUDA_NUM_KERNELS (COLL_NUM_DATATYPES * (2 * COLL_NUM_OPS + 1))
 size_t colli_cuda_kernel_symbols(const void **syms, size_t max);
 
 /* Name ("cudaErrorInvalidValue") and description ("invalid argument") of a cudaError_t. */

@@ -185,6 +185,27 @@ static int cu_scale(void *dst, const void *src, size_t count, int dt, const void
     return colli_cuda_scale(dst, src, count, (coll_datatype_t)dt, scalar, sm, stream);
 }
 
+/* the plugin's list is the kernels' list */
+static_assert(COLLI_GPU_LIST_OPS == COLLI_CUDA_LIST_OPS &&
+                  sizeof(colli_gpu_list_t) == sizeof(colli_cuda_list_t) &&
+                  sizeof(colli_gpu_list_op_t) == sizeof(colli_cuda_list_op_t) &&
+                  offsetof(colli_gpu_list_t, ops) == offsetof(colli_cuda_list_t, ops) &&
+                  offsetof(colli_gpu_list_op_t, srcs) == offsetof(colli_cuda_list_op_t, srcs) &&
+                  offsetof(colli_gpu_list_op_t, count) == offsetof(colli_cuda_list_op_t, count) &&
+                  offsetof(colli_gpu_list_op_t, nsrcs) == offsetof(colli_cuda_list_op_t, nsrcs) &&
+                  offsetof(colli_gpu_list_op_t, divisor) == offsetof(colli_cuda_list_op_t, divisor),
+              "list layout");
+
+static int cu_reduce_list(const colli_gpu_list_t *list, int dt, int op, void *stream)
+{
+    int sm = 0;
+    cudaError_t e = sm_count(&sm);
+    if (e != cudaSuccess)
+        return (int)e;
+    return colli_cuda_reduce_list((const colli_cuda_list_t *)list, (coll_datatype_t)dt,
+                                  (coll_op_t)op, sm, stream);
+}
+
 static_assert(sizeof(cudaIpcMemHandle_t) == COLLI_GPU_IPC_HANDLE, "IPC handle size");
 
 static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
@@ -353,6 +374,7 @@ static const colli_gpu_ops_t cu_ops = {
     cu_stream_query,
     cu_word_write,
     cu_word_wait,
+    cu_reduce_list,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

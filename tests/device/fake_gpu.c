@@ -53,7 +53,7 @@
 #define SYNC_MAX_S 10.0
 #define MAXDEV     64
 
-enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE, T_SCALE };
+enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE, T_SCALE, T_LIST };
 
 typedef struct task {
     struct task *next;
@@ -135,6 +135,8 @@ static void *stream_main(void *arg)
             t->fn(t->arg);
         } else if (t->kind == T_REDUCE) {
             fake_run_reduce(t->dst, t->srcs, t->nsrcs, t->count, t->dt, t->op, t->divisor);
+        } else if (t->kind == T_LIST) { /* read when it runs, as the kernel does */
+            fake_run_list(t->src, t->dt, t->op);
         } else if (t->kind == T_SCALE) {
             colli_scale(t->dst, t->srcs[0], t->count, (coll_datatype_t)t->dt, t->scalar);
         } else if (t->kind == T_GATE) {
@@ -666,7 +668,6 @@ static int fake_delay(void *stream, unsigned us)
     return enqueue(stream, &t);
 }
 
-/* Kernels read and write device memory only: every range must be one of this GPU's. */
 /* [p, p + bytes) lies in one allocation of the current device: a kernel reads no other GPU's
  * memory (no peer access: an access there faults, 700, as on a GPU). */
 static int on_gpu(const void *p, size_t bytes)
@@ -677,6 +678,16 @@ static int on_gpu(const void *p, size_t bytes)
     const bool here = i >= 0 && fg.dev[i].device == cur_device;
     pthread_mutex_unlock(&fg.mu);
     return i < 0 || left < bytes ? 1 : here ? 0 : 700;
+}
+
+static int fake_reduce_list(const colli_gpu_list_t *list, int dt, int op, void *stream)
+{
+    if (dt < 0 || dt >= COLL_NUM_DATATYPES || op < 0 || op >= COLL_NUM_OPS)
+        return 1;
+    load("the first launch of the list kernel (lazy loading)");
+    task_t t = {.kind = T_LIST, .src = list, .dt = dt, .op = op};
+    const int err = on_gpu(list, sizeof(*list));
+    return err != 0 ? err : enqueue(stream, &t);
 }
 
 static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
@@ -723,35 +734,6 @@ static int fake_scale(void *dst, const void *src, size_t count, int dt, const vo
     return enqueue(stream, &t);
 }
 
-static const char *fake_error_string(int err)
-{
-    switch (err) {
-    case 0:
-        return "fakeSuccess: no error";
-    case 1:
-        return "fakeErrorInvalidValue: invalid argument";
-    case 2:
-        return "fakeErrorMemoryAllocation: out of memory";
-    case 3:
-        return "fakeErrorNoDevice: no GPU";
-    case 209:
-        return "fakeErrorNoKernelImageForDevice: no kernel image is available for execution on "
-               "the device";
-    case 801:
-        return "fakeErrorNotSupported: operation not supported";
-    case 700:
-        return "fakeErrorIllegalAddress: an illegal memory access was encountered";
-    case 900:
-        return "fakeErrorStreamCaptureUnsupported: operation not permitted when stream is "
-               "capturing";
-    case 901:
-        return "fakeErrorStreamCaptureInvalidated: operation failed due to a previous error "
-               "during capture";
-    default:
-        return "fakeErrorUnknown: unknown error";
-    }
-}
-
 static const char *fake_device_name(int device)
 {
     return device == 0 ? "fake GPU 0" : "fake GPU";
@@ -789,6 +771,7 @@ static const colli_gpu_ops_t ops = {
     .stream_query = fake_stream_query,
     .word_write = fake_word_write,
     .word_wait = fake_word_wait,
+    .reduce_list = fake_reduce_list,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

@@ -1,9 +1,10 @@
-/* The fake GPU's arithmetic (fake_gpu.c): element sizes, and the reduce kernel's semantics over
- * the CPU reference kernels. */
+/* The fake GPU's arithmetic (fake_gpu.c): element sizes, the reduce and list kernels' semantics
+ * over the CPU reference kernels, and the error strings. */
 #include <stdbool.h>
 #include <string.h>
 
 #include "fake_gpu_math.h"
+#include "gpu_plugin.h"
 
 /* Bytes of one element (the plugin is loaded into programs that do not export coll_*, such as
  * kcoll's libnccl.so.2). */
@@ -44,5 +45,50 @@ void fake_run_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count
                 colli_reduce(tmp, a, x, m, dt, op);
         }
         memcpy((char *)dst + b * e, tmp, m * e);
+    }
+}
+
+const char *fake_error_string(int err)
+{
+    switch (err) {
+    case 0:
+        return "fakeSuccess: no error";
+    case 1:
+        return "fakeErrorInvalidValue: invalid argument";
+    case 2:
+        return "fakeErrorMemoryAllocation: out of memory";
+    case 3:
+        return "fakeErrorNoDevice: no GPU";
+    case 209:
+        return "fakeErrorNoKernelImageForDevice: no kernel image is available for execution on "
+               "the device";
+    case 801:
+        return "fakeErrorNotSupported: operation not supported";
+    case 700:
+        return "fakeErrorIllegalAddress: an illegal memory access was encountered";
+    case 900:
+        return "fakeErrorStreamCaptureUnsupported: operation not permitted when stream is "
+               "capturing";
+    case 901:
+        return "fakeErrorStreamCaptureInvalidated: operation failed due to a previous error "
+               "during capture";
+    default:
+        return "fakeErrorUnknown: unknown error";
+    }
+}
+
+void fake_run_list(const void *list, int dt, int op)
+{
+    const colli_gpu_list_t *l = list;
+    const uint32_t n = l->n < COLLI_GPU_LIST_OPS ? l->n : COLLI_GPU_LIST_OPS;
+    for (uint32_t i = 0; i < n; i++) {
+        const colli_gpu_list_op_t *o = &l->ops[i];
+        if (o->nsrcs < 0 || o->nsrcs > COLLI_GPU_MAX_SRCS || o->count == 0 || o->dst == NULL)
+            continue;
+        if (o->nsrcs == 0)
+            memmove(o->dst, o->srcs[0], (size_t)o->count);
+        else
+            fake_run_reduce(o->dst, o->srcs, o->nsrcs, (size_t)o->count, dt, op,
+                            op == COLL_AVG ? o->divisor : 0);
     }
 }

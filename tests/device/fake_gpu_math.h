@@ -1,4 +1,4 @@
-/* The fake GPU's arithmetic (fake_gpu_math.c). */
+/* The fake GPU's arithmetic and error strings (fake_gpu_math.c). */
 #ifndef FAKE_GPU_MATH_H
 #define FAKE_GPU_MATH_H
 
@@ -14,5 +14,9 @@ size_t fake_elt_size(coll_datatype_t dt);
  * dst may equal an input. */
 void fake_run_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
                      uint32_t divisor);
+/* The ops of a colli_gpu_list_t (gpu_plugin.h) in dt and op, read now: as the list kernel. */
+void fake_run_list(const void *list, int dt, int op);
+/* "fakeErrorInvalidValue: invalid argument" for the fake's error codes (fake_gpu.c's top). */
+const char *fake_error_string(int err);
 
 #endif

@@ -366,6 +366,17 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
             d->words = w;
         }
     }
+    if (err == 0 && d->words != NULL && d->lists_h == NULL && bytes > 0 && o->reduce_list != NULL) {
+        void *h = NULL, *dl = NULL; /* without them CUDA IPC's calls take a gate */
+        if (o->host_alloc(&h, 2 * sizeof(colli_gpu_list_t)) == 0 &&
+            o->dev_alloc(&dl, 2 * sizeof(colli_gpu_list_t)) == 0) {
+            memset(h, 0, 2 * sizeof(colli_gpu_list_t));
+            d->lists_h = h;
+            d->lists_d = dl;
+        } else if (h != NULL) {
+            (void)o->host_free(h);
+        }
+    }
     for (int i = 0; i < DEV_SLOTS && err == 0 && bytes > 0; i++) {
         struct dev_slot *s = &d->slots[i]; /* after a failure, the next call makes the rest */
         if (s->hs == NULL)
@@ -427,8 +438,9 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
                         uint64_t seq, uint64_t in_flight)
 {
+    j->ipc = j->run == NULL && colli_dev_ipc_eligible(comm, j->ctx);
     if (d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS &&
-        (j->run != NULL || !colli_dev_ipc_eligible(comm, j->ctx))) {
+        (!j->ipc || d->lists_h != NULL)) {
         int err = colli_dev_inline_emit(comm, d, j, stream, seq);
         if (err == 0)
             return 0;
@@ -700,6 +712,10 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
         (void)d->ops->host_free((void *)d->gate_words);
     if (d->words != NULL && !dropped)
         (void)d->ops->host_free((void *)d->words);
+    if (d->lists_h != NULL && !keep)
+        (void)d->ops->host_free(d->lists_h);
+    if (d->lists_d != NULL && !keep)
+        (void)d->ops->dev_free(d->lists_d);
     if (prev >= 0 && prev != d->device)
         (void)d->ops->set_device(prev);
     pthread_mutex_destroy(&d->mu);

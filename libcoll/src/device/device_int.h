@@ -36,6 +36,7 @@ typedef struct dev_job {
     const char *bad;     /* inline: a copy or kernel could not be enqueued (the step), or NULL */
     const char *bad_why; /* ... why (the plugin's error string, a static string) */
     bool truncated;      /* ... and the program lacks its end: the stream is never waited for */
+    bool ipc;            /* inline: CUDA IPC's program (ipc.c), its lists filled by the host */
     uint32_t slot;
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
@@ -92,7 +93,12 @@ struct colli_dev {
     volatile uint32_t *words;      /* [DEV_GATE_WORDS * DEV_WORDS]: the inline programs' */
     bool inline_told;              /* a fallback from inline programs was said */
     bool dangling;  /* a dropped call's program may still run: its buffers are kept at fini */
-    bool one_queue; /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its work is not inline) */
+    bool one_queue; /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its fallback is not inline) */
+    /* CUDA IPC's inline programs (ipc.c): the two lists of a call's reductions and copies, filled
+     * by the progress thread in pinned memory, copied by the stream to device memory after GO
+     * (calls run one at a time); NULL: CUDA IPC's calls take a gate */
+    colli_gpu_list_t *lists_h;
+    colli_gpu_list_t *lists_d;
     bool gate_told; /* the fallback to host functions was said */
     /* CUDA IPC (device_ipc.c; progress thread only): peers' allocations mapped here, least
      * recently used first out */
@@ -132,6 +138,13 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
 void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Until the caller's stream reached job j (device.c): false when aborted first. */
 bool colli_dev_wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Inline CUDA IPC (ipc.c): enqueue job j's program after the call's start (caller's thread);
+ * run its host side (progress thread): the exchange, the lists, GO, the barrier; when a rank
+ * cannot map, the chunk pipeline on the slot streams while the caller's stream waits. */
+void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream);
+void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Job j's collective through the chunk pipeline on the slot streams (progress thread). */
+void colli_dev_pipe_slots(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Does collective a on device buffers take CUDA IPC's exchange (every rank decides alike)? */
 bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */

@@ -30,6 +30,22 @@ extern "C" {
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
 
+/* A list of reductions and copies that a kernel reads when it runs, not when it is enqueued
+ * (reduce_list): for work whose pointers are known only later, such as CUDA IPC's peers'. */
+#define COLLI_GPU_LIST_OPS 8
+typedef struct colli_gpu_list_op {
+    void *dst;
+    const void *srcs[COLLI_GPU_MAX_SRCS];
+    uint64_t count;   /* elements of the list's datatype; bytes for a copy */
+    int32_t nsrcs;    /* 1..COLLI_GPU_MAX_SRCS as for reduce; 0: a copy of count bytes of srcs[0] */
+    uint32_t divisor; /* as for reduce (COLL_AVG) */
+} colli_gpu_list_op_t;
+typedef struct colli_gpu_list {
+    uint32_t n; /* ops[0, n) run; 0: nothing */
+    uint32_t pad;
+    colli_gpu_list_op_t ops[COLLI_GPU_LIST_OPS];
+} colli_gpu_list_t;
+
 typedef struct colli_gpu_ops {
     uint32_t struct_size; /* sizeof(colli_gpu_ops_t) of the plugin's build */
     uint32_t version;     /* COLLI_GPU_PLUGIN_VERSION */
@@ -115,6 +131,10 @@ typedef struct colli_gpu_ops {
      * GEQ). Words in pinned host memory from host_alloc. Not supported: a nonzero error. */
     int (*word_write)(void *stream, volatile uint32_t *word, uint32_t value);
     int (*word_wait)(void *stream, volatile uint32_t *word, uint32_t value);
+    /* Run the ops of *list (device memory of the current device, read when the kernel runs) on
+     * stream, in no set order (they must not depend on each other): reductions in dt and op
+     * with reduce's semantics, copies of bytes. */
+    int (*reduce_list)(const colli_gpu_list_t *list, int dt, int op, void *stream);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

@@ -83,7 +83,9 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
             j->bad_why = o->error_string(err);
         }
     }
-    if (j->run == NULL) {
+    if (j->run == NULL && j->ipc) {
+        colli_dev_ipc_emit(comm, d, j, stream);
+    } else if (j->run == NULL) {
         colli_dev_pipe_emit(comm, d, j, stream);
     } else {
         stage_copies(comm, d, j, stream, true);
@@ -124,7 +126,9 @@ void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t
             colli_dev_fail(comm, d, j, "making its GPU current", d->ops->error_string(err));
         } else {
             __atomic_store_n(&w[W_GO], (uint32_t)j->seq, __ATOMIC_RELEASE);
-            if (j->run == NULL)
+            if (j->run == NULL && j->ipc)
+                colli_dev_ipc_host(comm, d, j);
+            else if (j->run == NULL)
                 colli_dev_pipe_host(comm, d, j);
             else
                 staged_host(comm, d, j);

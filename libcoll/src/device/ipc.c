@@ -49,6 +49,7 @@ typedef struct ipc_call {
     char *sp[COLLI_GPU_MAX_SRCS], *rp[COLLI_GPU_MAX_SRCS]; /* every rank's buffers, here */
     int err;
     const char *what;
+    colli_gpu_list_t *lists; /* inline: the work goes into these two lists, else on stream */
 } ipc_call_t;
 
 /* From facts every rank shares (the job's environment alike on every rank): a rank that took
@@ -202,6 +203,11 @@ static void ipc_copy(ipc_call_t *c, void *dst, const void *src, size_t bytes)
         c->what = "copying between the ranks' device buffers (CUDA IPC)";
         return;
     }
+    if (c->lists != NULL) { /* all_reduce: after the reduction of the slice, the second list */
+        colli_gpu_list_t *l = &c->lists[c->a->coll == COLLI_COLL_ALL_REDUCE ? 1 : 0];
+        l->ops[l->n++] = (colli_gpu_list_op_t){.dst = dst, .srcs = {src}, .count = bytes};
+        return;
+    }
     int err = c->d->ops->memcpy_async(dst, src, bytes, c->stream);
     if (err != 0) {
         c->err = err;
@@ -218,6 +224,12 @@ static void ipc_reduce(ipc_call_t *c, void *dst, size_t off, size_t count)
     for (int q = 0; q < c->n; q++)
         srcs[q] = c->sp[q] + off;
     const uint32_t div = c->a->op == COLL_AVG ? (uint32_t)c->n : 0;
+    if (c->lists != NULL) {
+        colli_gpu_list_op_t *o = &c->lists[0].ops[c->lists[0].n++];
+        *o = (colli_gpu_list_op_t){.dst = dst, .count = count, .nsrcs = c->n, .divisor = div};
+        memcpy(o->srcs, srcs, (size_t)c->n * sizeof(srcs[0]));
+        return;
+    }
     int err = c->d->ops->reduce(dst, srcs, c->n, count, c->a->dt, c->a->op, div, c->stream);
     if (err != 0) {
         c->err = err;
@@ -261,7 +273,7 @@ static void work(ipc_call_t *c)
         }
         break;
     }
-    if (c->err == 0) {
+    if (c->err == 0 && c->lists == NULL) {
         int err = colli_dev_wait(c->comm, c->d, c->stream);
         if (err != 0) {
             c->err = err;
@@ -283,65 +295,164 @@ static bool agree(ipc_call_t *c, uint64_t mine, coll_result_t *status)
     return all;
 }
 
-bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
-                       coll_result_t *status)
+/* Steps 1 and 2 for job j: 0 when every rank mapped every buffer (c ready for step 3), 1 when
+ * the pipeline runs the call (every rank alike), -1 when the communicator failed (*status). */
+static int negotiate(ipc_call_t *c, coll_result_t *status)
 {
-    const colli_coll_args_t *a = j->ctx;
-    *status = COLL_SUCCESS;
-    if (!colli_dev_ipc_eligible(comm, a))
-        return false;
-    ipc_call_t c = {.comm = comm,
-                    .d = d,
-                    .j = j,
-                    .a = a,
-                    .stream = stream,
-                    .n = comm->nranks,
-                    .r = comm->rank,
-                    .e = coll_datatype_size(a->dt)};
+    struct coll_comm *comm = c->comm;
     ipc_desc_t descs[COLLI_GPU_MAX_SRCS];
-    describe(&c, &descs[c.r]);
-    *status =
-        colli_dev_net(comm, a, COLLI_COLL_ALL_GATHER, &descs[c.r], descs, sizeof(ipc_desc_t) / c.e);
+    describe(c, &descs[c->r]);
+    *status = colli_dev_net(comm, c->a, COLLI_COLL_ALL_GATHER, &descs[c->r], descs,
+                            sizeof(ipc_desc_t) / c->e);
     if (*status != COLL_SUCCESS)
-        return true;
+        return -1;
     int bad = -1;
-    for (int q = 0; q < c.n && bad < 0; q++)
+    for (int q = 0; q < c->n && bad < 0; q++)
         if (descs[q].magic != IPC_MAGIC)
             bad = q;
-    for (int q = 0; q < c.n && bad < 0; q++)
+    for (int q = 0; q < c->n && bad < 0; q++)
         if (!descs[q].ok)
-            return false; /* the same verdict on every rank */
-    const int mapped = bad < 0 ? map_all(&c, descs) : -1 - bad;
+            return 1; /* the same verdict on every rank */
+    const int mapped = bad < 0 ? map_all(c, descs) : -1 - bad;
     if (mapped < 0) {
         char who[200], msg[400];
         colli_member_desc(comm, -1 - mapped, who, sizeof(who));
         snprintf(msg, sizeof(msg),
                  "%s sent a corrupt CUDA IPC descriptor for %s #%llu: the peer runs another "
                  "kcoll build or its memory is corrupt (COLL_CUDA_IPC=0 avoids this path)",
-                 who, j->what, (unsigned long long)j->seq);
+                 who, c->j->what, (unsigned long long)c->j->seq);
         colli_set_last_error(msg);
         colli_comm_fail(comm, COLL_ERR_REMOTE, msg);
         *status = COLL_ERR_REMOTE;
-        return true;
+        return -1;
     }
-    if (!agree(&c, mapped == 0 ? 1 : 0, status))
-        return *status != COLL_SUCCESS; /* a rank could not map: the pipeline, on every rank */
-    if (!d->ipc_announced)
+    if (!agree(c, mapped == 0 ? 1 : 0, status))
+        return *status != COLL_SUCCESS ? -1 : 1; /* a rank could not map: the pipeline */
+    if (!c->d->ipc_announced)
         coll_info(COLL,
                   "device buffers of the %d ranks on this host: collectives from %zu bytes "
                   "read and write the peers' device memory through CUDA IPC (said once)",
-                  c.n, comm->cfg.shm_direct_min);
-    d->ipc_announced = true;
+                  c->n, comm->cfg.shm_direct_min);
+    c->d->ipc_announced = true;
+    return 0;
+}
+
+static ipc_call_t call_of(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream)
+{
+    const colli_coll_args_t *a = j->ctx;
+    return (ipc_call_t){.comm = comm,
+                        .d = d,
+                        .j = j,
+                        .a = a,
+                        .stream = stream,
+                        .n = comm->nranks,
+                        .r = comm->rank,
+                        .e = coll_datatype_size(a->dt)};
+}
+
+/* Step 3's failure (a copy or kernel; injected: err -1). */
+static void work_failed(ipc_call_t *c)
+{
+    colli_dev_fail(c->comm, c->d, c->j, c->what,
+                   c->err < 0 ? "injected failure (COLL_TEST_DEV_FAIL_COPY)"
+                              : colli_dev_strerror(c->d, c->err));
+}
+
+bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                       coll_result_t *status)
+{
+    *status = COLL_SUCCESS;
+    if (!colli_dev_ipc_eligible(comm, j->ctx))
+        return false;
+    ipc_call_t c = call_of(comm, d, j, stream);
+    const int how = negotiate(&c, status);
+    if (how != 0)
+        return how < 0;
     work(&c);
     if (c.err != 0) {
-        colli_dev_fail(comm, d, j, c.what,
-                       c.err < 0 ? "injected failure (COLL_TEST_DEV_FAIL_COPY)"
-                                 : colli_dev_strerror(d, c.err));
+        work_failed(&c);
         *status = COLL_ERR_CUDA;
         return true;
     }
     (void)agree(&c, 1, status); /* step 4: the barrier */
     return true;
+}
+
+/* ---- inline ----
+ * The program on the caller's stream, enqueued at the call after its start and a PreMulSum's
+ * scale (inline.c): PRE=1, wait NET1>=1, copy the two lists to the device, the list kernel on
+ * each, MID=1, wait NET2>=1. The host side: wait PRE (the inputs are final: the peers may read
+ * them from now on), the exchange, the lists filled (step 3), NET1, wait MID, the barrier,
+ * NET2. When a rank cannot map, the lists stay empty and the chunk pipeline runs the call on
+ * the slot streams while the caller's stream waits for NET2 (a gate again, for that call). */
+void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream)
+{
+    (void)comm;
+    const colli_gpu_ops_t *o = d->ops;
+    volatile uint32_t *w = colli_dev_words(d, j);
+    const colli_coll_args_t *a = j->ctx;
+    int err = o->word_write(stream, &w[W_PRE], 1);
+    if (err == 0)
+        err = o->word_wait(stream, &w[W_NET1], 1);
+    if (err == 0) {
+        int kerr = o->memcpy_async(d->lists_d, d->lists_h, 2 * sizeof(colli_gpu_list_t), stream);
+        for (int i = 0; i < 2 && kerr == 0; i++)
+            kerr = o->reduce_list(&d->lists_d[i], (int)a->dt, (int)a->op, stream);
+        if (kerr != 0 && j->bad == NULL) {
+            j->bad = "enqueueing the CUDA IPC kernels";
+            j->bad_why = o->error_string(kerr);
+        }
+        err = o->word_write(stream, &w[W_MID], 1);
+    }
+    if (err == 0)
+        err = o->word_wait(stream, &w[W_NET2], 1);
+    if (err != 0) {
+        j->truncated = true;
+        j->bad = "enqueueing the call's stream memory operations";
+        j->bad_why = o->error_string(err);
+    }
+}
+
+void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    volatile uint32_t *w = colli_dev_words(d, j);
+    memset(d->lists_h, 0, 2 * sizeof(colli_gpu_list_t)); /* until the verdict: nothing to run */
+    int err = colli_dev_wait_word(comm, d, j, W_PRE, 1);
+    if (err != 0) {
+        if (err != COLLI_DEV_ABORTED)
+            colli_dev_fail(comm, d, j, "scaling the input of a PreMulSum",
+                           colli_dev_strerror(d, err));
+        return;
+    }
+    ipc_call_t c = call_of(comm, d, j, j->stream);
+    coll_result_t status = COLL_SUCCESS;
+    const int how = negotiate(&c, &status);
+    if (how < 0)
+        return; /* the communicator failed: inline.c releases the stream */
+    if (how == 0) {
+        c.lists = d->lists_h;
+        work(&c);
+        if (c.err != 0) {
+            memset(d->lists_h, 0, 2 * sizeof(colli_gpu_list_t));
+            work_failed(&c);
+            return;
+        }
+    }
+    __atomic_store_n(&w[W_NET1], 1, __ATOMIC_RELEASE);
+    err = colli_dev_wait_word(comm, d, j, W_MID, 1);
+    if (err != 0) {
+        if (err != COLLI_DEV_ABORTED)
+            colli_dev_fail(comm, d, j,
+                           how == 0 ? "reading and writing the ranks' device buffers (CUDA IPC)"
+                                    : "waiting for the call's stream",
+                           colli_dev_strerror(d, err));
+        return;
+    }
+    if (how == 0)
+        (void)agree(&c, 1, &status); /* step 4: the barrier */
+    else
+        colli_dev_pipe_slots(comm, d, j);
+    /* NET2: inline.c releases it */
 }
 
 int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too)

@@ -281,6 +281,17 @@ void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     coll_result_t status = COLL_SUCCESS;
     if (colli_dev_ipc_try(comm, d, j, d->slots[0].stream, &status))
         return; /* ran through CUDA IPC, or failed the communicator */
+    colli_dev_pipe_slots(comm, d, j);
+}
+
+void colli_dev_pipe_slots(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    pipe_t p;
+    if (!pipe_init(&p, comm, d, j)) {
+        colli_dev_fail(comm, d, j, "planning the pipeline", "a step outgrows the slot buffers");
+        return;
+    }
+    coll_result_t status = COLL_SUCCESS;
     const size_t steps = steps_of(&p);
     if (steps > 0) {
         chunk_t c0 = chunk_of(&p, 0);
