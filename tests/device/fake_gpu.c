@@ -10,6 +10,7 @@
  * Device memory is a shared mapping of a memfd, so that IPC works between processes: a handle
  * names the process and the descriptor, which a peer opens through /proc/<pid>/fd
  * (FAKE_GPU_NO_IPC=1 makes opening fail, as a driver that refuses peer mappings;
+ * FAKE_GPU_NO_EXPORT=1 exporting, as for memory PyTorch's expandable segments map;
  * FAKE_GPU_BAD_EXPORT=1 describes allocations as too small, as corrupt bytes would). reduce
  * computes with the CPU reference kernels, input by input, as the CUDA kernels do.
  *
@@ -405,8 +406,9 @@ static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *
             *id = fg.dev[i].id;
         }
     pthread_mutex_unlock(&fg.mu);
-    if (h.fd < 0)
-        return 1;
+    const char *no = getenv("FAKE_GPU_NO_EXPORT"); /* memory that cannot be shared (VMM) */
+    if (h.fd < 0 || (no != NULL && strcmp(no, "1") == 0))
+        return h.fd < 0 ? 1 : 801;
     const char *bad = getenv("FAKE_GPU_BAD_EXPORT"); /* a descriptor that cannot be right */
     if (bad != NULL && strcmp(bad, "1") == 0)
         *size = *offset;

@@ -392,6 +392,31 @@ static void corrupt_desc_body(dh_ctx_t *ctx)
     mm_teardown(&m);
 }
 
+/* COLL_CUDA_IPC=0 on rank 1 only: every rank still takes the exchange (rank 1 then runs the
+ * pipeline inline after it; rank 0 falls back to it on its slot streams), all agree on the
+ * pipeline, and the sums are right. */
+static void ipc_one_off_body(dh_ctx_t *ctx)
+{
+    const int me = ctx->rank;
+    const size_t count = 1 << 17;
+    if (me == 1)
+        dh_setenv("COLL_CUDA_IPC", "0");
+    mm_t m = mm_setup(ctx, count);
+    CHECK_RC(coll_all_reduce(m.d, m.d, count, COLL_FLOAT32, COLL_SUM, m.comm, m.s), COLL_SUCCESS,
+             coll_get_last_error(), "rank %d: queued", me);
+    CHECK(m.o->stream_sync(m.s) == 0, "rank %d: the stream goes on", me);
+    coll_result_t ae = COLL_ERR_INTERNAL;
+    CHECK(coll_comm_get_async_error(m.comm, &ae) == COLL_SUCCESS && ae == COLL_SUCCESS,
+          "rank %d: async error %s: %s", me, dh_rc_name(ae), coll_get_last_error());
+    float *r = dev_read(m.o, m.d, count);
+    long bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += r[i] != val(i, 0) + val(i, 1);
+    CHECK(bad == 0, "rank %d: %ld wrong sums", me, bad);
+    free(r);
+    mm_teardown(&m);
+}
+
 /* Rank 0 calls on host buffers and rank 1 on device buffers: both fail with a mismatch. */
 static void mismatch_kind_body(dh_ctx_t *ctx)
 {
@@ -739,6 +764,8 @@ int main(int argc, char **argv)
         run("mismatch op", 2, mismatch_op_small);
         run("mismatch op, CUDA IPC", 2, mismatch_op_large);
         run("mismatch memory", 2, mismatch_kind_body);
+        if (getenv("FAKE_GPU_CONNECTIONS") == NULL) /* rank 0's fallback holds its stream */
+            run("CUDA IPC off on one rank", 2, ipc_one_off_body);
         if (strstr(getenv("COLL_CUDA_PLUGIN"), "fake") != NULL && via_ipc())
             run("corrupt IPC descriptor", 2, corrupt_desc_body);
     } else if (strcmp(c, "usage") == 0) {

@@ -5,7 +5,9 @@
  * (dst == src[0]), COLL_AVG with several divisors, and copies. Integers, min/max and every
  * result that is not NaN must agree bit for bit; an arithmetic NaN must be a quiet NaN on both
  * sides (sign and payload unspecified, as coll_kernels.h says). Guard bytes around every output
- * must stay untouched.
+ * must stay untouched. The list kernel (colli_cuda_reduce_list, which plans each op on the
+ * device when it runs) does the same on a smaller sweep: every datatype x op, three counts, two
+ * and three inputs, every layout, one input, and byte copies.
  *
  * Without a usable GPU (cudaGetDeviceCount fails or finds none) it prints "SKIPPED: <reason>" and
  * exits 77, the suite's skip code. COLL_TEST_CUDA_DEVICE picks the device (default 0).
@@ -150,6 +152,33 @@ static unsigned scaled(const layout_t *l, unsigned off, size_t esz)
     return (unsigned)((off * esz) % 16u);
 }
 
+/* 1: run_case and test_copies go through colli_cuda_reduce_list, one op in a list of two whose
+ * second op is empty (count 0), the list in device memory as the device path keeps it */
+static int via_list;
+static colli_cuda_list_t *d_list;
+
+static int reduce_or_list(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt,
+                          coll_op_t op, uint32_t divisor)
+{
+    if (!via_list)
+        return colli_cuda_reduce(dst, srcs, nsrcs, count, (coll_datatype_t)dt, op, divisor,
+                                 sm_count, stream);
+    colli_cuda_list_t l;
+    memset(&l, 0, sizeof(l));
+    l.n = 2;
+    l.ops[0].dst = dst;
+    for (int s = 0; s < (nsrcs > 0 ? nsrcs : 1); s++)
+        l.ops[0].srcs[s] = srcs[s];
+    l.ops[0].count = count;
+    l.ops[0].nsrcs = nsrcs;
+    l.ops[0].divisor = divisor;
+    l.ops[1].dst = dst; /* count 0: skipped */
+    CUDA_OK(cudaMemcpyAsync(d_list, &l, sizeof(l), cudaMemcpyHostToDevice, stream));
+    int rc = colli_cuda_reduce_list(d_list, (coll_datatype_t)dt, op, sm_count, stream);
+    CUDA_OK(cudaStreamSynchronize(stream)); /* l is on this stack */
+    return rc;
+}
+
 static void run_case(int dt, coll_op_t op, size_t count, int nsrcs, const layout_t *l,
                      uint32_t divisor)
 {
@@ -169,8 +198,7 @@ static void run_case(int dt, coll_op_t op, size_t count, int nsrcs, const layout
 
     if (!l->in_place)
         CUDA_OK(cudaMemsetAsync(d_out, CANARY, span, stream));
-    int rc = colli_cuda_reduce(d_dst, d_srcs, nsrcs, count, (coll_datatype_t)dt, op, divisor,
-                               sm_count, stream);
+    int rc = reduce_or_list(d_dst, d_srcs, nsrcs, count, dt, op, divisor);
     CUDA_OK(cudaMemcpyAsync(h_out, d_base, span, cudaMemcpyDeviceToHost, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     char what[160];
@@ -257,7 +285,9 @@ static void test_copies(void)
             unsigned od = offsets[k][0], os = offsets[k][1];
             size_t span = od + bytes + GUARD;
             CUDA_OK(cudaMemsetAsync(d_out, CANARY, span, stream));
-            int rc = colli_cuda_copy(d_out + od, d_in[1] + os, bytes, sm_count, stream);
+            const void *src[1] = {d_in[1] + os};
+            int rc = via_list ? reduce_or_list(d_out + od, src, 0, bytes, COLL_UINT8, COLL_SUM, 0)
+                              : colli_cuda_copy(d_out + od, src[0], bytes, sm_count, stream);
             CUDA_OK(cudaMemcpyAsync(h_out, d_out, span, cudaMemcpyDeviceToHost, stream));
             CUDA_OK(cudaStreamSynchronize(stream));
             check(rc == 0, "copy of %zu bytes (%u <- %u): returned %d", bytes, od, os, rc);
@@ -276,6 +306,39 @@ static void test_copies(void)
     CUDA_OK(cudaMemcpyAsync(h_out, d_in[1], 4097 + 3, cudaMemcpyDeviceToHost, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     check(rc == 0 && memcmp(h_out, h_in[1], 4097 + 3) == 0, "copy in place changed the data");
+}
+
+/* The list kernel (CUDA IPC's calls, planned on the device): every datatype and op, 2 and NIN
+ * inputs, every layout, three counts; one input (a copy or AVG's division); byte copies. */
+static void test_lists(void)
+{
+    static const size_t counts[] = {7, 4097, BIG_COUNT};
+    via_list = 1;
+    for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
+        size_t esz = dt_size[dt], n = buf_bytes / esz;
+        for (int s = 0; s < NIN; s++) {
+            for (size_t i = 0; i < n; i++) {
+                uint64_t v = gen_elem(dt);
+                memcpy(h_in[s] + i * esz, &v, esz);
+            }
+            CUDA_OK(cudaMemcpyAsync(d_in[s], h_in[s], buf_bytes, cudaMemcpyHostToDevice, stream));
+        }
+        unsigned long long failed_before = n_failed;
+        for (int op = 0; op < COLL_NUM_OPS; op++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                for (int nsrcs = 2; nsrcs <= NIN; nsrcs += NIN - 2)
+                    for (size_t k = 0; k < sizeof(layouts) / sizeof(layouts[0]); k++)
+                        if (counts[c] != BIG_COUNT || k == 0 || k == 2)
+                            run_case(dt, (coll_op_t)op, counts[c], nsrcs, &layouts[k],
+                                     op == COLL_AVG ? (uint32_t)nsrcs : 0);
+                run_case(dt, (coll_op_t)op, counts[c], 1, &layouts[c % 4],
+                         op == COLL_AVG ? 5u : 0u);
+            }
+        printf("list %-8s %s\n", dt_name[dt], n_failed == failed_before ? "ok" : "FAILED");
+        fflush(stdout);
+    }
+    test_copies();
+    via_list = 0;
 }
 
 /* PreMulSum's scaling: colli_cuda_scale against colli_scale, every datatype, a few scalars
@@ -451,14 +514,17 @@ int main(void)
         return 1;
     }
 
+    CUDA_OK(cudaMalloc((void **)&d_list, sizeof(*d_list)));
     test_reductions();
     test_copies();
+    test_lists();
     test_scales();
     test_arguments();
     report_speed();
 
     free(h_ref);
     CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_list));
     CUDA_OK(cudaFreeHost(h_out));
     for (int s = 0; s < NIN; s++) {
         CUDA_OK(cudaFree(d_in[s]));

@@ -439,8 +439,10 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
                         uint64_t seq, uint64_t in_flight)
 {
     j->ipc = j->run == NULL && colli_dev_ipc_eligible(comm, j->ctx);
+    j->declined =
+        j->ipc && (colli_dev_ipc_declines(comm, j->ctx) || !colli_dev_ipc_exportable(comm, j->ctx));
     if (d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS &&
-        (!j->ipc || d->lists_h != NULL)) {
+        (!j->ipc || j->declined || d->lists_h != NULL)) {
         int err = colli_dev_inline_emit(comm, d, j, stream, seq);
         if (err == 0)
             return 0;

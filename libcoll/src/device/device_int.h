@@ -36,7 +36,8 @@ typedef struct dev_job {
     const char *bad;     /* inline: a copy or kernel could not be enqueued (the step), or NULL */
     const char *bad_why; /* ... why (the plugin's error string, a static string) */
     bool truncated;      /* ... and the program lacks its end: the stream is never waited for */
-    bool ipc;            /* inline: CUDA IPC's program (ipc.c), its lists filled by the host */
+    bool ipc;            /* CUDA IPC's exchange comes first (colli_dev_ipc_eligible) */
+    bool declined;       /* ... and this rank refuses it: inline, the pipeline's program follows */
     uint32_t slot;
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
@@ -92,8 +93,9 @@ struct colli_dev {
     volatile uint32_t *gate_words; /* [2 * DEV_GATE_WORDS]: arrived, then release */
     volatile uint32_t *words;      /* [DEV_GATE_WORDS * DEV_WORDS]: the inline programs' */
     bool inline_told;              /* a fallback from inline programs was said */
-    bool dangling;  /* a dropped call's program may still run: its buffers are kept at fini */
-    bool one_queue; /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its fallback is not inline) */
+    bool dangling;   /* a dropped call's program may still run: its buffers are kept at fini */
+    bool one_queue;  /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its fallback is not inline) */
+    bool ipc_broken; /* a rank could not map a peer's buffer: no CUDA IPC from then (atomic) */
     /* CUDA IPC's inline programs (ipc.c): the two lists of a call's reductions and copies, filled
      * by the progress thread in pinned memory, copied by the stream to device memory after GO
      * (calls run one at a time); NULL: CUDA IPC's calls take a gate */
@@ -145,8 +147,14 @@ void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Job j's collective through the chunk pipeline on the slot streams (progress thread). */
 void colli_dev_pipe_slots(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
-/* Does collective a on device buffers take CUDA IPC's exchange (every rank decides alike)? */
+/* Does collective a on device buffers take CUDA IPC's exchange (every rank decides alike)?
+ * Does this rank refuse CUDA IPC for it whatever its buffers (then it runs the call as an inline
+ * pipeline after the exchange: colli_dev_ipc_declined_host)? */
 bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a);
+bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_t *a);
+/* Can this rank export a's buffers for CUDA IPC (asked at the call: else it declines)? */
+bool colli_dev_ipc_exportable(const struct coll_comm *comm, const colli_coll_args_t *a);
+void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
                              const char *step, const char *why);

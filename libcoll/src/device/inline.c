@@ -83,7 +83,7 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
             j->bad_why = o->error_string(err);
         }
     }
-    if (j->run == NULL && j->ipc) {
+    if (j->run == NULL && j->ipc && !j->declined) {
         colli_dev_ipc_emit(comm, d, j, stream);
     } else if (j->run == NULL) {
         colli_dev_pipe_emit(comm, d, j, stream);
@@ -127,7 +127,7 @@ void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t
         } else {
             __atomic_store_n(&w[W_GO], (uint32_t)j->seq, __ATOMIC_RELEASE);
             if (j->run == NULL && j->ipc)
-                colli_dev_ipc_host(comm, d, j);
+                (j->declined ? colli_dev_ipc_declined_host : colli_dev_ipc_host)(comm, d, j);
             else if (j->run == NULL)
                 colli_dev_pipe_host(comm, d, j);
             else

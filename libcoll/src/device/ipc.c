@@ -52,18 +52,39 @@ typedef struct ipc_call {
     colli_gpu_list_t *lists; /* inline: the work goes into these two lists, else on stream */
 } ipc_call_t;
 
-/* From facts every rank shares (the job's environment alike on every rank): a rank that took
- * this path while another ran the pipeline would fail with a mismatch of the two. Not with one
- * hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1): this path runs its copies and kernels on a
- * stream of its own while the caller's is held (memop gate), and one queue makes them wait
- * behind the hold (device.c), so the inline pipeline takes the call. */
+/* From facts every rank shares, so that every rank takes step 1 for the same calls (a rank
+ * that ran the pipeline while another exchanged descriptors would pair unlike messages). */
 bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a)
 {
     if (comm->nranks < 2 || comm->nranks > COLLI_GPU_MAX_SRCS || comm->cfg.shm_direct_min == 0 ||
-        !comm->cfg.dev_ipc || comm->dev->one_queue ||
         a->count * coll_datatype_size(a->dt) < comm->cfg.shm_direct_min)
         return false;
     return comm->all_local;
+}
+
+/* Does this rank say no in step 1 whatever its buffers (COLL_CUDA_IPC=0; one hardware queue,
+ * CUDA_DEVICE_MAX_CONNECTIONS=1, where the pipeline must run inline; an in-place all_to_all,
+ * which CUDA IPC does not do)? Then it knows the pipeline runs the call before the exchange. */
+bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_t *a)
+{
+    return !comm->cfg.dev_ipc || comm->dev->one_queue || comm->dev->ops->ipc_export == NULL ||
+           __atomic_load_n(&comm->dev->ipc_broken, __ATOMIC_ACQUIRE) ||
+           (a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
+}
+
+bool colli_dev_ipc_exportable(const struct coll_comm *comm, const colli_coll_args_t *a)
+{
+    size_t len[2];
+    colli_buffer_sizes(a, comm->nranks, comm->rank, len);
+    const void *ptr[2] = {a->sendbuf, a->recvbuf};
+    for (int i = 0; i < 2; i++) {
+        uint8_t handle[COLLI_GPU_IPC_HANDLE];
+        size_t off = 0, size = 0;
+        uint64_t id = 0;
+        if (len[i] > 0 && comm->dev->ops->ipc_export(ptr[i], handle, &off, &size, &id) != 0)
+            return false;
+    }
+    return true;
 }
 
 static void describe(ipc_call_t *c, ipc_desc_t *me)
@@ -76,8 +97,7 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
     me->magic = IPC_MAGIC;
     me->pid = (int32_t)getpid();
     me->device = c->d->device;
-    me->ok = c->comm->cfg.dev_ipc && o->ipc_export != NULL &&
-             !(a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
+    me->ok = !colli_dev_ipc_declines(c->comm, a);
     const void *ptr[2] = {a->sendbuf, a->recvbuf};
     for (int i = 0; i < 2 && me->ok; i++) {
         ipc_buf_t *b = &me->buf[i];
@@ -326,8 +346,14 @@ static int negotiate(ipc_call_t *c, coll_result_t *status)
         *status = COLL_ERR_REMOTE;
         return -1;
     }
-    if (!agree(c, mapped == 0 ? 1 : 0, status))
-        return *status != COLL_SUCCESS ? -1 : 1; /* a rank could not map: the pipeline */
+    if (!agree(c, mapped == 0 ? 1 : 0, status)) {
+        if (*status != COLL_SUCCESS)
+            return -1;
+        /* a rank could not map: the pipeline, and for the later calls too (every rank sets
+         * this at this call), so that they run it inline, knowing before the exchange */
+        __atomic_store_n(&c->d->ipc_broken, true, __ATOMIC_RELEASE);
+        return 1;
+    }
     if (!c->d->ipc_announced)
         coll_info(COLL,
                   "device buffers of the %d ranks on this host: collectives from %zu bytes "
@@ -411,6 +437,14 @@ void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         j->bad = "enqueueing the call's stream memory operations";
         j->bad_why = o->error_string(err);
     }
+}
+
+void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    ipc_call_t c = call_of(comm, d, j, j->stream);
+    coll_result_t status = COLL_SUCCESS;
+    if (negotiate(&c, &status) == 1) /* this rank said no: 1, unless the communicator failed */
+        colli_dev_pipe_host(comm, d, j);
 }
 
 void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
