@@ -78,9 +78,8 @@ const char *colli_dev_strerror(const struct colli_dev *d, int err)
         return d->ops->error_string(err);
     return "the GPU did not run kcoll's copies and kernels within COLL_TIMEOUT although the "
            "call's stream had reached the call: the GPU may have queued them behind the stream "
-           "the call holds (streams share the GPU's hardware queues; the calls that hold their "
-           "stream so are those through CUDA IPC and those with COLL_CUDA_GATE=memop or "
-           "hostfunc), a limit of kcoll's device path: set COLL_CUDA_IPC=0 (or "
-           "CUDA_DEVICE_MAX_CONNECTIONS=1, which does the same for kcoll), leave "
-           "COLL_CUDA_GATE unset, or use host buffers";
+           "the call holds (streams share the GPU's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS "
+           "of them; the calls that hold their stream so are those with COLL_CUDA_GATE=memop "
+           "or hostfunc, and a CUDA IPC call that a rank could not map), a limit of kcoll's "
+           "device path: leave COLL_CUDA_GATE unset, set COLL_CUDA_IPC=0, or use host buffers";
 }
