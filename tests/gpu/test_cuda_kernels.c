@@ -236,18 +236,24 @@ static void run_case(int dt, coll_op_t op, size_t count, int nsrcs, const layout
     }
 }
 
+/* Every input, host and device copy, filled with fresh elements of dt. */
+static void fill_inputs(int dt)
+{
+    const size_t esz = dt_size[dt], n = buf_bytes / esz;
+    for (int s = 0; s < NIN; s++) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = gen_elem(dt);
+            memcpy(h_in[s] + i * esz, &v, esz);
+        }
+        CUDA_OK(cudaMemcpyAsync(d_in[s], h_in[s], buf_bytes, cudaMemcpyHostToDevice, stream));
+    }
+}
+
 static void test_reductions(void)
 {
     static const size_t counts[] = {1, 7, 4097, BIG_COUNT};
     for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
-        size_t esz = dt_size[dt], n = buf_bytes / esz;
-        for (int s = 0; s < NIN; s++) {
-            for (size_t i = 0; i < n; i++) {
-                uint64_t v = gen_elem(dt);
-                memcpy(h_in[s] + i * esz, &v, esz);
-            }
-            CUDA_OK(cudaMemcpyAsync(d_in[s], h_in[s], buf_bytes, cudaMemcpyHostToDevice, stream));
-        }
+        fill_inputs(dt);
         unsigned long long failed_before = n_failed;
         for (int op = 0; op < COLL_NUM_OPS; op++) {
             for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
@@ -315,14 +321,7 @@ static void test_lists(void)
     static const size_t counts[] = {7, 4097, BIG_COUNT};
     via_list = 1;
     for (int dt = 0; dt < COLL_NUM_DATATYPES; dt++) {
-        size_t esz = dt_size[dt], n = buf_bytes / esz;
-        for (int s = 0; s < NIN; s++) {
-            for (size_t i = 0; i < n; i++) {
-                uint64_t v = gen_elem(dt);
-                memcpy(h_in[s] + i * esz, &v, esz);
-            }
-            CUDA_OK(cudaMemcpyAsync(d_in[s], h_in[s], buf_bytes, cudaMemcpyHostToDevice, stream));
-        }
+        fill_inputs(dt);
         unsigned long long failed_before = n_failed;
         for (int op = 0; op < COLL_NUM_OPS; op++)
             for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {

@@ -1,5 +1,7 @@
-/* The chunk pipeline of a collective on device buffers (the progress thread runs it, see
- * device.c). The call is cut into steps of at most COLL_CUDA_CHUNK_SIZE bytes; each step
+/* The chunk pipeline of a collective on device buffers: enqueued whole on the caller's stream
+ * when the call is made (inline, the default: see the inline section below), or run by the
+ * progress thread on the slot streams (a held gate; device.c). The call is cut into steps of
+ * at most COLL_CUDA_CHUNK_SIZE bytes; each step
  *   pre   copies its part of the inputs from the device to pinned host memory (hs),
  *   net1  moves it between the ranks with a host-buffer collective on that memory,
  *   mid   copies what arrived to the device and, for reductions, reduces it there with the GPU
@@ -273,11 +275,6 @@ static size_t steps_of(const pipe_t *p)
 
 void colli_dev_pipe_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    pipe_t p;
-    if (!pipe_init(&p, comm, d, j)) {
-        colli_dev_fail(comm, d, j, "planning the pipeline", "a step outgrows the slot buffers");
-        return;
-    }
     coll_result_t status = COLL_SUCCESS;
     if (colli_dev_ipc_try(comm, d, j, d->slots[0].stream, &status))
         return; /* ran through CUDA IPC, or failed the communicator */
