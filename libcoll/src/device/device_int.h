@@ -136,6 +136,11 @@ void colli_dev_pipe_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
  * 0, or the plugin's error when not even its start could be enqueued (another gate then). */
 int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
                           uint64_t seq);
+/* One stream memory operation of job j's program (a store of v into word w, or a wait for it);
+ * a failure truncates the program (nothing more is enqueued: false from then on) and says so in
+ * j->bad. */
+bool colli_dev_emit_word(struct colli_dev *d, dev_job_t *j, void *stream, bool wait, int w,
+                         uint32_t v);
 /* Run job j's host side and wait for its program's end (progress thread). */
 void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Until the caller's stream reached job j (device.c): false when aborted first. */

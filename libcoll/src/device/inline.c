@@ -43,8 +43,11 @@ static void stage_copies(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
     }
 }
 
-static bool emit_word(struct colli_dev *d, dev_job_t *j, void *stream, bool wait, int w, uint32_t v)
+bool colli_dev_emit_word(struct colli_dev *d, dev_job_t *j, void *stream, bool wait, int w,
+                         uint32_t v)
 {
+    if (j->truncated)
+        return false;
     volatile uint32_t *word = colli_dev_words(d, j) + w;
     int err = wait ? d->ops->word_wait(stream, word, v) : d->ops->word_write(stream, word, v);
     if (err != 0) {
@@ -89,11 +92,12 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
         colli_dev_pipe_emit(comm, d, j, stream);
     } else {
         stage_copies(comm, d, j, stream, true);
-        if (emit_word(d, j, stream, false, W_PRE, 1) && emit_word(d, j, stream, true, W_NET1, 1))
+        if (colli_dev_emit_word(d, j, stream, false, W_PRE, 1) &&
+            colli_dev_emit_word(d, j, stream, true, W_NET1, 1))
             stage_copies(comm, d, j, stream, false);
     }
     if (!j->truncated)
-        (void)emit_word(d, j, stream, false, W_END, (uint32_t)seq);
+        (void)colli_dev_emit_word(d, j, stream, false, W_END, (uint32_t)seq);
     return 0;
 }
 

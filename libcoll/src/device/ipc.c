@@ -415,28 +415,19 @@ void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 {
     (void)comm;
     const colli_gpu_ops_t *o = d->ops;
-    volatile uint32_t *w = colli_dev_words(d, j);
     const colli_coll_args_t *a = j->ctx;
-    int err = o->word_write(stream, &w[W_PRE], 1);
-    if (err == 0)
-        err = o->word_wait(stream, &w[W_NET1], 1);
-    if (err == 0) {
-        int kerr = o->memcpy_async(d->lists_d, d->lists_h, 2 * sizeof(colli_gpu_list_t), stream);
-        for (int i = 0; i < 2 && kerr == 0; i++)
-            kerr = o->reduce_list(&d->lists_d[i], (int)a->dt, (int)a->op, stream);
-        if (kerr != 0 && j->bad == NULL) {
+    if (colli_dev_emit_word(d, j, stream, false, W_PRE, 1) &&
+        colli_dev_emit_word(d, j, stream, true, W_NET1, 1)) {
+        int err = o->memcpy_async(d->lists_d, d->lists_h, 2 * sizeof(colli_gpu_list_t), stream);
+        for (int i = 0; i < 2 && err == 0; i++)
+            err = o->reduce_list(&d->lists_d[i], (int)a->dt, (int)a->op, stream);
+        if (err != 0 && j->bad == NULL) {
             j->bad = "enqueueing the CUDA IPC kernels";
-            j->bad_why = o->error_string(kerr);
+            j->bad_why = o->error_string(err);
         }
-        err = o->word_write(stream, &w[W_MID], 1);
     }
-    if (err == 0)
-        err = o->word_wait(stream, &w[W_NET2], 1);
-    if (err != 0) {
-        j->truncated = true;
-        j->bad = "enqueueing the call's stream memory operations";
-        j->bad_why = o->error_string(err);
-    }
+    if (colli_dev_emit_word(d, j, stream, false, W_MID, 1))
+        (void)colli_dev_emit_word(d, j, stream, true, W_NET2, 1);
 }
 
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)

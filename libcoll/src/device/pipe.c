@@ -72,7 +72,7 @@ static void fail_at(pipe_t *p, int err, const char *what)
 static void copy(pipe_t *p, const chunk_t *c, void *dst, const void *src, size_t bytes,
                  const char *what)
 {
-    if (p->err != 0 || p->injected || bytes == 0)
+    if (p->err != 0 || p->injected || p->j->truncated || bytes == 0)
         return;
     if (colli_dev_inject(p->comm, p->d)) {
         p->injected = true;
@@ -90,7 +90,7 @@ static void reduce(pipe_t *p, const chunk_t *c, void *dst, const char *base, siz
                    size_t count)
 {
     const void *srcs[COLLI_GPU_MAX_SRCS];
-    for (int i = 0; i < m && p->err == 0 && !p->injected && count > 0;) {
+    for (int i = 0; i < m && p->err == 0 && !p->injected && !p->j->truncated && count > 0;) {
         int k = 0;
         if (i > 0)
             srcs[k++] = dst; /* the partial result so far */
@@ -344,20 +344,10 @@ void colli_dev_pipe_slots(struct coll_comm *comm, struct colli_dev *d, dev_job_t
  * after the stream waited for the network to be done with step k, and the network rewrites it
  * only after the stream stored a word that comes after mid(k) and post(k). */
 
-/* One word operation of the program; a failure truncates it (nothing more is enqueued). */
+/* One word operation of the program (colli_dev_emit_word). */
 static bool word(pipe_t *p, bool wait, int w, size_t v)
 {
-    if (p->j->truncated)
-        return false;
-    int err = wait ? p->o->word_wait(p->ustream, &p->w[w], (uint32_t)v)
-                   : p->o->word_write(p->ustream, &p->w[w], (uint32_t)v);
-    if (err != 0) {
-        p->j->truncated = true;
-        p->injected = false;
-        p->err = 0;
-        fail_at(p, err, "enqueueing the call's stream memory operations");
-    }
-    return err == 0;
+    return colli_dev_emit_word(p->d, p->j, p->ustream, wait, w, (uint32_t)v);
 }
 
 void colli_dev_pipe_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream)
@@ -397,7 +387,7 @@ void colli_dev_pipe_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
         chunk_t last = chunk_of(&p, steps - 1);
         post(&p, &last);
     }
-    if (p.injected || p.err != 0) {
+    if ((p.injected || p.err != 0) && j->bad == NULL) {
         j->bad = p.what;
         j->bad_why = p.injected ? "injected failure (COLL_TEST_DEV_FAIL_COPY)"
                                 : colli_dev_strerror(d, p.err);
