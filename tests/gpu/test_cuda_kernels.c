@@ -314,6 +314,47 @@ static void test_copies(void)
     check(rc == 0 && memcmp(h_out, h_in[1], 4097 + 3) == 0, "copy in place changed the data");
 }
 
+/* CUDA IPC's fallback in its program: the list kernel copies the inputs from device memory to
+ * pinned host memory and the results back (the kernel reaches pinned memory through unified
+ * addressing). Both ways, aligned and not, guard bytes untouched. */
+static void test_list_host_copies(void)
+{
+    static const size_t sizes[] = {7, 4097, BIG_COUNT};
+    const unsigned long long failed_before = n_failed;
+    for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++)
+        for (unsigned od = 0; od < 8; od += 5) {
+            const size_t bytes = sizes[c], span = od + bytes + GUARD;
+            const unsigned os = 3 - od % 4;
+            /* device to pinned host memory */
+            CUDA_OK(cudaStreamSynchronize(stream));
+            memset(h_out, CANARY, span);
+            const void *src[1] = {d_in[1] + os};
+            int rc = reduce_or_list(h_out + od, src, 0, bytes, COLL_UINT8, COLL_SUM, 0);
+            CUDA_OK(cudaStreamSynchronize(stream));
+            int guards = 1;
+            for (size_t i = 0; i < span; i++)
+                guards &= i >= od && i < od + bytes ? 1 : h_out[i] == CANARY;
+            check(rc == 0 && memcmp(h_out + od, h_in[1] + os, bytes) == 0 && guards,
+                  "list copy of %zu bytes to pinned host memory (%u <- %u): wrong bytes or guards",
+                  bytes, od, os);
+            /* pinned host memory to the device */
+            CUDA_OK(cudaMemsetAsync(d_out, CANARY, span, stream));
+            src[0] = h_in[2] + os;
+            rc = reduce_or_list(d_out + od, src, 0, bytes, COLL_UINT8, COLL_SUM, 0);
+            CUDA_OK(cudaMemcpyAsync(h_out, d_out, span, cudaMemcpyDeviceToHost, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            guards = 1;
+            for (size_t i = 0; i < span; i++)
+                guards &= i >= od && i < od + bytes ? 1 : h_out[i] == CANARY;
+            check(rc == 0 && memcmp(h_out + od, h_in[2] + os, bytes) == 0 && guards,
+                  "list copy of %zu bytes from pinned host memory (%u <- %u): wrong bytes or "
+                  "guards",
+                  bytes, od, os);
+        }
+    printf("list copies to and from pinned host memory %s\n",
+           n_failed == failed_before ? "ok" : "FAILED");
+}
+
 /* The list kernel (CUDA IPC's calls, planned on the device): every datatype and op, 2 and NIN
  * inputs, every layout, three counts; one input (a copy or AVG's division); byte copies. */
 static void test_lists(void)
@@ -337,6 +378,7 @@ static void test_lists(void)
         fflush(stdout);
     }
     test_copies();
+    test_list_host_copies();
     via_list = 0;
 }
 

@@ -15,6 +15,10 @@ typedef struct colli_testhook {
     char cuda_versions[256];
     /* COLL_TEST_DEV_FAIL_COPY: the N-th staging copy of the device path fails (0: never) */
     int dev_fail_copy;
+    /* COLL_TEST_DEV_IPC_FALLBACK=1: every CUDA IPC call on device buffers brings its fallback in
+     * its program, and a rank that cannot map does not turn CUDA IPC off for the later calls (so
+     * each of them takes that fallback) */
+    int dev_ipc_fallback;
     /* COLL_TEST_FRAME_REPLAY: frame N (from 2) of each socket connection is sent as a replay of
      * frame N-1 would arrive: its header authenticated for the position before (0: never) */
     int frame_replay;

@@ -284,34 +284,47 @@ static size_t grown(size_t cap, size_t bytes)
     return (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
 }
 
+/* The pinned staging, grown to at least bytes (caller's thread): 0, the plugin's error, or -1
+ * (out of memory); *want: the size it tried. */
+static int staging_grow(struct colli_dev *d, size_t bytes, char **base, size_t *want)
+{
+    free_retired(d, false);
+    *want = bytes;
+    if (bytes <= d->staging_cap) {
+        *base = d->staging;
+        return 0;
+    }
+    *want = grown(d->staging_cap, bytes);
+    void *p = NULL;
+    retired_t *r = d->staging != NULL ? malloc(sizeof(*r)) : NULL;
+    if (d->staging != NULL && r == NULL)
+        return -1;
+    int err = d->ops->host_alloc(&p, *want);
+    if (err != 0) {
+        free(r);
+        return err;
+    }
+    if (r != NULL)
+        retire(d, r, d->staging, false);
+    d->staging = p;
+    d->staging_cap = *want;
+    *base = p;
+    return 0;
+}
+
 coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base)
 {
     struct colli_dev *d = comm->dev;
-    free_retired(d, false);
-    if (bytes <= d->staging_cap) {
-        *base = d->staging;
-        return COLL_SUCCESS;
-    }
-    const size_t want = grown(d->staging_cap, bytes);
-    void *p = NULL;
-    int err = d->ops->host_alloc(&p, want);
+    size_t want = 0;
+    const int err = staging_grow(d, bytes, base, &want);
+    if (err < 0)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
     if (err != 0)
         return COLLI_ERR(COLL, COLL_ERR_CUDA,
                          "rank %d: cannot allocate %zu bytes of pinned host memory to stage "
                          "device buffers: %s (raise the memlock limit, or make the calls "
                          "smaller)",
                          comm->rank, want, d->ops->error_string(err));
-    if (d->staging != NULL) {
-        retired_t *r = malloc(sizeof(*r));
-        if (r == NULL) {
-            (void)d->ops->host_free(p);
-            return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
-        }
-        retire(d, r, d->staging, false);
-    }
-    d->staging = p;
-    d->staging_cap = want;
-    *base = p;
     return COLL_SUCCESS;
 }
 
@@ -368,9 +381,9 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
     }
     if (err == 0 && d->words != NULL && d->lists_h == NULL && bytes > 0 && o->reduce_list != NULL) {
         void *h = NULL, *dl = NULL; /* without them CUDA IPC's calls take a gate */
-        if (o->host_alloc(&h, 2 * sizeof(colli_gpu_list_t)) == 0 &&
-            o->dev_alloc(&dl, 2 * sizeof(colli_gpu_list_t)) == 0) {
-            memset(h, 0, 2 * sizeof(colli_gpu_list_t));
+        if (o->host_alloc(&h, DEV_LISTS * sizeof(colli_gpu_list_t)) == 0 &&
+            o->dev_alloc(&dl, DEV_LISTS * sizeof(colli_gpu_list_t)) == 0) {
+            memset(h, 0, DEV_LISTS * sizeof(colli_gpu_list_t));
             d->lists_h = h;
             d->lists_d = dl;
         } else if (h != NULL) {
@@ -435,6 +448,26 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 /* Enqueue job j on the caller's stream: its whole program (inline.c) where it can, else a gate
  * that holds the stream while the progress thread runs it (CUDA IPC's exchange, whose copies
  * need the peers' pointers; no stream memory operations; too many calls in flight). */
+/* Does job j (inline, CUDA IPC's exchange, not declined) bring the fallback in its program
+ * (ipc.c: until every rank has mapped every buffer of a call once)? Then its pinned staging;
+ * without that staging this rank declines CUDA IPC for the call (the inline pipeline). */
+static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
+{
+    j->fb = j->ipc && !j->declined &&
+            (!__atomic_load_n(&d->ipc_proven, __ATOMIC_ACQUIRE) || comm->test.dev_ipc_fallback);
+    size_t want = 0;
+    int err =
+        j->fb ? staging_grow(d, colli_dev_ipc_fb_bytes(comm, j->ctx, NULL), &j->staging, &want) : 0;
+    if (err == 0)
+        return;
+    j->fb = false;
+    j->declined = true;
+    coll_info(COLL,
+              "rank %d: no pinned host memory (%zu bytes: %s) for the fallback of a CUDA IPC call "
+              "in its program: this rank declines CUDA IPC for %s",
+              comm->rank, want, err < 0 ? "out of memory" : d->ops->error_string(err), j->what);
+}
+
 static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
                         uint64_t seq, uint64_t in_flight)
 {
@@ -443,9 +476,11 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         j->ipc && (colli_dev_ipc_declines(comm, j->ctx) || !colli_dev_ipc_exportable(comm, j->ctx));
     if (d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS &&
         (!j->ipc || j->declined || d->lists_h != NULL)) {
+        fallback_staging(comm, d, j);
         int err = colli_dev_inline_emit(comm, d, j, stream, seq);
         if (err == 0)
             return 0;
+        j->fb = false;
         d->inline_told = true; /* and not tried again */
         colli_log(comm->cfg.dev_gate == COLLI_GATE_INLINE ? COLLI_LOG_WARN : COLLI_LOG_INFO,
                   COLLI_SUB_COLL,

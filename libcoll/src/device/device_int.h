@@ -12,7 +12,7 @@
 
 /* DEV_GATE_WORDS: calls in flight that can hold their streams with the memop gate (more fall
  * back to a host function) */
-enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32, DEV_GATE_WORDS = 1024 };
+enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32, DEV_GATE_WORDS = 1024, DEV_LISTS = 3 };
 
 /* The words of a call's inline program (COLL_CUDA_GATE=inline, DEV_WORDS per call in flight):
  * the stream stores ARR (it reached the call: the call's number), PRE and MID (a step's copies
@@ -38,6 +38,8 @@ typedef struct dev_job {
     bool truncated;      /* ... and the program lacks its end: the stream is never waited for */
     bool ipc;            /* CUDA IPC's exchange comes first (colli_dev_ipc_eligible) */
     bool declined;       /* ... and this rank refuses it: inline, the pipeline's program follows */
+    bool fb;             /* ... or takes it with a fallback in its program (ipc.c): no rank has
+                          * shown yet that it can map this communicator's buffers */
     uint32_t slot;
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
@@ -96,9 +98,10 @@ struct colli_dev {
     bool dangling;   /* a dropped call's program may still run: its buffers are kept at fini */
     bool one_queue;  /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its fallback is not inline) */
     bool ipc_broken; /* a rank could not map a peer's buffer: no CUDA IPC from then (atomic) */
-    /* CUDA IPC's inline programs (ipc.c): the two lists of a call's reductions and copies, filled
-     * by the progress thread in pinned memory, copied by the stream to device memory after GO
-     * (calls run one at a time); NULL: CUDA IPC's calls take a gate */
+    bool ipc_proven; /* every rank mapped every buffer of a call: no fallback in the programs */
+    /* CUDA IPC's inline programs (ipc.c): the DEV_LISTS lists of a call's reductions and copies,
+     * filled by the progress thread in pinned memory, copied by the stream to device memory after
+     * GO (calls run one at a time); NULL: CUDA IPC's calls take a gate */
     colli_gpu_list_t *lists_h;
     colli_gpu_list_t *lists_d;
     bool gate_told; /* the fallback to host functions was said */
@@ -152,6 +155,12 @@ void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Job j's collective through the chunk pipeline on the slot streams (progress thread). */
 void colli_dev_pipe_slots(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Job j's collective through the pipeline's network steps with the CPU doing its copies and
+ * reductions, from the inputs at in to the outputs at out (host memory, laid out as the call's
+ * buffers; progress thread): CUDA IPC's fallback inside its program (ipc.c). Its messages are
+ * those of the pipeline on the GPU, which ranks that declined CUDA IPC run beside it. */
+coll_result_t colli_dev_pipe_cpu(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
+                                 const void *in, void *out);
 /* Does collective a on device buffers take CUDA IPC's exchange (every rank decides alike)?
  * Does this rank refuse CUDA IPC for it whatever its buffers (then it runs the call as an inline
  * pipeline after the exchange: colli_dev_ipc_declined_host)? */
@@ -159,6 +168,10 @@ bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_
 bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_t *a);
 /* Can this rank export a's buffers for CUDA IPC (asked at the call: else it declines)? */
 bool colli_dev_ipc_exportable(const struct coll_comm *comm, const colli_coll_args_t *a);
+/* Bytes of pinned staging for the fallback in the program of CUDA IPC call a (its inputs, then
+ * its outputs 64-byte aligned); len (may be NULL): this rank's input and output bytes. */
+size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_args_t *a,
+                              size_t len[2]);
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,

@@ -350,10 +350,13 @@ static int negotiate(ipc_call_t *c, coll_result_t *status)
         if (*status != COLL_SUCCESS)
             return -1;
         /* a rank could not map: the pipeline, and for the later calls too (every rank sets
-         * this at this call), so that they run it inline, knowing before the exchange */
-        __atomic_store_n(&c->d->ipc_broken, true, __ATOMIC_RELEASE);
+         * this at this call), so that they run it inline, knowing before the exchange (a test
+         * keeps CUDA IPC on, so that every call takes the fallback in its program) */
+        if (!comm->test.dev_ipc_fallback)
+            __atomic_store_n(&c->d->ipc_broken, true, __ATOMIC_RELEASE);
         return 1;
     }
+    __atomic_store_n(&c->d->ipc_proven, true, __ATOMIC_RELEASE);
     if (!c->d->ipc_announced)
         coll_info(COLL,
                   "device buffers of the %d ranks on this host: collectives from %zu bytes "
@@ -406,28 +409,43 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
 
 /* ---- inline ----
  * The program on the caller's stream, enqueued at the call after its start and a PreMulSum's
- * scale (inline.c): PRE=1, wait NET1>=1, copy the two lists to the device, the list kernel on
- * each, MID=1, wait NET2>=1. The host side: wait PRE (the inputs are final: the peers may read
- * them from now on), the exchange, the lists filled (step 3), NET1, wait MID, the barrier,
- * NET2. When a rank cannot map, the lists stay empty and the chunk pipeline runs the call on
- * the slot streams while the caller's stream waits for NET2 (a gate again, for that call). */
+ * scale (inline.c):
+ *   PRE=1, wait NET1>=1, copy the lists to the device, the list kernel on lists 0 and 1, MID=1,
+ *   wait NET2>=1, [fallback: the list kernel on list 2].
+ * The host side: wait PRE (the inputs are final: the peers may read them from now on), the
+ * exchange, the lists filled (step 3), NET1, wait MID, the barrier, NET2.
+ *
+ * When a rank cannot map (a driver or container that refuses peer mappings, a rank that set
+ * COLL_CUDA_IPC=0 when this one did not), the call runs as the pipeline, every rank alike, and
+ * no copy or kernel may be enqueued on another stream while this one waits: it could be queued
+ * behind it (the hardware queues, inline.c). So until every rank has mapped every buffer of a
+ * call once (ipc_proven), a call brings its fallback in its program (j->fb): the lists then copy
+ * the inputs to pinned staging (list 0) and, after NET2, the staged outputs back (list 2); in
+ * between the progress thread runs the pipeline's network steps with the CPU's copies and
+ * reductions (colli_dev_pipe_cpu), whose messages are those of a rank that declined at the call
+ * and runs the pipeline on the GPU. A call without it (a rank that could map every buffer before
+ * cannot now) runs the pipeline on the slot streams while its stream waits for NET2: a stall
+ * there ends at COLL_TIMEOUT with an error (wait.c). */
 void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream)
 {
     (void)comm;
     const colli_gpu_ops_t *o = d->ops;
     const colli_coll_args_t *a = j->ctx;
+    int err = 0;
     if (colli_dev_emit_word(d, j, stream, false, W_PRE, 1) &&
         colli_dev_emit_word(d, j, stream, true, W_NET1, 1)) {
-        int err = o->memcpy_async(d->lists_d, d->lists_h, 2 * sizeof(colli_gpu_list_t), stream);
+        err = o->memcpy_async(d->lists_d, d->lists_h, (j->fb ? 3 : 2) * sizeof(colli_gpu_list_t),
+                              stream);
         for (int i = 0; i < 2 && err == 0; i++)
             err = o->reduce_list(&d->lists_d[i], (int)a->dt, (int)a->op, stream);
-        if (err != 0 && j->bad == NULL) {
-            j->bad = "enqueueing the CUDA IPC kernels";
-            j->bad_why = o->error_string(err);
-        }
     }
-    if (colli_dev_emit_word(d, j, stream, false, W_MID, 1))
-        (void)colli_dev_emit_word(d, j, stream, true, W_NET2, 1);
+    if (err == 0 && colli_dev_emit_word(d, j, stream, false, W_MID, 1) &&
+        colli_dev_emit_word(d, j, stream, true, W_NET2, 1) && j->fb)
+        err = o->reduce_list(&d->lists_d[2], (int)a->dt, (int)a->op, stream);
+    if (err != 0 && j->bad == NULL) {
+        j->bad = "enqueueing the CUDA IPC kernels";
+        j->bad_why = o->error_string(err);
+    }
 }
 
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
@@ -438,10 +456,37 @@ void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, de
         colli_dev_pipe_host(comm, d, j);
 }
 
+size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_args_t *a,
+                              size_t len[2])
+{
+    size_t l[2];
+    len = len != NULL ? len : l;
+    colli_buffer_sizes(a, comm->nranks, comm->rank, len);
+    return ((len[0] + 63) & ~(size_t)63) + len[1];
+}
+
+/* The fallback's lists (j->fb, a rank could not map): list 0 copies the inputs to staging (at
+ * *in), list 2 the staged outputs (at *out) back. */
+static void fallback_lists(const struct coll_comm *comm, dev_job_t *j, char **in, char **out)
+{
+    const colli_coll_args_t *a = j->ctx;
+    size_t len[2];
+    const size_t all = colli_dev_ipc_fb_bytes(comm, a, len);
+    *in = j->staging;
+    *out = j->staging + (all - len[1]);
+    colli_gpu_list_t *l = comm->dev->lists_h;
+    if (len[0] > 0)
+        l[0].ops[l[0].n++] =
+            (colli_gpu_list_op_t){.dst = *in, .srcs = {a->sendbuf}, .count = len[0]};
+    if (len[1] > 0)
+        l[2].ops[l[2].n++] =
+            (colli_gpu_list_op_t){.dst = a->recvbuf, .srcs = {*out}, .count = len[1]};
+}
+
 void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
     volatile uint32_t *w = colli_dev_words(d, j);
-    memset(d->lists_h, 0, 2 * sizeof(colli_gpu_list_t)); /* until the verdict: nothing to run */
+    memset(d->lists_h, 0, DEV_LISTS * sizeof(colli_gpu_list_t)); /* until the verdict: nothing */
     int err = colli_dev_wait_word(comm, d, j, W_PRE, 1);
     if (err != 0) {
         if (err != COLLI_DEV_ABORTED)
@@ -454,14 +499,17 @@ void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     const int how = negotiate(&c, &status);
     if (how < 0)
         return; /* the communicator failed: inline.c releases the stream */
+    char *in = NULL, *out = NULL;
     if (how == 0) {
         c.lists = d->lists_h;
         work(&c);
         if (c.err != 0) {
-            memset(d->lists_h, 0, 2 * sizeof(colli_gpu_list_t));
+            memset(d->lists_h, 0, DEV_LISTS * sizeof(colli_gpu_list_t));
             work_failed(&c);
             return;
         }
+    } else if (j->fb) {
+        fallback_lists(comm, j, &in, &out);
     }
     __atomic_store_n(&w[W_NET1], 1, __ATOMIC_RELEASE);
     err = colli_dev_wait_word(comm, d, j, W_MID, 1);
@@ -469,12 +517,15 @@ void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         if (err != COLLI_DEV_ABORTED)
             colli_dev_fail(comm, d, j,
                            how == 0 ? "reading and writing the ranks' device buffers (CUDA IPC)"
+                           : j->fb  ? "copying the inputs to host staging"
                                     : "waiting for the call's stream",
                            colli_dev_strerror(d, err));
         return;
     }
     if (how == 0)
         (void)agree(&c, 1, &status); /* step 4: the barrier */
+    else if (j->fb)
+        (void)colli_dev_pipe_cpu(comm, d, j, in, out);
     else
         colli_dev_pipe_slots(comm, d, j);
     /* NET2: inline.c releases it */

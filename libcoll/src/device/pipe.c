@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "coll_kernels.h"
 #include "device/device_int.h"
 
 typedef struct pipe {
@@ -41,6 +42,9 @@ typedef struct pipe {
     int err;         /* first failure of a copy or kernel (plugin error code) */
     const char *what;
     bool injected;
+    const char *in;       /* the inputs (the call's sendbuf; cpu: host memory) */
+    char *out;            /* the outputs (recvbuf) */
+    bool cpu;             /* CUDA IPC's fallback: the CPU copies and reduces (colli_dev_pipe_cpu) */
     bool inl;             /* inline: every copy and kernel on the caller's stream, at the call */
     void *ustream;        /* ... that stream */
     volatile uint32_t *w; /* ... the call's words */
@@ -74,6 +78,10 @@ static void copy(pipe_t *p, const chunk_t *c, void *dst, const void *src, size_t
 {
     if (p->err != 0 || p->injected || p->j->truncated || bytes == 0)
         return;
+    if (p->cpu) {
+        memmove(dst, src, bytes);
+        return;
+    }
     if (colli_dev_inject(p->comm, p->d)) {
         p->injected = true;
         p->what = what;
@@ -100,6 +108,25 @@ static void reduce(pipe_t *p, const chunk_t *c, void *dst, const char *base, siz
         int err = p->o->reduce(dst, srcs, k, count, p->a->dt, p->a->op, div, stream_of(p, c));
         if (err != 0)
             fail_at(p, err, "reducing on the GPU");
+    }
+}
+
+/* As reduce, on the CPU (colli_dev_pipe_cpu): the n ranks' inputs at base + i * stride, reduced
+ * in rank order as the GPU's chained reductions are (coll_kernels.h: bit for bit the same). */
+static void cpu_reduce(pipe_t *p, void *dst, const char *base, size_t stride, size_t count)
+{
+    const coll_datatype_t dt = p->a->dt;
+    const bool avg = p->a->op == COLL_AVG;
+    if (p->n == 1 && avg)
+        colli_div(dst, base, count, dt, 1);
+    else
+        memmove(dst, base, count * p->e);
+    for (int i = 1; i < p->n; i++) {
+        const char *x = base + (size_t)i * stride;
+        if (avg && i == p->n - 1)
+            colli_reduce_div(dst, dst, x, count, dt, (uint32_t)p->n);
+        else
+            colli_reduce(dst, dst, x, count, dt, p->a->op);
     }
 }
 
@@ -141,7 +168,7 @@ static chunk_t chunk_of(const pipe_t *p, size_t k)
 static void pre(pipe_t *p, const chunk_t *c)
 {
     const colli_coll_args_t *a = p->a;
-    const char *in = a->sendbuf;
+    const char *in = p->in;
     const size_t e = p->e, m = c->cc * e;
     const char *what = "copying the inputs to host staging";
     switch (a->coll) {
@@ -187,7 +214,7 @@ static void mid(pipe_t *p, const chunk_t *c)
     const colli_coll_args_t *a = p->a;
     const int n = p->n, r = p->r;
     const size_t e = p->e, m = c->cc * e;
-    char *out = a->recvbuf;
+    char *out = p->out;
     const char *back = "copying the results back";
     switch (a->coll) {
     case COLLI_COLL_ALL_REDUCE:
@@ -195,6 +222,10 @@ static void mid(pipe_t *p, const chunk_t *c)
         /* this rank's piece: the valid part of [r p, (r + 1) p) of the step */
         const size_t lo = (size_t)r * c->p < c->cc ? (size_t)r * c->p : c->cc;
         const size_t v = c->cc - lo < c->p ? c->cc - lo : c->p;
+        if (p->cpu) {
+            cpu_reduce(p, c->s->hs + lo * e, c->s->hr, c->p * e, v);
+            break;
+        }
         copy(p, c, c->s->ds, c->s->hr, (size_t)n * c->p * e,
              "copying the peers' pieces to the GPU");
         reduce(p, c, c->s->ds, c->s->ds, c->p * e, n, v);
@@ -202,17 +233,20 @@ static void mid(pipe_t *p, const chunk_t *c)
         break;
     }
     case COLLI_COLL_REDUCE_SCATTER:
+        if (p->cpu) {
+            cpu_reduce(p, out + c->o * e, c->s->hr, m, c->cc);
+            break;
+        }
         copy(p, c, c->s->ds, c->s->hr, (size_t)n * m, "copying the peers' blocks to the GPU");
         reduce(p, c, out + c->o * e, c->s->ds, m, n, c->cc);
         break;
     case COLLI_COLL_BROADCAST:
-        if (r != a->root || a->recvbuf != a->sendbuf)
+        if (r != a->root || p->out != p->in)
             copy(p, c, out + c->o * e, c->s->hs, m, back);
         break;
     case COLLI_COLL_ALL_GATHER:
         for (int q = 0; q < n; q++)
-            if (q != r ||
-                out + ((size_t)r * a->count + c->o) * e != (const char *)a->sendbuf + c->o * e)
+            if (q != r || out + ((size_t)r * a->count + c->o) * e != p->in + c->o * e)
                 copy(p, c, out + ((size_t)q * a->count + c->o) * e, c->s->hs + (size_t)q * m, m,
                      back);
         break;
@@ -232,8 +266,7 @@ static coll_result_t net2(pipe_t *p, const chunk_t *c)
 static void post(pipe_t *p, const chunk_t *c)
 {
     if (p->a->coll == COLLI_COLL_ALL_REDUCE || p->r == p->a->root)
-        copy(p, c, (char *)p->a->recvbuf + c->o * p->e, c->s->hs, c->cc * p->e,
-             "copying the results back");
+        copy(p, c, p->out + c->o * p->e, c->s->hs, c->cc * p->e, "copying the results back");
 }
 
 static void setup(pipe_t *p)
@@ -258,6 +291,8 @@ static void setup(pipe_t *p)
 static bool pipe_init(pipe_t *p, struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
     *p = (pipe_t){.comm = comm, .d = d, .j = j, .o = d->ops, .a = j->ctx};
+    p->in = p->a->sendbuf;
+    p->out = p->a->recvbuf;
     p->n = comm->nranks;
     p->r = comm->rank;
     p->e = coll_datatype_size(p->a->dt);
@@ -328,6 +363,40 @@ void colli_dev_pipe_slots(struct coll_comm *comm, struct colli_dev *d, dev_job_t
         colli_dev_fail(comm, d, j, p.what, "injected failure (COLL_TEST_DEV_FAIL_COPY)");
     else if (p.err != 0)
         colli_dev_fail(comm, d, j, p.what, colli_dev_strerror(d, p.err));
+}
+
+coll_result_t colli_dev_pipe_cpu(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
+                                 const void *in, void *out)
+{
+    pipe_t p;
+    if (!pipe_init(&p, comm, d, j))
+        return colli_dev_fail(comm, d, j, "planning the pipeline",
+                              "a step outgrows the slot buffers");
+    p.cpu = true;
+    p.in = in;
+    p.out = out;
+    /* the order of the network steps is the pipeline's (colli_dev_pipe_slots), and a step's slot
+     * is the same: net2(k - 1) still reads its slot after net1(k) */
+    coll_result_t status = COLL_SUCCESS;
+    const size_t steps = steps_of(&p);
+    for (size_t k = 0; k < steps && status == COLL_SUCCESS; k++) {
+        chunk_t c = chunk_of(&p, k);
+        pre(&p, &c);
+        if ((status = net1(&p, &c)) != COLL_SUCCESS)
+            break;
+        mid(&p, &c);
+        if (p.reduces && k > 0) {
+            chunk_t prev = chunk_of(&p, k - 1);
+            if ((status = net2(&p, &prev)) == COLL_SUCCESS)
+                post(&p, &prev);
+        }
+    }
+    if (status == COLL_SUCCESS && p.reduces && steps > 0) {
+        chunk_t last = chunk_of(&p, steps - 1);
+        if ((status = net2(&p, &last)) == COLL_SUCCESS)
+            post(&p, &last);
+    }
+    return status; /* a network step failed the communicator, as on host buffers */
 }
 
 /* ---- inline (COLL_CUDA_GATE=inline) ----
