@@ -563,9 +563,9 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;
-    /* evicted mappings are closed when no call is queued (colli_dev_ipc_close_dead); when half
-     * the room for them is taken, this call first waits for the queued ones (they need nothing
-     * from this thread), so that CUDA IPC is not given up for want of room */
+    /* evicted mappings are closed when no call is queued (colli_dev_ipc_close_dead); when
+     * DEV_IPC_MAPS / 2 wait, this call first waits for the queued ones (they need nothing from
+     * this thread), so that mappings of freed buffers do not pile up while calls stay queued */
     pthread_mutex_lock(&d->mu);
     const double idle_by = colli_now() + comm->cfg.timeout;
     while (d->ipc_ndead >= DEV_IPC_MAPS / 2 && d->done < d->submitted && colli_now() < idle_by)

@@ -116,9 +116,10 @@ struct colli_dev {
     uint64_t ipc_clock;
     /* Mappings evicted from ipc_maps (under mu): closed on the caller's thread at its next
      * device call or at fini, never on the progress thread, where a close that synchronises
-     * the device (as cudaFree does) would wait for a stream that our gate holds. */
-    void *ipc_dead[DEV_IPC_MAPS];
-    int ipc_ndead;
+     * the device (as cudaFree does) would wait for a stream that our gate holds. The list
+     * grows as it must (malloc only): a mapping never fails for want of room in it. */
+    void **ipc_dead;
+    int ipc_ndead, ipc_dead_cap;
     bool ipc_told, ipc_announced; /* INFO lines said once */
 };
 

@@ -16,6 +16,7 @@
  *      barrier, so the others fail in it naming that rank instead of returning short results.
  * Every message of the four steps carries the call's fingerprint ("device buffers"). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -120,6 +121,21 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
     }
 }
 
+/* Add mapping p to those the caller's thread closes (under d->mu): false when out of memory. */
+static bool dead_push(struct colli_dev *d, void *p)
+{
+    if (d->ipc_ndead == d->ipc_dead_cap) {
+        const int cap = d->ipc_dead_cap > 0 ? 2 * d->ipc_dead_cap : DEV_IPC_MAPS;
+        void **grown = realloc(d->ipc_dead, (size_t)cap * sizeof(grown[0]));
+        if (grown == NULL)
+            return false;
+        d->ipc_dead = grown;
+        d->ipc_dead_cap = cap;
+    }
+    d->ipc_dead[d->ipc_ndead++] = p;
+    return true;
+}
+
 /* Rank q's allocation mapped here: cached per process and allocation id. 0, or why not in *why.
  * The least recently used mapping makes room; it is closed later on the caller's thread
  * (colli_dev_ipc_close_dead). None of this call's mappings is evicted: a call maps at most
@@ -139,16 +155,11 @@ static int open_peer(struct colli_dev *d, const ipc_desc_t *q, const ipc_buf_t *
             lru = m;
     }
     if (lru->base != NULL) {
-        bool room = false;
         pthread_mutex_lock(&d->mu);
-        if (d->ipc_ndead < DEV_IPC_MAPS) {
-            d->ipc_dead[d->ipc_ndead++] = lru->base;
-            room = true;
-        }
+        const bool room = dead_push(d, lru->base);
         pthread_mutex_unlock(&d->mu);
         if (!room) {
-            *why = "every cached mapping of a peer's buffer is in use or waits to be closed by "
-                   "the calling thread at its next call";
+            *why = "out of memory listing an evicted mapping to close";
             return 1;
         }
         lru->base = NULL;
@@ -533,11 +544,13 @@ void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 
 int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too)
 {
-    void *dead[DEV_IPC_MAPS];
     pthread_mutex_lock(&d->mu);
     const int n = busy_too || d->done == d->submitted ? d->ipc_ndead : 0;
-    memcpy(dead, d->ipc_dead, (size_t)n * sizeof(dead[0]));
-    d->ipc_ndead -= n;
+    void **dead = d->ipc_dead; /* all of them, or none */
+    if (n > 0) {
+        d->ipc_dead = NULL;
+        d->ipc_ndead = d->ipc_dead_cap = 0;
+    }
     pthread_mutex_unlock(&d->mu);
     if (n == 0)
         return 0;
@@ -551,6 +564,7 @@ int colli_dev_ipc_close_dead(struct colli_dev *d, bool busy_too)
     }
     if (prev >= 0 && prev != d->device)
         (void)o->set_device(prev);
+    free(dead);
     return first;
 }
 
@@ -560,8 +574,10 @@ void colli_dev_ipc_free(struct colli_dev *d)
     pthread_mutex_lock(&d->mu);
     for (int i = 0; i < DEV_IPC_MAPS; i++)
         if (d->ipc_maps[i].base != NULL)
-            d->ipc_dead[d->ipc_ndead++] = d->ipc_maps[i].base; /* room: none was left dead */
+            (void)dead_push(d, d->ipc_maps[i].base); /* out of memory: open until the end */
     pthread_mutex_unlock(&d->mu);
     memset(d->ipc_maps, 0, sizeof(d->ipc_maps));
     (void)colli_dev_ipc_close_dead(d, true);
+    free(d->ipc_dead);
+    d->ipc_dead = NULL;
 }
