@@ -453,11 +453,23 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
  * without that staging this rank declines CUDA IPC for the call (the inline pipeline). */
 static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    j->fb = j->ipc && !j->declined &&
-            (!__atomic_load_n(&d->ipc_proven, __ATOMIC_ACQUIRE) || comm->test.dev_ipc_fallback);
+    const bool proven = __atomic_load_n(&d->ipc_proven, __ATOMIC_ACQUIRE);
+    j->fb = j->ipc && !j->declined && (!proven || comm->test.dev_ipc_fallback);
+    retired_t *r = NULL;
+    if (!j->fb && j->ipc && proven && d->fb_grew && (r = malloc(sizeof(*r))) != NULL) {
+        /* staging of the size of the first CUDA IPC calls, for a fallback no longer carried:
+         * freed once no call is queued (send/recv grow their own again) */
+        retire(d, r, d->staging, false);
+        d->staging = NULL;
+        d->staging_cap = 0;
+        d->fb_grew = false;
+    }
+    if (!j->fb)
+        return;
+    const size_t cap = d->staging_cap;
     size_t want = 0;
-    int err =
-        j->fb ? staging_grow(d, colli_dev_ipc_fb_bytes(comm, j->ctx, NULL), &j->staging, &want) : 0;
+    int err = staging_grow(d, colli_dev_ipc_fb_bytes(comm, j->ctx, NULL), &j->staging, &want);
+    d->fb_grew = d->fb_grew || d->staging_cap != cap;
     if (err == 0)
         return;
     j->fb = false;
@@ -473,7 +485,7 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
 {
     j->ipc = j->run == NULL && colli_dev_ipc_eligible(comm, j->ctx);
     j->declined =
-        j->ipc && (colli_dev_ipc_declines(comm, j->ctx) || !colli_dev_ipc_exportable(comm, j->ctx));
+        j->ipc && (colli_dev_ipc_declines(comm, j->ctx) || !colli_dev_ipc_exportable(comm, j));
     if (d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS &&
         (!j->ipc || j->declined || d->lists_h != NULL)) {
         fallback_staging(comm, d, j);

@@ -40,6 +40,13 @@ typedef struct dev_job {
     bool declined;       /* ... and this rank refuses it: inline, the pipeline's program follows */
     bool fb;             /* ... or takes it with a fallback in its program (ipc.c): no rank has
                           * shown yet that it can map this communicator's buffers */
+    bool exported;       /* ... and xp holds this rank's buffers (send, receive) as exported at
+                          * the call (colli_dev_ipc_exportable), for the exchange */
+    struct dev_export {
+        uint8_t handle[COLLI_GPU_IPC_HANDLE];
+        size_t off, size;
+        uint64_t id;
+    } xp[2];
     uint32_t slot;
     uint64_t seq; /* device calls of this communicator so far */
     char what[48];
@@ -74,6 +81,7 @@ struct colli_dev {
     int copies;    /* staging copies so far (COLL_TEST_DEV_FAIL_COPY) */
     char *staging; /* the current pinned staging (caller's thread) */
     size_t staging_cap;
+    bool fb_grew; /* ... grown for CUDA IPC's fallback: dropped once ipc_proven (caller's thread) */
     retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
     /* PreMulSum's scaled inputs (device memory of the communicator's GPU, grow-only; the
      * replaced one is kept until fini). Calls run one at a time, so one serves all. */
@@ -167,12 +175,14 @@ coll_result_t colli_dev_pipe_cpu(struct coll_comm *comm, struct colli_dev *d, de
  * pipeline after the exchange: colli_dev_ipc_declined_host)? */
 bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a);
 bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_t *a);
-/* Can this rank export a's buffers for CUDA IPC (asked at the call: else it declines)? */
-bool colli_dev_ipc_exportable(const struct coll_comm *comm, const colli_coll_args_t *a);
-/* Bytes of pinned staging for the fallback in the program of CUDA IPC call a (its inputs, then
- * its outputs 64-byte aligned); len (may be NULL): this rank's input and output bytes. */
+/* Can this rank export job j's buffers for CUDA IPC (asked at the call: else it declines)? When
+ * it can, they are in j->xp. */
+bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j);
+/* Bytes of pinned staging for the fallback in the program of CUDA IPC call a: its inputs at
+ * off[0], its outputs at off[1] (off may be NULL); one region laid out as the caller's buffers
+ * when they overlap (in place), else the outputs after the inputs, 64-byte aligned. */
 size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_args_t *a,
-                              size_t len[2]);
+                              size_t off[2]);
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,

@@ -73,18 +73,19 @@ bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_
            (a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
 }
 
-bool colli_dev_ipc_exportable(const struct coll_comm *comm, const colli_coll_args_t *a)
+bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j)
 {
+    const colli_coll_args_t *a = j->ctx;
     size_t len[2];
     colli_buffer_sizes(a, comm->nranks, comm->rank, len);
     const void *ptr[2] = {a->sendbuf, a->recvbuf};
     for (int i = 0; i < 2; i++) {
-        uint8_t handle[COLLI_GPU_IPC_HANDLE];
-        size_t off = 0, size = 0;
-        uint64_t id = 0;
-        if (len[i] > 0 && comm->dev->ops->ipc_export(ptr[i], handle, &off, &size, &id) != 0)
+        struct dev_export *x = &j->xp[i];
+        if (len[i] > 0 &&
+            comm->dev->ops->ipc_export(ptr[i], x->handle, &x->off, &x->size, &x->id) != 0)
             return false;
     }
+    j->exported = true; /* the exchange sends these: no export on its thread */
     return true;
 }
 
@@ -105,7 +106,16 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
         if (len[i] == 0)
             continue;
         size_t off = 0, size = 0;
-        int err = o->ipc_export(ptr[i], b->handle, &off, &size, &b->id);
+        const struct dev_export *x = c->j->exported ? &c->j->xp[i] : NULL;
+        int err = 0;
+        if (x != NULL) {
+            memcpy(b->handle, x->handle, sizeof(b->handle));
+            off = x->off;
+            size = x->size;
+            b->id = x->id;
+        } else {
+            err = o->ipc_export(ptr[i], b->handle, &off, &size, &b->id);
+        }
         if (err != 0 && !c->d->ipc_told) {
             coll_info(COLL,
                       "rank %d: cannot export device buffer %p for CUDA IPC (%s): device "
@@ -468,12 +478,23 @@ void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, de
 }
 
 size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_args_t *a,
-                              size_t len[2])
+                              size_t off[2])
 {
-    size_t l[2];
-    len = len != NULL ? len : l;
+    size_t len[2], o[2];
+    off = off != NULL ? off : o;
     colli_buffer_sizes(a, comm->nranks, comm->rank, len);
-    return ((len[0] + 63) & ~(size_t)63) + len[1];
+    const uintptr_t s = (uintptr_t)a->sendbuf, t = (uintptr_t)a->recvbuf;
+    if (len[0] > 0 && len[1] > 0 && s < t + len[1] && t < s + len[0]) {
+        /* in place (the inputs within the outputs, or the outputs within the inputs): one
+         * region laid out as the caller's */
+        const uintptr_t lo = s < t ? s : t, hi = s + len[0] > t + len[1] ? s + len[0] : t + len[1];
+        off[0] = s - lo;
+        off[1] = t - lo;
+        return hi - lo;
+    }
+    off[0] = 0;
+    off[1] = (len[0] + 63) & ~(size_t)63;
+    return off[1] + len[1];
 }
 
 /* The fallback's lists (j->fb, a rank could not map): list 0 copies the inputs to staging (at
@@ -481,10 +502,11 @@ size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_arg
 static void fallback_lists(const struct coll_comm *comm, dev_job_t *j, char **in, char **out)
 {
     const colli_coll_args_t *a = j->ctx;
-    size_t len[2];
-    const size_t all = colli_dev_ipc_fb_bytes(comm, a, len);
-    *in = j->staging;
-    *out = j->staging + (all - len[1]);
+    size_t len[2], off[2];
+    colli_buffer_sizes(a, comm->nranks, comm->rank, len);
+    (void)colli_dev_ipc_fb_bytes(comm, a, off);
+    *in = j->staging + off[0];
+    *out = j->staging + off[1];
     colli_gpu_list_t *l = comm->dev->lists_h;
     if (len[0] > 0)
         l[0].ops[l[0].n++] =
