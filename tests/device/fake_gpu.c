@@ -171,7 +171,7 @@ static fstream_t *stream_new(void)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->device = cur_device;
-    s->queue = fq_queue_new();
+    s->queue = fq_queue_new(s->device);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         free(s);
         return NULL;

@@ -11,11 +11,12 @@
 #include "fake_gpu_queues.h"
 
 #define MAXBLOCKING 1024
+#define MAXDEVICES  16 /* queues of devices from here on are shared */
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* a blocking task finished */
-    int made;          /* streams given a queue */
+    pthread_cond_t cv;    /* a blocking task finished */
+    int made[MAXDEVICES]; /* streams given a queue, per GPU */
     uint64_t tickets;
     struct {
         uint64_t ticket; /* 0: free */
@@ -24,14 +25,15 @@ static struct {
     } blocking[MAXBLOCKING];
 } fq = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-int fq_queue_new(void)
+int fq_queue_new(int device)
 {
     const char *e = getenv("FAKE_GPU_CONNECTIONS");
     const int n = e != NULL ? atoi(e) : 0;
     if (n <= 0)
         return -1;
+    const int g = device >= 0 && device < MAXDEVICES ? device : MAXDEVICES - 1;
     pthread_mutex_lock(&fq.mu);
-    const int q = fq.made++ % n;
+    const int q = g * n + fq.made[g]++ % n; /* each GPU has n queues of its own */
     pthread_mutex_unlock(&fq.mu);
     return q;
 }

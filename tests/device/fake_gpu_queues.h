@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The queue of a new stream: streams take the FAKE_GPU_CONNECTIONS queues in turn; -1 when
- * unset (streams never wait for each other). */
-int fq_queue_new(void);
+/* The queue of a new stream on GPU device: the streams of a GPU take its FAKE_GPU_CONNECTIONS
+ * queues in turn; -1 when unset (streams never wait for each other). */
+int fq_queue_new(int device);
 /* A task enqueued on stream (in queue q): its ticket; a blocking one (a gate, a host function)
  * is remembered until fq_done. */
 uint64_t fq_enqueue(int q, const void *stream, bool blocking);
