@@ -10,7 +10,8 @@
  * Device memory is a shared mapping of a memfd, so that IPC works between processes: a handle
  * names the process and the descriptor, which a peer opens through /proc/<pid>/fd
  * (FAKE_GPU_NO_IPC=1 makes opening fail, as a driver that refuses peer mappings;
- * FAKE_GPU_NO_EXPORT=1 exporting, as for memory PyTorch's expandable segments map;
+ * FAKE_GPU_NO_EXPORT=1 exporting the program's allocations (not libcoll's), as for memory
+ * PyTorch's expandable segments map;
  * FAKE_GPU_BAD_EXPORT=1 describes allocations as too small, as corrupt bytes would). reduce
  * computes with the CPU reference kernels, input by input, as the CUDA kernels do.
  *
@@ -31,6 +32,7 @@
  * 700 a kernel given another GPU's memory, 900 work on a capturing stream, 901 a capture so
  * invalidated, at its end. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -99,6 +101,7 @@ static struct {
         size_t bytes;
         int fd;        /* the memfd behind it (peers open it through /proc): allocated here */
         bool imported; /* a peer's allocation opened with ipc_open */
+        bool kcoll;    /* allocated by libcoll (exportable even with FAKE_GPU_NO_EXPORT=1) */
         uint64_t id;   /* allocations made here so far, at its allocation */
         int device;    /* the current device of the thread that allocated it */
     } dev[MAXALLOC];
@@ -316,7 +319,7 @@ static int fake_get_device(int *device)
 }
 
 /* Table slot for a mapping, or -1 when full. */
-static int add_range(char *m, size_t bytes, int fd, bool imported)
+static int add_range(char *m, size_t bytes, int fd, bool imported, bool kcoll)
 {
     pthread_mutex_lock(&fg.mu);
     int slot = -1;
@@ -328,6 +331,7 @@ static int add_range(char *m, size_t bytes, int fd, bool imported)
         fg.dev[slot].bytes = bytes;
         fg.dev[slot].fd = fd;
         fg.dev[slot].imported = imported;
+        fg.dev[slot].kcoll = kcoll;
         fg.dev[slot].id = ++fg.allocs;
         fg.dev[slot].device = cur_device;
     }
@@ -347,7 +351,10 @@ static int fake_dev_alloc(void **p, size_t bytes)
     char *m = ftruncate(fd, (off_t)bytes) == 0
                   ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                   : MAP_FAILED;
-    if (m == MAP_FAILED || add_range(m, bytes, fd, false) < 0) {
+    Dl_info caller;
+    const bool kcoll = dladdr(__builtin_return_address(0), &caller) != 0 &&
+                       caller.dli_fname != NULL && strstr(caller.dli_fname, "libcoll") != NULL;
+    if (m == MAP_FAILED || add_range(m, bytes, fd, false, kcoll) < 0) {
         if (m != MAP_FAILED)
             munmap(m, bytes);
         close(fd);
@@ -395,6 +402,7 @@ static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *
 {
     fake_handle_t h = {.magic = "fakeipc", .pid = (int32_t)getpid(), .fd = -1};
     const char *c = p;
+    bool kcoll = false;
     pthread_mutex_lock(&fg.mu);
     for (int i = 0; i < MAXALLOC && h.fd < 0; i++)
         if (fg.dev[i].p != NULL && !fg.dev[i].imported && c >= fg.dev[i].p &&
@@ -404,10 +412,11 @@ static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *
             *offset = (size_t)(c - fg.dev[i].p);
             *size = fg.dev[i].bytes;
             *id = fg.dev[i].id;
+            kcoll = fg.dev[i].kcoll;
         }
     pthread_mutex_unlock(&fg.mu);
     const char *no = getenv("FAKE_GPU_NO_EXPORT"); /* memory that cannot be shared (VMM) */
-    if (h.fd < 0 || (no != NULL && strcmp(no, "1") == 0))
+    if (h.fd < 0 || (no != NULL && strcmp(no, "1") == 0 && !kcoll))
         return h.fd < 0 ? 1 : 801;
     const char *bad = getenv("FAKE_GPU_BAD_EXPORT"); /* a descriptor that cannot be right */
     if (bad != NULL && strcmp(bad, "1") == 0)
@@ -435,7 +444,7 @@ static int fake_ipc_open(const void *handle, void **base)
     close(fd);
     if (m == MAP_FAILED)
         return 2;
-    if (add_range(m, (size_t)h.bytes, -1, true) < 0) {
+    if (add_range(m, (size_t)h.bytes, -1, true, false) < 0) {
         munmap(m, (size_t)h.bytes);
         return 2;
     }

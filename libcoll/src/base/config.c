@@ -301,6 +301,12 @@ static const param_t params[] = {
      "device memory through CUDA IPC (from COLL_SHM_DIRECT_MIN bytes, at most 8 ranks) when "
      "every rank can; 0: through host staging",
      parse_bool, OFF(dev_ipc)},
+    {"COLL_CUDA_IPC_BOUNCE", "256M",
+     "CUDA IPC for buffers that cannot be exported (PyTorch's expandable segments, "
+     "cudaMallocAsync pools): such a call is copied through device memory of kcoll's, grown as "
+     "calls need up to this many bytes per communicator (the inputs and outputs of one call); "
+     "larger calls, and all with 0, go through host staging",
+     parse_threshold, OFF(dev_bounce)},
     {"COLL_CUDA_GATE", "auto",
      "how a call on device buffers is ordered on the caller's stream: inline (its copies and "
      "kernels are enqueued on that stream when the call is made, between waits on words in "

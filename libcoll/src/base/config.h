@@ -44,6 +44,7 @@ typedef struct colli_config {
     char cuda_plugin[256];  /* COLL_CUDA_PLUGIN: the GPU plugin ("" = default) */
     size_t dev_chunk;       /* COLL_CUDA_CHUNK_SIZE: device pipeline step in bytes */
     int dev_ipc;            /* COLL_CUDA_IPC: 1 = device buffers of one host via IPC */
+    size_t dev_bounce;      /* COLL_CUDA_IPC_BOUNCE: device memory for unexportable buffers */
     int dev_gate;           /* COLL_CUDA_GATE: COLLI_GATE_* */
     int shm_disable;        /* COLL_SHM_DISABLE: 1 = sockets between local ranks too */
     size_t shm_slot_size;   /* bytes of one shared-memory ring slot (header line included) */

@@ -468,7 +468,7 @@ static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_jo
         return;
     const size_t cap = d->staging_cap;
     size_t want = 0;
-    int err = staging_grow(d, colli_dev_ipc_fb_bytes(comm, j->ctx, NULL), &j->staging, &want);
+    int err = staging_grow(d, colli_dev_ipc_span(comm, j->ctx, NULL), &j->staging, &want);
     d->fb_grew = d->fb_grew || d->staging_cap != cap;
     if (err == 0)
         return;
@@ -484,15 +484,16 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
                         uint64_t seq, uint64_t in_flight)
 {
     j->ipc = j->run == NULL && colli_dev_ipc_eligible(comm, j->ctx);
-    j->declined =
-        j->ipc && (colli_dev_ipc_declines(comm, j->ctx) || !colli_dev_ipc_exportable(comm, j));
-    if (d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS &&
-        (!j->ipc || j->declined || d->lists_h != NULL)) {
+    const bool inl = d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS;
+    j->declined = j->ipc && (colli_dev_ipc_declines(comm, j->ctx) ||
+                             !colli_dev_ipc_exportable(comm, j, inl && d->lists_h != NULL));
+    if (inl && (!j->ipc || j->declined || d->lists_h != NULL)) {
         fallback_staging(comm, d, j);
         int err = colli_dev_inline_emit(comm, d, j, stream, seq);
         if (err == 0)
             return 0;
         j->fb = false;
+        colli_dev_ipc_unbounce(j);
         d->inline_told = true; /* and not tried again */
         colli_log(comm->cfg.dev_gate == COLLI_GATE_INLINE ? COLLI_LOG_WARN : COLLI_LOG_INFO,
                   COLLI_SUB_COLL,
@@ -503,41 +504,50 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     return enqueue_gate(comm, d, j, stream, seq, in_flight);
 }
 
-/* Device scratch of at least bytes on d->device for a PreMulSum's scaled input (caller's
- * thread, after prepare; grow-only, the replaced one kept until fini: see free_retired). */
-static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
-                                 void **p)
+/* Device scratch of at least bytes on d->device for a PreMulSum's scaled input. */
+int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want)
 {
     free_retired(d, false);
-    if (bytes <= d->scratch_cap) {
-        *p = d->scratch;
-        return COLL_SUCCESS;
-    }
-    const size_t want = grown(d->scratch_cap, bytes);
-    retired_t *r = d->scratch != NULL ? malloc(sizeof(*r)) : NULL;
-    if (d->scratch != NULL && r == NULL)
-        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
+    *want = bytes;
+    if (bytes <= *cap)
+        return 0;
+    *want = grown(*cap, bytes);
+    retired_t *r = *buf != NULL ? malloc(sizeof(*r)) : NULL;
+    if (*buf != NULL && r == NULL)
+        return -1;
     const colli_gpu_ops_t *o = d->ops;
     void *m = NULL;
     int prev = -1, err = o->get_device(&prev);
     if (err == 0)
         err = o->set_device(d->device);
     if (err == 0)
-        err = o->dev_alloc(&m, want);
+        err = o->dev_alloc(&m, *want);
     if (prev >= 0 && prev != d->device)
         (void)o->set_device(prev);
     if (err != 0) {
         free(r);
+        return err;
+    }
+    if (r != NULL)
+        retire(d, r, *buf, true);
+    *buf = m;
+    *cap = *want;
+    return 0;
+}
+
+static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
+                                 void **p)
+{
+    size_t want = 0;
+    const int err = colli_dev_grow(d, &d->scratch, &d->scratch_cap, bytes, &want);
+    *p = d->scratch;
+    if (err < 0)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
+    if (err != 0)
         return COLLI_ERR(COLL, COLL_ERR_CUDA,
                          "rank %d: cannot allocate %zu bytes of GPU %d memory for the scaled "
                          "input of a PreMulSum: %s (free GPU memory, or make the calls smaller)",
-                         comm->rank, want, d->device, o->error_string(err));
-    }
-    if (r != NULL)
-        retire(d, r, d->scratch, true);
-    d->scratch = m;
-    d->scratch_cap = want;
-    *p = m;
+                         comm->rank, want, d->device, d->ops->error_string(err));
     return COLL_SUCCESS;
 }
 
@@ -755,6 +765,8 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
         (void)d->ops->host_free(d->staging);
     if (d->scratch != NULL && !keep)
         (void)d->ops->dev_free(d->scratch);
+    if (d->bounce != NULL && !keep)
+        (void)d->ops->dev_free(d->bounce);
     /* a stream of a dropped call may still store to its words: kept then (8 KiB, 32 KiB) */
     const bool dropped = keep || __atomic_load_n(&d->abort, __ATOMIC_ACQUIRE);
     if (d->gate_words != NULL && !dropped)

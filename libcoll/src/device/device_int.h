@@ -42,6 +42,9 @@ typedef struct dev_job {
                           * shown yet that it can map this communicator's buffers */
     bool exported;       /* ... and xp holds this rank's buffers (send, receive) as exported at
                           * the call (colli_dev_ipc_exportable), for the exchange */
+    bool bounced;        /* ... through d->bounce (its args name it): the caller's buffers */
+    const void *user_in;
+    void *user_out;
     struct dev_export {
         uint8_t handle[COLLI_GPU_IPC_HANDLE];
         size_t off, size;
@@ -87,6 +90,10 @@ struct colli_dev {
      * replaced one is kept until fini). Calls run one at a time, so one serves all. */
     void *scratch;
     size_t scratch_cap;
+    /* CUDA IPC's bounce buffer (ipc.c), grown and kept as scratch is: a call whose buffers this
+     * rank cannot export copies its inputs in, takes CUDA IPC on it, and copies its outputs out */
+    void *bounce;
+    size_t bounce_cap;
     /* DEV_SLOTS slots, each a stream of its own with pinned host buffers (hs, hr) and device
      * scratch (ds) of slot_bytes (0: not yet allocated). Made on the caller's thread before the
      * first call that needs them is queued, freed at fini, never in between: an allocation or a
@@ -103,6 +110,7 @@ struct colli_dev {
     volatile uint32_t *gate_words; /* [2 * DEV_GATE_WORDS]: arrived, then release */
     volatile uint32_t *words;      /* [DEV_GATE_WORDS * DEV_WORDS]: the inline programs' */
     bool inline_told;              /* a fallback from inline programs was said */
+    bool bounce_told;              /* the bounce buffer's use, or its limit, was said */
     bool dangling;   /* a dropped call's program may still run: its buffers are kept at fini */
     bool one_queue;  /* CUDA_DEVICE_MAX_CONNECTIONS=1: no CUDA IPC (its fallback is not inline) */
     bool ipc_broken; /* a rank could not map a peer's buffer: no CUDA IPC from then (atomic) */
@@ -176,14 +184,21 @@ coll_result_t colli_dev_pipe_cpu(struct coll_comm *comm, struct colli_dev *d, de
 bool colli_dev_ipc_eligible(const struct coll_comm *comm, const colli_coll_args_t *a);
 bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_t *a);
 /* Can this rank export job j's buffers for CUDA IPC (asked at the call: else it declines)? When
- * it can, they are in j->xp. */
-bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j);
-/* Bytes of pinned staging for the fallback in the program of CUDA IPC call a: its inputs at
- * off[0], its outputs at off[1] (off may be NULL); one region laid out as the caller's buffers
- * when they overlap (in place), else the outputs after the inputs, 64-byte aligned. */
-size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_args_t *a,
-                              size_t off[2]);
+ * it can, they are in j->xp. When it cannot and may_bounce (an inline program), the call may
+ * go through the bounce buffer instead (j->bounced: its args name it); unbounce undoes that
+ * (the call then takes a gate). */
+bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j, bool may_bounce);
+void colli_dev_ipc_unbounce(dev_job_t *j);
+/* Bytes of one region that holds CUDA IPC call a's inputs at off[0] and outputs at off[1] (off
+ * may be NULL): laid out as the caller's buffers when they overlap (in place), else the outputs
+ * after the inputs, 64-byte aligned. The fallback's staging and the bounce buffer are so. */
+size_t colli_dev_ipc_span(const struct coll_comm *comm, const colli_coll_args_t *a, size_t off[2]);
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
+/* Device memory of at least bytes on the communicator's GPU in the grow-only buffer *buf of
+ * capacity *cap, the replaced one kept until fini (peers may map it through CUDA IPC); caller's
+ * thread, after the first call's preparation: 0, the plugin's error, or -1 (out of memory);
+ * *want: the size it tried. */
+int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
                              const char *step, const char *why);

@@ -73,7 +73,7 @@ bool colli_dev_ipc_declines(const struct coll_comm *comm, const colli_coll_args_
            (a->coll == COLLI_COLL_ALL_TO_ALL && a->sendbuf == a->recvbuf);
 }
 
-bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j)
+static bool export_all(const struct coll_comm *comm, dev_job_t *j)
 {
     const colli_coll_args_t *a = j->ctx;
     size_t len[2];
@@ -87,6 +87,87 @@ bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j)
     }
     j->exported = true; /* the exchange sends these: no export on its thread */
     return true;
+}
+
+bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j, bool may_bounce)
+{
+    if (export_all(comm, j))
+        return true;
+    struct colli_dev *d = comm->dev;
+    colli_coll_args_t *a = j->ctx;
+    size_t off[2], want = 0;
+    const size_t bytes = colli_dev_ipc_span(comm, a, off);
+    /* the limit is held against what any rank's buffers of this call may take, so that every
+     * rank (all configured alike) decides alike: a rank that declined while its peers bounced
+     * would have them learn it only at the exchange */
+    size_t most[2] = {0, 0}, len[2];
+    for (int q = 0; q < comm->nranks; q++) {
+        colli_buffer_sizes(a, comm->nranks, q, len);
+        most[0] = len[0] > most[0] ? len[0] : most[0];
+        most[1] = len[1] > most[1] ? len[1] : most[1];
+    }
+    const size_t cap = comm->cfg.dev_bounce, bound = ((most[0] + 63) & ~(size_t)63) + most[1];
+    const int err = !may_bounce || bound > cap
+                        ? 1
+                        : colli_dev_grow(d, &d->bounce, &d->bounce_cap, bytes, &want);
+    if (err == 0) {
+        j->user_in = a->sendbuf;
+        j->user_out = a->recvbuf;
+        j->bounced = true;
+        a->sendbuf = (char *)d->bounce + off[0];
+        a->recvbuf = (char *)d->bounce + off[1];
+        if (export_all(comm, j)) {
+            if (!d->bounce_told)
+                coll_info(COLL,
+                          "rank %d: device buffers that cannot be exported for CUDA IPC (%s): "
+                          "copied through kcoll's device memory, %zu bytes so far, at most "
+                          "COLL_CUDA_IPC_BOUNCE=%zu per communicator (said once)",
+                          comm->rank, j->what, d->bounce_cap, cap);
+            d->bounce_told = true;
+            return true;
+        }
+        colli_dev_ipc_unbounce(j);
+    } else if (may_bounce && cap > 0 && !d->bounce_told) {
+        coll_info(COLL,
+                  "rank %d: %s: its device buffers cannot be exported for CUDA IPC, and %zu "
+                  "bytes through kcoll's device memory %s: through host staging (said once)",
+                  comm->rank, j->what, bound,
+                  bound > cap ? "exceed COLL_CUDA_IPC_BOUNCE" : "could not be allocated");
+        d->bounce_told = true;
+    }
+    return false;
+}
+
+void colli_dev_ipc_unbounce(dev_job_t *j)
+{
+    if (!j->bounced)
+        return;
+    colli_coll_args_t *a = j->ctx;
+    a->sendbuf = j->user_in;
+    a->recvbuf = j->user_out;
+    j->bounced = false;
+    j->exported = false;
+}
+
+/* A bounced call's copy of its inputs into the bounce buffer (in), or of its outputs back. */
+static void bounce_copy(const struct coll_comm *comm, dev_job_t *j, void *stream, bool in)
+{
+    if (!j->bounced || j->bad != NULL || j->truncated || (in && j->scaled))
+        return; /* a PreMulSum's scale wrote its input into the bounce buffer (inline.c) */
+    const colli_coll_args_t *a = j->ctx;
+    size_t len[2];
+    colli_buffer_sizes(a, comm->nranks, comm->rank, len);
+    const colli_gpu_ops_t *o = comm->dev->ops;
+    int err = 0;
+    if (in && len[0] > 0)
+        err = o->memcpy_async((void *)a->sendbuf, j->user_in, len[0], stream);
+    else if (!in && len[1] > 0)
+        err = o->memcpy_async(j->user_out, a->recvbuf, len[1], stream);
+    if (err != 0) {
+        j->bad = in ? "copying the inputs into kcoll's device memory (CUDA IPC)"
+                    : "copying the results out of kcoll's device memory (CUDA IPC)";
+        j->bad_why = o->error_string(err);
+    }
 }
 
 static void describe(ipc_call_t *c, ipc_desc_t *me)
@@ -449,10 +530,10 @@ bool colli_dev_ipc_try(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j
  * there ends at COLL_TIMEOUT with an error (wait.c). */
 void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream)
 {
-    (void)comm;
     const colli_gpu_ops_t *o = d->ops;
     const colli_coll_args_t *a = j->ctx;
     int err = 0;
+    bounce_copy(comm, j, stream, true);
     if (colli_dev_emit_word(d, j, stream, false, W_PRE, 1) &&
         colli_dev_emit_word(d, j, stream, true, W_NET1, 1)) {
         err = o->memcpy_async(d->lists_d, d->lists_h, (j->fb ? 3 : 2) * sizeof(colli_gpu_list_t),
@@ -467,6 +548,7 @@ void colli_dev_ipc_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         j->bad = "enqueueing the CUDA IPC kernels";
         j->bad_why = o->error_string(err);
     }
+    bounce_copy(comm, j, stream, false);
 }
 
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
@@ -477,8 +559,7 @@ void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, de
         colli_dev_pipe_host(comm, d, j);
 }
 
-size_t colli_dev_ipc_fb_bytes(const struct coll_comm *comm, const colli_coll_args_t *a,
-                              size_t off[2])
+size_t colli_dev_ipc_span(const struct coll_comm *comm, const colli_coll_args_t *a, size_t off[2])
 {
     size_t len[2], o[2];
     off = off != NULL ? off : o;
@@ -504,7 +585,7 @@ static void fallback_lists(const struct coll_comm *comm, dev_job_t *j, char **in
     const colli_coll_args_t *a = j->ctx;
     size_t len[2], off[2];
     colli_buffer_sizes(a, comm->nranks, comm->rank, len);
-    (void)colli_dev_ipc_fb_bytes(comm, a, off);
+    (void)colli_dev_ipc_span(comm, a, off);
     *in = j->staging + off[0];
     *out = j->staging + off[1];
     colli_gpu_list_t *l = comm->dev->lists_h;
