@@ -445,9 +445,6 @@ static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     return d->ops->host_func(stream, gate, j);
 }
 
-/* Enqueue job j on the caller's stream: its whole program (inline.c) where it can, else a gate
- * that holds the stream while the progress thread runs it (CUDA IPC's exchange, whose copies
- * need the peers' pointers; no stream memory operations; too many calls in flight). */
 /* Does job j (inline, CUDA IPC's exchange, not declined) bring the fallback in its program
  * (ipc.c: until every rank has mapped every buffer of a call once)? Then its pinned staging;
  * without that staging this rank declines CUDA IPC for the call (the inline pipeline). */
@@ -474,12 +471,16 @@ static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_jo
         return;
     j->fb = false;
     j->declined = true;
+    colli_dev_ipc_unbounce(j); /* the pipeline takes the caller's buffers */
     coll_info(COLL,
               "rank %d: no pinned host memory (%zu bytes: %s) for the fallback of a CUDA IPC call "
               "in its program: this rank declines CUDA IPC for %s",
               comm->rank, want, err < 0 ? "out of memory" : d->ops->error_string(err), j->what);
 }
 
+/* Enqueue job j on the caller's stream: its whole program (inline.c) where it can, else a gate
+ * that holds the stream while the progress thread runs it (CUDA IPC's exchange, whose copies
+ * need the peers' pointers; no stream memory operations; too many calls in flight). */
 static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
                         uint64_t seq, uint64_t in_flight)
 {
@@ -504,7 +505,6 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     return enqueue_gate(comm, d, j, stream, seq, in_flight);
 }
 
-/* Device scratch of at least bytes on d->device for a PreMulSum's scaled input. */
 int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want)
 {
     free_retired(d, false);
@@ -535,6 +535,7 @@ int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, s
     return 0;
 }
 
+/* Device scratch of at least bytes on d->device for a PreMulSum's scaled input. */
 static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
                                  void **p)
 {
