@@ -469,9 +469,11 @@ static int fake_ipc_close(void *base)
     return drop_range(base, true);
 }
 
+/* FAKE_GPU_PINNED_MAX=N: an allocation of more than N bytes fails, as under a memlock limit. */
 static int fake_host_alloc(void **p, size_t bytes)
 {
-    *p = malloc(bytes ? bytes : 1);
+    const char *max = getenv("FAKE_GPU_PINNED_MAX");
+    *p = max == NULL || bytes <= strtoull(max, NULL, 10) ? malloc(bytes ? bytes : 1) : NULL;
     return *p == NULL ? 2 : 0;
 }
 

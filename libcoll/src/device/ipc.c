@@ -127,7 +127,7 @@ bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j, bool m
             return true;
         }
         colli_dev_ipc_unbounce(j);
-    } else if (may_bounce && cap > 0 && !d->bounce_told) {
+    } else if (may_bounce && !d->bounce_told) {
         coll_info(COLL,
                   "rank %d: %s: its device buffers cannot be exported for CUDA IPC, and %zu "
                   "bytes through kcoll's device memory %s: through host staging (said once)",
@@ -180,7 +180,8 @@ static void describe(ipc_call_t *c, ipc_desc_t *me)
     me->magic = IPC_MAGIC;
     me->pid = (int32_t)getpid();
     me->device = c->d->device;
-    me->ok = !colli_dev_ipc_declines(c->comm, a);
+    /* no when this rank declined at the call (it runs the pipeline after the exchange) */
+    me->ok = !c->j->declined && !colli_dev_ipc_declines(c->comm, a);
     const void *ptr[2] = {a->sendbuf, a->recvbuf};
     for (int i = 0; i < 2 && me->ok; i++) {
         ipc_buf_t *b = &me->buf[i];
