@@ -3,7 +3,9 @@
  * host buffers does with their memory (algo/direct.c). Taken when every rank of the
  * communicator is reached over shared memory, the call moves at least COLL_SHM_DIRECT_MIN bytes
  * per rank, there are at most COLLI_GPU_MAX_SRCS ranks (one GPU reduction reads every input),
- * and every rank can export its buffers and open its peers' (else the chunk pipeline runs it):
+ * and every rank can export its buffers and open its peers' (else the chunk pipeline runs it; a
+ * rank whose buffers cannot be exported copies the call through a buffer of its own that can,
+ * the bounce buffer, up to COLL_CUDA_IPC_BOUNCE):
  *   1. every rank sends every peer a descriptor of its buffers (IPC handle of the allocation,
  *      offset, size, allocation id); all reach the same verdict from the same descriptors;
  *   2. each opens its peers' allocations (cached per peer and allocation id) and says whether it
