@@ -284,39 +284,12 @@ static size_t grown(size_t cap, size_t bytes)
     return (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
 }
 
-/* The pinned staging, grown to at least bytes (caller's thread): 0, the plugin's error, or -1
- * (out of memory); *want: the size it tried. */
-static int staging_grow(struct colli_dev *d, size_t bytes, char **base, size_t *want)
-{
-    free_retired(d, false);
-    *want = bytes;
-    if (bytes <= d->staging_cap) {
-        *base = d->staging;
-        return 0;
-    }
-    *want = grown(d->staging_cap, bytes);
-    void *p = NULL;
-    retired_t *r = d->staging != NULL ? malloc(sizeof(*r)) : NULL;
-    if (d->staging != NULL && r == NULL)
-        return -1;
-    int err = d->ops->host_alloc(&p, *want);
-    if (err != 0) {
-        free(r);
-        return err;
-    }
-    if (r != NULL)
-        retire(d, r, d->staging, false);
-    d->staging = p;
-    d->staging_cap = *want;
-    *base = p;
-    return 0;
-}
-
 coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base)
 {
     struct colli_dev *d = comm->dev;
     size_t want = 0;
-    const int err = staging_grow(d, bytes, base, &want);
+    const int err = colli_dev_grow(d, &d->staging, &d->staging_cap, bytes, &want, false);
+    *base = d->staging;
     if (err < 0)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
     if (err != 0)
@@ -465,7 +438,9 @@ static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_jo
         return;
     const size_t cap = d->staging_cap;
     size_t want = 0;
-    int err = staging_grow(d, colli_dev_ipc_span(comm, j->ctx, NULL), &j->staging, &want);
+    int err = colli_dev_grow(d, &d->staging, &d->staging_cap,
+                             colli_dev_ipc_span(comm, j->ctx, NULL), &want, false);
+    j->staging = d->staging;
     d->fb_grew = d->fb_grew || d->staging_cap != cap;
     if (err == 0)
         return;
@@ -505,7 +480,8 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     return enqueue_gate(comm, d, j, stream, seq, in_flight);
 }
 
-int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want)
+int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want,
+                   bool dev)
 {
     free_retired(d, false);
     *want = bytes;
@@ -517,11 +493,11 @@ int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, s
         return -1;
     const colli_gpu_ops_t *o = d->ops;
     void *m = NULL;
-    int prev = -1, err = o->get_device(&prev);
-    if (err == 0)
+    int prev = -1, err = dev ? o->get_device(&prev) : 0;
+    if (err == 0 && dev)
         err = o->set_device(d->device);
     if (err == 0)
-        err = o->dev_alloc(&m, *want);
+        err = dev ? o->dev_alloc(&m, *want) : o->host_alloc(&m, *want);
     if (prev >= 0 && prev != d->device)
         (void)o->set_device(prev);
     if (err != 0) {
@@ -529,7 +505,7 @@ int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, s
         return err;
     }
     if (r != NULL)
-        retire(d, r, *buf, true);
+        retire(d, r, *buf, dev);
     *buf = m;
     *cap = *want;
     return 0;
@@ -540,7 +516,7 @@ static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, si
                                  void **p)
 {
     size_t want = 0;
-    const int err = colli_dev_grow(d, &d->scratch, &d->scratch_cap, bytes, &want);
+    const int err = colli_dev_grow(d, &d->scratch, &d->scratch_cap, bytes, &want, true);
     *p = d->scratch;
     if (err < 0)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");

@@ -82,7 +82,7 @@ struct colli_dev {
     int device;    /* the GPU of every device call (its first one's), -1 before */
     int kernels;   /* the GPU the plugin's kernels were loaded on (load_kernels), -1: none */
     int copies;    /* staging copies so far (COLL_TEST_DEV_FAIL_COPY) */
-    char *staging; /* the current pinned staging (caller's thread) */
+    void *staging; /* the current pinned staging (caller's thread) */
     size_t staging_cap;
     bool fb_grew; /* ... grown for CUDA IPC's fallback: dropped once ipc_proven (caller's thread) */
     retired_t *retired; /* staging replaced by a larger one, freed once its calls are over */
@@ -194,11 +194,13 @@ void colli_dev_ipc_unbounce(dev_job_t *j);
  * after the inputs, 64-byte aligned. The fallback's staging and the bounce buffer are so. */
 size_t colli_dev_ipc_span(const struct coll_comm *comm, const colli_coll_args_t *a, size_t off[2]);
 void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j);
-/* Device memory of at least bytes on the communicator's GPU in the grow-only buffer *buf of
- * capacity *cap, the replaced one kept until fini (peers may map it through CUDA IPC); caller's
- * thread, after the first call's preparation: 0, the plugin's error, or -1 (out of memory);
- * *want: the size it tried. */
-int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want);
+/* At least bytes in the grow-only buffer *buf of capacity *cap: device memory of the
+ * communicator's GPU (dev; a replaced one is kept until fini: peers may map it through CUDA
+ * IPC) or pinned host memory (a replaced one is freed once no call is queued); caller's thread,
+ * after the first call's preparation: 0, the plugin's error, or -1 (out of memory); *want: the
+ * size it tried. */
+int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want,
+                   bool dev);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
                              const char *step, const char *why);

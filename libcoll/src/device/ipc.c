@@ -111,7 +111,7 @@ bool colli_dev_ipc_exportable(const struct coll_comm *comm, dev_job_t *j, bool m
     const size_t cap = comm->cfg.dev_bounce, bound = ((most[0] + 63) & ~(size_t)63) + most[1];
     const int err = !may_bounce || bound > cap
                         ? 1
-                        : colli_dev_grow(d, &d->bounce, &d->bounce_cap, bytes, &want);
+                        : colli_dev_grow(d, &d->bounce, &d->bounce_cap, bytes, &want, true);
     if (err == 0) {
         j->user_in = a->sendbuf;
         j->user_out = a->recvbuf;

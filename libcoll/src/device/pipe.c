@@ -112,15 +112,13 @@ static void reduce(pipe_t *p, const chunk_t *c, void *dst, const char *base, siz
 }
 
 /* As reduce, on the CPU (colli_dev_pipe_cpu): the n ranks' inputs at base + i * stride, reduced
- * in rank order as the GPU's chained reductions are (coll_kernels.h: bit for bit the same). */
+ * in rank order as the GPU's chained reductions are (coll_kernels.h: bit for bit the same); n is
+ * at least 2 (CUDA IPC's calls), so COLL_AVG divides at the last step. */
 static void cpu_reduce(pipe_t *p, void *dst, const char *base, size_t stride, size_t count)
 {
     const coll_datatype_t dt = p->a->dt;
     const bool avg = p->a->op == COLL_AVG;
-    if (p->n == 1 && avg)
-        colli_div(dst, base, count, dt, 1);
-    else
-        memmove(dst, base, count * p->e);
+    memmove(dst, base, count * p->e);
     for (int i = 1; i < p->n; i++) {
         const char *x = base + (size_t)i * stride;
         if (avg && i == p->n - 1)
