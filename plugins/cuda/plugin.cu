@@ -71,33 +71,51 @@ static int cu_get_device(int *device)
     return (int)cudaGetDevice(device);
 }
 
+/* The calling thread in the relaxed capture mode for the scope of one call. While a thread of
+ * the process captures a CUDA graph in the global mode (PyTorch's default), the runtime refuses
+ * "potentially unsafe" calls (allocations, frees, stream creation, IPC) on every thread in the
+ * global or thread-local mode, and the refusal invalidates that capture. The library makes
+ * such calls while it captures a call into the user's graph (its buffers, the first time) and
+ * on its progress thread while the user captures; none of them touches the capturing stream. */
+struct relaxed {
+    cudaStreamCaptureMode prev = cudaStreamCaptureModeRelaxed;
+    relaxed() { (void)cudaThreadExchangeStreamCaptureMode(&prev); }
+    ~relaxed() { (void)cudaThreadExchangeStreamCaptureMode(&prev); }
+};
+
 static int cu_dev_alloc(void **p, size_t bytes)
 {
+    relaxed r;
     return (int)cudaMalloc(p, bytes);
 }
 
 static int cu_dev_free(void *p)
 {
+    relaxed r;
     return (int)cudaFree(p);
 }
 
 static int cu_host_alloc(void **p, size_t bytes)
 {
+    relaxed r;
     return (int)cudaHostAlloc(p, bytes, cudaHostAllocPortable);
 }
 
 static int cu_host_free(void *p)
 {
+    relaxed r;
     return (int)cudaFreeHost(p);
 }
 
 static int cu_stream_create(void **stream)
 {
+    relaxed r;
     return (int)cudaStreamCreateWithFlags((cudaStream_t *)stream, cudaStreamNonBlocking);
 }
 
 static int cu_stream_destroy(void *stream)
 {
+    relaxed r;
     return (int)cudaStreamDestroy((cudaStream_t)stream);
 }
 
@@ -221,6 +239,7 @@ static int cu_ipc_export(const void *p, void *handle, size_t *offset, size_t *si
         attr(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, dp) != CUDA_SUCCESS)
         return (int)cudaErrorInvalidValue;
     cudaIpcMemHandle_t h;
+    relaxed r;
     cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
     if (e != cudaSuccess)
         return (int)e;
@@ -234,11 +253,13 @@ static int cu_ipc_open(const void *handle, void **base)
 {
     cudaIpcMemHandle_t h;
     memcpy(&h, handle, sizeof(h));
+    relaxed r;
     return (int)cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess);
 }
 
 static int cu_ipc_close(void *base)
 {
+    relaxed r;
     return (int)cudaIpcCloseMemHandle(base);
 }
 
@@ -296,6 +317,7 @@ static int cu_load_kernels(int only_if_current, int *loaded)
             return 0;
     }
     const void *syms[COLLI_CUDA_NUM_KERNELS + 1];
+    relaxed r;
     size_t n = colli_cuda_kernel_symbols(syms, COLLI_CUDA_NUM_KERNELS);
     syms[n++] = (const void *)colli_delay_kernel;
     for (size_t i = 0; i < n; i++) {
@@ -324,15 +346,46 @@ static int cu_stream_capturing(void *stream, int *capturing)
     return (int)e;
 }
 
-static int cu_capture(void *stream, int begin)
+static int cu_capture(void *stream, int begin, void **exec)
 {
     if (begin)
         return (int)cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeGlobal);
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &g);
-    if (g != NULL)
+    if (e == cudaSuccess && exec != NULL)
+        e = cudaGraphInstantiate((cudaGraphExec_t *)exec, g, 0);
+    if (g != NULL) /* the executable graph keeps what it needs, user objects included */
         (void)cudaGraphDestroy(g);
     return (int)e;
+}
+
+static int cu_graph_keep(void *stream, void (*release)(void *), void *arg)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamGetCaptureInfo((cudaStream_t)stream, &st, NULL, &g);
+    if (e == cudaSuccess && (st != cudaStreamCaptureStatusActive || g == NULL))
+        e = cudaErrorStreamCaptureInvalidated;
+    cudaUserObject_t obj = NULL;
+    if (e == cudaSuccess)
+        e = cudaUserObjectCreate(&obj, arg, release, 1, cudaUserObjectNoDestructorSync);
+    if (e == cudaSuccess) /* the graph takes the one reference */
+        e = cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove);
+    if (e != cudaSuccess && obj != NULL)
+        (void)cudaUserObjectRelease(obj, 1); /* release(arg) runs */
+    else if (e != cudaSuccess)
+        release(arg);
+    return (int)e;
+}
+
+static int cu_graph_launch(void *exec, void *stream)
+{
+    return (int)cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+}
+
+static int cu_graph_destroy(void *exec)
+{
+    return (int)cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }
 
 static int cu_stream_query(void *stream, int *busy)
@@ -375,6 +428,9 @@ static const colli_gpu_ops_t cu_ops = {
     cu_word_write,
     cu_word_wait,
     cu_reduce_list,
+    cu_graph_keep,
+    cu_graph_launch,
+    cu_graph_destroy,
 };
 
 extern "C" __attribute__((visibility("default"))) const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

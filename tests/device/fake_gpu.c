@@ -23,14 +23,14 @@
  * loads them up front. A thread has a context once it set a device, allocated device memory or
  * made a stream (what load_kernels(only_if_current) asks).
  *
- * A stream can capture (capture, for tests), but the fake records no graph: work enqueued on a
- * capturing stream, or its synchronisation, fails and invalidates the capture, so that a test
- * sees whether the library touched such a stream.
+ * A stream can capture a graph (capture, for tests; fake_gpu_graph.c): work enqueued on it is
+ * recorded, not run, and graph_launch enqueues it again; a synchronisation of a capturing
+ * stream fails and invalidates the capture, as on CUDA.
  *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU),
- * 700 a kernel given another GPU's memory, 900 work on a capturing stream, 901 a capture so
- * invalidated, at its end. */
+ * 700 a kernel given another GPU's memory, 900 a synchronisation of a capturing stream, 901 a
+ * capture so invalidated, at its end. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "coll_kernels.h"
+#include "fake_gpu_int.h"
 #include "fake_gpu_math.h"
 #include "fake_gpu_queues.h"
 #include "gpu_plugin.h"
@@ -55,44 +56,6 @@
 /* ipc_close synchronises the device; a stream still busy after this long would be a deadlock */
 #define SYNC_MAX_S 10.0
 #define MAXDEV     64
-
-enum { T_COPY, T_FUNC, T_DELAY, T_REDUCE, T_GATE, T_SCALE, T_LIST };
-
-typedef struct task {
-    struct task *next;
-    int kind;
-    uint64_t ticket; /* in the hardware queues (fake_gpu_queues.h) */
-    void *dst;
-    const void *src;
-    size_t bytes;
-    void (*fn)(void *);
-    void *arg;
-    unsigned us;
-    /* T_REDUCE, T_SCALE (srcs[0], scalar) */
-    const void *srcs[COLLI_GPU_MAX_SRCS];
-    uint8_t scalar[8];
-    int nsrcs;
-    size_t count;
-    int dt, op;
-    uint32_t divisor;
-    /* T_GATE */
-    volatile uint32_t *arrived, *release;
-    uint32_t value;
-} task_t;
-
-typedef struct fstream {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* work queued, work done */
-    task_t *head, *tail;
-    int running; /* a task is being run */
-    int stop;
-    /* capture (a test's): work enqueued meanwhile is refused and invalidates it (a graph
-     * records it on a GPU; the fake records no graphs, and the library must enqueue nothing) */
-    bool capturing, invalidated;
-    int device; /* the current device of the thread that made it */
-    int queue;  /* its hardware queue, -1 without (fake_gpu_queues.h) */
-    pthread_t thread;
-} fstream_t;
 
 static struct {
     pthread_mutex_t mu; /* the allocation table and the default stream */
@@ -198,7 +161,7 @@ static bool stream_list_locked(fstream_t *s, bool add)
     return true;
 }
 
-static fstream_t *stream_of(void *stream)
+fstream_t *fake_stream_of(void *stream)
 {
     if (stream != NULL)
         return stream;
@@ -236,9 +199,9 @@ static bool device_idle(double max_s)
     return idle;
 }
 
-static int enqueue(void *stream, const task_t *t)
+int fake_enqueue(void *stream, const task_t *t)
 {
-    fstream_t *s = stream_of(stream);
+    fstream_t *s = fake_stream_of(stream);
     task_t *c = malloc(sizeof(*c));
     if (s == NULL || c == NULL) {
         free(c);
@@ -248,10 +211,11 @@ static int enqueue(void *stream, const task_t *t)
     c->next = NULL;
     pthread_mutex_lock(&s->mu);
     if (s->capturing) {
-        s->invalidated = true;
+        const bool kept = !s->invalidated && fgraph_record(s->graph, c);
+        s->invalidated |= !kept;
         pthread_mutex_unlock(&s->mu);
         free(c);
-        return 900; /* cudaErrorStreamCaptureUnsupported */
+        return kept ? 0 : 901; /* cudaErrorStreamCaptureInvalidated */
     }
     c->ticket =
         fq_enqueue(s->queue, s, (t->kind == T_GATE && t->release != NULL) || t->kind == T_FUNC);
@@ -502,7 +466,7 @@ static int fake_stream_create(void **stream)
 
 static int fake_stream_sync(void *stream)
 {
-    fstream_t *s = stream_of(stream);
+    fstream_t *s = fake_stream_of(stream);
     if (s == NULL)
         return 2;
     pthread_mutex_lock(&s->mu);
@@ -518,7 +482,7 @@ static int fake_stream_sync(void *stream)
  * captures. */
 static int stream_state(void *stream, bool busy, int *out)
 {
-    fstream_t *s = stream_of(stream);
+    fstream_t *s = fake_stream_of(stream);
     if (s == NULL)
         return 2;
     pthread_mutex_lock(&s->mu);
@@ -535,21 +499,6 @@ static int fake_stream_query(void *stream, int *busy)
 static int fake_stream_capturing(void *stream, int *capturing)
 {
     return stream_state(stream, false, capturing);
-}
-
-static int fake_capture(void *stream, int begin)
-{
-    fstream_t *s = stream_of(stream);
-    if (s == NULL)
-        return 2;
-    pthread_mutex_lock(&s->mu);
-    const int err = (begin != 0) == s->capturing ? 1 : !begin && s->invalidated ? 901 : 0;
-    if (err != 1) {
-        s->capturing = begin != 0;
-        s->invalidated = false;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return err;
 }
 
 static int fake_stream_destroy(void *stream)
@@ -592,13 +541,13 @@ static int fake_memcpy_async(void *dst, const void *src, size_t bytes, void *str
     if (dst == NULL || src == NULL || check_range(dst, bytes) || check_range(src, bytes))
         return 1;
     task_t t = {.kind = T_COPY, .dst = dst, .src = src, .bytes = bytes};
-    return enqueue(stream, &t);
+    return fake_enqueue(stream, &t);
 }
 
 static int fake_host_func(void *stream, void (*fn)(void *), void *arg)
 {
     task_t t = {.kind = T_FUNC, .fn = fn, .arg = arg};
-    return fn == NULL ? 1 : enqueue(stream, &t);
+    return fn == NULL ? 1 : fake_enqueue(stream, &t);
 }
 
 /* FAKE_GPU_NO_MEMOP=1: a driver without stream memory operations (the host_func fallback) */
@@ -608,7 +557,7 @@ static int fake_gate_words(void *stream, volatile uint32_t *arrived, volatile ui
     const char *no = getenv("FAKE_GPU_NO_MEMOP");
     task_t t = {.kind = T_GATE, .arrived = arrived, .release = release, .value = value};
     return no != NULL && strcmp(no, "1") == 0 ? 801 /* cudaErrorNotSupported */
-                                              : enqueue(stream, &t);
+                                              : fake_enqueue(stream, &t);
 }
 
 /* One stream memory operation: a gate's store (arrived) or its wait (release) alone. */
@@ -678,7 +627,7 @@ static int fake_delay(void *stream, unsigned us)
 {
     load("the first launch of the delay kernel (lazy loading)");
     task_t t = {.kind = T_DELAY, .us = us};
-    return enqueue(stream, &t);
+    return fake_enqueue(stream, &t);
 }
 
 /* [p, p + bytes) lies in one allocation of the current device: a kernel reads no other GPU's
@@ -700,7 +649,7 @@ static int fake_reduce_list(const colli_gpu_list_t *list, int dt, int op, void *
     load("the first launch of the list kernel (lazy loading)");
     task_t t = {.kind = T_LIST, .src = list, .dt = dt, .op = op};
     const int err = on_gpu(list, sizeof(*list));
-    return err != 0 ? err : enqueue(stream, &t);
+    return err != 0 ? err : fake_enqueue(stream, &t);
 }
 
 static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
@@ -725,7 +674,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
         err = on_gpu(srcs[i], bytes);
         t.srcs[i] = srcs[i];
     }
-    return err != 0 ? err : enqueue(stream, &t);
+    return err != 0 ? err : fake_enqueue(stream, &t);
 }
 
 /* PreMulSum's scaling, as the CUDA kernel does it: colli_scale, ordered on the stream. */
@@ -744,7 +693,7 @@ static int fake_scale(void *dst, const void *src, size_t count, int dt, const vo
     task_t t = {.kind = T_SCALE, .dst = dst, .count = count, .dt = dt};
     t.srcs[0] = src;
     memcpy(t.scalar, scalar, fake_elt_size((coll_datatype_t)dt));
-    return enqueue(stream, &t);
+    return fake_enqueue(stream, &t);
 }
 
 static const char *fake_device_name(int device)
@@ -785,6 +734,9 @@ static const colli_gpu_ops_t ops = {
     .word_write = fake_word_write,
     .word_wait = fake_word_wait,
     .reduce_list = fake_reduce_list,
+    .graph_keep = fake_graph_keep,
+    .graph_launch = fake_graph_launch,
+    .graph_destroy = fake_graph_destroy,
 };
 
 EXPORT const colli_gpu_ops_t *colli_gpu_plugin_v1(void)

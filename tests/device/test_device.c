@@ -12,7 +12,7 @@
  *             and one on device buffers, fail with a mismatch naming both calls; a corrupt CUDA
  *             IPC descriptor fails every rank naming its sender (fake GPU only) (2 ranks)
  *   usage     host and device buffers mixed, a stream with host buffers, a group mixing them,
- *             count 0, a stream capturing a CUDA graph, buffers on a second GPU
+ *             count 0, buffers on a second GPU
  *             (FAKE_GPU_DEVICES=2); a plugin that cannot be loaded, is not a plugin or has no
  *             GPU
  *   stall     one hardware queue for every stream: inline programs give the right sums; with
@@ -476,20 +476,6 @@ static void usage_body(dh_ctx_t *ctx)
     CHECK_HAS(coll_get_last_error(), "mix host and device buffers", "says what is mixed");
     rc = coll_all_reduce(d, d, 0, COLL_FLOAT32, COLL_SUM, comm, s);
     CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "count 0 on device buffers");
-    /* a stream capturing a CUDA graph: refused before anything is enqueued on it (its capture
-     * ends clean), a collective and a group alike; the communicator works on afterwards */
-    CHECK(o->capture(s, 1) == 0, "rank %d: begin a capture", me);
-    rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, COLL_SUM, comm, s);
-    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a call on a capturing stream");
-    CHECK_HAS(coll_get_last_error(), "capturing a CUDA graph", "says why");
-    CHECK_HAS(coll_get_last_error(), "outside the capture", "says what to do");
-    coll_group_start();
-    coll_send(d, 1000, COLL_FLOAT32, peer, comm, s);
-    coll_recv(d, 1000, COLL_FLOAT32, peer, comm, s);
-    rc = coll_group_end();
-    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a group on a capturing stream");
-    CHECK_HAS(coll_get_last_error(), "capturing a CUDA graph", "says why");
-    CHECK(o->capture(s, 0) == 0, "rank %d: the capture ends clean (nothing was put in it)", me);
     /* device calls, then a host call: it waits for them */
     rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, COLL_MAX, comm, s);
     CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "device call");
@@ -512,20 +498,6 @@ static void usage_body(dh_ctx_t *ctx)
         CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "buffers on another GPU");
         CHECK_HAS(coll_get_last_error(), "buffers are on GPU 1, but the communicator's",
                   "names both GPUs");
-        /* the default stream of a call is its buffers' GPU's: a capture there is seen with
-         * GPU 0 current, and nothing is put in it */
-        coll_comm_t c1 = NULL;
-        CHECK_RC(coll_comm_split(comm, 0, me, &c1), COLL_SUCCESS, coll_get_last_error(),
-                 "a second communicator, no device call yet");
-        CHECK(o->set_device(1) == 0 && o->capture(NULL, 1) == 0,
-              "rank %d: begin a capture on GPU 1's default stream", me);
-        (void)o->set_device(0);
-        rc = coll_all_reduce(d1, d1, 1000, COLL_FLOAT32, COLL_SUM, c1, NULL);
-        CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(),
-                 "GPU 1 buffers on the default stream, GPU 0 current, GPU 1's capturing");
-        CHECK(o->set_device(1) == 0 && o->capture(NULL, 0) == 0,
-              "rank %d: GPU 1's capture ends clean", me);
-        CHECK_RC(coll_comm_destroy(c1), COLL_SUCCESS, coll_get_last_error(), "destroy");
         o->dev_free(d1);
     } else {
         dh_log("rank %d: no second GPU: the one-GPU-per-communicator check is not run", me);

@@ -377,3 +377,64 @@ void case_shrink(void)
     }
     CHECK_OK(ncclCommDestroy(comm), "destroy the revoked parent");
 }
+
+/* ---- graph: NCCL calls captured into a CUDA graph (the fake GPU's), replayed ---- */
+
+void case_graph(void)
+{
+    if (gpu == NULL) {
+        CHECK(0, "the graph case needs NCCL_TEST_MEM=fakegpu");
+        return;
+    }
+    ncclComm_t comm = init_comm();
+    if (comm == NULL)
+        return;
+    const int n = nranks_, me = rank_;
+    const size_t count = 100003, bytes = count * sizeof(float);
+    void *s = NULL, *exec = NULL, *hin = NULL, *hout = NULL;
+    float *in = buf_alloc(bytes), *sum = buf_alloc(bytes), *all = buf_alloc(bytes * n);
+    CHECK(in != NULL && sum != NULL && all != NULL && gpu->stream_create(&s) == 0 &&
+              gpu->host_alloc(&hin, bytes) == 0 && gpu->host_alloc(&hout, bytes * n) == 0,
+          "buffers and a stream");
+    /* as vLLM: an eager call (its warm-up), then the capture of its decode step's calls */
+    CHECK_OK(ncclAllReduce(in, sum, count, ncclFloat32, ncclSum, comm, s), "eager all_reduce");
+    CHECK(gpu->capture(s, 1, NULL) == 0, "begin a capture");
+    CHECK_OK(ncclAllReduce(in, sum, count, ncclFloat32, ncclSum, comm, s), "captured all_reduce");
+    CHECK_OK(ncclAllGather(in, all, count, ncclFloat32, comm, s), "captured all_gather");
+    CHECK(gpu->capture(s, 0, &exec) == 0 && exec != NULL, "the capture ends");
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < count; i++)
+            ((float *)hin)[i] = (float)((i + (size_t)me * 3 + (size_t)k) % 17);
+        CHECK(gpu->memcpy_async(in, hin, bytes, s) == 0 && gpu->graph_launch(exec, s) == 0,
+              "replay %d", k);
+        /* an eager call between replays, on the same stream */
+        CHECK_OK(ncclBroadcast(in, in, count, ncclFloat32, 0, comm, s), "eager broadcast");
+        CHECK(gpu->memcpy_async(hout, sum, bytes, s) == 0 && gpu->stream_sync(s) == 0,
+              "replay %d ran", k);
+        long bad = 0;
+        for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (int r = 0; r < n; r++)
+                want += (float)((i + (size_t)r * 3 + (size_t)k) % 17);
+            bad += ((float *)hout)[i] != want;
+        }
+        CHECK(gpu->memcpy_async(hout, all, bytes * n, s) == 0 && gpu->stream_sync(s) == 0,
+              "read the gather");
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < count; i++)
+                bad += ((float *)hout)[(size_t)r * count + i] !=
+                       (float)((i + (size_t)r * 3 + (size_t)k) % 17);
+        CHECK(bad == 0, "replay %d: %ld wrong elements", k, bad);
+    }
+    ncclResult_t ae = ncclInternalError;
+    CHECK_OK(ncclCommGetAsyncError(comm, &ae), "ncclCommGetAsyncError");
+    CHECK(ae == ncclSuccess, "no async error (%d)", (int)ae);
+    CHECK(gpu->graph_destroy(exec) == 0, "destroy the graph");
+    CHECK_OK(ncclCommDestroy(comm), "destroy");
+    buf_free(in);
+    buf_free(sum);
+    buf_free(all);
+    gpu->host_free(hin);
+    gpu->host_free(hout);
+    gpu->stream_destroy(s);
+}

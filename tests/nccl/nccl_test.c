@@ -150,14 +150,17 @@ static void run_case(const char *name)
         case_abort();
     else if (strcmp(name, "shrink") == 0)
         case_shrink();
+    else if (strcmp(name, "graph") == 0)
+        case_graph();
 }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (nranks_ = atoi(argv[2])) < 1 || nranks_ > MAX_RANKS) {
-        fprintf(stderr,
-                "usage: nccl_test conformance|split|nonblocking|errors|abort|shrink|initall N\n");
+        fprintf(
+            stderr,
+            "usage: nccl_test conformance|split|nonblocking|errors|abort|shrink|graph|initall N\n");
         return 2;
     }
     if (strcmp(argv[1], "initall") == 0) {

@@ -61,5 +61,6 @@ void case_errors(void);
 void case_abort(void);
 void case_initall(int n);
 void case_shrink(void);
+void case_graph(void); /* fake GPU only */
 
 #endif

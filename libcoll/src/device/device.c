@@ -21,6 +21,7 @@
  * forever, and the next call reports the error. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +49,30 @@ static void job_unref(dev_job_t *j)
     pthread_mutex_lock(&j->mu);
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
-    if (left > 0)
-        return;
+    if (left == 0)
+        colli_dev_job_free(j);
+}
+
+void colli_dev_job_free(dev_job_t *j)
+{
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->ctx);
     free(j);
+}
+
+void colli_dev_post(struct colli_dev *d, dev_job_t *j, bool count)
+{
+    pthread_mutex_lock(&d->mu);
+    if (count)
+        d->submitted++;
+    if (d->tail != NULL)
+        d->tail->next = j;
+    else
+        d->head = j;
+    d->tail = j;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
 }
 
 /* The gate on the caller's stream (a runtime thread runs it): the stream waits here until the
@@ -86,7 +105,8 @@ bool colli_dev_wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job
             /* the stream stores the call's number when it gets here: poll, backing off to 0.1 ms
              * naps (a call queued ahead of a long forward pass is seen at most that late; 1 ms
              * before, a millisecond added to such a call; about 10,000 cheap wakes a second) */
-            if (__atomic_load_n(arrived, __ATOMIC_ACQUIRE) == (uint32_t)j->seq) {
+            const uint32_t want = j->inl ? j->wv : (uint32_t)j->seq;
+            if (__atomic_load_n(arrived, __ATOMIC_ACQUIRE) == want) {
                 j->started = 1;
                 break;
             }
@@ -212,7 +232,9 @@ static void *progress_main(void *arg)
     colli_log_set_rank(comm->rank);
     for (;;) {
         pthread_mutex_lock(&d->mu);
-        while (d->head == NULL && !d->stop)
+        /* at fini: until every job is done, or no more can come (jobs to be posted by their
+         * streams are counted in submitted: graph.c) */
+        while (d->head == NULL && !(d->stop && (d->done == d->submitted || d->closing)))
             pthread_cond_wait(&d->cv, &d->mu);
         dev_job_t *j = d->head;
         if (j != NULL) {
@@ -223,6 +245,10 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&d->mu);
         if (j == NULL)
             break;
+        /* posted by its stream: its program is enqueued by now, or a moment later */
+        const double by = colli_now() + comm->cfg.timeout;
+        while (j->deferred && !__atomic_load_n(&j->emitted, __ATOMIC_ACQUIRE) && colli_now() < by)
+            sched_yield();
         if (j->inl)
             colli_dev_inline_run(comm, d, j);
         else
@@ -234,6 +260,7 @@ static void *progress_main(void *arg)
         j->finished = 1;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
+        colli_dev_graph_done(d, j);
         job_unref(j);
         pthread_mutex_lock(&d->mu);
         d->done++;
@@ -257,7 +284,7 @@ static void free_retired(struct colli_dev *d, bool all)
          * most as large as the scratch in use, which doubles as it grows). Staging is freed
          * once no call is queued: freeing pinned memory may wait for the whole GPU, which a
          * gate of a queued call may hold (the progress thread meanwhile in the driver). */
-        if (!all && (!idle || r->dev)) {
+        if (!all && (!idle || r->dev || d->graphs)) { /* a graph may name it */
             pp = &r->next;
             continue;
         }
@@ -453,19 +480,41 @@ static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_jo
               comm->rank, want, err < 0 ? "out of memory" : d->ops->error_string(err), j->what);
 }
 
+/* enqueue_call: a call on a capturing stream that cannot be put in the graph (it would take a
+ * gate); nothing was enqueued */
+enum { NO_CAPTURE = -2 };
+
 /* Enqueue job j on the caller's stream: its whole program (inline.c) where it can, else a gate
  * that holds the stream while the progress thread runs it (CUDA IPC's exchange, whose copies
  * need the peers' pointers; no stream memory operations; too many calls in flight). */
 static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
-                        uint64_t seq, uint64_t in_flight)
+                        uint64_t seq, uint64_t in_flight, bool capturing)
 {
     j->ipc = j->run == NULL && colli_dev_ipc_eligible(comm, j->ctx);
-    const bool inl = d->words != NULL && !d->inline_told && in_flight < DEV_GATE_WORDS;
+    const bool inl =
+        d->words != NULL && !d->inline_told && (capturing || in_flight < DEV_GATE_WORDS);
     j->declined = j->ipc && (colli_dev_ipc_declines(comm, j->ctx) ||
                              !colli_dev_ipc_exportable(comm, j, inl && d->lists_h != NULL));
+    if (capturing && !(inl && (!j->ipc || j->declined || d->lists_h != NULL)))
+        return NO_CAPTURE;
     if (inl && (!j->ipc || j->declined || d->lists_h != NULL)) {
         fallback_staging(comm, d, j);
-        int err = colli_dev_inline_emit(comm, d, j, stream, seq);
+        if (capturing)
+            return colli_dev_graph_capture(comm, d, j, stream, seq);
+        int err = d->graphs ? colli_dev_graph_defer(d, j, stream) : 0;
+        if (err != 0)
+            return err;
+        err = colli_dev_inline_emit(comm, d, j, stream, seq);
+        if (j->deferred) { /* posted by its stream whatever comes: it fails the communicator */
+            if (err != 0) {
+                j->inl = j->started = 1;
+                j->truncated = true;
+                j->bad = "enqueueing the call's stream memory operations";
+                j->bad_why = d->ops->error_string(err);
+            }
+            colli_dev_emitted(j);
+            return 0;
+        }
         if (err == 0)
             return 0;
         j->fb = false;
@@ -538,7 +587,7 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
                          "the communicator failed earlier and cannot be used (destroy or abort "
                          "it and create a new one): %s",
                          comm->async_msg);
-    /* first: nothing (no allocation, no gate) may touch a stream that records a graph; the
+    /* a stream that captures a graph takes the call into the graph (graph.c) or nothing; the
      * default stream (NULL) asked for is the buffers' GPU's, whichever GPU is current */
     int cur = -1;
     const bool other = stream == NULL && d->ops->get_device(&cur) == 0 && cur != device;
@@ -551,14 +600,6 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         return COLLI_ERR(COLL, COLL_ERR_CUDA,
                          "rank %d: %s: cannot tell whether stream %p is capturing a CUDA graph: %s",
                          comm->rank, what, stream, d->ops->error_string(cerr));
-    if (capturing)
-        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "rank %d: %s on stream %p, which is capturing a CUDA graph: kcoll cannot "
-                         "put its calls in a graph (their work runs on a host thread that a "
-                         "replay would not wake); make this call outside the capture (PyTorch: "
-                         "no collective inside torch.cuda.graph or torch.compile's "
-                         "\"reduce-overhead\" mode; vLLM: --enforce-eager)",
-                         comm->rank, what, stream);
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;
@@ -584,6 +625,7 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory queueing %s", what);
     }
     memcpy(c, ctx, ctx_size);
+    j->ctx_size = ctx_size;
     if (sc != NULL) {
         void *scratch = NULL;
         status = scratch_for(comm, d, sc->count * coll_datatype_size(sc->dt), &scratch);
@@ -621,32 +663,42 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         d->thread_on = true;
     }
     pthread_mutex_lock(&d->mu);
-    const uint64_t seq = d->submitted + 1, in_flight = d->submitted - d->done;
+    const uint64_t seq = ++d->calls, in_flight = d->submitted - d->done;
     pthread_mutex_unlock(&d->mu);
+    j->seq = seq;
     /* on the communicator's GPU: the default stream (NULL) is the current device's, and a
      * thread driving several GPUs (ncclCommInitAll) may have another one current */
     int prev = -1, err = d->ops->get_device(&prev);
     if (err == 0 && prev != d->device)
         err = d->ops->set_device(d->device);
     if (err == 0)
-        err = enqueue_call(comm, d, j, stream, seq, in_flight);
+        err = enqueue_call(comm, d, j, stream, seq, in_flight, capturing != 0);
     if (prev >= 0 && prev != d->device)
         (void)d->ops->set_device(prev);
+    if (err == NO_CAPTURE) {
+        j->refs = 1;
+        job_unref(j);
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: %s on stream %p, which is capturing a CUDA graph: kcoll puts "
+                         "a call into a graph only as an inline program, and this one would "
+                         "hold its stream with a gate (COLL_CUDA_GATE=%s, or a driver without "
+                         "stream memory operations: see the INFO log); leave COLL_CUDA_GATE "
+                         "unset, or make this call outside the capture (vLLM: --enforce-eager)",
+                         comm->rank, what, stream,
+                         comm->cfg.dev_gate == COLLI_GATE_MEMOP      ? "memop"
+                         : comm->cfg.dev_gate == COLLI_GATE_HOSTFUNC ? "hostfunc"
+                                                                     : "auto");
+    }
     if (err != 0) {
         j->refs = 1;
         job_unref(j);
-        return COLLI_ERR(COLL, COLL_ERR_CUDA, "%s: cannot enqueue the call on stream %p: %s", what,
-                         stream, d->ops->error_string(err));
+        return COLLI_ERR(COLL, COLL_ERR_CUDA, "%s: cannot enqueue the call on stream %p%s: %s",
+                         what, stream, capturing ? " (capturing a CUDA graph)" : "",
+                         d->ops->error_string(err));
     }
-    pthread_mutex_lock(&d->mu);
-    j->seq = ++d->submitted;
-    if (d->tail != NULL)
-        d->tail->next = j;
-    else
-        d->head = j;
-    d->tail = j;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+    if (!capturing &&
+        !j->deferred) /* captured: the graph keeps it; deferred: its stream posts it */
+        colli_dev_post(d, j, true);
     return COLL_SUCCESS;
 }
 
@@ -690,6 +742,7 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     struct colli_dev *d = comm->dev;
     if (d == NULL)
         return;
+    bool held = false; /* graphs, or calls their streams have yet to post, name our buffers */
     if (d->thread_on) {
         /* destroy: the queued calls run to their end, each stream given COLL_TIMEOUT to reach
          * its call; abort (or a stream that never comes): they fail without running */
@@ -701,10 +754,15 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
             cond_wait_s(&d->cv, &d->mu, 0.1);
         bool late = d->done < d->submitted;
         pthread_mutex_unlock(&d->mu);
+        held = colli_dev_graph_fini(d); /* no job is posted from here on */
         if (abort || late) {
             __atomic_store_n(&d->abort, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&comm->abort_req, 1, __ATOMIC_RELEASE);
         }
+        pthread_mutex_lock(&d->mu);
+        d->closing = 1;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
         pthread_join(d->thread, NULL);
         if (late)
             coll_warn(COLL,
@@ -718,12 +776,21 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
     if (d->device >= 0 && d->ops->get_device(&prev) == 0 && prev != d->device)
         (void)d->ops->set_device(d->device);
     colli_dev_ipc_free(d);
-    /* a dropped call's program may still run on its stream (inline): what it uses is kept */
-    const bool keep = d->dangling;
-    if (keep)
+    if (!d->thread_on)
+        held = colli_dev_graph_fini(d);
+    /* a dropped call's program may still run on its stream (inline), a graph's replay may come
+     * (its waits released: graph.c): what they use is kept */
+    const bool keep = d->dangling || held;
+    if (d->dangling)
         coll_warn(COLL,
                   "rank %d: calls on device buffers were dropped before their streams ran them: "
                   "their pinned staging and device scratch stay allocated until the process ends",
+                  comm->rank);
+    else if (held)
+        coll_warn(COLL,
+                  "rank %d: the communicator was destroyed while CUDA graphs that hold its calls "
+                  "still exist: their replays now do nothing (destroy the graphs first); its "
+                  "pinned staging and device scratch stay allocated until the process ends",
                   comm->rank);
     for (int i = 0; i < DEV_SLOTS; i++) {
         const struct dev_slot *sl = &d->slots[i];

@@ -21,19 +21,29 @@ enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32, DEV_GATE_WORDS = 1024, DEV_LISTS = 3 };
  * done so far). */
 enum { W_ARR, W_GO, W_PRE, W_NET1, W_MID, W_NET2, W_END, DEV_WORDS = 8 };
 
+struct dev_captured;
+struct dev_home;
+
 typedef struct dev_job {
     struct dev_job *next;
     pthread_mutex_t mu; /* started, finished, refs */
     pthread_cond_t cv;
-    int started;         /* the caller's stream reached the gate */
-    int finished;        /* the call is over: the gate opens */
-    int refs;            /* the gate and the progress thread: the last one frees the job */
-    int memop;           /* held by the memop gate: its stream stores gate_words[slot], waits on
-                          * gate_words[DEV_GATE_WORDS + slot] */
-    int inl;             /* an inline program on its stream (words: colli_dev_words) */
-    void *stream;        /* the caller's stream (inline: the progress thread asks it for errors) */
-    size_t steps;        /* inline: the network steps of the program (0: a staged call, 1 step) */
-    const char *bad;     /* inline: a copy or kernel could not be enqueued (the step), or NULL */
+    int started;  /* the caller's stream reached the gate */
+    int finished; /* the call is over: the gate opens */
+    int refs;     /* the gate and the progress thread: the last one frees the job */
+    int memop;    /* held by the memop gate: its stream stores gate_words[slot], waits on
+                   * gate_words[DEV_GATE_WORDS + slot] */
+    int inl;      /* an inline program on its stream (words: colli_dev_words) */
+    volatile uint32_t *words; /* inline: its DEV_WORDS words */
+    uint32_t wv;              /* ... the value its ARR, GO and END take (its number; 1: graph) */
+    struct dev_captured *gc;  /* a replay of a call captured into a CUDA graph (graph.c) */
+    bool deferred;            /* posted by a host function on its stream (graph.c) ... */
+    struct dev_home *home;    /* ... which posts it there */
+    int emitted;              /* ... once its program is enqueued (atomic) */
+    void *stream;    /* the caller's stream (inline: the progress thread asks it for errors; NULL in
+                      * a replay, which may run on any stream) */
+    size_t steps;    /* inline: the network steps of the program (0: a staged call, 1 step) */
+    const char *bad; /* inline: a copy or kernel could not be enqueued (the step), or NULL */
     const char *bad_why; /* ... why (the plugin's error string, a static string) */
     bool truncated;      /* ... and the program lacks its end: the stream is never waited for */
     bool ipc;            /* CUDA IPC's exchange comes first (colli_dev_ipc_eligible) */
@@ -58,6 +68,7 @@ typedef struct dev_job {
     bool scaled;          /* run NULL: first scale sc into the args' sendbuf (PreMulSum) */
     colli_dev_scale_t sc;
     void *ctx;
+    size_t ctx_size;
     int nregions;
     colli_dev_region_t regions[];
 } dev_job_t;
@@ -74,9 +85,11 @@ struct colli_dev {
     pthread_mutex_t mu; /* the queue and the counters */
     pthread_cond_t cv;  /* a job queued, a job finished, stop */
     dev_job_t *head, *tail;
-    uint64_t submitted, done;
-    int stop;  /* fini: the thread ends once the queue is empty */
-    int abort; /* fini after abort: queued jobs fail without running (atomic) */
+    uint64_t submitted, done; /* jobs queued (or to be posted by their streams), jobs done */
+    uint64_t calls;           /* calls made on the caller's thread (their numbers) */
+    int stop;                 /* fini: the thread ends once every job is done, or once closing */
+    int closing;              /* fini: no job is posted any more (graph.c) */
+    int abort;                /* fini after abort: queued jobs fail without running (atomic) */
     bool thread_on;
     pthread_t thread;
     int device;    /* the GPU of every device call (its first one's), -1 before */
@@ -137,12 +150,18 @@ struct colli_dev {
     void **ipc_dead;
     int ipc_ndead, ipc_dead_cap;
     bool ipc_told, ipc_announced; /* INFO lines said once */
+    /* CUDA graphs (graph.c): what outlives the communicator for the calls captured into graphs
+     * and the calls that their streams post; NULL before the first capture */
+    struct dev_home *home;
+    bool graphs; /* a call was captured: later calls are posted by their streams (in stream
+                  * order with the replays), and replaced staging is kept until fini */
 };
 
 /* Job j's DEV_WORDS words (inline). */
 static inline volatile uint32_t *colli_dev_words(const struct colli_dev *d, const dev_job_t *j)
 {
-    return d->words + (size_t)j->slot * DEV_WORDS;
+    (void)d;
+    return j->words;
 }
 /* Inline: wait until the stream stored at least value into job j's word w, at most COLL_TIMEOUT
  * (wait.c): 0, the stream's error, COLLI_DEV_STALLED_PROGRAM, or COLLI_DEV_ABORTED. */
@@ -201,6 +220,26 @@ void colli_dev_ipc_declined_host(struct coll_comm *comm, struct colli_dev *d, de
  * size it tried. */
 int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want,
                    bool dev);
+/* CUDA graphs (graph.c). capture: job j, whose call is made on stream while it captures a
+ * graph, becomes the template of the graph's replays: a host function that posts a copy of it
+ * at each replay, then its inline program on words of its own (0, or the plugin's error; the
+ * caller then still owns j). defer: once graphs exist, a call made outside a capture is posted
+ * by a host function on its stream too (before its program: 0, or the plugin's error), so that
+ * the progress thread takes calls and replays in the order their streams reach them; call
+ * colli_dev_emitted once its program is enqueued. */
+int colli_dev_graph_capture(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
+                            uint64_t seq);
+int colli_dev_graph_defer(struct colli_dev *d, dev_job_t *j, void *stream);
+void colli_dev_emitted(dev_job_t *j);
+/* Progress thread: job j (its program enqueued) is done; a replay's words are free again. */
+void colli_dev_graph_done(struct colli_dev *d, dev_job_t *j);
+/* Fini: no job is posted from now on; true when graphs or posts to come still use the
+ * communicator's buffers (they are then kept until the process ends). */
+bool colli_dev_graph_fini(struct colli_dev *d);
+/* Link job j into the queue (counted: it was not yet), for the progress thread. */
+void colli_dev_post(struct colli_dev *d, dev_job_t *j, bool count);
+/* Free job j (no one else holds it). */
+void colli_dev_job_free(dev_job_t *j);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
                              const char *step, const char *why);

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 6
+#define COLLI_GPU_PLUGIN_VERSION 7
 #define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
@@ -115,12 +115,13 @@ typedef struct colli_gpu_ops {
     int (*scale)(void *dst, const void *src, size_t count, int dt, const void *scalar,
                  void *stream);
     /* Is stream capturing a CUDA graph (cudaStreamIsCapturing: active, or invalidated by an
-     * error)? Work enqueued on such a stream is recorded into the graph, not run; the library
-     * refuses it (a replay would not wake the progress thread). 0, or an error. */
+     * error)? Work enqueued on such a stream is recorded into the graph, not run (graph.c).
+     * 0, or an error. */
     int (*stream_capturing)(void *stream, int *capturing);
     /* For tests: begin a capture on stream in the global mode (PyTorch's default), or end it
-     * and discard the graph (begin = 0; an error when the capture was invalidated). */
-    int (*capture)(void *stream, int begin);
+     * (begin = 0; an error when the capture was invalidated) and instantiate the graph into
+     * *exec (exec NULL: discard it). */
+    int (*capture)(void *stream, int begin, void **exec);
     /* Has stream run everything enqueued on it so far? *busy = 0 when it has (cudaStreamQuery);
      * 0, or the first error of its work. */
     int (*stream_query)(void *stream, int *busy);
@@ -135,6 +136,15 @@ typedef struct colli_gpu_ops {
      * stream, in no set order (they must not depend on each other): reductions in dt and op
      * with reduce's semantics, copies of bytes. */
     int (*reduce_list)(const colli_gpu_list_t *list, int dt, int op, void *stream);
+    /* CUDA graphs (graph.c). graph_keep: keep arg alive with the graph that stream is
+     * capturing (cudaStreamGetCaptureInfo): once that graph and every executable graph made
+     * from it are destroyed, release(arg) runs on a runtime thread (it must not call the
+     * runtime; cudaUserObjectCreate, cudaGraphRetainUserObject); release(arg) runs exactly
+     * once, so after an error too (the stream is not capturing). 0, or an error. For tests:
+     * launch an executable graph from capture on stream; destroy it. */
+    int (*graph_keep)(void *stream, void (*release)(void *), void *arg);
+    int (*graph_launch)(void *exec, void *stream);
+    int (*graph_destroy)(void *exec);
 } colli_gpu_ops_t;
 
 typedef const colli_gpu_ops_t *(*colli_gpu_plugin_fn)(void);

@@ -62,16 +62,20 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
                           uint64_t seq)
 {
     const colli_gpu_ops_t *o = d->ops;
-    j->slot = (uint32_t)(seq % DEV_GATE_WORDS);
-    j->seq = seq; /* wait_started compares before the queue has it */
+    j->seq = seq;
     j->stream = stream;
-    volatile uint32_t *w = colli_dev_words(d, j);
-    /* the window's last call is over (fewer than DEV_GATE_WORDS in flight) */
-    for (int i = 0; i < DEV_WORDS; i++)
-        __atomic_store_n(&w[i], 0, __ATOMIC_RELEASE);
-    int err = o->word_write(stream, &w[W_ARR], (uint32_t)seq);
+    if (j->words == NULL) { /* not a graph's (graph.c): the window's words, the call's number */
+        j->slot = (uint32_t)(seq % DEV_GATE_WORDS);
+        j->words = d->words + (size_t)j->slot * DEV_WORDS;
+        j->wv = (uint32_t)seq;
+        /* the window's last call is over (fewer than DEV_GATE_WORDS in flight) */
+        for (int i = 0; i < DEV_WORDS; i++)
+            __atomic_store_n(&j->words[i], 0, __ATOMIC_RELEASE);
+    }
+    volatile uint32_t *w = j->words;
+    int err = o->word_write(stream, &w[W_ARR], j->wv);
     if (err == 0)
-        err = o->word_wait(stream, &w[W_GO], (uint32_t)seq);
+        err = o->word_wait(stream, &w[W_GO], j->wv);
     if (err != 0)
         return err; /* nothing that holds the stream: the caller takes another gate */
     j->inl = 1;
@@ -97,7 +101,7 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
             stage_copies(comm, d, j, stream, false);
     }
     if (!j->truncated)
-        (void)colli_dev_emit_word(d, j, stream, false, W_END, (uint32_t)seq);
+        (void)colli_dev_emit_word(d, j, stream, false, W_END, j->wv);
     return 0;
 }
 
@@ -129,7 +133,7 @@ void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t
         } else if (err != 0) {
             colli_dev_fail(comm, d, j, "making its GPU current", d->ops->error_string(err));
         } else {
-            __atomic_store_n(&w[W_GO], (uint32_t)j->seq, __ATOMIC_RELEASE);
+            __atomic_store_n(&w[W_GO], j->wv, __ATOMIC_RELEASE);
             if (j->run == NULL && j->ipc)
                 (j->declined ? colli_dev_ipc_declined_host : colli_dev_ipc_host)(comm, d, j);
             else if (j->run == NULL)
@@ -139,13 +143,18 @@ void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t
             ran = true;
         }
     }
+    /* a call that did not run (an earlier one failed, an abort) runs no CUDA IPC lists: they
+     * hold an earlier call's work until its host side empties them. Its stream is still at GO
+     * (it copies the lists after NET1), and the earlier call's program is over, unless it was
+     * dropped (dangling: then the lists are left as they are). */
+    if (!ran && d->lists_h != NULL && !d->dangling)
+        memset(d->lists_h, 0, DEV_LISTS * sizeof(colli_gpu_list_t));
     /* every wait of the program passes now (after a success they have) */
     __atomic_store_n(&w[W_NET1], RELEASED, __ATOMIC_RELEASE);
     __atomic_store_n(&w[W_NET2], RELEASED, __ATOMIC_RELEASE);
-    __atomic_store_n(&w[W_GO], (uint32_t)j->seq, __ATOMIC_RELEASE);
+    __atomic_store_n(&w[W_GO], j->wv, __ATOMIC_RELEASE);
     /* the slots, staging and scratch serve the next call only once the stream is done with them */
-    int err =
-        j->truncated ? COLLI_DEV_ABORTED : colli_dev_wait_word(comm, d, j, W_END, (uint32_t)j->seq);
+    int err = j->truncated ? COLLI_DEV_ABORTED : colli_dev_wait_word(comm, d, j, W_END, j->wv);
     if (err == 0)
         return;
     d->dangling = true;

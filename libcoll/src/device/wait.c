@@ -53,7 +53,8 @@ int colli_dev_wait_word(const struct coll_comm *comm, const struct colli_dev *d,
         /* a failed copy or kernel leaves the word unwritten: after a second the stream says why
          * (not sooner: a program runs to its end after its stream was destroyed, as CUDA lets
          * a stream with work left be, and a destroyed stream cannot be asked) */
-        int busy = 0, err = now - start >= 1.0 ? d->ops->stream_query(j->stream, &busy) : 0;
+        void *stream = j->gc == NULL ? j->stream : d->slots[0].stream; /* a replay: any stream */
+        int busy = 0, err = now - start >= 1.0 ? d->ops->stream_query(stream, &busy) : 0;
         if (err != 0)
             return err;
         if (now >= end)

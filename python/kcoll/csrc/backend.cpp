@@ -619,6 +619,18 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
                  c10::optional<c10::Stream> stream)
     {
+#if defined(KCOLL_TORCH_CUDA)
+        /* the worker makes the call later, maybe after the capture ended: refused, and nothing
+         * is enqueued on the capturing stream */
+        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        TORCH_CHECK(!stream || (cudaStreamIsCapturing(c10::cuda::CUDAStream(*stream).stream(),
+                                                      &st) == cudaSuccess &&
+                                st == cudaStreamCaptureStatusNone),
+                    "kcoll: a collective on a stream that is capturing a CUDA graph: the kcoll "
+                    "backend makes its calls on a worker thread, which cannot put them in the "
+                    "graph; for CUDA graphs use backend=\"nccl\" with kcoll's libnccl.so.2 "
+                    "preloaded (its calls are captured), or make this call outside the capture");
+#endif
         {
             std::lock_guard<std::mutex> lock(qmutex_);
             queue_.push_back(Job{std::move(works), std::move(fn), stream});

@@ -37,6 +37,7 @@
 
 #if defined(KCOLL_TORCH_CUDA)
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #endif /* KCOLL_TORCH_COMPAT_H */
