@@ -142,7 +142,7 @@ static volatile uint32_t *words_get(struct dev_home *h, int *err)
 static void captured_unref(struct dev_captured *c)
 {
     struct dev_home *h = c->home;
-    if (--c->refs > 0) {
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0) {
         pthread_mutex_unlock(&h->mu);
         return;
     }
@@ -197,7 +197,7 @@ static void replay(void *arg)
     }
     pthread_mutex_lock(&h->mu);
     struct coll_comm *comm = h->comm;
-    const bool late = c->refs > 1;
+    const bool late = __atomic_load_n(&c->refs, __ATOMIC_ACQUIRE) > 1;
     dev_job_t *j = comm != NULL && c->tmpl != NULL && !late ? job_copy(c->tmpl) : NULL;
     if (j == NULL) {
         pass(c->words, comm == NULL ? h->lists_h : NULL);
@@ -210,7 +210,7 @@ static void replay(void *arg)
         return;
     }
     memset((void *)c->words, 0, DEV_WORDS * sizeof(uint32_t));
-    c->refs++;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
     j->gc = c;
     colli_dev_post(comm->dev, j, true);
     pthread_mutex_unlock(&h->mu);
