@@ -31,16 +31,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dh.h"
-#include "gpu_plugin.h"
+#include "dev_test.h"
 
 #define HOLD_FLAG(r) (&ctx->sh->user[8 + (r)]) /* set: the hold on rank r's stream ends */
-
-static const colli_gpu_ops_t *plugin(void)
-{
-    const char *lib = getenv("COLL_CUDA_PLUGIN"), *why = NULL;
-    return lib != NULL ? colli_gpu_plugin_open(lib, &why) : NULL;
-}
 
 /* Does this run take CUDA IPC between the ranks (COLL_CUDA_IPC, default 1; not with one
  * hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1)? */
@@ -92,20 +85,6 @@ static float *dev_read(const colli_gpu_ops_t *o, const void *d, size_t count)
                "read back"))
         exit(1);
     return h;
-}
-
-/* As NCCL asks (cudaSetDevice before creating a communicator): the GPU current first, so that
- * the library loads its kernels at creation, not at a first call whose stream these tests hold. */
-static coll_comm_t init(dh_ctx_t *ctx)
-{
-    const colli_gpu_ops_t *o = plugin();
-    if (o != NULL && !CHECK(o->set_device(0) == 0, "rank %d: set GPU 0", ctx->rank))
-        exit(1);
-    coll_comm_t comm = NULL;
-    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
-    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: init", ctx->rank))
-        exit(1);
-    return comm;
 }
 
 /* ---- order ---- */
@@ -684,12 +663,9 @@ static void evict_body(dh_ctx_t *ctx)
 
 static void run(const char *name, int nranks, void (*body)(dh_ctx_t *))
 {
-    dh_opts_t opt = {.name = name, .nranks = nranks, .deadline_s = 90, .body = body};
-    dh_log("--- %s: %d ranks", name, nranks);
-    dh_job_t *j = dh_start(&opt);
+    dh_job_t *j = start_wait(name, nranks, body, 90);
     if (j == NULL)
         return;
-    dh_wait(j);
     if (strcmp(name, "errors") == 0) {
         for (int r = 0; r < nranks; r++) {
             const dh_out_t *out = &dh_shared(j)->out[r];
@@ -715,21 +691,7 @@ int main(int argc, char **argv)
                 "usage: test_device order|p2p|errors|mismatch|usage|stall|evict|teardown\n");
         return 2;
     }
-    /* the plugin is tried in a child: a CUDA runtime must not start before the ranks fork */
-    pid_t pid = fork();
-    if (pid == 0) {
-        const colli_gpu_ops_t *o = plugin();
-        char why[256] = "";
-        _exit(o == NULL ? 3 : o->init(why, sizeof(why)) != 0 ? 4 : 0);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
-        dh_skip("cannot try the GPU plugin");
-    if (WEXITSTATUS(st) == 3)
-        dh_skip("COLL_CUDA_PLUGIN (%s) is not a loadable GPU plugin",
-                getenv("COLL_CUDA_PLUGIN") ? getenv("COLL_CUDA_PLUGIN") : "unset");
-    if (WEXITSTATUS(st) == 4)
-        dh_skip("the GPU plugin %s has no usable GPU here", getenv("COLL_CUDA_PLUGIN"));
+    require_plugin();
     const char *c = argv[1];
     if (strcmp(c, "order") == 0) {
         run("order", 2, order_body);

@@ -20,26 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dh.h"
-#include "gpu_plugin.h"
-
-static const colli_gpu_ops_t *plugin(void)
-{
-    const char *lib = getenv("COLL_CUDA_PLUGIN"), *why = NULL;
-    return lib != NULL ? colli_gpu_plugin_open(lib, &why) : NULL;
-}
-
-static coll_comm_t init(dh_ctx_t *ctx)
-{
-    const colli_gpu_ops_t *o = plugin();
-    if (o == NULL || !CHECK(o->set_device(0) == 0, "rank %d: set GPU 0", ctx->rank))
-        exit(1);
-    coll_comm_t comm = NULL;
-    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
-    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "rank %d: init", ctx->rank))
-        exit(1);
-    return comm;
-}
+#include "dev_test.h"
 
 /* Input element i of rank r at replay k: small integers, so every sum is exact. */
 static float val(size_t i, int r, int k)
@@ -341,13 +322,9 @@ static void refused_body(dh_ctx_t *ctx)
 
 static void run(const char *name, int nranks, void (*body)(dh_ctx_t *))
 {
-    dh_opts_t opt = {.name = name, .nranks = nranks, .deadline_s = 120, .body = body};
-    dh_log("--- %s: %d ranks", name, nranks);
-    dh_job_t *j = dh_start(&opt);
-    if (j == NULL)
-        return;
-    dh_wait(j);
-    dh_free(j);
+    dh_job_t *j = start_wait(name, nranks, body, 120);
+    if (j != NULL)
+        dh_free(j);
 }
 
 int main(int argc, char **argv)
@@ -357,21 +334,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_graph replay|late|failed|refused\n");
         return 2;
     }
-    /* the plugin is tried in a child: a CUDA runtime must not start before the ranks fork */
-    pid_t pid = fork();
-    if (pid == 0) {
-        const colli_gpu_ops_t *o = plugin();
-        char why[256] = "";
-        _exit(o == NULL ? 3 : o->init(why, sizeof(why)) != 0 ? 4 : 0);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
-        dh_skip("cannot try the GPU plugin");
-    if (WEXITSTATUS(st) == 3)
-        dh_skip("COLL_CUDA_PLUGIN (%s) is not a loadable GPU plugin",
-                getenv("COLL_CUDA_PLUGIN") ? getenv("COLL_CUDA_PLUGIN") : "unset");
-    if (WEXITSTATUS(st) == 4)
-        dh_skip("the GPU plugin %s has no usable GPU here", getenv("COLL_CUDA_PLUGIN"));
+    require_plugin();
     const char *c = argv[1];
     if (strcmp(c, "replay") == 0)
         run("replay", 3, replay_body);
