@@ -272,62 +272,6 @@ static void *progress_main(void *arg)
 
 /* ---- the caller's side ---- */
 
-static void free_retired(struct colli_dev *d, bool all)
-{
-    pthread_mutex_lock(&d->mu);
-    const bool idle = d->done == d->submitted;
-    pthread_mutex_unlock(&d->mu);
-    for (retired_t **pp = &d->retired; *pp != NULL;) {
-        retired_t *r = *pp;
-        /* replaced scratch stays until fini: peers may keep it mapped through CUDA IPC, and
-         * freeing an allocation another process still maps is undefined in CUDA (it is at
-         * most as large as the scratch in use, which doubles as it grows). Staging is freed
-         * once no call is queued: freeing pinned memory may wait for the whole GPU, which a
-         * gate of a queued call may hold (the progress thread meanwhile in the driver). */
-        if (!all && (!idle || r->dev || d->graphs)) { /* a graph may name it */
-            pp = &r->next;
-            continue;
-        }
-        *pp = r->next;
-        (void)(r->dev ? d->ops->dev_free(r->p) : d->ops->host_free(r->p));
-        free(r);
-    }
-}
-
-/* p (staging, or device scratch when dev) was replaced: freed once no call is queued, scratch
- * at fini (free_retired). */
-static void retire(struct colli_dev *d, retired_t *r, void *p, bool dev)
-{
-    r->dev = dev;
-    r->p = p;
-    r->next = d->retired;
-    d->retired = r;
-}
-
-/* A grow-only buffer's next size for bytes: at least double, in 2 MiB steps. */
-static size_t grown(size_t cap, size_t bytes)
-{
-    size_t want = cap * 2 > bytes ? cap * 2 : bytes;
-    return (want + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
-}
-
-coll_result_t colli_dev_staging(struct coll_comm *comm, size_t bytes, char **base)
-{
-    struct colli_dev *d = comm->dev;
-    size_t want = 0;
-    const int err = colli_dev_grow(d, &d->staging, &d->staging_cap, bytes, &want, false);
-    *base = d->staging;
-    if (err < 0)
-        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
-    if (err != 0)
-        return COLLI_ERR(COLL, COLL_ERR_CUDA,
-                         "rank %d: cannot allocate %zu bytes of pinned host memory to stage "
-                         "device buffers: %s (raise the memlock limit, or make the calls "
-                         "smaller)",
-                         comm->rank, want, d->ops->error_string(err));
-    return COLL_SUCCESS;
-}
-
 /* The slots' streams, and their buffers when bytes > 0, on device; on the caller's thread, its
  * current device restored. Never reallocated: every later need fits (colli_dev_slot_bytes). */
 static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int device, size_t bytes)
@@ -456,7 +400,7 @@ static void fallback_staging(struct coll_comm *comm, struct colli_dev *d, dev_jo
     if (!j->fb && j->ipc && proven && d->fb_grew && (r = malloc(sizeof(*r))) != NULL) {
         /* staging of the size of the first CUDA IPC calls, for a fallback no longer carried:
          * freed once no call is queued (send/recv grow their own again) */
-        retire(d, r, d->staging, false);
+        colli_dev_retire(d, r, d->staging, false);
         d->staging = NULL;
         d->staging_cap = 0;
         d->fb_grew = false;
@@ -529,54 +473,6 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     return enqueue_gate(comm, d, j, stream, seq, in_flight);
 }
 
-int colli_dev_grow(struct colli_dev *d, void **buf, size_t *cap, size_t bytes, size_t *want,
-                   bool dev)
-{
-    free_retired(d, false);
-    *want = bytes;
-    if (bytes <= *cap)
-        return 0;
-    *want = grown(*cap, bytes);
-    retired_t *r = *buf != NULL ? malloc(sizeof(*r)) : NULL;
-    if (*buf != NULL && r == NULL)
-        return -1;
-    const colli_gpu_ops_t *o = d->ops;
-    void *m = NULL;
-    int prev = -1, err = dev ? o->get_device(&prev) : 0;
-    if (err == 0 && dev)
-        err = o->set_device(d->device);
-    if (err == 0)
-        err = dev ? o->dev_alloc(&m, *want) : o->host_alloc(&m, *want);
-    if (prev >= 0 && prev != d->device)
-        (void)o->set_device(prev);
-    if (err != 0) {
-        free(r);
-        return err;
-    }
-    if (r != NULL)
-        retire(d, r, *buf, dev);
-    *buf = m;
-    *cap = *want;
-    return 0;
-}
-
-/* Device scratch of at least bytes on d->device for a PreMulSum's scaled input. */
-static coll_result_t scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
-                                 void **p)
-{
-    size_t want = 0;
-    const int err = colli_dev_grow(d, &d->scratch, &d->scratch_cap, bytes, &want, true);
-    *p = d->scratch;
-    if (err < 0)
-        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory");
-    if (err != 0)
-        return COLLI_ERR(COLL, COLL_ERR_CUDA,
-                         "rank %d: cannot allocate %zu bytes of GPU %d memory for the scaled "
-                         "input of a PreMulSum: %s (free GPU memory, or make the calls smaller)",
-                         comm->rank, want, d->device, d->ops->error_string(err));
-    return COLL_SUCCESS;
-}
-
 static coll_result_t submit(struct coll_comm *comm, const char *what, int device, void *stream,
                             const colli_dev_region_t *regions, int nregions, colli_dev_run_fn run,
                             const void *ctx, size_t ctx_size, const colli_dev_scale_t *sc)
@@ -628,7 +524,7 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     j->ctx_size = ctx_size;
     if (sc != NULL) {
         void *scratch = NULL;
-        status = scratch_for(comm, d, sc->count * coll_datatype_size(sc->dt), &scratch);
+        status = colli_dev_scratch_for(comm, d, sc->count * coll_datatype_size(sc->dt), &scratch);
         if (status != COLL_SUCCESS) {
             free(j);
             free(c);
@@ -663,6 +559,11 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         d->thread_on = true;
     }
     pthread_mutex_lock(&d->mu);
+    /* once graphs exist every call is posted by its stream, in order with the replays: no gate
+     * (posted now) for want of a word, so with a full window this call waits for room */
+    const double room_by = colli_now() + comm->cfg.timeout;
+    while (d->graphs && d->submitted - d->done >= DEV_GATE_WORDS && colli_now() < room_by)
+        cond_wait_s(&d->cv, &d->mu, 0.1);
     const uint64_t seq = ++d->calls, in_flight = d->submitted - d->done;
     pthread_mutex_unlock(&d->mu);
     j->seq = seq;
@@ -804,7 +705,7 @@ void colli_dev_fini(struct coll_comm *comm, bool abort)
             (void)d->ops->dev_free(sl->ds);
     }
     if (!keep)
-        free_retired(d, true);
+        colli_dev_free_retired(d, true);
     if (d->staging != NULL && !keep)
         (void)d->ops->host_free(d->staging);
     if (d->scratch != NULL && !keep)

@@ -240,6 +240,14 @@ bool colli_dev_graph_fini(struct colli_dev *d);
 void colli_dev_post(struct colli_dev *d, dev_job_t *j, bool count);
 /* Free job j (no one else holds it). */
 void colli_dev_job_free(dev_job_t *j);
+/* Grow-only buffers (memory.c). retire: p (staging, or device memory when dev) was replaced
+ * by a larger one: freed by free_retired once no call is queued (staging; never while graphs
+ * may name it) or at fini (all). scratch_for: device scratch of at least bytes on d->device for
+ * a PreMulSum's scaled input (*p). */
+void colli_dev_retire(struct colli_dev *d, retired_t *r, void *p, bool dev);
+void colli_dev_free_retired(struct colli_dev *d, bool all);
+coll_result_t colli_dev_scratch_for(struct coll_comm *comm, struct colli_dev *d, size_t bytes,
+                                    void **p);
 /* Fail the communicator for job j: step (what was being done) failed with why; COLL_ERR_CUDA. */
 coll_result_t colli_dev_fail(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j,
                              const char *step, const char *why);
