@@ -126,6 +126,7 @@ static int cu_memcpy_async(void *dst, const void *src, size_t bytes, void *strea
 
 static int cu_stream_sync(void *stream)
 {
+    relaxed r; /* the progress thread's waits for its own streams */
     return (int)cudaStreamSynchronize((cudaStream_t)stream);
 }
 
@@ -390,6 +391,7 @@ static int cu_graph_destroy(void *exec)
 
 static int cu_stream_query(void *stream, int *busy)
 {
+    relaxed r;
     cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
     *busy = e == cudaErrorNotReady;
     return e == cudaErrorNotReady ? 0 : (int)e;
