@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "coll_perf.h"
+#include "gpu_plugin.h"
 
 static double now_s(void)
 {
@@ -95,6 +96,26 @@ static void run_once(struct ctx *c, enum kind k, const struct shape *s, coll_dat
     }
 }
 
+/* -G: the iters timed calls captured into a CUDA graph on the calls' stream, launched once
+ * (the first launch of a graph uploads it); its executable graph. */
+static void *captured(struct ctx *c, enum kind k, const struct shape *s, coll_datatype_t dt,
+                      coll_op_t op, void *send, void *recv)
+{
+    const struct colli_gpu_ops *o = c->gpu;
+    void *exec = NULL;
+    int err = o->capture(c->stream, 1, NULL);
+    for (int i = 0; i < c->o->iters && err == 0; i++)
+        run_once(c, k, s, dt, op, send, recv);
+    if (err == 0)
+        err = o->capture(c->stream, 0, &exec);
+    if (err == 0)
+        err = o->graph_launch(exec, c->stream);
+    if (err != 0)
+        perf_fatal(c, "-G: capturing the calls into a CUDA graph: %s", o->error_string(err));
+    perf_device_sync(c);
+    return exec;
+}
+
 void perf_measure(struct ctx *c, enum kind k, const struct shape *s, coll_datatype_t dt,
                   coll_op_t op, int inplace, struct result *res)
 {
@@ -116,12 +137,20 @@ void perf_measure(struct ctx *c, enum kind k, const struct shape *s, coll_dataty
     for (int i = 0; i < c->o->warmup; i++)
         run_once(c, k, s, dt, op, dsend, drecv);
     perf_device_sync(c);
+    void *exec = c->o->graph > 0 ? captured(c, k, s, dt, op, dsend, drecv) : NULL;
     barrier(c);
     double t0 = now_s();
-    for (int i = 0; i < c->o->iters; i++)
-        run_once(c, k, s, dt, op, dsend, drecv);
+    for (int i = 0; i < (exec != NULL ? c->o->graph : c->o->iters); i++) {
+        if (exec == NULL)
+            run_once(c, k, s, dt, op, dsend, drecv);
+        else if (c->gpu->graph_launch(exec, c->stream) != 0)
+            perf_fatal(c, "-G: launching the CUDA graph failed");
+    }
     perf_device_sync(c);
-    double mine = (now_s() - t0) / (c->o->iters > 0 ? c->o->iters : 1), worst = 0;
+    const int calls = c->o->iters * (exec != NULL ? c->o->graph : 1);
+    double mine = (now_s() - t0) / (calls > 0 ? calls : 1), worst = 0;
+    if (exec != NULL && c->gpu->graph_destroy(exec) != 0)
+        perf_fatal(c, "-G: destroying the CUDA graph failed");
     CHECK(c, coll_all_reduce(&mine, &worst, 1, COLL_FLOAT64, COLL_MAX, c->comm, NULL));
     res->time_us = worst * 1e6;
     res->algbw = worst > 0 ? (double)s->bytes / 1e9 / worst : 0;

@@ -113,6 +113,8 @@ static void usage(FILE *f, const char *prog)
         "                          read and write directly (as nccl-tests' -R); default 0\n"
         "      --device host|cuda  cuda: buffers in GPU memory, calls on a CUDA stream (the GPU\n"
         "                          plugin libcoll_cuda.so.0 or COLL_CUDA_PLUGIN); default host\n"
+        "  -G, --cuda_graph N      with --device cuda: capture the timed iterations into a CUDA\n"
+        "                          graph and launch it N times (as nccl-tests' -G); default 0\n"
         "      --json FILE         also write the rows as JSON to FILE ('-': stdout, no table)\n"
         "  -h, --help\n"
         "The communicator comes from COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS (coll-run sets\n"
@@ -192,6 +194,8 @@ static int parse_option(int c, const char *arg, const char *prog, struct opts *o
     case 'D':
         o->device = strcmp(arg, "cuda") == 0;
         return strcmp(arg, "host") != 0 && strcmp(arg, "cuda") != 0;
+    case 'G':
+        return perf_parse_int(arg, 0, &o->graph);
     case 'J':
         o->json = arg;
         return 0;
@@ -219,6 +223,7 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                                              {"check", required_argument, NULL, 'c'},
                                              {"registered", required_argument, NULL, 'R'},
                                              {"device", required_argument, NULL, 'D'},
+                                             {"cuda_graph", required_argument, NULL, 'G'},
                                              {"json", required_argument, NULL, 'J'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -234,7 +239,7 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
                        .do_in = 1,
                        .check = 1};
     int c;
-    while ((c = getopt_long(argc, argv, "C:c:b:e:f:i:d:o:r:w:n:z:R:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "C:c:b:e:f:i:d:o:r:w:n:z:R:G:h", longopts, NULL)) != -1) {
         if (parse_option(c, optarg, argv[0], o)) {
             fprintf(stderr, "coll-perf: invalid value '%s' for -%c\n", optarg, c);
             usage_exit(argv[0]);
@@ -242,6 +247,10 @@ void perf_parse_args(int argc, char **argv, struct opts *o)
     }
     if (optind < argc) {
         fprintf(stderr, "coll-perf: unexpected argument '%s'\n", argv[optind]);
+        exit(2);
+    }
+    if (o->graph > 0 && !o->device) {
+        fprintf(stderr, "coll-perf: -G (CUDA graphs) needs --device cuda\n");
         exit(2);
     }
     if (o->minbytes > o->maxbytes) {

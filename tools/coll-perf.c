@@ -106,6 +106,10 @@ static void print_header(struct ctx *c, int argc, char **argv)
                c->o->device       ? "GPU memory (--device cuda)"
                : c->o->registered ? "coll_mem_alloc"
                                   : "malloc");
+        if (c->o->graph > 0)
+            printf("# CUDA graphs: the %d timed calls captured into one graph, launched %d "
+                   "times\n",
+                   c->o->iters, c->o->graph);
         for (char **e = environ; *e != NULL; e++) {
             if (strncmp(*e, "COLL_", 5) != 0)
                 continue;

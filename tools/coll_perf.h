@@ -47,6 +47,7 @@ struct opts {
     int check;
     int registered; /* -R 1: buffers from coll_mem_alloc (the single-copy path on one host) */
     int device;     /* --device cuda: buffers in GPU memory (coll-perf-device.c) */
+    int graph;      /* -G N: the timed calls captured into a CUDA graph, launched N times */
     const char *json;
 };
 
