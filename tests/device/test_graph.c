@@ -3,7 +3,8 @@
  *   replay    an all-reduce (in place and out of place), a PreMulSum and a send/recv ring
  *             captured into one graph; the graph replayed 4 times on new inputs, with eager
  *             calls on the same stream between replays (posted in stream order), once on
- *             another stream: every result right on every replay (3 ranks)
+ *             another stream: every result right on every replay; a PreMulSum whose scalar is
+ *             read at each call refused in a capture (3 ranks)
  *   late      the communicator destroyed while graphs that hold its calls exist: a replay then
  *             runs to its end and does nothing, never hangs; a graph destroyed before its
  *             communicator frees what it kept (2 ranks)
@@ -169,11 +170,34 @@ static void replay_size(dh_ctx_t *ctx, coll_comm_t comm, size_t count)
     o->stream_destroy(s2);
 }
 
+/* A PreMulSum whose scalar is read at each call cannot be captured: refused, and the capture
+ * ends clean (nothing was put in it). */
+static void pointer_scalar(dh_ctx_t *ctx, coll_comm_t comm)
+{
+    const colli_gpu_ops_t *o = plugin();
+    const int me = ctx->rank;
+    void *s = NULL;
+    float *d = dev_alloc(o, 4000), scalar = 2.0f;
+    coll_op_t pre = COLL_SUM;
+    CHECK(o->stream_create(&s) == 0, "stream");
+    CHECK_RC(coll_op_create_premul_sum(&pre, &scalar, COLL_FLOAT32, COLL_SCALAR_POINTER, comm),
+             COLL_SUCCESS, coll_get_last_error(), "a pointer PreMulSum");
+    CHECK(o->capture(s, 1, NULL) == 0, "rank %d: begin a capture", me);
+    coll_result_t rc = coll_all_reduce(d, d, 1000, COLL_FLOAT32, pre, comm, s);
+    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a pointer PreMulSum captured");
+    CHECK_HAS(coll_get_last_error(), "COLL_SCALAR_IMMEDIATE", "says what to do");
+    CHECK(o->capture(s, 0, NULL) == 0, "rank %d: the capture ends clean", me);
+    CHECK_RC(coll_op_destroy(pre, comm), COLL_SUCCESS, coll_get_last_error(), "destroy the op");
+    o->dev_free(d);
+    o->stream_destroy(s);
+}
+
 static void replay_body(dh_ctx_t *ctx)
 {
     coll_comm_t comm = init(ctx);
     replay_size(ctx, comm, 1000);
     replay_size(ctx, comm, (1u << 20) + 3); /* several pipeline steps */
+    pointer_scalar(ctx, comm);
     CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
 }
 

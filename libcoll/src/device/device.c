@@ -496,6 +496,14 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         return COLLI_ERR(COLL, COLL_ERR_CUDA,
                          "rank %d: %s: cannot tell whether stream %p is capturing a CUDA graph: %s",
                          comm->rank, what, stream, d->ops->error_string(cerr));
+    if (capturing && sc != NULL && sc->ptr != NULL) /* a replay would not read it again */
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: %s with a PreMulSum whose scalar is read at each call "
+                         "(COLL_SCALAR_POINTER, ncclScalarDevice) on stream %p, which is "
+                         "capturing a CUDA graph: every replay would use the value read now; "
+                         "make the operator with COLL_SCALAR_IMMEDIATE "
+                         "(ncclScalarHostImmediate), or make this call outside the capture",
+                         comm->rank, what, stream);
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;
