@@ -79,6 +79,8 @@ static void check_premul(const char *what, ncclDataType_t dt, const void *buf, s
 
 static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarResidence_t res)
 {
+    if (graph_capturing()) /* a scalar read at each call is refused in a capture */
+        res = ncclScalarHostImmediate;
     const size_t e = dt_size(dt), n = (size_t)nranks_;
     char *in = buf_alloc(count * n * e + 1), *out = buf_alloc(count * n * e + 1);
     char scalar[8] = {0};

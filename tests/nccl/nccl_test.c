@@ -68,6 +68,10 @@ void check_ok(ncclResult_t rc, int line, const char *what)
 
 const colli_gpu_ops_t *gpu;
 
+/* NCCL_TEST_GRAPH=1 (with the fake GPU): the default stream always captures, so that every
+ * call goes into a CUDA graph, which sync_dev launches once (then it captures again). */
+static int graph_mode;
+
 void gpu_open(void)
 {
     const char *mem = getenv("NCCL_TEST_MEM"), *lib = getenv("COLL_CUDA_PLUGIN"), *why = "";
@@ -78,6 +82,12 @@ void gpu_open(void)
     if (gpu == NULL || gpu->init(err, sizeof(err)) != 0) {
         fprintf(stderr, "NCCL_TEST_MEM=fakegpu needs COLL_CUDA_PLUGIN naming the fake GPU (%s%s)\n",
                 why, err);
+        exit(2);
+    }
+    const char *graph = getenv("NCCL_TEST_GRAPH");
+    graph_mode = graph != NULL && strcmp(graph, "1") == 0;
+    if (graph_mode && gpu->capture(NULL, 1, NULL) != 0) {
+        fprintf(stderr, "NCCL_TEST_GRAPH=1: cannot capture the default stream\n");
         exit(2);
     }
 }
@@ -101,8 +111,24 @@ void buf_free(void *p)
 /* Device calls are ordered on the default stream: wait for them before reading results. */
 void sync_dev(void)
 {
-    if (gpu != NULL && gpu->stream_sync(NULL) != 0)
+    if (gpu == NULL)
+        return;
+    void *exec = NULL;
+    if (graph_mode && gpu->capture(NULL, 0, &exec) != 0)
+        printf("[rank %d] FAIL: the capture of the default stream was invalidated\n", rank_);
+    if (exec != NULL && gpu->graph_launch(exec, NULL) != 0)
+        printf("[rank %d] FAIL: graph_launch on the default stream\n", rank_);
+    if (gpu->stream_sync(NULL) != 0)
         printf("[rank %d] FAIL: stream_sync of the default stream\n", rank_);
+    if (exec != NULL)
+        (void)gpu->graph_destroy(exec);
+    if (graph_mode && gpu->capture(NULL, 1, NULL) != 0)
+        printf("[rank %d] FAIL: a capture of the default stream\n", rank_);
+}
+
+int graph_capturing(void)
+{
+    return graph_mode;
 }
 
 /* Counts into shared memory (a rank that exits on purpose publishes first). */

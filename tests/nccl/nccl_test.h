@@ -37,6 +37,8 @@ void gpu_open(void);
 void *buf_alloc(size_t bytes);
 void buf_free(void *p);
 void sync_dev(void);
+/* NCCL_TEST_GRAPH=1: every device call is captured into a graph, launched by sync_dev */
+int graph_capturing(void);
 void publish(void);
 double now(void);
 ncclComm_t init_comm(void);
