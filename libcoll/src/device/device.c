@@ -504,6 +504,10 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
                          "make the operator with COLL_SCALAR_IMMEDIATE "
                          "(ncclScalarHostImmediate), or make this call outside the capture",
                          comm->rank, what, stream);
+    /* the last graph is gone and every call it ordered was posted: back to posting at once
+     * (only this thread makes graphs and calls to post, so none comes meanwhile) */
+    if (d->graphs && !colli_dev_graphs_held(d))
+        d->graphs = false;
     coll_result_t status = prepare(comm, d, device, run == NULL ? colli_dev_slot_bytes(comm) : 0);
     if (status != COLL_SUCCESS)
         return status;

@@ -231,6 +231,9 @@ int colli_dev_graph_capture(struct coll_comm *comm, struct colli_dev *d, dev_job
                             uint64_t seq);
 int colli_dev_graph_defer(struct colli_dev *d, dev_job_t *j, void *stream);
 void colli_dev_emitted(dev_job_t *j);
+/* Do graphs that hold calls of this communicator, or calls their streams have yet to post,
+ * still exist (caller's thread)? None: calls are posted at once again (d->graphs false). */
+bool colli_dev_graphs_held(struct colli_dev *d);
 /* Progress thread: job j (its program enqueued) is done; a replay's words are free again. */
 void colli_dev_graph_done(struct colli_dev *d, dev_job_t *j);
 /* Fini: no job is posted from now on; true when graphs or posts to come still use the

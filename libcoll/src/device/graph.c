@@ -301,6 +301,17 @@ int colli_dev_graph_defer(struct colli_dev *d, dev_job_t *j, void *stream)
     return err;
 }
 
+bool colli_dev_graphs_held(struct colli_dev *d)
+{
+    struct dev_home *h = d->home;
+    if (h == NULL)
+        return false;
+    pthread_mutex_lock(&h->mu);
+    const bool held = h->refs > 1;
+    pthread_mutex_unlock(&h->mu);
+    return held;
+}
+
 void colli_dev_emitted(dev_job_t *j)
 {
     __atomic_store_n(&j->emitted, 1, __ATOMIC_RELEASE);
