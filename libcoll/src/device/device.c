@@ -9,7 +9,8 @@
  *      stream memory operations on words the progress thread writes; the default where the
  *      driver offers them), or a gate that holds the stream until the call is over (CUDA
  *      IPC's calls, whose copies need the peers' pointers; no stream memory operations;
- *      COLL_CUDA_GATE=memop or hostfunc); it returns at once;
+ *      COLL_CUDA_GATE=memop or hostfunc); it returns at once. A call on a stream that captures
+ *      a CUDA graph goes into the graph, whose replays post it (graph.c);
  *   2. (progress thread, one job at a time, in call order) waits until the stream reached the
  *      call, then runs the network steps between the program's words (inline), or the whole
  *      call on streams of its own and opens the gate: a collective through CUDA IPC between
@@ -451,7 +452,7 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         err = colli_dev_inline_emit(comm, d, j, stream, seq);
         if (j->deferred) { /* posted by its stream whatever comes: it fails the communicator */
             if (err != 0) {
-                j->inl = j->started = 1;
+                j->inl = j->started = j->refs = 1; /* no runtime thread holds it */
                 j->truncated = true;
                 j->bad = "enqueueing the call's stream memory operations";
                 j->bad_why = d->ops->error_string(err);
