@@ -141,16 +141,18 @@ void perf_measure(struct ctx *c, enum kind k, const struct shape *s, coll_dataty
     barrier(c);
     double t0 = now_s();
     for (int i = 0; i < (exec != NULL ? c->o->graph : c->o->iters); i++) {
+        const int err = exec != NULL ? c->gpu->graph_launch(exec, c->stream) : 0;
         if (exec == NULL)
             run_once(c, k, s, dt, op, dsend, drecv);
-        else if (c->gpu->graph_launch(exec, c->stream) != 0)
-            perf_fatal(c, "-G: launching the CUDA graph failed");
+        else if (err != 0)
+            perf_fatal(c, "-G: launching the CUDA graph: %s", c->gpu->error_string(err));
     }
     perf_device_sync(c);
     const int calls = c->o->iters * (exec != NULL ? c->o->graph : 1);
     double mine = (now_s() - t0) / (calls > 0 ? calls : 1), worst = 0;
-    if (exec != NULL && c->gpu->graph_destroy(exec) != 0)
-        perf_fatal(c, "-G: destroying the CUDA graph failed");
+    const int err = exec != NULL ? c->gpu->graph_destroy(exec) : 0;
+    if (err != 0)
+        perf_fatal(c, "-G: destroying the CUDA graph: %s", c->gpu->error_string(err));
     CHECK(c, coll_all_reduce(&mine, &worst, 1, COLL_FLOAT64, COLL_MAX, c->comm, NULL));
     res->time_us = worst * 1e6;
     res->algbw = worst > 0 ? (double)s->bytes / 1e9 / worst : 0;

@@ -96,7 +96,7 @@ static void gate(void *arg)
  * deadline, but a warning every COLL_TIMEOUT says which call waits. */
 bool colli_dev_wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    volatile uint32_t *arrived = j->inl     ? colli_dev_words(d, j) + W_ARR
+    volatile uint32_t *arrived = j->inl     ? j->words + W_ARR
                                  : j->memop ? &d->gate_words[j->slot]
                                             : NULL;
     double since = colli_now(), warned = since, nap = 20e-6;
@@ -261,7 +261,7 @@ static void *progress_main(void *arg)
         j->finished = 1;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
-        colli_dev_graph_done(d, j);
+        colli_dev_graph_done(j);
         job_unref(j);
         pthread_mutex_lock(&d->mu);
         d->done++;
@@ -440,9 +440,11 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
         d->words != NULL && !d->inline_told && (capturing || in_flight < DEV_GATE_WORDS);
     j->declined = j->ipc && (colli_dev_ipc_declines(comm, j->ctx) ||
                              !colli_dev_ipc_exportable(comm, j, inl && d->lists_h != NULL));
-    if (capturing && !(inl && (!j->ipc || j->declined || d->lists_h != NULL)))
+    /* CUDA IPC's inline program needs the lists */
+    const bool program = inl && (!j->ipc || j->declined || d->lists_h != NULL);
+    if (capturing && !program)
         return NO_CAPTURE;
-    if (inl && (!j->ipc || j->declined || d->lists_h != NULL)) {
+    if (program) {
         fallback_staging(comm, d, j);
         if (capturing)
             return colli_dev_graph_capture(comm, d, j, stream, seq);
@@ -574,11 +576,23 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     pthread_mutex_lock(&d->mu);
     /* once graphs exist every call is posted by its stream, in order with the replays: no gate
      * (posted now) for want of a word, so with a full window this call waits for room */
+    const bool ordered = d->graphs && !capturing;
     const double room_by = colli_now() + comm->cfg.timeout;
-    while (d->graphs && d->submitted - d->done >= DEV_GATE_WORDS && colli_now() < room_by)
+    while (ordered && d->submitted - d->done >= DEV_GATE_WORDS && colli_now() < room_by)
         cond_wait_s(&d->cv, &d->mu, 0.1);
     const uint64_t seq = ++d->calls, in_flight = d->submitted - d->done;
     pthread_mutex_unlock(&d->mu);
+    if (ordered && in_flight >= DEV_GATE_WORDS) {
+        j->refs = 1;
+        job_unref(j);
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: %s: %llu earlier calls on device buffers of this communicator "
+                         "have not been reached by their streams after %.0f s, and with CUDA "
+                         "graphs alive a call cannot be queued beyond %d: synchronize the streams "
+                         "(or check for a stream that waits on something that never comes)",
+                         comm->rank, what, (unsigned long long)in_flight, comm->cfg.timeout,
+                         DEV_GATE_WORDS);
+    }
     j->seq = seq;
     /* on the communicator's GPU: the default stream (NULL) is the current device's, and a
      * thread driving several GPUs (ncclCommInitAll) may have another one current */

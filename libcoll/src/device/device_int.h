@@ -33,7 +33,7 @@ typedef struct dev_job {
     int refs;     /* the gate and the progress thread: the last one frees the job */
     int memop;    /* held by the memop gate: its stream stores gate_words[slot], waits on
                    * gate_words[DEV_GATE_WORDS + slot] */
-    int inl;      /* an inline program on its stream (words: colli_dev_words) */
+    int inl;      /* an inline program on its stream, between its words */
     volatile uint32_t *words; /* inline: its DEV_WORDS words */
     uint32_t wv;              /* ... the value its ARR, GO and END take (its number; 1: graph) */
     struct dev_captured *gc;  /* a replay of a call captured into a CUDA graph (graph.c) */
@@ -157,12 +157,6 @@ struct colli_dev {
                   * order with the replays), and replaced staging is kept until fini */
 };
 
-/* Job j's DEV_WORDS words (inline). */
-static inline volatile uint32_t *colli_dev_words(const struct colli_dev *d, const dev_job_t *j)
-{
-    (void)d;
-    return j->words;
-}
 /* Inline: wait until the stream stored at least value into job j's word w, at most COLL_TIMEOUT
  * (wait.c): 0, the stream's error, COLLI_DEV_STALLED_PROGRAM, or COLLI_DEV_ABORTED. */
 int colli_dev_wait_word(const struct coll_comm *comm, const struct colli_dev *d, const dev_job_t *j,
@@ -235,7 +229,7 @@ void colli_dev_emitted(dev_job_t *j);
  * still exist (caller's thread)? None: calls are posted at once again (d->graphs false). */
 bool colli_dev_graphs_held(struct colli_dev *d);
 /* Progress thread: job j (its program enqueued) is done; a replay's words are free again. */
-void colli_dev_graph_done(struct colli_dev *d, dev_job_t *j);
+void colli_dev_graph_done(dev_job_t *j);
 /* Fini: no job is posted from now on; true when graphs or posts to come still use the
  * communicator's buffers (they are then kept until the process ends). */
 bool colli_dev_graph_fini(struct colli_dev *d);

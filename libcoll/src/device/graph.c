@@ -216,9 +216,8 @@ static void replay(void *arg)
     pthread_mutex_unlock(&h->mu);
 }
 
-void colli_dev_graph_done(struct colli_dev *d, dev_job_t *j)
+void colli_dev_graph_done(dev_job_t *j)
 {
-    (void)d;
     if (j->gc == NULL)
         return;
     pthread_mutex_lock(&j->gc->home->mu);

@@ -48,7 +48,7 @@ bool colli_dev_emit_word(struct colli_dev *d, dev_job_t *j, void *stream, bool w
 {
     if (j->truncated)
         return false;
-    volatile uint32_t *word = colli_dev_words(d, j) + w;
+    volatile uint32_t *word = j->words + w;
     int err = wait ? d->ops->word_wait(stream, word, v) : d->ops->word_write(stream, word, v);
     if (err != 0) {
         j->truncated = true;
@@ -117,12 +117,12 @@ static void staged_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
     }
     if (j->run(comm, j->ctx) != COLL_SUCCESS)
         return; /* the call failed the communicator, as on host buffers */
-    __atomic_store_n(&colli_dev_words(d, j)[W_NET1], 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&j->words[W_NET1], 1, __ATOMIC_RELEASE);
 }
 
 void colli_dev_inline_run(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    volatile uint32_t *w = colli_dev_words(d, j);
+    volatile uint32_t *w = j->words;
     bool ran = false;
     if (colli_dev_wait_started(comm, d, j)) {
         int err = d->ops->set_device(d->device);

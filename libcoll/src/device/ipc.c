@@ -602,7 +602,7 @@ static void fallback_lists(const struct coll_comm *comm, dev_job_t *j, char **in
 
 void colli_dev_ipc_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
 {
-    volatile uint32_t *w = colli_dev_words(d, j);
+    volatile uint32_t *w = j->words;
     memset(d->lists_h, 0, DEV_LISTS * sizeof(colli_gpu_list_t)); /* until the verdict: nothing */
     int err = colli_dev_wait_word(comm, d, j, W_PRE, 1);
     if (err != 0) {

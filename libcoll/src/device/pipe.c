@@ -427,7 +427,7 @@ void colli_dev_pipe_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
     }
     p.inl = true;
     p.ustream = stream;
-    p.w = colli_dev_words(d, j);
+    p.w = j->words;
     const size_t steps = steps_of(&p);
     j->steps = steps;
     if (steps > 0) {
@@ -472,7 +472,7 @@ void colli_dev_pipe_host(struct coll_comm *comm, struct colli_dev *d, dev_job_t 
     (void)pipe_init(&p, comm, d, j); /* checked by emit */
     p.inl = true;
     p.ustream = j->stream;
-    p.w = colli_dev_words(d, j);
+    p.w = j->words;
     const size_t steps = j->steps;
     const char *in = "waiting for the copies of the inputs to host staging";
     const char *red = "waiting for the GPU's reduction";

@@ -37,7 +37,7 @@ int colli_dev_wait(const struct coll_comm *comm, const struct colli_dev *d, void
 int colli_dev_wait_word(const struct coll_comm *comm, const struct colli_dev *d, const dev_job_t *j,
                         int w, uint32_t value)
 {
-    const volatile uint32_t *word = colli_dev_words(d, j) + w;
+    const volatile uint32_t *word = j->words + w;
     const double start = colli_now(), end = start + comm->cfg.timeout;
     long nap = 1000;
     for (unsigned i = 0;; i++) {
