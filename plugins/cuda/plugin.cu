@@ -73,14 +73,21 @@ static int cu_get_device(int *device)
 
 /* The calling thread in the relaxed capture mode for the scope of one call. While a thread of
  * the process captures a CUDA graph in the global mode (PyTorch's default), the runtime refuses
- * "potentially unsafe" calls (allocations, frees, stream creation, IPC) on every thread in the
- * global or thread-local mode, and the refusal invalidates that capture. The library makes
+ * "potentially unsafe" calls (allocations, frees, stream creation, IPC) on that thread and on
+ * every other thread in the global mode (a thread's default), and the refusal invalidates that
+ * capture. The library makes
  * such calls while it captures a call into the user's graph (its buffers, the first time) and
  * on its progress thread while the user captures; none of them touches the capturing stream. */
 struct relaxed {
     cudaStreamCaptureMode prev = cudaStreamCaptureModeRelaxed;
-    relaxed() { (void)cudaThreadExchangeStreamCaptureMode(&prev); }
-    ~relaxed() { (void)cudaThreadExchangeStreamCaptureMode(&prev); }
+    relaxed()
+    {
+        (void)cudaThreadExchangeStreamCaptureMode(&prev);
+    }
+    ~relaxed()
+    {
+        (void)cudaThreadExchangeStreamCaptureMode(&prev);
+    }
 };
 
 static int cu_dev_alloc(void **p, size_t bytes)

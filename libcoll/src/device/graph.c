@@ -27,6 +27,7 @@
  * communicator, shared by its captured calls and its jobs still to be posted) then says there is
  * none: a replay releases every wait of its program, which runs to its end and computes nothing
  * (the buffers it names are kept until the process ends: device.c, fini). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -201,11 +202,17 @@ static void replay(void *arg)
     dev_job_t *j = comm != NULL && c->tmpl != NULL && !late ? job_copy(c->tmpl) : NULL;
     if (j == NULL) {
         pass(c->words, comm == NULL ? h->lists_h : NULL);
-        if (comm != NULL && c->tmpl != NULL)
-            colli_comm_fail(comm, COLL_ERR_CUDA,
-                            late ? "a replay of a CUDA graph reached a kcoll call whose last "
-                                   "replay was still running after COLL_TIMEOUT"
-                                 : "out of memory posting a CUDA graph's replay of a kcoll call");
+        if (comm != NULL && c->tmpl != NULL) {
+            char msg[400];
+            snprintf(msg, sizeof(msg),
+                     late ? "rank %d: a replay of a CUDA graph reached its %s #%llu while the "
+                            "last replay of that call was still running after COLL_TIMEOUT: "
+                            "the GPU or a peer is stuck (check the other ranks' errors)"
+                          : "rank %d: out of memory posting a CUDA graph's replay of its %s "
+                            "#%llu",
+                     comm->rank, c->tmpl->what, (unsigned long long)c->tmpl->seq);
+            colli_comm_fail(comm, COLL_ERR_CUDA, msg);
+        }
         pthread_mutex_unlock(&h->mu);
         return;
     }
