@@ -285,9 +285,10 @@ static void failed_body(dh_ctx_t *ctx)
     CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS, "get_async_error");
     CHECK(ae == (me == 1 ? COLL_ERR_CUDA : COLL_ERR_REMOTE), "rank %d: async error %s", me,
           dh_rc_name(ae));
-    char msg[1024];
-    snprintf(msg, sizeof(msg), "%s", coll_get_last_error());
-    (void)coll_comm_get_async_error(comm, &ae);
+    /* the next call fails with the communicator's error, which names the failed copy */
+    rc = coll_all_reduce(buf, buf, count, COLL_FLOAT32, COLL_SUM, comm, s);
+    CHECK(rc == ae, "rank %d: the next call fails with it (%s)", me, dh_rc_name(rc));
+    CHECK_HAS(coll_get_last_error(), "injected failure", "rank %d: names the failed copy", me);
     coll_comm_destroy(comm);
     CHECK(o->graph_destroy(exec) == 0, "destroy the graph");
     o->dev_free(buf);
