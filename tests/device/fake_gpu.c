@@ -27,6 +27,9 @@
  * recorded, not run, and graph_launch enqueues it again; a synchronisation of a capturing
  * stream fails and invalidates the capture, as on CUDA.
  *
+ * A plugin call made from a host function or from a graph's release (a user object's
+ * destructor on CUDA), where CUDA forbids API calls, aborts the process naming the call.
+ *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU),
  * 700 a kernel given another GPU's memory, 900 a synchronisation of a capturing stream, 901 a
@@ -80,6 +83,25 @@ static struct {
 static _Thread_local int cur_device;
 static _Thread_local bool has_ctx;
 
+/* Set while a host function or a graph's release runs: CUDA forbids API calls there ("must not
+ * make any CUDA API calls"; a driver may deadlock or fail them), and FAKE_API aborts on one. */
+static _Thread_local const char *in_callback;
+
+void fake_callback_run(const char *what, void (*fn)(void *), void *arg)
+{
+    in_callback = what;
+    fn(arg);
+    in_callback = NULL;
+}
+
+void fake_api_check(const char *fn)
+{
+    if (in_callback == NULL)
+        return;
+    fprintf(stderr, "fake GPU: %s called from %s, where CUDA forbids API calls\n", fn, in_callback);
+    abort();
+}
+
 static void *stream_main(void *arg)
 {
     fstream_t *s = arg;
@@ -99,7 +121,7 @@ static void *stream_main(void *arg)
         if (t->kind == T_COPY) {
             memmove(t->dst, t->src, t->bytes);
         } else if (t->kind == T_FUNC) {
-            t->fn(t->arg);
+            fake_callback_run("a host function", t->fn, t->arg);
         } else if (t->kind == T_REDUCE) {
             fake_run_reduce(t->dst, t->srcs, t->nsrcs, t->count, t->dt, t->op, t->divisor);
         } else if (t->kind == T_LIST) { /* read when it runs, as the kernel does */
@@ -246,6 +268,7 @@ static int find(const void *p, size_t *left)
 
 static int fake_init(char *why, size_t len)
 {
+    FAKE_API();
     const char *e = getenv("FAKE_GPU_NO_DEVICE");
     if (e != NULL && strcmp(e, "1") == 0) {
         snprintf(why, len, "no GPU: fakeErrorNoDevice (FAKE_GPU_NO_DEVICE=1)");
@@ -256,6 +279,7 @@ static int fake_init(char *why, size_t len)
 
 static int fake_ptr_device(const void *p, int *device)
 {
+    FAKE_API();
     size_t left;
     int i = find(p, &left);
     if (i < 0)
@@ -268,6 +292,7 @@ static int fake_ptr_device(const void *p, int *device)
 
 static int fake_set_device(int device)
 {
+    FAKE_API();
     const char *e = getenv("FAKE_GPU_DEVICES");
     if (device < 0 || device >= (e != NULL ? atoi(e) : 1) || device >= MAXDEV)
         return 1;
@@ -278,6 +303,7 @@ static int fake_set_device(int device)
 
 static int fake_get_device(int *device)
 {
+    FAKE_API();
     *device = has_ctx ? cur_device : -1; /* as the CUDA plugin: no context, no device */
     return 0;
 }
@@ -306,6 +332,7 @@ static int add_range(char *m, size_t bytes, int fd, bool imported, bool kcoll)
 /* Device memory is a shared mapping of a memfd, so that another process can open it (IPC). */
 static int fake_dev_alloc(void **p, size_t bytes)
 {
+    FAKE_API();
     if (bytes == 0)
         bytes = 1;
     has_ctx = true;
@@ -353,6 +380,7 @@ static int drop_range(void *p, bool imported)
 
 static int fake_dev_free(void *p)
 {
+    FAKE_API();
     return p == NULL ? 0 : drop_range(p, false);
 }
 
@@ -364,6 +392,7 @@ typedef struct {
 
 static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *size, uint64_t *id)
 {
+    FAKE_API();
     fake_handle_t h = {.magic = "fakeipc", .pid = (int32_t)getpid(), .fd = -1};
     const char *c = p;
     bool kcoll = false;
@@ -393,6 +422,7 @@ static int fake_ipc_export(const void *p, void *handle, size_t *offset, size_t *
 /* FAKE_GPU_NO_IPC=1: opening fails, as where the driver refuses peer mappings. */
 static int fake_ipc_open(const void *handle, void **base)
 {
+    FAKE_API();
     fake_handle_t h;
     memcpy(&h, handle, sizeof(h));
     const char *no = getenv("FAKE_GPU_NO_IPC");
@@ -422,6 +452,7 @@ static int fake_ipc_open(const void *handle, void **base)
  * would deadlock on a GPU: the fake says so and aborts instead of hanging. */
 static int fake_ipc_close(void *base)
 {
+    FAKE_API();
     if (!device_idle(SYNC_MAX_S)) {
         fprintf(stderr,
                 "fake GPU: ipc_close synchronises the device, and a stream was still busy after "
@@ -436,6 +467,7 @@ static int fake_ipc_close(void *base)
 /* FAKE_GPU_PINNED_MAX=N: an allocation of more than N bytes fails, as under a memlock limit. */
 static int fake_host_alloc(void **p, size_t bytes)
 {
+    FAKE_API();
     const char *max = getenv("FAKE_GPU_PINNED_MAX");
     *p = max == NULL || bytes <= strtoull(max, NULL, 10) ? malloc(bytes ? bytes : 1) : NULL;
     return *p == NULL ? 2 : 0;
@@ -443,6 +475,7 @@ static int fake_host_alloc(void **p, size_t bytes)
 
 static int fake_host_free(void *p)
 {
+    FAKE_API();
     free(p);
     return 0;
 }
@@ -451,6 +484,7 @@ static void stream_free(fstream_t *s);
 
 static int fake_stream_create(void **stream)
 {
+    FAKE_API();
     has_ctx = true;
     fstream_t *s = stream_new();
     pthread_mutex_lock(&fg.mu);
@@ -466,6 +500,7 @@ static int fake_stream_create(void **stream)
 
 static int fake_stream_sync(void *stream)
 {
+    FAKE_API();
     fstream_t *s = fake_stream_of(stream);
     if (s == NULL)
         return 2;
@@ -493,16 +528,19 @@ static int stream_state(void *stream, bool busy, int *out)
 
 static int fake_stream_query(void *stream, int *busy)
 {
+    FAKE_API();
     return stream_state(stream, true, busy);
 }
 
 static int fake_stream_capturing(void *stream, int *capturing)
 {
+    FAKE_API();
     return stream_state(stream, false, capturing);
 }
 
 static int fake_stream_destroy(void *stream)
 {
+    FAKE_API();
     fstream_t *s = stream;
     if (s == NULL)
         return 1;
@@ -536,6 +574,7 @@ static int check_range(const void *p, size_t bytes)
 
 static int fake_memcpy_async(void *dst, const void *src, size_t bytes, void *stream)
 {
+    FAKE_API();
     if (bytes == 0)
         return 0;
     if (dst == NULL || src == NULL || check_range(dst, bytes) || check_range(src, bytes))
@@ -546,6 +585,7 @@ static int fake_memcpy_async(void *dst, const void *src, size_t bytes, void *str
 
 static int fake_host_func(void *stream, void (*fn)(void *), void *arg)
 {
+    FAKE_API();
     task_t t = {.kind = T_FUNC, .fn = fn, .arg = arg};
     return fn == NULL ? 1 : fake_enqueue(stream, &t);
 }
@@ -554,6 +594,7 @@ static int fake_host_func(void *stream, void (*fn)(void *), void *arg)
 static int fake_gate_words(void *stream, volatile uint32_t *arrived, volatile uint32_t *release,
                            uint32_t value)
 {
+    FAKE_API();
     const char *no = getenv("FAKE_GPU_NO_MEMOP");
     task_t t = {.kind = T_GATE, .arrived = arrived, .release = release, .value = value};
     return no != NULL && strcmp(no, "1") == 0 ? 801 /* cudaErrorNotSupported */
@@ -563,11 +604,13 @@ static int fake_gate_words(void *stream, volatile uint32_t *arrived, volatile ui
 /* One stream memory operation: a gate's store (arrived) or its wait (release) alone. */
 static int fake_word_write(void *stream, volatile uint32_t *word, uint32_t value)
 {
+    FAKE_API();
     return fake_gate_words(stream, word, NULL, value);
 }
 
 static int fake_word_wait(void *stream, volatile uint32_t *word, uint32_t value)
 {
+    FAKE_API();
     return fake_gate_words(stream, NULL, word, value);
 }
 
@@ -611,6 +654,7 @@ static void load(const char *what)
 /* FAKE_GPU_NO_KERNELS=1: no kernel for this GPU (a plugin built for another architecture). */
 static int fake_load_kernels(int only_if_current, int *loaded)
 {
+    FAKE_API();
     *loaded = 0;
     if (only_if_current && !has_ctx)
         return 0;
@@ -625,6 +669,7 @@ static int fake_load_kernels(int only_if_current, int *loaded)
 
 static int fake_delay(void *stream, unsigned us)
 {
+    FAKE_API();
     load("the first launch of the delay kernel (lazy loading)");
     task_t t = {.kind = T_DELAY, .us = us};
     return fake_enqueue(stream, &t);
@@ -644,6 +689,7 @@ static int on_gpu(const void *p, size_t bytes)
 
 static int fake_reduce_list(const colli_gpu_list_t *list, int dt, int op, void *stream)
 {
+    FAKE_API();
     if (dt < 0 || dt >= COLL_NUM_DATATYPES || op < 0 || op >= COLL_NUM_OPS)
         return 1;
     load("the first launch of the list kernel (lazy loading)");
@@ -655,6 +701,7 @@ static int fake_reduce_list(const colli_gpu_list_t *list, int dt, int op, void *
 static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, int dt, int op,
                        uint32_t divisor, void *stream)
 {
+    FAKE_API();
     if (nsrcs < 1 || nsrcs > COLLI_GPU_MAX_SRCS || dt < 0 || dt >= COLL_NUM_DATATYPES || op < 0 ||
         op >= COLL_NUM_OPS)
         return 1;
@@ -681,6 +728,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
 static int fake_scale(void *dst, const void *src, size_t count, int dt, const void *scalar,
                       void *stream)
 {
+    FAKE_API();
     if (dt < 0 || dt >= COLL_NUM_DATATYPES || scalar == NULL)
         return 1;
     if (count == 0)
@@ -698,6 +746,7 @@ static int fake_scale(void *dst, const void *src, size_t count, int dt, const vo
 
 static const char *fake_device_name(int device)
 {
+    FAKE_API();
     return device == 0 ? "fake GPU 0" : "fake GPU";
 }
 

@@ -57,7 +57,7 @@ static void fgraph_free(fgraph_t *g)
     if (g == NULL)
         return;
     for (size_t i = 0; i < g->nkept; i++)
-        g->kept[i].release(g->kept[i].arg);
+        fake_callback_run("a graph's user object release", g->kept[i].release, g->kept[i].arg);
     free(g->kept);
     free(g->items);
     free(g);
@@ -65,6 +65,7 @@ static void fgraph_free(fgraph_t *g)
 
 int fake_capture(void *stream, int begin, void **exec)
 {
+    FAKE_API();
     fstream_t *s = fake_stream_of(stream);
     fgraph_t *g = begin ? fgraph_new() : NULL;
     if (s == NULL || (begin && g == NULL)) {
@@ -91,6 +92,7 @@ int fake_capture(void *stream, int begin, void **exec)
 
 int fake_graph_keep(void *stream, void (*release)(void *), void *arg)
 {
+    FAKE_API();
     fstream_t *s = fake_stream_of(stream);
     if (s == NULL) {
         release(arg);
@@ -108,6 +110,7 @@ int fake_graph_keep(void *stream, void (*release)(void *), void *arg)
 
 int fake_graph_launch(void *exec, void *stream)
 {
+    FAKE_API();
     const fgraph_t *g = exec;
     int err = g == NULL ? 1 : 0;
     for (size_t i = 0; g != NULL && i < g->n && err == 0; i++)
@@ -117,6 +120,7 @@ int fake_graph_launch(void *exec, void *stream)
 
 int fake_graph_destroy(void *exec)
 {
+    FAKE_API();
     fgraph_free(exec);
     return exec == NULL ? 1 : 0;
 }

@@ -55,6 +55,12 @@ fstream_t *fake_stream_of(void *stream);
 /* Enqueue a copy of t on stream (recorded instead while it captures): 0, or an error. */
 int fake_enqueue(void *stream, const task_t *t);
 
+/* Run fn(arg) as CUDA runs a host function or a user object's release: an op of the plugin
+ * called meanwhile (FAKE_API, first in each) aborts the process saying which. */
+void fake_callback_run(const char *what, void (*fn)(void *), void *arg);
+void fake_api_check(const char *fn);
+#define FAKE_API() fake_api_check(__func__)
+
 /* CUDA graphs (fake_gpu_graph.c): the ops of gpu_plugin.h; fgraph_record appends a copy of t
  * to a capture's graph (false: out of memory). */
 bool fgraph_record(fgraph_t *g, const task_t *t);
