@@ -28,7 +28,9 @@
  * stream fails and invalidates the capture, as on CUDA.
  *
  * A plugin call made from a host function or from a graph's release (a user object's
- * destructor on CUDA), where CUDA forbids API calls, aborts the process naming the call.
+ * destructor on CUDA), where CUDA forbids API calls, aborts the process naming the call. Host
+ * functions of all streams run one at a time, as CUDA may run them: one that blocks holds every
+ * other stream's host functions of the process.
  *
  * Error codes: 1 invalid value (a copy that leaves the device range it starts in), 2 out of
  * memory, 3 no device (FAKE_GPU_NO_DEVICE=1 makes init fail, as on a machine without a GPU),
@@ -82,25 +84,6 @@ static struct {
  * whether it has a context (set a device, allocated device memory or made a stream). */
 static _Thread_local int cur_device;
 static _Thread_local bool has_ctx;
-
-/* Set while a host function or a graph's release runs: CUDA forbids API calls there ("must not
- * make any CUDA API calls"; a driver may deadlock or fail them), and FAKE_API aborts on one. */
-static _Thread_local const char *in_callback;
-
-void fake_callback_run(const char *what, void (*fn)(void *), void *arg)
-{
-    in_callback = what;
-    fn(arg);
-    in_callback = NULL;
-}
-
-void fake_api_check(const char *fn)
-{
-    if (in_callback == NULL)
-        return;
-    fprintf(stderr, "fake GPU: %s called from %s, where CUDA forbids API calls\n", fn, in_callback);
-    abort();
-}
 
 static void *stream_main(void *arg)
 {

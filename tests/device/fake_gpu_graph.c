@@ -1,11 +1,37 @@
-/* The fake GPU's CUDA graphs: a capture records copies of the work enqueued on its stream, in
+/* The fake GPU's callbacks (host functions, graph releases: no plugin call may come from them)
+ * and CUDA graphs: a capture records copies of the work enqueued on its stream, in
  * order; a launch enqueues them again (fake_gpu.c). What the library keeps with a graph
  * (graph_keep, a user object on CUDA) is released when the graph is destroyed, as CUDA does
  * once the graph and its executable graphs are gone (here one object is both). */
 #include "fake_gpu_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Set while a host function or a graph's release runs: CUDA forbids API calls there ("must not
+ * make any CUDA API calls"; a driver may deadlock or fail them), and FAKE_API aborts on one. */
+static _Thread_local const char *in_callback;
+
+void fake_callback_run(const char *what, void (*fn)(void *), void *arg)
+{
+    /* "host functions without a mandated order (such as in independent streams) execute in
+     * undefined order and may be serialized" (cudaLaunchHostFunc): they are, here */
+    static pthread_mutex_t serial = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&serial);
+    in_callback = what;
+    fn(arg);
+    in_callback = NULL;
+    pthread_mutex_unlock(&serial);
+}
+
+void fake_api_check(const char *fn)
+{
+    if (in_callback == NULL)
+        return;
+    fprintf(stderr, "fake GPU: %s called from %s, where CUDA forbids API calls\n", fn, in_callback);
+    abort();
+}
 
 struct fgraph {
     size_t n, cap;
