@@ -10,8 +10,10 @@
  *             communicator frees what it kept (2 ranks)
  *   failed    a copy fails on rank 1 during a replay: every rank's async error is set, every
  *             later replay runs through, nothing hangs (2 ranks)
- *   window    with a graph alive, a call beyond the 1024 that wait behind a held stream fails
- *             after COLL_TIMEOUT saying why, the queued ones then run (2 ranks)
+ *   window    a call beyond the 1024 that wait behind a held stream fails after COLL_TIMEOUT
+ *             saying why, the queued ones then run; with a graph alive (window) and without
+ *             (window_eager), 2 ranks; window_room: 1500 calls behind a stream held for 0.5 s
+ *             all run, the calls beyond 1024 waiting for room (2 ranks)
  *   refused   with a gate (COLL_CUDA_GATE=hostfunc, memop) a call on a capturing stream is
  *             refused before anything is enqueued on it (the capture ends clean), a collective
  *             and a group alike, on the default stream of another GPU too (2 ranks) */
@@ -297,10 +299,10 @@ static void failed_body(dh_ctx_t *ctx)
 
 /* ---- window ---- */
 
-/* With a graph alive every call is posted by its stream; a call beyond DEV_GATE_WORDS (1024)
- * queued behind a stream that does not move fails after COLL_TIMEOUT saying why, and the
- * queued ones then run. */
-static void window_body(dh_ctx_t *ctx)
+/* DEV_GATE_WORDS (1024) calls wait behind a stream held for hold_us, with a graph alive (every
+ * call then posted by its stream) or not: a call beyond them waits for room, and fails after
+ * COLL_TIMEOUT (2 s) saying why when none comes; the queued ones run. */
+static void window_check(dh_ctx_t *ctx, bool graph, unsigned hold_us, int calls_want)
 {
     const colli_gpu_ops_t *o = plugin();
     const int me = ctx->rank;
@@ -309,28 +311,47 @@ static void window_body(dh_ctx_t *ctx)
     void *s = NULL;
     CHECK(o->stream_create(&s) == 0, "stream");
     float *buf = dev_alloc(o, 16), *h = pinned(o, 4);
-    void *exec = captured(o, comm, buf, 4, s, me);
+    void *exec = graph ? captured(o, comm, buf, 4, s, me) : NULL;
     for (int i = 0; i < 4; i++)
         h[i] = 1.0f;
-    CHECK(o->delay(s, 8000000) == 0 && o->memcpy_async(buf, h, 16, s) == 0, "hold the stream");
+    CHECK(o->delay(s, hold_us) == 0 && o->memcpy_async(buf, h, 16, s) == 0, "hold the stream");
     int calls = 0;
     coll_result_t rc = COLL_SUCCESS;
-    for (; calls < 1100 && rc == COLL_SUCCESS; calls++)
+    for (; calls < calls_want && rc == COLL_SUCCESS; calls++)
         rc = coll_all_reduce(buf, buf, 4, COLL_FLOAT32, COLL_MAX, comm, s);
-    CHECK(calls == 1025, "rank %d: the call refused is the 1025th (%d)", me, calls);
-    CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a call beyond the window");
-    CHECK_HAS(coll_get_last_error(), "cannot be queued beyond 1024", "says why");
+    if (calls_want > 1100) {
+        CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "calls beyond the window wait");
+    } else {
+        CHECK(calls == 1025, "rank %d: the call refused is the 1025th (%d)", me, calls);
+        CHECK_RC(rc, COLL_ERR_INVALID_USAGE, coll_get_last_error(), "a call beyond the window");
+        CHECK_HAS(coll_get_last_error(), "cannot be queued beyond 1024", "says why");
+    }
     CHECK(o->memcpy_async(h, buf, 16, s) == 0 && o->stream_sync(s) == 0,
           "rank %d: the queued calls run", me);
     CHECK(h[0] == 1.0f && h[3] == 1.0f, "rank %d: their result (%g)", me, (double)h[0]);
     coll_result_t ae = COLL_ERR_INTERNAL;
     CHECK(coll_comm_get_async_error(comm, &ae) == COLL_SUCCESS && ae == COLL_SUCCESS,
           "rank %d: no async error (%s)", me, dh_rc_name(ae));
-    CHECK(o->graph_destroy(exec) == 0, "destroy the graph");
+    CHECK(exec == NULL || o->graph_destroy(exec) == 0, "destroy the graph");
     CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
     o->dev_free(buf);
     o->host_free(h);
     o->stream_destroy(s);
+}
+
+static void window_body(dh_ctx_t *ctx)
+{
+    window_check(ctx, true, 8000000, 1100);
+}
+
+static void window_eager_body(dh_ctx_t *ctx)
+{
+    window_check(ctx, false, 8000000, 1100);
+}
+
+static void window_room_body(dh_ctx_t *ctx)
+{
+    window_check(ctx, false, 500000, 1500);
 }
 
 /* ---- refused ---- */
@@ -396,7 +417,8 @@ int main(int argc, char **argv)
 {
     dh_init();
     if (argc != 2) {
-        fprintf(stderr, "usage: test_graph replay|late|failed|window|refused\n");
+        fprintf(stderr,
+                "usage: test_graph replay|late|failed|window|window_eager|window_room|refused\n");
         return 2;
     }
     require_plugin();
@@ -407,6 +429,10 @@ int main(int argc, char **argv)
         run("late", 2, late_body);
     else if (strcmp(c, "window") == 0)
         run("window", 2, window_body);
+    else if (strcmp(c, "window_eager") == 0)
+        run("window_eager", 2, window_eager_body);
+    else if (strcmp(c, "window_room") == 0)
+        run("window_room", 2, window_room_body);
     else if (strcmp(c, "failed") == 0)
         run("failed", 2, failed_body);
     else if (strcmp(c, "refused") == 0)

@@ -224,9 +224,45 @@ void case_abort(void)
 
 /* ---- one process, every rank ---- */
 
-/* NCCL_TEST_MEM=fakegpu: rank r's buffers on GPU r of one process (FAKE_GPU_DEVICES=n), an
- * all_reduce large enough for the CUDA IPC path: no kernel of one GPU may read another's memory
- * (the fake GPU faults as a GPU without peer access does), so these go through host staging. */
+/* More calls in flight than kcoll's window of 1024, every rank in this one thread, behind
+ * streams held for 0.2 s: the 1025th call of a rank waits for room (as NCCL's host waits for a
+ * full work FIFO). It once took a gate made of a host function instead, which a driver may run
+ * one at a time for the whole process (the fake GPU does): that gate held the host functions of
+ * the other ranks' gates, and every rank failed at COLL_TIMEOUT. */
+static void initall_burst(ncclComm_t *comms, int n)
+{
+    enum { CALLS = 1100 };
+    float *buf[MAX_RANKS] = {0}, one[4] = {1, 1, 1, 1}, got[4];
+    for (int r = 0; r < n; r++) {
+        CHECK(gpu->set_device(r) == 0 && (buf[r] = buf_alloc(sizeof(one))) != NULL &&
+                  gpu->memcpy_async(buf[r], one, sizeof(one), NULL) == 0 &&
+                  gpu->delay(NULL, 200000) == 0,
+              "rank %d: a buffer, a held stream", r);
+    }
+    ncclResult_t rc = ncclSuccess; /* not CHECK_OK, which synchronises the device */
+    int i = 0;
+    for (; i < CALLS && rc == ncclSuccess; i++) {
+        rc = ncclGroupStart();
+        for (int r = 0; r < n && rc == ncclSuccess; r++)
+            rc = ncclAllReduce(buf[r], buf[r], 4, ncclFloat32, ncclMax, comms[r], NULL);
+        if (rc == ncclSuccess)
+            rc = ncclGroupEnd();
+    }
+    CHECK_OK(rc, i < CALLS ? "one of 1100 grouped calls" : "the last of 1100 grouped calls");
+    for (int r = 0; r < n; r++) {
+        ncclResult_t ae = ncclInternalError;
+        CHECK(gpu->set_device(r) == 0 && gpu->memcpy_async(got, buf[r], sizeof(got), NULL) == 0 &&
+                  gpu->stream_sync(NULL) == 0 && ncclCommGetAsyncError(comms[r], &ae) == 0 &&
+                  ae == ncclSuccess && got[0] == 1 && got[3] == 1,
+              "rank %d: %d calls ran (%g, %s)", r, CALLS, (double)got[0], ncclGetErrorString(ae));
+        buf_free(buf[r]);
+    }
+}
+
+/* NCCL_TEST_MEM=fakegpu: rank r's buffers on GPU r of one process/* NCCL_TEST_MEM=fakegpu: rank r's
+ * buffers on GPU r of one process (FAKE_GPU_DEVICES=n), an all_reduce large enough for the CUDA IPC
+ * path: no kernel of one GPU may read another's memory (the fake GPU faults as a GPU without peer
+ * access does), so these go through host staging. */
 static void initall_devices(ncclComm_t *comms, int n)
 {
     enum { COUNT = 1 << 17 }; /* 512 KiB of float */
@@ -263,6 +299,7 @@ static void initall_devices(ncclComm_t *comms, int n)
         buf_free(in[r]);
         buf_free(out[r]);
     }
+    initall_burst(comms, n);
     (void)gpu->set_device(0);
 }
 

@@ -362,11 +362,11 @@ static coll_result_t prepare(struct coll_comm *comm, struct colli_dev *d, int de
  * memop gate where the plugin and the driver offer it (no thread blocked), else with a host
  * function (gate above). 0, or the runtime's error. */
 static int enqueue_gate(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
-                        uint64_t seq, uint64_t in_flight)
+                        uint64_t seq)
 {
-    if (d->gate_words != NULL && in_flight < DEV_GATE_WORDS) {
+    if (d->gate_words != NULL) {
         const uint32_t slot = (uint32_t)(seq % DEV_GATE_WORDS);
-        /* the slot's last call is over (fewer than DEV_GATE_WORDS in flight); a stream of a
+        /* the slot's last call is over (fewer than DEV_GATE_WORDS in flight: submit); a stream of a
          * dropped call that stores its old number later is told apart by the number */
         __atomic_store_n(&d->gate_words[slot], 0, __ATOMIC_RELEASE);
         int err = d->ops->gate_words(stream, &d->gate_words[slot],
@@ -431,13 +431,12 @@ enum { NO_CAPTURE = -2 };
 
 /* Enqueue job j on the caller's stream: its whole program (inline.c) where it can, else a gate
  * that holds the stream while the progress thread runs it (CUDA IPC's exchange, whose copies
- * need the peers' pointers; no stream memory operations; too many calls in flight). */
+ * need the peers' pointers; no stream memory operations). */
 static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j, void *stream,
-                        uint64_t seq, uint64_t in_flight, bool capturing)
+                        uint64_t seq, bool capturing)
 {
     j->ipc = j->run == NULL && colli_dev_ipc_eligible(comm, j->ctx);
-    const bool inl =
-        d->words != NULL && !d->inline_told && (capturing || in_flight < DEV_GATE_WORDS);
+    const bool inl = d->words != NULL && !d->inline_told;
     j->declined = j->ipc && (colli_dev_ipc_declines(comm, j->ctx) ||
                              !colli_dev_ipc_exportable(comm, j, inl && d->lists_h != NULL));
     /* CUDA IPC's inline program needs the lists */
@@ -473,7 +472,7 @@ static int enqueue_call(struct coll_comm *comm, struct colli_dev *d, dev_job_t *
                   "calls hold their streams with a gate while a thread runs them",
                   comm->rank, d->ops->error_string(err));
     }
-    return enqueue_gate(comm, d, j, stream, seq, in_flight);
+    return enqueue_gate(comm, d, j, stream, seq);
 }
 
 static coll_result_t submit(struct coll_comm *comm, const char *what, int device, void *stream,
@@ -574,22 +573,26 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         d->thread_on = true;
     }
     pthread_mutex_lock(&d->mu);
-    /* once graphs exist every call is posted by its stream, in order with the replays: no gate
-     * (posted now) for want of a word, so with a full window this call waits for room */
-    const bool ordered = d->graphs && !capturing;
+    /* A call beyond the window of DEV_GATE_WORDS calls in flight waits for room, as NCCL's host
+     * waits for room in a full work FIFO. It never takes a gate made of a host function for
+     * want of a word: CUDA may run the host functions of a whole process one at a time, so with
+     * several ranks in one process (ncclCommInitAll, a thread per GPU) one rank's gate would
+     * hold the others' and every rank would stall (nccl_fakegpu_initall_3); and once graphs
+     * exist every call is posted by its stream in order with the replays, which a gate posted
+     * at once would break. A call captured into a graph has words of its own. */
     const double room_by = colli_now() + comm->cfg.timeout;
-    while (ordered && d->submitted - d->done >= DEV_GATE_WORDS && colli_now() < room_by)
+    while (!capturing && d->submitted - d->done >= DEV_GATE_WORDS && colli_now() < room_by)
         cond_wait_s(&d->cv, &d->mu, 0.1);
     const uint64_t seq = ++d->calls, in_flight = d->submitted - d->done;
     pthread_mutex_unlock(&d->mu);
-    if (ordered && in_flight >= DEV_GATE_WORDS) {
+    if (!capturing && in_flight >= DEV_GATE_WORDS) {
         j->refs = 1;
         job_unref(j);
         return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
                          "rank %d: %s: %llu earlier calls on device buffers of this communicator "
-                         "have not been reached by their streams after %.0f s, and with CUDA "
-                         "graphs alive a call cannot be queued beyond %d: synchronize the streams "
-                         "(or check for a stream that waits on something that never comes)",
+                         "have not been reached by their streams after %.0f s (COLL_TIMEOUT), and "
+                         "a call cannot be queued beyond %d: synchronize the streams now and "
+                         "then, or check for a stream that waits on something that never comes",
                          comm->rank, what, (unsigned long long)in_flight, comm->cfg.timeout,
                          DEV_GATE_WORDS);
     }
@@ -600,7 +603,7 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
     if (err == 0 && prev != d->device)
         err = d->ops->set_device(d->device);
     if (err == 0)
-        err = enqueue_call(comm, d, j, stream, seq, in_flight, capturing != 0);
+        err = enqueue_call(comm, d, j, stream, seq, capturing != 0);
     if (prev >= 0 && prev != d->device)
         (void)d->ops->set_device(prev);
     if (err == NO_CAPTURE) {

@@ -10,8 +10,8 @@
 #include "device/device.h"
 #include "device/gpu_plugin.h"
 
-/* DEV_GATE_WORDS: calls in flight that can hold their streams with the memop gate (more fall
- * back to a host function) */
+/* DEV_GATE_WORDS: calls in flight on device buffers per communicator (the window of words of
+ * the inline programs and memop gates; a call beyond it waits for room: submit) */
 enum { DEV_SLOTS = 3, DEV_IPC_MAPS = 32, DEV_GATE_WORDS = 1024, DEV_LISTS = 3 };
 
 /* The words of a call's inline program (COLL_CUDA_GATE=inline, DEV_WORDS per call in flight):
