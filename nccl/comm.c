@@ -312,18 +312,20 @@ KCOLL_NCCL_ALIAS(ncclCommRevoke);
 /* ---- the end of a communicator ---- */
 
 /* kcoll's calls on host buffers are complete when they return and its destroy finishes queued
- * device calls: nothing is left to flush here. */
+ * device calls: nothing is left to flush here. A NULL communicator is nothing to finalize,
+ * destroy or abort (NCCL returns success: PyTorch aborts a communicator it already aborted,
+ * whose handle it set to NULL, from its watchdog and again at exit). */
 KCOLL_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     coll_comm_t c = NULL;
-    return nccl_comm(comm, "ncclCommFinalize", &c);
+    return comm == NULL ? ncclSuccess : nccl_comm(comm, "ncclCommFinalize", &c);
 }
 KCOLL_NCCL_ALIAS(ncclCommFinalize);
 
 static ncclResult_t end_comm(ncclComm_t comm, const char *fn, coll_result_t (*end)(coll_comm_t))
 {
     if (comm == NULL)
-        return nccl_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+        return ncclSuccess;
     coll_comm_t c = NULL;
     (void)nccl_comm(comm, fn, &c); /* waits for a creation still running */
     ncclResult_t rc = c != NULL ? nccl_result(end(c)) : ncclSuccess;

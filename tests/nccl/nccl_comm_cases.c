@@ -126,6 +126,10 @@ void case_errors(void)
            "bad operator", "operator 77");
     expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument,
            "NULL comm", "comm is NULL");
+    /* as NCCL: nothing to end (PyTorch aborts a communicator it set to NULL again) */
+    CHECK(ncclCommAbort(NULL) == ncclSuccess && ncclCommDestroy(NULL) == ncclSuccess &&
+              ncclCommFinalize(NULL) == ncclSuccess,
+          "abort, destroy and finalize of a NULL communicator succeed");
     expect(ncclAllReduce(NULL, &y, 1, ncclFloat32, ncclSum, comm, NULL), ncclInvalidArgument,
            "NULL sendbuff", "sendbuf is NULL");
     expect(ncclBroadcast(&x, &y, 1, ncclFloat32, nranks_, comm, NULL), ncclInvalidArgument,
