@@ -168,6 +168,58 @@ static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
     buf_free(out);
 }
 
+/* Count 0 is a no-op, whatever the pointers and the stream, as in NCCL: an empty tensor's data
+ * pointer is NULL, and an uneven all_to_all (a mixture-of-experts rank that gets no tokens)
+ * has zero blocks beside full ones in one group. */
+static void zero_counts(ncclComm_t comm)
+{
+    int dummy = 0; /* host buffers: a stream that is never touched */
+    cudaStream_t s = gpu != NULL ? NULL : (cudaStream_t)&dummy;
+    CHECK_OK(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, s), "ncclAllReduce count 0");
+    CHECK_OK(ncclBroadcast(NULL, NULL, 0, ncclFloat32, 0, comm, s), "ncclBroadcast count 0");
+    CHECK_OK(ncclReduce(NULL, NULL, 0, ncclFloat32, ncclMax, 0, comm, s), "ncclReduce count 0");
+    CHECK_OK(ncclAllGather(NULL, NULL, 0, ncclFloat32, comm, s), "ncclAllGather count 0");
+    CHECK_OK(ncclReduceScatter(NULL, NULL, 0, ncclFloat32, ncclSum, comm, s),
+             "ncclReduceScatter count 0");
+    CHECK_OK(ncclAlltoAll(NULL, NULL, 0, ncclFloat32, comm, s), "ncclAlltoAll count 0");
+    CHECK_OK(ncclGather(NULL, NULL, 0, ncclFloat32, 0, comm, s), "ncclGather count 0");
+    CHECK_OK(ncclScatter(NULL, NULL, 0, ncclFloat32, 0, comm, s), "ncclScatter count 0");
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclSend(NULL, 0, ncclFloat32, (rank_ + 1) % nranks_, comm, s), "ncclSend count 0");
+    CHECK_OK(ncclRecv(NULL, 0, ncclFloat32, (rank_ + nranks_ - 1) % nranks_, comm, s),
+             "ncclRecv count 0");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd of count 0");
+    /* all_to_all_v: (r + q) % 3 elements from rank r to rank q, NULL where 0 */
+    enum { MAXC = 3 };
+    float *out[MAX_RANKS] = {0}, *in[MAX_RANKS] = {0}, host[MAXC];
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart all_to_all_v");
+    for (int q = 0; q < nranks_; q++) {
+        const size_t c = (size_t)(rank_ + q) % MAXC;
+        if (c > 0) {
+            for (size_t i = 0; i < c; i++)
+                host[i] = (float)(rank_ * 100 + q * 10 + (int)i);
+            out[q] = buf_alloc(sizeof(host));
+            in[q] = buf_alloc(sizeof(host));
+            CHECK(out[q] != NULL && in[q] != NULL, "buffers");
+            memcpy(out[q], host, sizeof(host)); /* the fake GPU's memory is the host's */
+        }
+        CHECK_OK(ncclSend(out[q], c, ncclFloat32, q, comm, NULL), "ncclSend of all_to_all_v");
+        CHECK_OK(ncclRecv(in[q], c, ncclFloat32, q, comm, NULL), "ncclRecv of all_to_all_v");
+    }
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd of all_to_all_v with zero blocks");
+    for (int q = 0; q < nranks_; q++) {
+        const size_t c = (size_t)(rank_ + q) % MAXC;
+        if (c == 0)
+            continue;
+        memcpy(host, in[q], sizeof(host)); /* synchronised by CHECK_OK */
+        for (size_t i = 0; i < c; i++)
+            CHECK(host[i] == (float)(q * 100 + rank_ * 10 + (int)i),
+                  "all_to_all_v: element %zu from rank %d: %g", i, q, (double)host[i]);
+        buf_free(out[q]);
+        buf_free(in[q]);
+    }
+}
+
 void case_conformance(void)
 {
     ncclComm_t comm = init_comm();
@@ -196,6 +248,7 @@ void case_conformance(void)
     premul(comm, ncclFloat32, 300007, ncclScalarHostImmediate);
     premul(comm, ncclBfloat16, 300007, ncclScalarDevice);
     movements(comm, ncclInt32, 300007);
+    zero_counts(comm);
     ncclResult_t async = ncclInternalError;
     CHECK_OK(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
     CHECK(async == ncclSuccess, "async error %d", (int)async);

@@ -73,12 +73,14 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
     if (rooted && (a->root < 0 || a->root >= n))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: root %d is out of range [0, %d)", fn,
                          a->root, n);
+    if (premul && (status = colli_premul_check(comm, fn, a)) != COLL_SUCCESS)
+        return status;
+    if (a->count == 0) /* nothing to move: the caller does nothing (buffers may be NULL) */
+        return COLL_SUCCESS;
     bool send_used = !(a->coll == COLLI_COLL_BROADCAST && r != a->root);
     bool recv_used = !(a->coll == COLLI_COLL_REDUCE && r != a->root);
     if ((status = check_memory(fn, comm, "sendbuf", a->sendbuf, send_used, a->recvbuf, recv_used,
                                stream, device)) != COLL_SUCCESS)
-        return status;
-    if (premul && (status = colli_premul_check(comm, fn, a, *device)) != COLL_SUCCESS)
         return status;
     size_t e = coll_datatype_size(a->dt);
     size_t mult = (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_REDUCE_SCATTER ||
@@ -89,8 +91,6 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: count %zu of %s overflows the addressable size", fn, a->count,
                          coll_datatype_name(a->dt));
-    if (a->count == 0)
-        return COLL_SUCCESS;
     if (send_used && a->sendbuf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL with count %zu", fn,
                          a->count);
@@ -129,7 +129,9 @@ static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll
     struct coll_comm *c;
     int device = -1;
     coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &c, &device);
-    if (status != COLL_SUCCESS)
+    /* count 0: a no-op on every rank, as in NCCL (an empty tensor's data pointer is NULL, and
+     * nothing is put on the stream) */
+    if (status != COLL_SUCCESS || a->count == 0)
         return status;
     const colli_item_t it = {.kind = COLLI_ITEM_COLL,
                              .handle = comm,
@@ -208,6 +210,10 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
     if (peer < 0 || peer >= comm->nranks)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: peer %d is out of range [0, %d)", fn,
                          peer, comm->nranks);
+    /* count 0 on both sides (a send's count is its recv's): nothing to match or move, on any
+     * stream (an empty tensor's data pointer is NULL; a zero split of an all_to_all_v) */
+    if (count == 0)
+        return COLL_SUCCESS;
     int device = -1;
     if ((status = check_memory(fn, comm, "buffer", buf, true, NULL, false, stream, &device)) !=
         COLL_SUCCESS)
@@ -216,7 +222,7 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: count %zu of %s overflows the addressable size", fn, count,
                          coll_datatype_name(dt));
-    if (count > 0 && buf == NULL)
+    if (buf == NULL)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: buffer is NULL with count %zu", fn,
                          count);
     colli_coll_args_t a = {COLLI_COLL_SEND_RECV,

@@ -63,8 +63,8 @@ coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, 
 
 /* premul.c: a call's PreMulSum operator (a->op >= COLL_NUM_OPS) is one of comm's, made for the
  * call's datatype. */
-coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
-                                 int device);
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn,
+                                 const colli_coll_args_t *a);
 /* premul.c: run a checked call with a PreMulSum operator (host buffers). */
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a);
 /* premul.c: queue one on device buffers (staged through pinned host memory, stream-ordered). */

@@ -78,8 +78,7 @@ coll_result_t coll_op_destroy(coll_op_t op, coll_comm_t handle)
     return COLL_SUCCESS;
 }
 
-coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
-                                 int device)
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a)
 {
     const struct colli_premul *p = slot_of(comm, a->op);
     if (p == NULL)
@@ -93,7 +92,6 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
                          "%s: PreMulSum operator %d was made for %s, but this call's datatype is "
                          "%s",
                          fn, (int)a->op, coll_datatype_name(p->dt), coll_datatype_name(a->dt));
-    (void)device;
     return COLL_SUCCESS;
 }
 
