@@ -111,6 +111,15 @@ static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarR
     check_premul("ncclReduceScatter", dt, out, count, (size_t)rank_ * count);
     check_reduced("ncclAllReduce beside a premulsum", dt, ncclSum, out2, count, 0);
     CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
+    /* destroyed right after the call, before its group ends (PyTorch's coalesced PREMUL_SUM) */
+    put(dt, scalar, 0, premul_scalar(dt, rank_));
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, scalar, dt, ncclScalarHostImmediate, comm),
+             "ncclRedOpCreatePreMulSum in a group");
+    CHECK_OK(ncclAllReduce(in, out, count, dt, op, comm, NULL), "ncclAllReduce premulsum");
+    CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy before ncclGroupEnd");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd after the operator was destroyed");
+    check_premul("ncclAllReduce of an operator destroyed in its group", dt, out, count, 0);
     buf_free(in);
     buf_free(out);
     buf_free(out2);

@@ -53,7 +53,7 @@ static coll_result_t check_memory(const char *fn, struct coll_comm *comm, const 
 /* Check everything that does not need the network; name the offending argument. */
 static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_coll_args_t *a,
                                 coll_stream_t stream, bool reduces, bool rooted,
-                                struct coll_comm **comm_out, int *device)
+                                struct coll_comm **comm_out, int *device, struct colli_premul *pm)
 {
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
@@ -73,7 +73,7 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
     if (rooted && (a->root < 0 || a->root >= n))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: root %d is out of range [0, %d)", fn,
                          a->root, n);
-    if (premul && (status = colli_premul_check(comm, fn, a)) != COLL_SUCCESS)
+    if (premul && (status = colli_premul_check(comm, fn, a, pm)) != COLL_SUCCESS)
         return status;
     if (a->count == 0) /* nothing to move: the caller does nothing (buffers may be NULL) */
         return COLL_SUCCESS;
@@ -128,7 +128,8 @@ static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll
 {
     struct coll_comm *c;
     int device = -1;
-    coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &c, &device);
+    struct colli_premul pm = {0};
+    coll_result_t status = check_args(fn, comm, a, stream, reduces, rooted, &c, &device, &pm);
     /* count 0: a no-op on every rank, as in NCCL (an empty tensor's data pointer is NULL, and
      * nothing is put on the stream) */
     if (status != COLL_SUCCESS || a->count == 0)
@@ -138,7 +139,8 @@ static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll
                              .a = *a,
                              .peer = -1,
                              .device = device,
-                             .stream = stream};
+                             .stream = stream,
+                             .pm = pm};
     if (colli_group_active())
         return colli_group_enqueue(&it);
     return colli_dispatch_collective(c, &it);

@@ -19,6 +19,9 @@ typedef struct colli_item {
     int peer;
     int device;   /* the GPU of its buffers, -1 for host buffers */
     void *stream; /* device buffers: the caller's stream */
+    /* a PreMulSum operator (a.op >= COLL_NUM_OPS) as it was at the call: NCCL lets a program
+     * destroy the operator right after the call, before its group ends (PyTorch does) */
+    struct colli_premul pm;
 } colli_item_t;
 
 /* What creating a communicator member takes (every init path ends in colli_comm_create). */
@@ -62,11 +65,11 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
 coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, int n);
 
 /* premul.c: a call's PreMulSum operator (a->op >= COLL_NUM_OPS) is one of comm's, made for the
- * call's datatype. */
-coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn,
-                                 const colli_coll_args_t *a);
+ * call's datatype; *pm: a copy of it. */
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
+                                 struct colli_premul *pm);
 /* premul.c: run a checked call with a PreMulSum operator (host buffers). */
-coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a);
+coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it);
 /* premul.c: queue one on device buffers (staged through pinned host memory, stream-ordered). */
 coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it);
 

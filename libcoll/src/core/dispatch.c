@@ -19,7 +19,7 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
     if (status != COLL_SUCCESS)
         return status;
     if (reduces && (int)a->op >= COLL_NUM_OPS)
-        return colli_premul_run(comm, a);
+        return colli_premul_run(comm, it);
     return colli_run_collective(comm, a);
 }
 

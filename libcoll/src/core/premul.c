@@ -78,7 +78,8 @@ coll_result_t coll_op_destroy(coll_op_t op, coll_comm_t handle)
     return COLL_SUCCESS;
 }
 
-coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a)
+coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
+                                 struct colli_premul *pm)
 {
     const struct colli_premul *p = slot_of(comm, a->op);
     if (p == NULL)
@@ -92,6 +93,7 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
                          "%s: PreMulSum operator %d was made for %s, but this call's datatype is "
                          "%s",
                          fn, (int)a->op, coll_datatype_name(p->dt), coll_datatype_name(a->dt));
+    *pm = *p;
     return COLL_SUCCESS;
 }
 
@@ -101,19 +103,10 @@ static size_t send_count(const struct coll_comm *comm, const colli_coll_args_t *
     return a->coll == COLLI_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
 }
 
-static coll_result_t destroyed(const colli_coll_args_t *a)
+coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it)
 {
-    return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                     "%s: PreMulSum operator %d was destroyed before the call ran; destroy "
-                     "operators only after the group that uses them ended",
-                     colli_coll_name(a->coll), (int)a->op);
-}
-
-coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *a)
-{
-    const struct colli_premul *p = slot_of(comm, a->op);
-    if (p == NULL) /* destroyed between the call and the end of its group */
-        return destroyed(a);
+    const struct colli_premul *p = &it->pm;
+    const colli_coll_args_t *a = &it->a;
     colli_coll_args_t s = *a;
     s.op = COLL_SUM;
     const size_t n = send_count(comm, a);
@@ -134,9 +127,7 @@ coll_result_t colli_premul_run(struct coll_comm *comm, const colli_coll_args_t *
 
 coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
 {
-    const struct colli_premul *p = slot_of(comm, it->a.op);
-    if (p == NULL) /* destroyed between the call and the end of its group */
-        return destroyed(&it->a);
+    const struct colli_premul *p = &it->pm;
     colli_coll_args_t a = it->a;
     a.op = COLL_SUM;
     colli_dev_scale_t sc = {
