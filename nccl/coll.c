@@ -229,12 +229,19 @@ KCOLL_NCCL_API ncclResult_t ncclGroupEnd(void)
 }
 KCOLL_NCCL_ALIAS(ncclGroupEnd);
 
+/* The group ends and its calls are dropped, as NCCL's simulation leaves it; kcoll has no
+ * performance model to fill simInfo with, so the caller's own estimate is used (PyTorch's
+ * inductor falls back to its own on this error). */
 KCOLL_NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
     (void)simInfo;
+    const coll_result_t r = coll_group_discard();
+    if (r != COLL_SUCCESS)
+        return nccl_result(r);
     return nccl_error(ncclInvalidUsage,
                       "ncclGroupSimulateEnd is not offered by kcoll (it has no NCCL performance "
-                      "model); end the group with ncclGroupEnd");
+                      "model): the group ended and its calls were dropped, as after a "
+                      "simulation; end a group with ncclGroupEnd to run its calls");
 }
 KCOLL_NCCL_ALIAS(ncclGroupSimulateEnd);
 

@@ -328,6 +328,12 @@ COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t da
  */
 COLL_API coll_result_t coll_group_start(void);
 COLL_API coll_result_t coll_group_end(void);
+/**
+ * End a group as coll_group_end does, but drop its calls instead of running them (queued
+ * creations still run): what NCCL's ncclGroupSimulateEnd leaves behind. Nested: only the
+ * outermost end drops the calls of the whole group.
+ */
+COLL_API coll_result_t coll_group_discard(void);
 
 /* ---- memory that peers on this host can map ---- */
 

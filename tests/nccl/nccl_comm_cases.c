@@ -162,7 +162,14 @@ void case_errors(void)
     expect(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "destroy ncclSum", "built in");
     expect(ncclAllReduce(&x, &y, 1, ncclFloat32, ops[0], comm, NULL), ncclInvalidArgument,
            "a destroyed PreMulSum operator", "PreMulSum operator");
-    expect(ncclGroupSimulateEnd(NULL), ncclInvalidUsage, "simulate", "ncclGroupSimulateEnd");
+    /* a simulation: refused, and the group ends with its calls dropped (PyTorch's inductor
+     * goes on after the error: a group left open would hold every later call) */
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    y = -1;
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL), "queue");
+    expect(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "simulate", "ncclGroupSimulateEnd");
+    CHECK(y == -1, "the simulated group's call did not run (%g)", y);
     expect(ncclGroupEnd(), ncclInvalidUsage, "group end without start", "without a matching");
     int version = 0;
     CHECK_OK(ncclGetVersion(&version), "ncclGetVersion");

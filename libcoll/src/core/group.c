@@ -231,17 +231,17 @@ static bool one_communicator(const colli_item_t *items, int n)
     return true;
 }
 
-coll_result_t coll_group_end(void)
+static coll_result_t group_end(const char *fn, bool run)
 {
     if (group.depth == 0)
-        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "coll_group_end without a matching coll_group_start");
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE, "%s without a matching coll_group_start",
+                         fn);
     if (--group.depth > 0)
         return COLL_SUCCESS;
     coll_result_t status = COLL_SUCCESS;
     if (group.ninit > 0)
         status = run_inits(group.inits, group.ninit);
-    if (status == COLL_SUCCESS && group.n > 0)
+    if (status == COLL_SUCCESS && group.n > 0 && run)
         status = one_communicator(group.items, group.n)
                      ? run_calls(group.items, group.n, NULL)
                      : run_calls_concurrently(group.items, group.n);
@@ -249,4 +249,14 @@ coll_result_t coll_group_end(void)
     free(group.inits);
     memset(&group, 0, sizeof(group));
     return status;
+}
+
+coll_result_t coll_group_end(void)
+{
+    return group_end("coll_group_end", true);
+}
+
+coll_result_t coll_group_discard(void)
+{
+    return group_end("coll_group_discard", false);
 }
