@@ -1,5 +1,5 @@
 /* kcoll's libnccl.so.2 finds a CUDA runtime that the process loaded privately (RTLD_LOCAL, as a
- * Python extension module such as CuPy's does), which dlsym(RTLD_DEFAULT) does not see:
+ * Python extension module does), which dlsym(RTLD_DEFAULT) does not see:
  * ncclCommCuDevice says the GPU the runtime has current, ncclMemAlloc and ncclMemFree use its
  * cudaMalloc and cudaFree. Before the runtime is loaded, ncclMemAlloc gives kcoll's host memory.
  *   nccl_cudart <path of the stand-in libcudart.so.13> */
