@@ -35,7 +35,7 @@ int main(int argc, char **argv)
     }
     void (*set_device)(int) = NULL;
     int (*owns)(const void *) = NULL, (*freed)(void) = NULL, (*strict_at)(int) = NULL,
-        (*mode)(void) = NULL;
+                           (*mode)(void) = NULL;
     *(void **)&set_device = dlsym(h, "stub_set_device");
     *(void **)&owns = dlsym(h, "stub_owns");
     *(void **)&freed = dlsym(h, "stub_freed");
