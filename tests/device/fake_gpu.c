@@ -4,7 +4,8 @@
  * only this plugin hands out (so ptr_device tells it from other memory), and streams that are
  * threads running their work in order: copies, kernels, host functions (which block their
  * stream while they run, as CUDA's do), stream memory operations (stores, and waits that poll)
- * and delays. The default stream (NULL) is one more. Order and errors behave as on CUDA;
+ * and delays. The default stream (NULL) is one more, and
+ * cudaStreamPerThread (0x2) one per thread. Order and errors behave as on CUDA;
  * timing and bandwidth do not.
  *
  * Device memory is a shared mapping of a memfd, so that IPC works between processes: a handle
@@ -168,10 +169,12 @@ static bool stream_list_locked(fstream_t *s, bool add)
 
 fstream_t *fake_stream_of(void *stream)
 {
-    if (stream != NULL)
+    /* cudaStreamPerThread: the calling thread's own default stream of its device */
+    static _Thread_local fstream_t *per_thread[MAXDEV];
+    if (stream != NULL && stream != FAKE_STREAM_PER_THREAD)
         return stream;
     pthread_mutex_lock(&fg.mu);
-    fstream_t **l = &fg.legacy[cur_device];
+    fstream_t **l = stream == NULL ? &fg.legacy[cur_device] : &per_thread[cur_device];
     if (*l == NULL && (*l = stream_new()) != NULL)
         (void)stream_list_locked(*l, true);
     fstream_t *s = *l;

@@ -50,7 +50,11 @@ typedef struct fstream {
     pthread_t thread;
 } fstream_t;
 
-/* The stream behind a handle (NULL: the current device's default stream), or NULL. */
+/* cudaStreamPerThread's value: the calling thread's default stream */
+#define FAKE_STREAM_PER_THREAD ((void *)0x2)
+
+/* The stream behind a handle (NULL: the current device's default stream; FAKE_STREAM_PER_THREAD:
+ * the calling thread's, of its current device), or NULL. */
 fstream_t *fake_stream_of(void *stream);
 /* Enqueue a copy of t on stream (recorded instead while it captures): 0, or an error. */
 int fake_enqueue(void *stream, const task_t *t);

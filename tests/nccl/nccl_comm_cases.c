@@ -270,6 +270,40 @@ static void initall_burst(ncclComm_t *comms, int n)
     }
 }
 
+/* A group over every rank on cudaStreamPerThread: each call on this thread's stream of its GPU,
+ * after the copy of its input that this thread put there behind a 0.2 s delay (a group that ran
+ * the calls on threads of its own once put them on those threads' streams, where they ran
+ * before their input came). */
+static void initall_per_thread(ncclComm_t *comms, int n)
+{
+    void *const per_thread = (void *)0x2;                  /* cudaStreamPerThread */
+    float *buf[MAX_RANKS] = {0}, in[MAX_RANKS][4], got[4]; /* read when the copy runs */
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < 4; i++)
+            in[r][i] = (float)(r + i);
+        CHECK(gpu->set_device(r) == 0 && (buf[r] = buf_alloc(sizeof(in[r]))) != NULL &&
+                  gpu->delay(per_thread, 200000) == 0 &&
+                  gpu->memcpy_async(buf[r], in[r], sizeof(in[r]), per_thread) == 0 &&
+                  gpu->stream_sync(NULL) == 0, /* the copy waits on the delay, not on this */
+              "rank %d: input behind a delay on the per-thread stream", r);
+    }
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < n; r++)
+        CHECK_OK(ncclAllReduce(buf[r], buf[r], 4, ncclFloat32, ncclSum, comms[r], per_thread),
+                 "queue an all_reduce on cudaStreamPerThread");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd on cudaStreamPerThread");
+    for (int r = 0; r < n; r++) {
+        CHECK(gpu->set_device(r) == 0 &&
+                  gpu->memcpy_async(got, buf[r], sizeof(got), per_thread) == 0 &&
+                  gpu->stream_sync(per_thread) == 0,
+              "rank %d: read the result on the per-thread stream", r);
+        for (int i = 0; i < 4; i++)
+            CHECK(got[i] == (float)(n * (n - 1) / 2 + n * i), "rank %d: element %d is %g", r, i,
+                  (double)got[i]);
+        buf_free(buf[r]);
+    }
+}
+
 /* NCCL_TEST_MEM=fakegpu: rank r's buffers on GPU r of one process/* NCCL_TEST_MEM=fakegpu: rank r's
  * buffers on GPU r of one process (FAKE_GPU_DEVICES=n), an all_reduce large enough for the CUDA IPC
  * path: no kernel of one GPU may read another's memory (the fake GPU faults as a GPU without peer
@@ -311,6 +345,7 @@ static void initall_devices(ncclComm_t *comms, int n)
         buf_free(out[r]);
     }
     initall_burst(comms, n);
+    initall_per_thread(comms, n);
     (void)gpu->set_device(0);
 }
 

@@ -198,14 +198,27 @@ static void *calls_thread(void *arg)
     return NULL;
 }
 
-/* Several communicators: one thread each; the first failure in issue order of the
- * communicators is returned. */
+/* Are all of handle's calls among items[0..n) on device buffers? */
+static bool device_only(const colli_item_t *items, int n, coll_comm_t handle)
+{
+    for (int i = 0; i < n; i++)
+        if (items[i].handle == handle && items[i].device < 0)
+            return false;
+    return true;
+}
+
+/* Several communicators: those whose calls are all on device buffers on this thread first
+ * (they are queued on their streams and return; a stream handle such as
+ * cudaStreamPerThread means the caller's thread's stream, and the caller's current GPU is
+ * kept), then the others one thread each, so that a thread that drives several ranks of one
+ * job makes progress on all; the first failure in issue order of the communicators is
+ * returned. */
 static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
 {
     comm_calls_t *per = calloc((size_t)n, sizeof(*per));
     if (per == NULL)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running a group");
-    int ncomm = 0;
+    int ncomm = 0, ndev = 0;
     for (int i = 0; i < n; i++) {
         bool seen = false;
         for (int k = 0; k < ncomm && !seen; k++)
@@ -213,7 +226,25 @@ static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
         if (!seen)
             per[ncomm++] = (comm_calls_t){.items = items, .n = n, .handle = items[i].handle};
     }
-    coll_result_t status = run_at_once(calls_thread, per, sizeof(*per), ncomm);
+    for (int k = 0; k < ncomm; k++)
+        if (device_only(items, n, per[k].handle)) {
+            calls_thread(&per[k]);
+            ndev++;
+        }
+    comm_calls_t *rest = calloc((size_t)(ncomm - ndev) + 1, sizeof(*rest));
+    if (rest == NULL) {
+        free(per);
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running a group");
+    }
+    for (int k = 0, r = 0; k < ncomm; k++)
+        if (!device_only(items, n, per[k].handle))
+            rest[r++] = per[k];
+    coll_result_t status =
+        ncomm > ndev ? run_at_once(calls_thread, rest, sizeof(*rest), ncomm - ndev) : COLL_SUCCESS;
+    for (int k = 0, r = 0; k < ncomm; k++)
+        if (!device_only(items, n, per[k].handle))
+            per[k] = rest[r++];
+    free(rest);
     for (int k = 0; k < ncomm && status == COLL_SUCCESS; k++)
         if (per[k].status != COLL_SUCCESS) {
             status = per[k].status;
