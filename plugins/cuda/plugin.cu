@@ -47,8 +47,13 @@ static int cu_ptr_device(const void *p, int *device)
         (void)cudaGetLastError(); /* not known to CUDA: host memory */
         return 0;
     }
-    if (a.type != cudaMemoryTypeDevice)
-        return 0; /* host, pinned (registered) or managed: the CPU reads it directly */
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+        return 0; /* host or pinned (registered): the CPU reads it directly */
+    /* Managed memory is device memory too, as for NCCL: the CPU could read it, but only in
+     * stream order, after the kernels queued before the call (CuPy's managed allocator with
+     * its NULL stream); its device is the one it was allocated for, else the current one. */
+    if (a.device < 0 && cudaGetDevice(&a.device) != cudaSuccess)
+        return 0;
     *device = a.device;
     return 1;
 }

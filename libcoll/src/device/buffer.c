@@ -1,6 +1,7 @@
 /* Where a buffer lives: the GPU plugin answers when one is loaded; without one, the CUDA driver
  * (when the process has it loaded) tells device memory apart, so that a device pointer passed
- * to a host-only build gets a clear error instead of a crash. Managed memory is host memory. */
+ * to a host-only build gets a clear error instead of a crash. Managed memory is device memory:
+ * read by the CPU at once, it could be read before the kernels queued ahead of the call ran. */
 #include "base/error.h"
 #include "device/cuda_driver.h"
 #include "device/device.h"

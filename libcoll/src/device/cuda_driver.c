@@ -48,10 +48,9 @@ bool colli_cuda_driver_is_device(const colli_cuda_driver_t *drv, const void *p)
     const unsigned long long addr = (unsigned long long)p;
     if (drv->pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) != 0)
         return false; /* not known to CUDA: host memory */
-    if (type != CU_MEMORYTYPE_DEVICE)
-        return false;
-    return !(drv->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, addr) == 0 &&
-             managed);
+    return type == CU_MEMORYTYPE_DEVICE ||
+           (drv->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, addr) == 0 &&
+            managed);
 }
 
 static bool parse_pair(const char *p, size_t n, uint32_t *runtime, uint32_t *driver)

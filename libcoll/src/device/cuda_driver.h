@@ -22,7 +22,7 @@ typedef struct colli_cuda_driver {
 bool colli_cuda_driver_open(colli_cuda_driver_t *drv, bool only_if_loaded);
 void colli_cuda_driver_close(colli_cuda_driver_t *drv);
 
-/* Is p device memory (not managed: managed memory is host-accessible)? */
+/* Is p device memory (managed memory too: the CPU may read it only in stream order)? */
 bool colli_cuda_driver_is_device(const colli_cuda_driver_t *drv, const void *p);
 
 /* This process's CUDA runtime (the toolkit of a CUDA build) and driver versions in

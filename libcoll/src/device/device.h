@@ -22,8 +22,8 @@ void colli_dev_release(struct coll_comm *comm);
 
 /* Where a buffer lives (colli_dev_locate). */
 typedef enum {
-    COLLI_BUF_HOST = 0,    /* host memory (pinned and managed memory included) */
-    COLLI_BUF_DEVICE = 1,  /* GPU memory the plugin moves */
+    COLLI_BUF_HOST = 0,    /* host memory (pinned memory included) */
+    COLLI_BUF_DEVICE = 1,  /* GPU (or managed) memory the plugin moves */
     COLLI_BUF_FOREIGN = 2, /* CUDA device memory, but no GPU plugin is loaded to move it */
 } colli_buf_kind_t;
 

@@ -52,8 +52,8 @@ typedef struct colli_gpu_ops {
     const char *name;     /* "cuda", "fake" */
     /* Ready to use? 0, or an error with the reason in why (no device, driver too old). */
     int (*init)(char *why, size_t len);
-    /* 1 when p is device memory (*device: its ordinal), 0 for host, pinned or managed memory
-     * (anything the CPU can read directly). */
+    /* 1 when p is device or managed memory (*device: its ordinal), 0 for host or pinned memory
+     * (which the CPU reads directly, whatever is queued on the streams). */
     int (*ptr_device)(const void *p, int *device);
     /* Make device the calling thread's current device; the calling thread's current device. */
     int (*set_device)(int device);
