@@ -512,20 +512,24 @@ __global__ void __launch_bounds__(COLLI_CUDA_BLOCK, COLLI_CUDA_BLOCKS_PER_SM)
 }
 
 /* PreMulSum's first step, dst[i] = src[i] * scalar, as colli_scale computes it (DT::prod: the
- * same rounding as a PROD step); one element per thread and step, grid-strided. */
+ * same rounding as a PROD step); one element per thread and step, grid-strided. The scalar is
+ * scalar_bits, or the element at scalar_dev (device memory, read when the kernel runs). */
 template <class DT>
 __global__ void __launch_bounds__(COLLI_CUDA_BLOCK)
-    scale_kernel(void *dst, const void *src, size_t count, uint64_t scalar_bits, bool aligned)
+    scale_kernel(void *dst, const void *src, size_t count, uint64_t scalar_bits,
+                 const void *scalar_dev, bool aligned)
 {
     typedef typename DT::S S;
     Pack<S, sizeof(S)> k;
     k.raw = (typename Raw<sizeof(S)>::T)scalar_bits;
+    if (scalar_dev != NULL)
+        memcpy(&k.e[0], scalar_dev, sizeof(S)); /* any alignment */
     const size_t step = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step)
         store1<S>(dst, i, DT::prod(load1<S>(src, i, aligned), k.e[0]), aligned);
 }
 
-typedef void (*scale_fn)(void *, const void *, size_t, uint64_t, bool);
+typedef void (*scale_fn)(void *, const void *, size_t, uint64_t, const void *, bool);
 
 const scale_fn scale_kernels[COLL_NUM_DATATYPES] = {
     scale_kernel<I8>,  scale_kernel<U8>,  scale_kernel<I32>,  scale_kernel<U32>,
@@ -643,7 +647,7 @@ extern "C" int colli_cuda_reduce_list(const colli_cuda_list_t *list, coll_dataty
 }
 
 extern "C" int colli_cuda_scale(void *dst, const void *src, size_t count, coll_datatype_t dt,
-                                const void *scalar, int sm_count, void *stream)
+                                const void *scalar, int on_device, int sm_count, void *stream)
 {
     if ((unsigned)dt >= (unsigned)COLL_NUM_DATATYPES || scalar == NULL || sm_count < 1)
         return cudaErrorInvalidValue;
@@ -653,12 +657,14 @@ extern "C" int colli_cuda_scale(void *dst, const void *src, size_t count, coll_d
         return cudaErrorInvalidValue;
     const size_t e = elem_size[dt];
     uint64_t bits = 0;
-    memcpy(&bits, scalar, e);
+    const void *scalar_dev = on_device ? scalar : NULL;
+    if (!on_device)
+        memcpy(&bits, scalar, e);
     const bool aligned = (((uintptr_t)dst | (uintptr_t)src) & (e - 1)) == 0;
     const size_t want = (count + COLLI_CUDA_BLOCK - 1) / COLLI_CUDA_BLOCK;
     const size_t most = (size_t)sm_count * 8;
     const unsigned grid = (unsigned)(want < most ? want : most);
-    void *args[] = {&dst, (void *)&src, &count, &bits, (void *)&aligned};
+    void *args[] = {&dst, (void *)&src, &count, &bits, (void *)&scalar_dev, (void *)&aligned};
     return (int)cudaLaunchKernel((const void *)scale_kernels[dt], dim3(grid),
                                  dim3(COLLI_CUDA_BLOCK), args, 0, (cudaStream_t)stream);
 }

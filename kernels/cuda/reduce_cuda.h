@@ -48,9 +48,11 @@ int colli_cuda_copy(void *dst, const void *src, size_t bytes, int sm_count, void
 
 /* dst[i] = src[i] * scalar for i < count on stream (PreMulSum's first step), computed as
  * colli_scale (coll_kernels.h) does, bit for bit; scalar is one element of dt in host memory,
- * read at the call. dst may equal src. sm_count as for colli_cuda_reduce. */
+ * read at the call, or with on_device in device memory, read by the kernel when it runs
+ * (ncclScalarDevice: in stream order, after the work that writes it). dst may equal src.
+ * sm_count as for colli_cuda_reduce. */
 int colli_cuda_scale(void *dst, const void *src, size_t count, coll_datatype_t dt,
-                     const void *scalar, int sm_count, void *stream);
+                     const void *scalar, int on_device, int sm_count, void *stream);
 
 /* A list of reductions and copies read by the kernel when it runs (device memory): for work
  * whose pointers are known only after it was enqueued. The layout of the GPU plugin's

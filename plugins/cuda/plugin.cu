@@ -207,13 +207,13 @@ static int cu_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count
 }
 
 static int cu_scale(void *dst, const void *src, size_t count, int dt, const void *scalar,
-                    void *stream)
+                    int on_device, void *stream)
 {
     int sm = 0;
     cudaError_t e = sm_count(&sm);
     if (e != cudaSuccess)
         return (int)e;
-    return colli_cuda_scale(dst, src, count, (coll_datatype_t)dt, scalar, sm, stream);
+    return colli_cuda_scale(dst, src, count, (coll_datatype_t)dt, scalar, on_device, sm, stream);
 }
 
 /* the plugin's list is the kernels' list */

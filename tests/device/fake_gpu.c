@@ -111,7 +111,8 @@ static void *stream_main(void *arg)
         } else if (t->kind == T_LIST) { /* read when it runs, as the kernel does */
             fake_run_list(t->src, t->dt, t->op);
         } else if (t->kind == T_SCALE) {
-            colli_scale(t->dst, t->srcs[0], t->count, (coll_datatype_t)t->dt, t->scalar);
+            colli_scale(t->dst, t->srcs[0], t->count, (coll_datatype_t)t->dt,
+                        t->src != NULL ? t->src : t->scalar);
         } else if (t->kind == T_GATE) {
             /* as cuStreamWriteValue32 then cuStreamWaitValue32(GEQ): the stream polls */
             if (t->arrived != NULL)
@@ -712,7 +713,7 @@ static int fake_reduce(void *dst, const void *const *srcs, int nsrcs, size_t cou
 
 /* PreMulSum's scaling, as the CUDA kernel does it: colli_scale, ordered on the stream. */
 static int fake_scale(void *dst, const void *src, size_t count, int dt, const void *scalar,
-                      void *stream)
+                      int on_device, void *stream)
 {
     FAKE_API();
     if (dt < 0 || dt >= COLL_NUM_DATATYPES || scalar == NULL)
@@ -724,9 +725,14 @@ static int fake_scale(void *dst, const void *src, size_t count, int dt, const vo
     int err = on_gpu(dst, bytes);
     if (err != 0 || (err = on_gpu(src, bytes)) != 0)
         return err;
+    if (on_device && (err = on_gpu(scalar, fake_elt_size((coll_datatype_t)dt))) != 0)
+        return err;
     task_t t = {.kind = T_SCALE, .dst = dst, .count = count, .dt = dt};
     t.srcs[0] = src;
-    memcpy(t.scalar, scalar, fake_elt_size((coll_datatype_t)dt));
+    if (on_device)
+        t.src = scalar; /* read when the task runs, as the kernel reads it */
+    else
+        memcpy(t.scalar, scalar, fake_elt_size((coll_datatype_t)dt));
     return fake_enqueue(stream, &t);
 }
 

@@ -24,7 +24,7 @@ typedef struct task {
     void (*fn)(void *);
     void *arg;
     unsigned us;
-    /* T_REDUCE, T_SCALE (srcs[0], scalar) */
+    /* T_REDUCE, T_SCALE (srcs[0], scalar, or the device scalar at src) */
     const void *srcs[COLLI_GPU_MAX_SRCS];
     uint8_t scalar[8];
     int nsrcs;

@@ -104,7 +104,7 @@ static uint64_t gen_elem(int dt)
 /* ---- buffers: NIN inputs and one output, host copies of the inputs ---- */
 static size_t buf_bytes;
 static unsigned char *h_in[NIN], *h_out, *h_ref;
-static unsigned char *d_in[NIN], *d_out;
+static unsigned char *d_in[NIN], *d_out, *d_scalar;
 static cudaStream_t stream;
 static int sm_count;
 
@@ -383,7 +383,8 @@ static void test_lists(void)
 }
 
 /* PreMulSum's scaling: colli_cuda_scale against colli_scale, every datatype, a few scalars
- * (specials included), aligned, misaligned and in place. */
+ * (specials included) from host memory and from device memory, aligned, misaligned and in
+ * place. */
 static void test_scales(void)
 {
     static const size_t counts[] = {1, 4097, BIG_COUNT};
@@ -407,8 +408,15 @@ static void test_scales(void)
                     if (lay == 2) /* in place on a copy of the input */
                         CUDA_OK(cudaMemcpyAsync(d_in[1], d_in[0], bytes, cudaMemcpyDeviceToDevice,
                                                 stream));
-                    int rc = colli_cuda_scale(d_dst, lay == 2 ? d_dst : d_src, count,
-                                              (coll_datatype_t)dt, &scalar, sm_count, stream);
+                    /* the scalar from host memory, or (odd k) read by the kernel from device
+                     * memory, where it was copied on the stream just before */
+                    if (k % 2 == 1)
+                        CUDA_OK(cudaMemcpyAsync(d_scalar, &scalar, esz, cudaMemcpyHostToDevice,
+                                                stream));
+                    const int rc = colli_cuda_scale(
+                        d_dst, lay == 2 ? d_dst : d_src, count, (coll_datatype_t)dt,
+                        k % 2 == 1 ? (const void *)d_scalar : (const void *)&scalar, k % 2,
+                        sm_count, stream);
                     CUDA_OK(cudaMemcpyAsync(h_out, d_dst, bytes, cudaMemcpyDeviceToHost, stream));
                     CUDA_OK(cudaStreamSynchronize(stream));
                     check(rc == 0, "%s scale count %zu layout %d: returned %d", dt_name[dt], count,
@@ -549,6 +557,7 @@ int main(void)
     }
     CUDA_OK(cudaMallocHost((void **)&h_out, buf_bytes));
     CUDA_OK(cudaMalloc((void **)&d_out, buf_bytes));
+    CUDA_OK(cudaMalloc((void **)&d_scalar, 8));
     h_ref = malloc(buf_bytes);
     if (h_ref == NULL) {
         printf("FAIL malloc of %zu bytes\n", buf_bytes);
@@ -565,6 +574,7 @@ int main(void)
 
     free(h_ref);
     CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_scalar));
     CUDA_OK(cudaFree(d_list));
     CUDA_OK(cudaFreeHost(h_out));
     for (int s = 0; s < NIN; s++) {

@@ -125,6 +125,39 @@ static void premul(ncclComm_t comm, ncclDataType_t dt, size_t count, ncclScalarR
     buf_free(out2);
 }
 
+/* ncclScalarDevice with the scalar in GPU memory (PyTorch's _make_nccl_premul_sum of a tensor):
+ * the GPU reads it when the call runs, after the copy queued before the call writes it; an
+ * immediate scalar there, or a call on host buffers, is refused (fake GPU only). */
+static void premul_device_scalar(ncclComm_t comm)
+{
+    enum { COUNT = 1000 };
+    const size_t n = (size_t)nranks_;
+    float *in = buf_alloc(COUNT * n * 4), *out = buf_alloc(COUNT * n * 4);
+    float *scalar = buf_alloc(sizeof(float)), host_in = 1;
+    static float want; /* read by the copy when it runs */
+    for (size_t i = 0; i < COUNT * n; i++)
+        put(ncclFloat32, in, i, input_of(ncclFloat32, rank_, i));
+    *scalar = 3; /* the fake GPU's memory is the host's: a wrong value first */
+    ncclRedOp_t op = ncclSum;
+    expect(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarHostImmediate, comm),
+           ncclInvalidUsage, "an immediate scalar in GPU memory", "ncclScalarDevice");
+    CHECK_OK(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarDevice, comm),
+             "ncclRedOpCreatePreMulSum of a scalar in GPU memory");
+    want = (float)premul_scalar(ncclFloat32, rank_);
+    CHECK(gpu->delay(NULL, 100000) == 0 && gpu->memcpy_async(scalar, &want, 4, NULL) == 0,
+          "the scalar written on the stream, late");
+    CHECK_OK(ncclAllReduce(in, out, COUNT, ncclFloat32, op, comm, NULL),
+             "ncclAllReduce with a scalar in GPU memory");
+    check_premul("ncclAllReduce, scalar in GPU memory", ncclFloat32, out, COUNT, 0);
+    float host_out = 0;
+    expect(ncclAllReduce(&host_in, &host_out, 1, ncclFloat32, op, comm, NULL), ncclInvalidUsage,
+           "host buffers with a scalar in GPU memory", "GPU");
+    CHECK_OK(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
+    buf_free(scalar);
+    buf_free(in);
+    buf_free(out);
+}
+
 /* The movements: broadcast, bcast, all_gather, all_to_all, gather, scatter, a send/recv ring. */
 static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
 {
@@ -258,6 +291,8 @@ void case_conformance(void)
     premul(comm, ncclBfloat16, 300007, ncclScalarDevice);
     movements(comm, ncclInt32, 300007);
     zero_counts(comm);
+    if (gpu != NULL)
+        premul_device_scalar(comm);
     ncclResult_t async = ncclInternalError;
     CHECK_OK(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
     CHECK(async == ncclSuccess, "async error %d", (int)async);

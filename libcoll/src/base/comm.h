@@ -41,6 +41,8 @@ struct pollfd;
 struct colli_premul {
     bool used;
     bool by_pointer; /* read *ptr at each call, else value */
+    bool on_device;  /* ptr is memory of GPU `device`, read on the GPU when the call runs */
+    int device;
     coll_datatype_t dt;
     const void *ptr;
     unsigned char value[8];

@@ -82,6 +82,16 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
     if ((status = check_memory(fn, comm, "sendbuf", a->sendbuf, send_used, a->recvbuf, recv_used,
                                stream, device)) != COLL_SUCCESS)
         return status;
+    if (premul && pm->on_device && *device != pm->device) {
+        char where[32];
+        snprintf(where, sizeof(where), *device < 0 ? "host memory" : "on GPU %d", *device);
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "%s: PreMulSum operator %d reads its scalar from memory of GPU %d, but "
+                         "this call's buffers are %s: a scalar in GPU memory is read by that "
+                         "GPU, for calls on its buffers (make the operator with a host scalar "
+                         "for the others)",
+                         fn, (int)a->op, pm->device, where);
+    }
     size_t e = coll_datatype_size(a->dt);
     size_t mult = (a->coll == COLLI_COLL_ALL_GATHER || a->coll == COLLI_COLL_REDUCE_SCATTER ||
                    a->coll == COLLI_COLL_ALL_TO_ALL)

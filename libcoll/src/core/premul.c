@@ -38,10 +38,15 @@ coll_result_t coll_op_create_premul_sum(coll_op_t *op, const void *scalar, coll_
                          "COLL_SCALAR_POINTER",
                          fn, (int)residence);
     int dev = -1;
-    if (colli_dev_locate(comm, scalar, &dev) != COLLI_BUF_HOST)
+    const colli_buf_kind_t kind = colli_dev_locate(comm, scalar, &dev);
+    if (kind == COLLI_BUF_FOREIGN)
+        return colli_dev_refuse_foreign(fn, "scalar", scalar);
+    if (kind == COLLI_BUF_DEVICE && residence != COLL_SCALAR_POINTER)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                         "%s: the scalar %p is in GPU memory; kcoll's PreMulSum reads its scalar "
-                         "on the host: pass a host value (ncclScalarHostImmediate)",
+                         "%s: the scalar %p is in GPU memory, but COLL_SCALAR_IMMEDIATE "
+                         "(ncclScalarHostImmediate) reads it now, on the host: pass a host "
+                         "value, or COLL_SCALAR_POINTER (ncclScalarDevice) to have the GPU read "
+                         "it at each call",
                          fn, scalar);
     for (int k = 0; k < COLL_MAX_PREMUL_OPS; k++) {
         struct colli_premul *p = &comm->premul[k];
@@ -51,8 +56,11 @@ coll_result_t coll_op_create_premul_sum(coll_op_t *op, const void *scalar, coll_
         p->used = true;
         p->dt = dt;
         p->by_pointer = residence == COLL_SCALAR_POINTER;
+        p->on_device = kind == COLLI_BUF_DEVICE;
+        p->device = dev;
         p->ptr = scalar;
-        memcpy(p->value, scalar, coll_datatype_size(dt));
+        if (!p->on_device)
+            memcpy(p->value, scalar, coll_datatype_size(dt));
         *op = (coll_op_t)(COLL_NUM_OPS + k);
         return COLL_SUCCESS;
     }
@@ -135,6 +143,7 @@ coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
         .count = send_count(comm, &a),
         .dt = a.dt,
         .ptr = p->by_pointer ? p->ptr : NULL,
+        .on_device = p->on_device,
     };
     memcpy(sc.value, p->value, coll_datatype_size(a.dt));
     return colli_dev_submit_scaled(comm, colli_coll_name(a.coll), it->device, it->stream, &a, &sc);

@@ -190,9 +190,9 @@ static bool prescale(struct coll_comm *comm, struct colli_dev *d, dev_job_t *j)
     const colli_coll_args_t *a = j->ctx;
     const colli_dev_scale_t *sc = &j->sc;
     uint8_t scalar[8];
-    memcpy(scalar, sc->ptr != NULL ? sc->ptr : sc->value, coll_datatype_size(sc->dt));
-    int err = d->ops->scale((void *)a->sendbuf, sc->src, sc->count, (int)sc->dt, scalar,
-                            d->slots[0].stream);
+    memcpy(scalar, sc->value, coll_datatype_size(sc->dt)); /* a host ptr was read at the call */
+    int err = d->ops->scale((void *)a->sendbuf, sc->src, sc->count, (int)sc->dt,
+                            sc->on_device ? sc->ptr : scalar, sc->on_device, d->slots[0].stream);
     int sync_err = colli_dev_wait(comm, d, d->slots[0].stream);
     if (err == 0)
         err = sync_err;
@@ -498,7 +498,9 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         return COLLI_ERR(COLL, COLL_ERR_CUDA,
                          "rank %d: %s: cannot tell whether stream %p is capturing a CUDA graph: %s",
                          comm->rank, what, stream, d->ops->error_string(cerr));
-    if (capturing && sc != NULL && sc->ptr != NULL) /* a replay would not read it again */
+    /* a scalar read at the call: a replay would not read it again (the GPU reads one in its
+     * memory at each replay) */
+    if (capturing && sc != NULL && sc->ptr != NULL && !sc->on_device)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
                          "rank %d: %s with a PreMulSum whose scalar is read at each call "
                          "(COLL_SCALAR_POINTER, ncclScalarDevice) on stream %p, which is "
@@ -547,7 +549,7 @@ static coll_result_t submit(struct coll_comm *comm, const char *what, int device
         ((colli_coll_args_t *)c)->sendbuf = scratch;
         j->scaled = true;
         j->sc = *sc;
-        if (sc->ptr != NULL) { /* a pointer scalar is read when the call is made */
+        if (sc->ptr != NULL && !sc->on_device) { /* a host one is read when the call is made */
             memcpy(j->sc.value, sc->ptr, coll_datatype_size(sc->dt));
             j->sc.ptr = NULL;
         }

@@ -65,7 +65,8 @@ typedef struct colli_dev_scale {
     size_t count;
     coll_datatype_t dt;
     uint8_t value[8]; /* the scalar (COLL_SCALAR_IMMEDIATE) */
-    const void *ptr;  /* else host memory, read when the call runs */
+    const void *ptr;  /* else host memory, read when the call is made, */
+    bool on_device;   /* or memory of the call's GPU, read by the GPU when the call runs */
 } colli_dev_scale_t;
 
 /* Queue the collective a (a sum) on the scaled input: a's sendbuf is replaced by the scratch

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define COLLI_GPU_PLUGIN_VERSION 7
+#define COLLI_GPU_PLUGIN_VERSION 8
 #define COLLI_GPU_MAX_SRCS       8  /* inputs of one reduce call */
 #define COLLI_GPU_IPC_HANDLE     64 /* bytes of an IPC handle (a cudaIpcMemHandle_t) */
 #define COLLI_GPU_PLUGIN_SYMBOL  "colli_gpu_plugin_v1"
@@ -110,10 +110,11 @@ typedef struct colli_gpu_ops {
      * first device call on its GPU without. 0, or an error (no kernel image for this GPU). */
     int (*load_kernels)(int only_if_current, int *loaded);
     /* dst[i] = scalar * src[i] for i < count on the current device's memory, ordered on stream
-     * (PreMulSum's first step): scalar is one element of dt in host memory, read now; computed
-     * as colli_scale (coll_kernels.h) does. dst may equal src. */
+     * (PreMulSum's first step): scalar is one element of dt in host memory, read now, or with
+     * on_device in device memory, read when the work runs (ncclScalarDevice); computed as
+     * colli_scale (coll_kernels.h) does. dst may equal src. */
     int (*scale)(void *dst, const void *src, size_t count, int dt, const void *scalar,
-                 void *stream);
+                 int on_device, void *stream);
     /* Is stream capturing a CUDA graph (cudaStreamIsCapturing: active, or invalidated by an
      * error)? Work enqueued on such a stream is recorded into the graph, not run (graph.c).
      * 0, or an error. */

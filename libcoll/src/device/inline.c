@@ -82,9 +82,10 @@ int colli_dev_inline_emit(struct coll_comm *comm, struct colli_dev *d, dev_job_t
     j->refs = 1; /* no runtime thread holds it */
     if (j->scaled) {
         const colli_coll_args_t *a = j->ctx;
-        uint8_t scalar[8]; /* read now: the kernel takes it by value */
-        memcpy(scalar, j->sc.ptr != NULL ? j->sc.ptr : j->sc.value, coll_datatype_size(j->sc.dt));
-        err = o->scale((void *)a->sendbuf, j->sc.src, j->sc.count, (int)j->sc.dt, scalar, stream);
+        uint8_t scalar[8]; /* the kernel takes it by value, or reads it in device memory */
+        memcpy(scalar, j->sc.value, coll_datatype_size(j->sc.dt));
+        err = o->scale((void *)a->sendbuf, j->sc.src, j->sc.count, (int)j->sc.dt,
+                       j->sc.on_device ? j->sc.ptr : scalar, j->sc.on_device, stream);
         if (err != 0) {
             j->bad = "scaling the input of a PreMulSum";
             j->bad_why = o->error_string(err);
