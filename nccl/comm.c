@@ -88,6 +88,11 @@ static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **
         free(*comm);
         return nccl_error(ncclSystemError, "%s: cannot create a mutex", fn);
     }
+    if (pthread_mutex_init(&(*comm)->state_lock, NULL) != 0) {
+        pthread_mutex_destroy(&(*comm)->join_lock);
+        free(*comm);
+        return nccl_error(ncclSystemError, "%s: cannot create a mutex", fn);
+    }
     (*comm)->cuda_device = nccl_current_device();
     return ncclSuccess;
 }
@@ -95,6 +100,7 @@ static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **
 static void free_comm(struct ncclComm *comm)
 {
     pthread_mutex_destroy(&comm->join_lock);
+    pthread_mutex_destroy(&comm->state_lock);
     free(comm);
 }
 
@@ -107,13 +113,52 @@ typedef struct {
 static void *init_thread(void *arg)
 {
     init_job_t *job = arg;
-    coll_result_t r = coll_comm_init_rank(&job->comm->coll, job->nranks, job->id, job->rank);
-    if (r != COLL_SUCCESS)
-        snprintf(job->comm->init_msg, sizeof(job->comm->init_msg), "%s", coll_get_last_error());
-    job->comm->init_rc = nccl_result(r);
-    __atomic_store_n(&job->comm->init_pending, 2, __ATOMIC_RELEASE); /* 2: done, not joined */
+    struct ncclComm *comm = job->comm;
+    coll_comm_t made = NULL;
+    coll_result_t r = coll_comm_init_rank(&made, job->nranks, job->id, job->rank);
     free(job);
+    pthread_mutex_lock(&comm->state_lock);
+    const bool abandoned = comm->abandoned != 0;
+    if (!abandoned) {
+        comm->coll = made;
+        if (r != COLL_SUCCESS)
+            snprintf(comm->init_msg, sizeof(comm->init_msg), "%s", coll_get_last_error());
+        comm->init_rc = nccl_result(r);
+        __atomic_store_n(&comm->init_pending, 2, __ATOMIC_RELEASE); /* 2: done, not joined */
+    }
+    pthread_mutex_unlock(&comm->state_lock);
+    if (abandoned) { /* aborted meanwhile: nobody holds comm but this thread */
+        if (made != NULL)
+            (void)coll_comm_abort(made);
+        pthread_mutex_lock(&comm->join_lock); /* the aborter is out */
+        pthread_mutex_unlock(&comm->join_lock);
+        free_comm(comm);
+    }
     return NULL;
+}
+
+/* An abort of a communicator whose non-blocking creation still runs (a peer that never came):
+ * the creation is abandoned, not waited for (it may wait for its peers until
+ * COLL_BOOTSTRAP_TIMEOUT); its thread ends what it made and frees comm. true when so. */
+static bool abandon_creation(struct ncclComm *comm)
+{
+    bool abandoned = false;
+    pthread_mutex_lock(&comm->join_lock);
+    if (comm->init_thread != NULL) { /* not joined */
+        pthread_mutex_lock(&comm->state_lock);
+        if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE) == 1) {
+            comm->abandoned = 1;
+            abandoned = true;
+        }
+        pthread_mutex_unlock(&comm->state_lock);
+        if (abandoned) {
+            (void)pthread_detach(*(pthread_t *)comm->init_thread);
+            free(comm->init_thread);
+            comm->init_thread = NULL;
+        }
+    }
+    pthread_mutex_unlock(&comm->join_lock);
+    return abandoned;
 }
 
 /* Non-blocking creation: on a thread of its own; ncclCommGetAsyncError says ncclInProgress
@@ -324,7 +369,7 @@ KCOLL_NCCL_ALIAS(ncclCommFinalize);
 
 static ncclResult_t end_comm(ncclComm_t comm, const char *fn, coll_result_t (*end)(coll_comm_t))
 {
-    if (comm == NULL)
+    if (comm == NULL || (end == coll_comm_abort && abandon_creation(comm)))
         return ncclSuccess;
     coll_comm_t c = NULL;
     (void)nccl_comm(comm, fn, &c); /* waits for a creation still running */

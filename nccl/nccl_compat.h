@@ -36,6 +36,10 @@ struct ncclComm {
     void *init_thread;         /* pthread_t *, joined by the first call that needs the result */
     pthread_mutex_t join_lock; /* one joiner: the watchdog polls while the main thread calls */
     char init_msg[1024];       /* the non-blocking creation's error message */
+    /* an abort while the creation runs abandons it: the creating thread then ends what it
+     * made and frees this (state_lock: between the two) */
+    pthread_mutex_t state_lock;
+    int abandoned;
 };
 
 /* kcoll's result as the NCCL result a framework expects. */

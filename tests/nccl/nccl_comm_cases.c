@@ -102,6 +102,26 @@ void case_nonblocking(void)
     CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, comm, NULL), "ncclAllReduce");
     CHECK(sum == nranks_, "sum %g", sum);
     CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy");
+    /* an abort while a creation waits for a peer that never comes returns at once (the creation
+     * waits until COLL_BOOTSTRAP_TIMEOUT, 30 s here); the abandoned creation ends itself */
+    if (rank_ == 0) {
+        ncclUniqueId lone;
+        ncclComm_t pending = NULL;
+        CHECK_OK(ncclGetUniqueId(&lone), "ncclGetUniqueId");
+        rc = ncclCommInitRankConfig(&pending, 2, lone, 0, &config);
+        CHECK(rc == ncclInProgress && pending != NULL, "a creation that waits: %d", (int)rc);
+        ncclResult_t state = ncclSuccess;
+        CHECK(pending == NULL || (ncclCommGetAsyncError(pending, &state) == ncclSuccess &&
+                                  state == ncclInProgress),
+              "still in progress: %d", (int)state);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        CHECK(pending == NULL || ncclCommAbort(pending) == ncclSuccess, "ncclCommAbort");
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double took =
+            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        CHECK(took < 5, "ncclCommAbort of a pending creation took %.1f s", took);
+    }
     /* a config that was never initialized is refused */
     ncclConfig_t junk;
     memset(&junk, 0, sizeof(junk));
