@@ -1,40 +1,19 @@
-/* A stand-in libcuda.so.1 for nccl_cudriver: the driver calls kcoll's libnccl.so.2 makes when
- * the process has no CUDA runtime library to find (a runtime linked statically, as CuPy 14's),
- * with the real header's types, over host memory: the current context's GPU, cuMemAlloc,
- * cuMemFree, cuPointerGetAttribute (its memory type) and the per-thread capture mode;
- * cuDriverGetVersion for libcoll. stub_* let the test set the GPU (-1: no context current) and
- * see what was allocated, freed, and in which capture mode. */
+/* A stand-in libcuda.so.1 for nccl_cudart driver: the driver calls kcoll's libnccl.so.2 makes
+ * when the process has no CUDA runtime library to find (a runtime linked statically, as CuPy
+ * 14's), with the real header's types, over host memory (stub_alloc.h): the current context's
+ * GPU, cuMemAlloc, cuMemFree, cuPointerGetAttribute (its memory type) and the per-thread
+ * capture mode; cuDriverGetVersion for libcoll. stub_strict_at and stub_mode tell the test in
+ * which capture mode the allocation and the free ran, and the mode now. */
 #include <cuda.h>
 #include <stdint.h>
-#include <stdlib.h>
 
-#define EXPORT __attribute__((visibility("default")))
+#include "stub_alloc.h"
 
-static int current = 0;
-static void *given[16];
-static int freed, strict_at_alloc = -1, strict_at_free = -1;
+static int strict_at_alloc = -1, strict_at_free = -1;
 static _Thread_local CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
-EXPORT void stub_set_device(int device)
-{
-    current = device;
-}
-
-/* 1 when p came from this cuMemAlloc and was not freed */
-EXPORT int stub_owns(const void *p)
-{
-    for (int i = 0; i < 16; i++)
-        if (given[i] != NULL && given[i] == p)
-            return 1;
-    return 0;
-}
-
-EXPORT int stub_freed(void)
-{
-    return freed;
-}
-
-/* 1 when the last cuMemAlloc / cuMemFree ran in a mode other than relaxed, -1 before any */
+/* 1 when the last cuMemAlloc (alloc) / cuMemFree ran in a mode other than relaxed, -1 before
+ * any */
 EXPORT int stub_strict_at(int alloc)
 {
     return alloc ? strict_at_alloc : strict_at_free;
@@ -73,27 +52,15 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     if (current < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     strict_at_alloc = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-    for (int i = 0; i < 16; i++)
-        if (given[i] == NULL) {
-            given[i] = calloc(1, bytes ? bytes : 1);
-            *p = (CUdeviceptr)(uintptr_t)given[i];
-            return given[i] != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    void *m = stub_alloc(bytes);
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return m != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr d)
 {
-    void *p = (void *)(uintptr_t)d;
     strict_at_free = mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-    for (int i = 0; i < 16; i++)
-        if (given[i] != NULL && given[i] == p) {
-            free(p);
-            given[i] = NULL;
-            freed++;
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_INVALID_VALUE;
+    return stub_free((void *)(uintptr_t)d) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr d)
