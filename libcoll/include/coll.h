@@ -322,10 +322,10 @@ COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t da
  * sends and receives (an all-to-all-v, a ring exchange) completes without deadlock. Calls on
  * several communicators run concurrently, one thread per communicator whose calls use host
  * buffers (calls on device buffers are queued on their streams by the calling thread), so one
- * thread may drive several ranks of one job (one per GPU, as with ncclCommInitAll). coll_comm_init_rank inside a
- * group returns at once: every communicator it queued is created at coll_group_end, all at the
- * same time, and written to its coll_comm_t then (which must stay valid until then); if one
- * fails, none is created and coll_group_end returns that error.
+ * thread may drive several ranks of one job (one per GPU, as with ncclCommInitAll).
+ * coll_comm_init_rank inside a group returns at once: every communicator it queued is created at
+ * coll_group_end, all at the same time, and written to its coll_comm_t then (which must stay valid
+ * until then); if one fails, none is created and coll_group_end returns that error.
  */
 COLL_API coll_result_t coll_group_start(void);
 COLL_API coll_result_t coll_group_end(void);
