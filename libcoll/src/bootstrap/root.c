@@ -401,7 +401,11 @@ static void timeout_fail(root_t *r)
 {
     char msg[ROOT_MSG_MAX];
     if (r->nranks == 0) {
-        coll_warn(BOOT, "bootstrap root: no rank checked in before the bootstrap timeout");
+        coll_warn(BOOT, "bootstrap root: no rank checked in before the bootstrap timeout: this "
+                        "process made a unique id that no rank used (harmless when the job runs "
+                        "on another one, as with the extra ids of ncclCommInitRankScalable, of "
+                        "which kcoll takes the first; else the id never reached the ranks, or "
+                        "they cannot reach this host)");
         return;
     }
     size_t used = 0;
