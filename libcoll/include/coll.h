@@ -356,6 +356,11 @@ COLL_API coll_result_t coll_mem_free(void *ptr);
 COLL_API size_t coll_datatype_size(coll_datatype_t datatype);
 /** Names: "float32", "sum", "all_reduce"-style; "invalid" for out-of-range values. */
 COLL_API const char *coll_datatype_name(coll_datatype_t datatype);
+/** v as one element of the floating datatype dt (float16, bfloat16, float32, float64, the
+ *  float8 ones), into out (coll_datatype_size(dt) bytes): float64 exactly, the others rounded
+ *  to float32 and then as the reductions round (to nearest even; float8 saturating). A PreMulSum
+ *  scalar of that datatype, for one. */
+COLL_API coll_result_t coll_datatype_from_double(coll_datatype_t dt, double v, void *out);
 COLL_API const char *coll_op_name(coll_op_t op);
 
 #ifdef __cplusplus

@@ -158,6 +158,25 @@ static void premul_device_scalar(ncclComm_t comm)
     buf_free(out);
 }
 
+/* ncclAvg of float16 as NCCL computes it (every input times 1/n, then the sum): inputs of
+ * 40000 average to about 40000 where their sum (from 80000) is beyond float16's 65504; kcoll's
+ * own average, the sum divided once, was infinite from 3 ranks on (checked: 4 ranks). */
+static void avg_float16(ncclComm_t comm)
+{
+    enum { COUNT = 64 };
+    uint16_t *buf = buf_alloc(COUNT * 2);
+    for (size_t i = 0; i < COUNT; i++)
+        put(ncclFloat16, buf, i, 40000);
+    CHECK_OK(ncclAllReduce(buf, buf, COUNT, ncclFloat16, ncclAvg, comm, NULL),
+             "ncclAllReduce ncclAvg float16");
+    size_t bad = 0;
+    for (size_t i = 0; i < COUNT; i++)
+        bad += !close_enough(ncclFloat16, get(ncclFloat16, buf, i), 40000);
+    CHECK(bad == 0, "ncclAvg of float16 40000s: %zu of %d wrong (first %g)", bad, COUNT,
+          get(ncclFloat16, buf, 0));
+    buf_free(buf);
+}
+
 /* The movements: broadcast, bcast, all_gather, all_to_all, gather, scatter, a send/recv ring. */
 static void movements(ncclComm_t comm, ncclDataType_t dt, size_t count)
 {
@@ -291,6 +310,7 @@ void case_conformance(void)
     premul(comm, ncclBfloat16, 300007, ncclScalarDevice);
     movements(comm, ncclInt32, 300007);
     zero_counts(comm);
+    avg_float16(comm);
     if (gpu != NULL)
         premul_device_scalar(comm);
     ncclResult_t async = ncclInternalError;

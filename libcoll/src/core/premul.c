@@ -70,6 +70,40 @@ coll_result_t coll_op_create_premul_sum(coll_op_t *op, const void *scalar, coll_
                      fn, COLL_MAX_PREMUL_OPS);
 }
 
+coll_result_t coll_datatype_from_double(coll_datatype_t dt, double v, void *out)
+{
+    if (out == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "coll_datatype_from_double: out is NULL");
+    const float f = (float)v;
+    uint16_t h;
+    uint8_t b;
+    switch (dt) {
+    case COLL_FLOAT16:
+        h = colli_float_to_half(f);
+        memcpy(out, &h, sizeof(h));
+        return COLL_SUCCESS;
+    case COLL_BFLOAT16:
+        h = colli_float_to_bf16(f);
+        memcpy(out, &h, sizeof(h));
+        return COLL_SUCCESS;
+    case COLL_FLOAT32:
+        memcpy(out, &f, sizeof(f));
+        return COLL_SUCCESS;
+    case COLL_FLOAT64:
+        memcpy(out, &v, sizeof(v));
+        return COLL_SUCCESS;
+    case COLL_FLOAT8_E4M3:
+    case COLL_FLOAT8_E5M2:
+        b = dt == COLL_FLOAT8_E4M3 ? colli_float_to_fp8_e4m3(f) : colli_float_to_fp8_e5m2(f);
+        memcpy(out, &b, sizeof(b));
+        return COLL_SUCCESS;
+    default:
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_datatype_from_double: %s (%d) is not a floating datatype",
+                         coll_datatype_name(dt), (int)dt);
+    }
+}
+
 coll_result_t coll_op_destroy(coll_op_t op, coll_comm_t handle)
 {
     struct coll_comm *comm;
