@@ -31,12 +31,13 @@ static void *cudart(const char *sym)
 }
 
 /* The driver's entry point sym when the process has the driver loaded (every CUDA program
- * does, whatever way it links the runtime). */
+ * does, whatever way it links the runtime). The reference dlopen takes is given back: the
+ * driver stays loaded by what loaded it, and is never unloaded. */
 static void *driver(const char *sym)
 {
     void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     void *fn = h != NULL ? dlsym(h, sym) : NULL;
-    if (h != NULL && fn == NULL)
+    if (h != NULL)
         (void)dlclose(h);
     return fn;
 }

@@ -211,8 +211,8 @@ static bool device_only(const colli_item_t *items, int n, coll_comm_t handle)
  * (they are queued on their streams and return; a stream handle such as
  * cudaStreamPerThread means the caller's thread's stream, and the caller's current GPU is
  * kept), then the others one thread each, so that a thread that drives several ranks of one
- * job makes progress on all; the first failure in issue order of the communicators is
- * returned. */
+ * job makes progress on all. The first failure is returned: of the device-only communicators,
+ * then of the others, each in issue order. */
 static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
 {
     comm_calls_t *per = calloc((size_t)n, sizeof(*per));
@@ -226,25 +226,17 @@ static coll_result_t run_calls_concurrently(const colli_item_t *items, int n)
         if (!seen)
             per[ncomm++] = (comm_calls_t){.items = items, .n = n, .handle = items[i].handle};
     }
-    for (int k = 0; k < ncomm; k++)
+    for (int k = 0; k < ncomm; k++) /* the device-only ones to the front, in order */
         if (device_only(items, n, per[k].handle)) {
-            calls_thread(&per[k]);
-            ndev++;
+            const comm_calls_t dev = per[k];
+            memmove(&per[ndev + 1], &per[ndev], (size_t)(k - ndev) * sizeof(*per));
+            per[ndev++] = dev;
         }
-    comm_calls_t *rest = calloc((size_t)(ncomm - ndev) + 1, sizeof(*rest));
-    if (rest == NULL) {
-        free(per);
-        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory running a group");
-    }
-    for (int k = 0, r = 0; k < ncomm; k++)
-        if (!device_only(items, n, per[k].handle))
-            rest[r++] = per[k];
-    coll_result_t status =
-        ncomm > ndev ? run_at_once(calls_thread, rest, sizeof(*rest), ncomm - ndev) : COLL_SUCCESS;
-    for (int k = 0, r = 0; k < ncomm; k++)
-        if (!device_only(items, n, per[k].handle))
-            per[k] = rest[r++];
-    free(rest);
+    for (int k = 0; k < ndev; k++)
+        calls_thread(&per[k]);
+    coll_result_t status = ncomm > ndev
+                               ? run_at_once(calls_thread, per + ndev, sizeof(*per), ncomm - ndev)
+                               : COLL_SUCCESS;
     for (int k = 0; k < ncomm && status == COLL_SUCCESS; k++)
         if (per[k].status != COLL_SUCCESS) {
             status = per[k].status;
