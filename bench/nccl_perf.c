@@ -1,10 +1,14 @@
 /*
  * The price of kcoll's NCCL face: ncclAllReduce (kcoll's libnccl.so.2) beside coll_all_reduce
  * (libcoll.so) in the same processes, on the same buffers, alternating rounds. Run under coll-run:
- *   coll-run -n 2 bench/nccl-perf [-b BYTES]... [-r ROUNDS] [-n ITERS]
+ *   coll-run -n 2 bench/nccl-perf [-b BYTES]... [-r ROUNDS] [-n ITERS] [-o sum|avg|premul]
  * The coll communicator comes from coll-run's unique id; rank 0 makes the NCCL one's id and
  * broadcasts it over the first. Prints, per size, the best time per call of each (microseconds)
- * and the bus bandwidth, as coll-perf computes it (2(n-1)/n * bytes / time).
+ * and the bus bandwidth, as coll-perf computes it (2(n-1)/n * bytes / time). With -o avg both
+ * average: coll_all_reduce sums and divides, ncclAllReduce's ncclAvg of float32 is a PreMulSum by
+ * 1/n, as NVIDIA NCCL makes it (a scale pass before the sum). With -o premul, coll_all_reduce
+ * sums and ncclAllReduce runs a PreMulSum operator (ncclRedOpCreatePreMulSum, scalar 0.5): the
+ * price of the scale pass.
  */
 #define _GNU_SOURCE
 #include <nccl.h>
@@ -23,13 +27,18 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+enum { OP_SUM, OP_AVG, OP_PREMUL };
+static const char *const op_names[] = {"sum", "avg", "premul"};
+
 /* One all_reduce through kcoll's API (which 0) or its NCCL face (1); 1 on success. */
-static int call(int which, coll_comm_t coll, ncclComm_t nccl, const float *in, float *out,
-                size_t count)
+static int call(int which, int op, ncclRedOp_t premul, coll_comm_t coll, ncclComm_t nccl,
+                const float *in, float *out, size_t count)
 {
     if (which == 0)
-        return coll_all_reduce(in, out, count, COLL_FLOAT32, COLL_SUM, coll, NULL) == COLL_SUCCESS;
-    return ncclAllReduce(in, out, count, ncclFloat32, ncclSum, nccl, NULL) == ncclSuccess;
+        return coll_all_reduce(in, out, count, COLL_FLOAT32, op == OP_AVG ? COLL_AVG : COLL_SUM,
+                               coll, NULL) == COLL_SUCCESS;
+    const ncclRedOp_t nop = op == OP_AVG ? ncclAvg : op == OP_PREMUL ? premul : ncclSum;
+    return ncclAllReduce(in, out, count, ncclFloat32, nop, nccl, NULL) == ncclSuccess;
 }
 
 static int die(const char *what, const char *why)
@@ -41,7 +50,7 @@ static int die(const char *what, const char *why)
 int main(int argc, char **argv)
 {
     size_t sizes[8] = {0};
-    int nsizes = 0, rounds = 5, iters = 20;
+    int nsizes = 0, rounds = 5, iters = 20, op = OP_SUM;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-b") == 0 && nsizes < 8)
             sizes[nsizes++] = strtoull(argv[i + 1], NULL, 10);
@@ -49,6 +58,14 @@ int main(int argc, char **argv)
             rounds = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0)
             iters = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-o") == 0) {
+            op = -1;
+            for (int k = 0; k < 3; k++)
+                if (strcmp(argv[i + 1], op_names[k]) == 0)
+                    op = k;
+            if (op < 0)
+                return die("-o", "the operator is sum, avg or premul");
+        }
     }
     if (nsizes == 0) {
         sizes[nsizes++] = 8;
@@ -73,11 +90,16 @@ int main(int argc, char **argv)
         return die("coll_broadcast", coll_get_last_error());
     if (ncclCommInitRank(&nccl, nranks, nid, rank) != ncclSuccess)
         return die("ncclCommInitRank", ncclGetLastError(NULL));
+    float half = 0.5f;
+    ncclRedOp_t premul = ncclSum;
+    if (op == OP_PREMUL && ncclRedOpCreatePreMulSum(&premul, &half, ncclFloat32,
+                                                    ncclScalarHostImmediate, nccl) != ncclSuccess)
+        return die("ncclRedOpCreatePreMulSum", ncclGetLastError(NULL));
     if (rank == 0)
-        printf("# %d ranks, best of %d alternating rounds of %d calls, float32 sum, out of place\n"
+        printf("# %d ranks, best of %d alternating rounds of %d calls, float32 %s, out of place\n"
                "# %12s %14s %14s %12s %12s %8s\n",
-               nranks, rounds, iters, "bytes", "coll (us)", "nccl (us)", "coll GB/s", "nccl GB/s",
-               "nccl/coll");
+               nranks, rounds, iters, op_names[op], "bytes", "coll (us)", "nccl (us)", "coll GB/s",
+               "nccl GB/s", "nccl/coll");
     for (int s = 0; s < nsizes; s++) {
         size_t count = sizes[s] / 4 ? sizes[s] / 4 : 1;
         float *in = malloc(count * 4), *out = malloc(count * 4);
@@ -90,13 +112,13 @@ int main(int argc, char **argv)
                 /* two warm-up calls, a one-element all_reduce to line the ranks up, then the
                  * timed calls */
                 for (int k = 0; k < 2 && ok; k++)
-                    ok = call(which, coll, nccl, in, out, count);
+                    ok = call(which, op, premul, coll, nccl, in, out, count);
                 float one = 1, sum;
                 ok = ok && coll_all_reduce(&one, &sum, 1, COLL_FLOAT32, COLL_SUM, coll, NULL) ==
                                COLL_SUCCESS;
                 double t0 = now();
                 for (int k = 0; k < iters && ok; k++)
-                    ok = call(which, coll, nccl, in, out, count);
+                    ok = call(which, op, premul, coll, nccl, in, out, count);
                 if (!ok)
                     return die("all_reduce",
                                which ? ncclGetLastError(NULL) : coll_get_last_error());

@@ -40,36 +40,6 @@ static ncclResult_t redop(ncclRedOp_t op, const char *fn, coll_op_t *out)
 _Static_assert((int)ncclNumOps == (int)COLL_NUM_OPS,
                "PreMulSum operators are numbered from ncclNumOps in NCCL, COLL_NUM_OPS in kcoll");
 
-/* NCCL's ncclAvg of float16, bfloat16, float32 and float64 is a PreMulSum by 1/nranks: every
- * input is scaled before the sum, so no partial sum overflows where the average does not (a
- * float16 sum above 65504), and the results round as NCCL's. The operator lives for one call
- * (a call copies its operator, in a group too). Integers, float8 (whose 1/n rounds too far)
- * and a communicator that holds every PreMulSum operator already keep kcoll's average: the
- * sum, divided once. *made: an operator was made, to destroy after the call. */
-static coll_op_t avg_op(coll_comm_t c, coll_datatype_t dt, coll_op_t kop, bool *made)
-{
-    *made = false;
-    int n = 0;
-    uint8_t scalar[8];
-    coll_op_t op = kop;
-    if (kop != COLL_AVG ||
-        (dt != COLL_FLOAT16 && dt != COLL_BFLOAT16 && dt != COLL_FLOAT32 && dt != COLL_FLOAT64) ||
-        coll_comm_count(c, &n) != COLL_SUCCESS || n < 1 ||
-        coll_datatype_from_double(dt, 1.0 / n, scalar) != COLL_SUCCESS ||
-        coll_op_create_premul_sum(&op, scalar, dt, COLL_SCALAR_IMMEDIATE, c) != COLL_SUCCESS)
-        return kop;
-    *made = true;
-    return op;
-}
-
-/* A reduction's result, with the operator avg_op made destroyed. */
-static ncclResult_t reduced(coll_result_t r, coll_comm_t c, coll_op_t op, bool made)
-{
-    if (made)
-        (void)coll_op_destroy(op, c);
-    return nccl_result(r);
-}
-
 /* The kcoll communicator, datatype and (for reductions) operator of a call. */
 static ncclResult_t args(ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t *op, const char *fn,
                          coll_comm_t *c, coll_datatype_t *kdt, coll_op_t *kop)
@@ -90,13 +60,9 @@ KCOLL_NCCL_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, 
     coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclAllReduce", &c, &dt, &kop);
-    bool made = false;
-    if (rc == ncclSuccess)
-        kop = avg_op(c, dt, kop, &made);
     return rc != ncclSuccess
                ? rc
-               : reduced(coll_all_reduce(sendbuff, recvbuff, count, dt, kop, c, stream), c, kop,
-                         made);
+               : nccl_result(coll_all_reduce(sendbuff, recvbuff, count, dt, kop, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclAllReduce);
 
@@ -129,13 +95,9 @@ KCOLL_NCCL_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, siz
     coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclReduce", &c, &dt, &kop);
-    bool made = false;
-    if (rc == ncclSuccess)
-        kop = avg_op(c, dt, kop, &made);
     return rc != ncclSuccess
                ? rc
-               : reduced(coll_reduce(sendbuff, recvbuff, count, dt, kop, root, c, stream), c, kop,
-                         made);
+               : nccl_result(coll_reduce(sendbuff, recvbuff, count, dt, kop, root, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclReduce);
 
@@ -160,13 +122,9 @@ KCOLL_NCCL_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbu
     coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclReduceScatter", &c, &dt, &kop);
-    bool made = false;
-    if (rc == ncclSuccess)
-        kop = avg_op(c, dt, kop, &made);
-    return rc != ncclSuccess
-               ? rc
-               : reduced(coll_reduce_scatter(sendbuff, recvbuff, recvcount, dt, kop, c, stream), c,
-                         kop, made);
+    return rc != ncclSuccess ? rc
+                             : nccl_result(coll_reduce_scatter(sendbuff, recvbuff, recvcount, dt,
+                                                               kop, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclReduceScatter);
 

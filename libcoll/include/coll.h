@@ -77,8 +77,10 @@ typedef enum {
 
 /**
  * Reduction operators. Integer sum and prod wrap around (two's complement). COLL_AVG is the sum
- * divided by the number of ranks at the end (integer division truncates; float16/bfloat16/float8
- * are computed in float32 and rounded to nearest even).
+ * divided by the number of ranks at the end (integer division truncates; bfloat16/float8 are
+ * computed in float32 and rounded to nearest even), except for float16: there, as in NVIDIA
+ * NCCL, each input is multiplied by 1/nranks (rounded to float16) before the sum, so that a sum
+ * beyond float16's 65504 cannot make an average that is finite infinite.
  */
 typedef enum {
     COLL_SUM = 0,

@@ -6,6 +6,8 @@
  * Values are chosen so that float results are exact whatever the summation order:
  *   integers: the full range (sum/prod wrap; the reference computes in unsigned arithmetic);
  *   floats, sum/avg: integers in [-8, 8] ([-1, 1] for float8); prod: {1, -1, 2, -2, 0.5, 0};
+ *   (except float16 avg on a number of ranks that is no power of two: each input is multiplied
+ *   by 1/nranks in float16 before the sum, so partial sums round; checked within n/256);
  * min/max: [-100, 100].
  */
 #ifndef COLL_TEST_REF_H

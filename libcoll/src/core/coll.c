@@ -75,6 +75,8 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
                          a->root, n);
     if (premul && (status = colli_premul_check(comm, fn, a, pm)) != COLL_SUCCESS)
         return status;
+    if (reduces && !premul)
+        (void)colli_premul_avg(comm, a, pm);
     if (a->count == 0) /* nothing to move: the caller does nothing (buffers may be NULL) */
         return COLL_SUCCESS;
     bool send_used = !(a->coll == COLLI_COLL_BROADCAST && r != a->root);

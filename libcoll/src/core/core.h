@@ -19,8 +19,9 @@ typedef struct colli_item {
     int peer;
     int device;   /* the GPU of its buffers, -1 for host buffers */
     void *stream; /* device buffers: the caller's stream */
-    /* a PreMulSum operator (a.op >= COLL_NUM_OPS) as it was at the call: NCCL lets a program
-     * destroy the operator right after the call, before its group ends (PyTorch does) */
+    /* pm.used: the call pre-multiplies. A PreMulSum operator (a.op >= COLL_NUM_OPS) as it was
+     * at the call (NCCL lets a program destroy the operator right after the call, before its
+     * group ends: PyTorch does), or the 1/nranks of a float16 COLL_AVG (colli_premul_avg) */
     struct colli_premul pm;
 } colli_item_t;
 
@@ -68,6 +69,10 @@ coll_result_t colli_dispatch_p2p(coll_comm_t handle, const colli_item_t *items, 
  * call's datatype; *pm: a copy of it. */
 coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const colli_coll_args_t *a,
                                  struct colli_premul *pm);
+/* premul.c: a float16 COLL_AVG is a PreMulSum by 1/nranks, as NVIDIA NCCL makes it (a sum
+ * beyond 65504 is inf where the average is finite): true and *pm its scalar for such a call. */
+bool colli_premul_avg(const struct coll_comm *comm, const colli_coll_args_t *a,
+                      struct colli_premul *pm);
 /* premul.c: run a checked call with a PreMulSum operator (host buffers). */
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it);
 /* premul.c: queue one on device buffers (staged through pinned host memory, stream-ordered). */

@@ -10,7 +10,7 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
     const colli_coll_args_t *a = &it->a;
     const bool reduces = a->coll == COLLI_COLL_ALL_REDUCE || a->coll == COLLI_COLL_REDUCE ||
                          a->coll == COLLI_COLL_REDUCE_SCATTER;
-    if (it->device >= 0 && reduces && (int)a->op >= COLL_NUM_OPS)
+    if (it->device >= 0 && reduces && it->pm.used)
         return colli_premul_dev(comm, it); /* staged through host memory */
     if (it->device >= 0) /* CUDA IPC or the chunk pipeline, on the progress thread */
         return colli_dev_submit(comm, colli_coll_name(a->coll), it->device, it->stream, NULL, 0,
@@ -18,7 +18,7 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
     coll_result_t status = colli_dev_drain(comm, colli_coll_name(a->coll));
     if (status != COLL_SUCCESS)
         return status;
-    if (reduces && (int)a->op >= COLL_NUM_OPS)
+    if (reduces && it->pm.used)
         return colli_premul_run(comm, it);
     return colli_run_collective(comm, a);
 }

@@ -1,8 +1,9 @@
-/* PreMulSum operators (coll_op_create_premul_sum): each rank's input multiplied by its own
- * scalar into a temporary buffer, then summed by the ordinary all_reduce / reduce /
- * reduce_scatter (so every algorithm and transport serves them unchanged). On device buffers the
- * GPU scales (the plugin's scale kernel, on the progress thread, into device scratch), and the
- * sum runs as any collective on device buffers (CUDA IPC or the chunk pipeline). */
+/* PreMulSum operators (coll_op_create_premul_sum), and float16 COLL_AVG: each rank's input
+ * multiplied by its own scalar (into recvbuf or a temporary buffer), then summed by the ordinary
+ * all_reduce / reduce / reduce_scatter (so every algorithm and transport serves them unchanged). On
+ * device buffers the GPU scales (the plugin's scale kernel, on the progress thread, into device
+ * scratch), and the sum runs as any collective on device buffers (CUDA IPC or the chunk pipeline).
+ */
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,20 @@ static size_t send_count(const struct coll_comm *comm, const colli_coll_args_t *
     return a->coll == COLLI_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
 }
 
+bool colli_premul_avg(const struct coll_comm *comm, const colli_coll_args_t *a,
+                      struct colli_premul *pm)
+{
+    if (a->op != COLL_AVG || a->dt != COLL_FLOAT16 || comm->nranks < 1)
+        return false;
+    memset(pm, 0, sizeof(*pm));
+    if (coll_datatype_from_double(COLL_FLOAT16, 1.0 / comm->nranks, pm->value) != COLL_SUCCESS)
+        return false; /* cannot happen: 1/n is within float16's range */
+    pm->used = true;
+    pm->dt = COLL_FLOAT16;
+    pm->device = -1;
+    return true;
+}
+
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it)
 {
     const struct colli_premul *p = &it->pm;
@@ -154,13 +169,23 @@ coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it)
     const size_t n = send_count(comm, a);
     if (n == 0)
         return colli_run_collective(comm, &s);
+    const void *scalar = p->by_pointer ? p->ptr : p->value;
+    /* an all_reduce, and a reduce at its root, scale into recvbuf (sendbuf's size: also in
+     * place) and sum there: no temporary buffer, whose fresh pages would cost more than the
+     * scaling (64 MiB: 2.4 times the sum's time, against 1.1 times this way) */
+    if (a->coll == COLLI_COLL_ALL_REDUCE ||
+        (a->coll == COLLI_COLL_REDUCE && comm->rank == a->root)) {
+        colli_scale(a->recvbuf, a->sendbuf, n, a->dt, scalar);
+        s.sendbuf = a->recvbuf;
+        return colli_run_collective(comm, &s);
+    }
     const size_t bytes = n * coll_datatype_size(a->dt);
     void *scaled = malloc(bytes);
     if (scaled == NULL)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM,
                          "%s: out of memory for the %zu bytes of a PreMulSum",
                          colli_coll_name(a->coll), bytes);
-    colli_scale(scaled, a->sendbuf, n, a->dt, p->by_pointer ? p->ptr : p->value);
+    colli_scale(scaled, a->sendbuf, n, a->dt, scalar);
     s.sendbuf = scaled;
     coll_result_t status = colli_run_collective(comm, &s);
     free(scaled);
