@@ -91,6 +91,15 @@ KCOLL_NCCL_API const char *ncclGetErrorString(ncclResult_t result)
 }
 KCOLL_NCCL_ALIAS(ncclGetErrorString);
 
+/* NCCL programs bound their waits themselves (PyTorch's watchdog aborts at its timeout) and make
+ * a communicator's ranks when each first needs one, minutes apart: kcoll's defaults are NCCL's
+ * contract in this library (no operation deadline, a long bootstrap); COLL_* variables and the
+ * agent's pins still win. */
+__attribute__((constructor)) static void nccl_defaults(void)
+{
+    (void)coll_set_defaults(COLL_DEFAULTS_NCCL); /* cannot fail: a valid choice */
+}
+
 KCOLL_NCCL_API ncclResult_t ncclGetVersion(int *version)
 {
     if (version == NULL)

@@ -139,6 +139,24 @@ COLL_API const char *coll_get_version_string(void);
  */
 COLL_API void coll_log_text(const char *text);
 
+/** Whose defaults a process takes for the settings that neither the environment nor the agent
+ * sets (coll_set_defaults). */
+typedef enum {
+    COLL_DEFAULTS_KCOLL = 0, /**< kcoll's (COLL_TIMEOUT 300 s, COLL_BOOTSTRAP_TIMEOUT 120 s) */
+    /** NVIDIA NCCL's contract: an operation waits for late peers without a deadline of its own
+     * (COLL_TIMEOUT 0: a WARN names the ranks it waits on; a peer that goes away still fails
+     * it, and the program's watchdog ends it with coll_comm_abort, as PyTorch's timeout does),
+     * and a communicator's ranks may arrive up to 1800 s apart (COLL_BOOTSTRAP_TIMEOUT) */
+    COLL_DEFAULTS_NCCL = 1,
+} coll_defaults_t;
+
+/**
+ * Choose the process's defaults for unique ids and communicators made after the call (kcoll's
+ * libnccl.so.2 chooses COLL_DEFAULTS_NCCL when it is loaded). COLL_* variables and the agent's
+ * pins still win. Thread-safe.
+ */
+COLL_API coll_result_t coll_set_defaults(coll_defaults_t defaults);
+
 /* ---- unique id ---- */
 
 /**

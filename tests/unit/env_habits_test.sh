@@ -61,5 +61,15 @@ out=$(run COLL_SOCKET_IFNAME=lo COLL_DEBUG_FILE=/nonexistent-dir/x.log COLL_TIMO
 expect "COLL_DEBUG_FILE unwritable" "$out" \
     "WARN CONFIG COLL_DEBUG_FILE=/nonexistent-dir/x.log: cannot open /nonexistent-dir/x.log: No such file or directory; logging to stderr" \
     "COLL_TIMOUT is not a kcoll setting" "rc=0"
+# kcoll's own defaults for deadlines (libnccl.so.2 takes NCCL's: tests/nccl/defaults_test.sh);
+# COLL_TIMEOUT=0 is no deadline; a negative one is refused, naming the variable
+out=$(run COLL_SOCKET_IFNAME=lo COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=CONFIG)
+expect "kcoll's deadlines" "$out" "COLL_TIMEOUT = 300 (default)" \
+    "COLL_BOOTSTRAP_TIMEOUT = 120 (default)" "rc=0"
+out=$(run COLL_SOCKET_IFNAME=lo COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=CONFIG COLL_TIMEOUT=0)
+expect "COLL_TIMEOUT=0" "$out" "COLL_TIMEOUT = 0 (no deadline) (environment)" "rc=0"
+out=$(run COLL_SOCKET_IFNAME=lo COLL_TIMEOUT=-1)
+expect "COLL_TIMEOUT=-1" "$out" \
+    'COLL_TIMEOUT="-1" is not valid: expected a number of seconds, or 0 for no deadline' "rc=1"
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

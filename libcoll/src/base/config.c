@@ -1,5 +1,6 @@
 /* Every tunable is one row: {name, default, doc, parser, offset}. Resolved once per
  * communicator into a read-only snapshot; each effective value is logged once with its source. */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,23 @@ typedef struct {
     const char *doc;
     parse_fn parse;
     size_t offset;
+    const char *nccl_dflt; /* the default under COLL_DEFAULTS_NCCL, where NCCL's differs */
 } param_t;
+
+/* coll_set_defaults: the process's defaults for what neither the environment nor the agent sets
+ * (kcoll's libnccl.so.2 chooses NCCL's when it is loaded) */
+static int defaults_profile = COLL_DEFAULTS_KCOLL;
+
+coll_result_t coll_set_defaults(coll_defaults_t defaults)
+{
+    if (defaults != COLL_DEFAULTS_KCOLL && defaults != COLL_DEFAULTS_NCCL)
+        return COLLI_ERR(CONFIG, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_set_defaults: %d is neither COLL_DEFAULTS_KCOLL nor "
+                         "COLL_DEFAULTS_NCCL",
+                         (int)defaults);
+    __atomic_store_n(&defaults_profile, (int)defaults, __ATOMIC_RELEASE);
+    return COLL_SUCCESS;
+}
 
 static bool parse_str(const char *t, void *f, char *why, size_t wl)
 {
@@ -211,6 +228,20 @@ static bool parse_threshold(const char *t, void *f, char *why, size_t wl)
     return parse_bytes_range(t, f, 0, (size_t)1 << 40, why, wl);
 }
 
+/* An operation's deadline: 0 is none (INFINITY: waits are then bounded by abort and by peers
+ * that go away, as in NCCL). */
+static bool parse_op_timeout(const char *t, void *f, char *why, size_t wl)
+{
+    char *end = NULL;
+    double v = strtod(t, &end);
+    if (end == t || *end != '\0' || !(v >= 0) || v > 86400.0 * 365) {
+        snprintf(why, wl, "expected a number of seconds, or 0 for no deadline");
+        return false;
+    }
+    *(double *)f = v == 0 ? INFINITY : v;
+    return true;
+}
+
 static bool parse_seconds(const char *t, void *f, char *why, size_t wl)
 {
     char *end = NULL;
@@ -228,85 +259,90 @@ static const param_t params[] = {
     {"COLL_SOCKET_IFNAME", "",
      "interfaces for sockets: prefix list, ^ excludes, = exact (NCCL syntax); empty = first up "
      "non-loopback interface",
-     parse_str, OFF(socket_ifname)},
+     parse_str, OFF(socket_ifname), NULL},
     {"COLL_SOCKET_FAMILY", "any", "address family: AF_INET, AF_INET6 or any", parse_family,
-     OFF(socket_family)},
+     OFF(socket_family), NULL},
     {"COLL_SOCKET_NSTREAMS", "1", "TCP connections per peer and direction", parse_streams,
-     OFF(nstreams)},
-    {"COLL_CHUNK_SIZE", "512K", "pipeline unit in bytes", parse_chunk, OFF(chunk_size)},
+     OFF(nstreams), NULL},
+    {"COLL_CHUNK_SIZE", "512K", "pipeline unit in bytes", parse_chunk, OFF(chunk_size), NULL},
     {"COLL_SMALL_THRESHOLD", "64K",
      "all-reduce of at most this many bytes uses recursive doubling instead of the ring",
-     parse_threshold, OFF(small_threshold)},
-    {"COLL_TIMEOUT", "300", "seconds without progress before an operation fails naming the peer",
-     parse_seconds, OFF(timeout)},
-    {"COLL_BOOTSTRAP_TIMEOUT", "120", "seconds for every rank to check in at initialisation",
-     parse_seconds, OFF(bootstrap_timeout)},
+     parse_threshold, OFF(small_threshold), NULL},
+    {"COLL_TIMEOUT", "300",
+     "seconds without progress before an operation fails naming the peer; 0: no deadline (a "
+     "WARN names the ranks waited on, at growing intervals), the default of kcoll's "
+     "libnccl.so.2, as NCCL, whose programs bound their waits themselves (PyTorch's timeout)",
+     parse_op_timeout, OFF(timeout), "0"},
+    {"COLL_BOOTSTRAP_TIMEOUT", "120",
+     "seconds for every rank to check in at initialisation (1800 under kcoll's libnccl.so.2: "
+     "NCCL programs make ranks' communicators when each first needs one, minutes apart)",
+     parse_seconds, OFF(bootstrap_timeout), "1800"},
     {"COLL_SPIN_US", "50", "microseconds of busy polling before blocking in poll()", parse_spin,
-     OFF(spin_us)},
+     OFF(spin_us), NULL},
     {"COLL_TRANSPORT", "auto",
      "transport policy between hosts: RequireIB, PreferIB (fall back to sockets with a warning), "
      "Socket, or auto",
-     parse_policy, OFF(transport)},
+     parse_policy, OFF(transport), NULL},
     {"COLL_IB_HCA", "",
      "InfiniBand devices and ports: mlx5_0:1,mlx5_1 ; a name is a prefix unless the list starts "
      "with =; ^ excludes the listed ones",
-     parse_hca, OFF(ib_hca)},
+     parse_hca, OFF(ib_hca), NULL},
     {"COLL_IB_GID_INDEX", "auto",
      "RoCE GID index; auto: RoCE v2 before v1, an IPv4-mapped address before IPv6, never an "
      "all-zero entry",
-     parse_gid_index, OFF(ib_gid_index)},
+     parse_gid_index, OFF(ib_gid_index), NULL},
     {"COLL_IB_NQPS", "2", "reliable-connected InfiniBand queue pairs per peer (1 to 8)", parse_nqps,
-     OFF(ib_nqps)},
+     OFF(ib_nqps), NULL},
     {"COLL_IB_TIMEOUT", "20",
      "InfiniBand ack timeout exponent: a QP retries after 4.096 us x 2^n, 7 times, before it "
      "fails",
-     parse_ib_timeout, OFF(ib_timeout)},
+     parse_ib_timeout, OFF(ib_timeout), NULL},
     {"COLL_SOCKET_MAX_CONNECTING", "16", "outgoing connections being set up at once",
-     parse_connecting, OFF(max_connecting)},
+     parse_connecting, OFF(max_connecting), NULL},
     {"COLL_SHM_DISABLE", "0",
      "1: ranks on one host talk over loopback sockets instead of shared memory", parse_bool,
-     OFF(shm_disable)},
+     OFF(shm_disable), NULL},
     {"COLL_SHM_SLOT_SIZE", "64K",
      "bytes of one slot of a shared-memory ring (a multiple of 4096; 64 bytes of it are the "
      "slot header)",
-     parse_slot, OFF(shm_slot_size)},
+     parse_slot, OFF(shm_slot_size), NULL},
     {"COLL_SHM_NSLOTS", "8", "slots per shared-memory ring (one ring per sender and receiver)",
-     parse_nslots, OFF(shm_nslots)},
+     parse_nslots, OFF(shm_nslots), NULL},
     {"COLL_SHM_DIRECT_MIN", "256K",
      "collectives of at least this many bytes per rank on a one-host communicator read and write "
      "the peers' buffers directly (one copy instead of two through the rings): buffers from "
      "coll_mem_alloc are mapped, others reached with process_vm_readv/writev (COLL_SHM_CMA); "
      "0 = never",
-     parse_threshold, OFF(shm_direct_min)},
+     parse_threshold, OFF(shm_direct_min), NULL},
     {"COLL_SHM_CMA", "1",
      "1: the single-copy path also takes buffers not from coll_mem_alloc, reading and writing "
      "them with process_vm_readv/writev (cross-memory attach); 0: only coll_mem_alloc buffers",
-     parse_bool, OFF(shm_cma)},
+     parse_bool, OFF(shm_cma), NULL},
     {"COLL_HIER_MIN", "64K",
      "all-reduce of at least this many bytes on a communicator of pods with several ranks each "
      "(the kcoll agent's ranksPerPod) is hierarchical: reduce-scatter inside each pod, "
      "all-reduce of each slice between the pods, all-gather inside each pod, so that only "
      "(pods-1)/pods of the data per local rank crosses pods; 0 = the flat ring",
-     parse_threshold, OFF(hier_min)},
+     parse_threshold, OFF(hier_min), NULL},
     {"COLL_CUDA_PLUGIN", "",
      "the GPU plugin that moves device buffers (a path or a name); empty: libcoll_cuda.so.0 "
      "beside libcoll, loaded when the process uses CUDA",
-     parse_str, OFF(cuda_plugin)},
+     parse_str, OFF(cuda_plugin), NULL},
     {"COLL_CUDA_CHUNK_SIZE", "4M",
      "device buffers: bytes moved per pipeline step (each of three steps in flight has this "
      "much pinned host memory twice and device scratch once)",
-     parse_dev_chunk, OFF(dev_chunk)},
+     parse_dev_chunk, OFF(dev_chunk), NULL},
     {"COLL_CUDA_IPC", "1",
      "1: collectives on device buffers between ranks of one host read and write the peers' "
      "device memory through CUDA IPC (from COLL_SHM_DIRECT_MIN bytes, at most 8 ranks) when "
      "every rank can; 0: through host staging",
-     parse_bool, OFF(dev_ipc)},
+     parse_bool, OFF(dev_ipc), NULL},
     {"COLL_CUDA_IPC_BOUNCE", "256M",
      "CUDA IPC for buffers that cannot be exported (PyTorch's expandable segments, "
      "cudaMallocAsync pools): such a call is copied through device memory of kcoll's, grown as "
      "calls need up to this many bytes per communicator (the inputs and outputs of one call); "
      "larger calls, and all with 0, go through host staging",
-     parse_threshold, OFF(dev_bounce)},
+     parse_threshold, OFF(dev_bounce), NULL},
     {"COLL_CUDA_GATE", "auto",
      "how a call on device buffers is ordered on the caller's stream: inline (its copies and "
      "kernels are enqueued on that stream when the call is made, between waits on words in "
@@ -314,7 +350,7 @@ static const param_t params[] = {
      "waits on such a word while the progress thread runs the call on streams of its own), "
      "hostfunc (as memop, with a blocked host function: cudaLaunchHostFunc), auto (inline "
      "where the driver offers stream memory operations, else hostfunc)",
-     parse_gate, OFF(dev_gate)},
+     parse_gate, OFF(dev_gate), NULL},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 _Static_assert(NPARAMS <= sizeof(((colli_config_t *)0)->src) / sizeof(colli_source_t),
@@ -342,10 +378,13 @@ coll_result_t colli_config_load(colli_config_t *cfg)
 {
     colli_env_audit();
     memset(cfg, 0, sizeof(*cfg));
+    const bool nccl = __atomic_load_n(&defaults_profile, __ATOMIC_ACQUIRE) == COLL_DEFAULTS_NCCL;
     for (size_t i = 0; i < NPARAMS; i++) {
         char why[160] = "";
         void *field = (char *)cfg + params[i].offset;
-        if (!params[i].parse(params[i].dflt, field, why, sizeof(why)))
+        const char *dflt =
+            nccl && params[i].nccl_dflt != NULL ? params[i].nccl_dflt : params[i].dflt;
+        if (!params[i].parse(dflt, field, why, sizeof(why)))
             return COLLI_ERR(CONFIG, COLL_ERR_INTERNAL, "bad built-in default for %s: %s",
                              params[i].name, why);
         cfg->src[i] = COLLI_SRC_DEFAULT;
@@ -391,7 +430,9 @@ static void value_str(size_t i, const colli_config_t *cfg, char *buf, size_t len
     } else if (params[i].parse == parse_chunk || params[i].parse == parse_threshold ||
                params[i].parse == parse_dev_chunk || params[i].parse == parse_slot)
         snprintf(buf, len, "%zu", *(const size_t *)field);
-    else if (params[i].parse == parse_seconds)
+    else if (params[i].parse == parse_op_timeout && isinf(*(const double *)field))
+        snprintf(buf, len, "0 (no deadline)");
+    else if (params[i].parse == parse_seconds || params[i].parse == parse_op_timeout)
         snprintf(buf, len, "%g", *(const double *)field);
     else
         snprintf(buf, len, "%d", *(const int *)field);

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,8 +247,9 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&d->mu);
         if (j == NULL)
             break;
-        /* posted by its stream: its program is enqueued by now, or a moment later */
-        const double by = colli_now() + comm->cfg.timeout;
+        /* posted by its stream: its program is enqueued by now, or a moment later (a hand-off
+         * inside this process: bounded even where operations have no deadline) */
+        const double by = colli_now() + (isinf(comm->cfg.timeout) ? 300.0 : comm->cfg.timeout);
         while (j->deferred && !__atomic_load_n(&j->emitted, __ATOMIC_ACQUIRE) && colli_now() < by)
             sched_yield();
         if (j->inl)

@@ -25,6 +25,8 @@ int colli_dev_wait(const struct coll_comm *comm, const struct colli_dev *d, void
             return err;
         if (colli_now() >= end)
             return COLLI_DEV_STALLED;
+        if (__atomic_load_n(&d->abort, __ATOMIC_ACQUIRE)) /* bounds a wait without deadline */
+            return COLLI_DEV_ABORTED;
         if (i < 2000) { /* a short call's copies: a few hundred microseconds */
             sched_yield();
             continue;

@@ -1,5 +1,6 @@
 /* The run loop: drives an op's lanes over the communicator's transports until every lane is
  * done, a peer fails, or nothing moved for COLL_TIMEOUT; deferred local copies fill idle time. */
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,20 +49,26 @@ static void liveness_warn(colli_op_t *op, double idle, double timeout)
     if (mask != NULL)
         colli_op_waits(op, mask, waits, sizeof(waits));
     free(mask);
+    char until[160];
+    if (isinf(timeout)) /* COLL_TIMEOUT 0, libnccl.so.2's default */
+        snprintf(until, sizeof(until),
+                 "it waits for them without a deadline (COLL_TIMEOUT is 0, as in NCCL: the "
+                 "program's own timeout aborts it), or until one goes away");
+    else
+        snprintf(until, sizeof(until), "it fails at COLL_TIMEOUT (%.0f s) naming them", timeout);
     const char *ifname = comm->members[comm->rank].ifname;
     if (colli_netif_link_down(ifname) == 1)
         coll_warn(COLL,
                   "rank %d: %s #%llu has made no progress for %.0f s: this rank's link %s is "
                   "down (not up, or no carrier); the ranks it waits on (%s) are not at fault. "
-                  "It fails at COLL_TIMEOUT (%.0f s) unless the link comes back",
+                  "%s",
                   comm->rank, colli_op_desc(op, d, sizeof(d)), (unsigned long long)colli_op_seq(op),
-                  idle, ifname, waits, timeout);
+                  idle, ifname, waits, until);
     else
         coll_warn(COLL,
-                  "rank %d: %s #%llu has made no progress for %.0f s, waiting on ranks %s; it "
-                  "fails at COLL_TIMEOUT (%.0f s) naming them",
+                  "rank %d: %s #%llu has made no progress for %.0f s, waiting on ranks %s; %s",
                   comm->rank, colli_op_desc(op, d, sizeof(d)), (unsigned long long)colli_op_seq(op),
-                  idle, waits, timeout);
+                  idle, waits, until);
 }
 
 static coll_result_t run_loop(colli_op_t *op)
@@ -109,7 +116,9 @@ static coll_result_t run_loop(colli_op_t *op)
             continue;
         if (idle >= next_warn && idle < timeout) {
             liveness_warn(op, idle, timeout);
-            next_warn += every;
+            /* without a deadline, waits of many minutes are expected (a peer saving a
+             * checkpoint): the interval doubles, up to 10 minutes */
+            next_warn += isinf(timeout) ? next_warn < 600.0 ? next_warn : 600.0 : every;
         }
         if (idle >= timeout) {
             if (grace_end == 0) {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# kcoll's libnccl.so.2 takes NVIDIA NCCL's contract for deadlines (coll_set_defaults): an
+# operation has no deadline of its own (a late peer, e.g. one saving a checkpoint, is waited for;
+# the program's watchdog aborts) and ranks may arrive 1800 s apart. Without a deadline, waits
+# still end: ncclCommAbort from another thread (abort 2) and ranks that die (shrink 4), with no
+# COLL_TIMEOUT set. COLL_TIMEOUT still wins.
+#   defaults_test.sh NCCL_TEST
+set -uo pipefail
+prog=$1
+# shellcheck source=tests/unit/expect.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../unit/expect.sh"
+run() { env -u COLL_TIMEOUT -u COLL_BOOTSTRAP_TIMEOUT -u COLL_DEBUG -u COLL_DEBUG_SUBSYS -u NCCL_DEBUG_SUBSYS "$@" 2>&1; }
+out=$(run NCCL_DEBUG=INFO "$prog" abort 2)
+rc=$?
+expect "NCCL's defaults" "$out" "COLL_TIMEOUT = 0 (no deadline) (default)" \
+    "COLL_BOOTSTRAP_TIMEOUT = 1800 (default)" "abort: 5 passed, 0 failed"
+[ $rc = 0 ] || { failed=$((failed + 1)); echo "FAIL abort 2 without a deadline: rc $rc"; }
+out=$(run "$prog" shrink 4)
+rc=$?
+expect "dead ranks without a deadline" "$out" "shrink: " " passed, 0 failed"
+[ $rc = 0 ] || { failed=$((failed + 1)); echo "FAIL shrink 4 without a deadline: rc $rc"; }
+out=$(run COLL_TIMEOUT=7 NCCL_DEBUG=INFO "$prog" abort 2)
+expect "COLL_TIMEOUT wins" "$out" "COLL_TIMEOUT = 7 (environment)"
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]
