@@ -143,13 +143,31 @@ KCOLL_NCCL_ALIAS(ncclAlltoAll);
 
 /* ---- point-to-point, and gather / scatter built from it ---- */
 
+/* A send or receive as bytes: NCCL matches a send with its receive by size alone (4 float32
+ * sent, 16 uint8 received), so kcoll compares bytes too, not count and datatype. */
+static ncclResult_t p2p_bytes(ncclComm_t comm, size_t count, ncclDataType_t datatype,
+                              const char *fn, coll_comm_t *c, size_t *bytes)
+{
+    coll_datatype_t dt = COLL_INT8;
+    ncclResult_t rc = args(comm, datatype, NULL, fn, c, &dt, NULL);
+    if (rc != ncclSuccess)
+        return rc;
+    const size_t e = coll_datatype_size(dt);
+    if (count > (SIZE_MAX >> 1) / e)
+        return nccl_error(ncclInvalidArgument, "%s: count %zu of %s overflows the addressable size",
+                          fn, count, coll_datatype_name(dt));
+    *bytes = count * e;
+    return ncclSuccess;
+}
+
 KCOLL_NCCL_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                      int peer, ncclComm_t comm, cudaStream_t stream)
 {
     coll_comm_t c = NULL;
-    coll_datatype_t dt = COLL_INT8;
-    ncclResult_t rc = args(comm, datatype, NULL, "ncclSend", &c, &dt, NULL);
-    return rc != ncclSuccess ? rc : nccl_result(coll_send(sendbuff, count, dt, peer, c, stream));
+    size_t bytes = 0;
+    ncclResult_t rc = p2p_bytes(comm, count, datatype, "ncclSend", &c, &bytes);
+    return rc != ncclSuccess ? rc
+                             : nccl_result(coll_send(sendbuff, bytes, COLL_UINT8, peer, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclSend);
 
@@ -157,9 +175,10 @@ KCOLL_NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_
                                      int peer, ncclComm_t comm, cudaStream_t stream)
 {
     coll_comm_t c = NULL;
-    coll_datatype_t dt = COLL_INT8;
-    ncclResult_t rc = args(comm, datatype, NULL, "ncclRecv", &c, &dt, NULL);
-    return rc != ncclSuccess ? rc : nccl_result(coll_recv(recvbuff, count, dt, peer, c, stream));
+    size_t bytes = 0;
+    ncclResult_t rc = p2p_bytes(comm, count, datatype, "ncclRecv", &c, &bytes);
+    return rc != ncclSuccess ? rc
+                             : nccl_result(coll_recv(recvbuff, bytes, COLL_UINT8, peer, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclRecv);
 

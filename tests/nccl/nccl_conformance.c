@@ -281,6 +281,36 @@ static void zero_counts(ncclComm_t comm)
     }
 }
 
+/* NCCL matches a send with its receive by size: 5 float32 sent, 20 uint8 received, in a ring
+ * (Horovod and RAFT move bytes as ncclUint8 or ncclChar; a program may send a tensor's typed data
+ * and receive its bytes). */
+static void p2p_bytes(ncclComm_t comm)
+{
+    enum { N = 5 };
+    float host[N];
+    for (int i = 0; i < N; i++)
+        host[i] = (float)(rank_ * 10 + i) + 0.25f;
+    float *in = buf_alloc(sizeof(host));
+    unsigned char *out = buf_alloc(sizeof(host));
+    CHECK(in != NULL && out != NULL, "buffers");
+    memcpy(in, host, sizeof(host));
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclSend(in, N, ncclFloat32, (rank_ + 1) % nranks_, comm, NULL), "ncclSend float32");
+    CHECK_OK(ncclRecv(out, sizeof(host), ncclUint8, (rank_ + nranks_ - 1) % nranks_, comm, NULL),
+             "ncclRecv of the same bytes as uint8");
+    CHECK_OK(ncclGroupEnd(), "ncclGroupEnd of send float32 / recv uint8");
+    float got[N];
+    memcpy(got, out, sizeof(got));
+    const int from = (rank_ + nranks_ - 1) % nranks_;
+    for (int i = 0; i < N; i++)
+        CHECK(got[i] == (float)(from * 10 + i) + 0.25f,
+              "float32 sent, uint8 received: element %d "
+              "from rank %d is %g",
+              i, from, (double)got[i]);
+    buf_free(in);
+    buf_free(out);
+}
+
 void case_conformance(void)
 {
     ncclComm_t comm = init_comm();
@@ -310,6 +340,7 @@ void case_conformance(void)
     premul(comm, ncclBfloat16, 300007, ncclScalarDevice);
     movements(comm, ncclInt32, 300007);
     zero_counts(comm);
+    p2p_bytes(comm);
     avg_float16(comm);
     if (gpu != NULL)
         premul_device_scalar(comm);
