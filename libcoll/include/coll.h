@@ -346,9 +346,18 @@ COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t da
  * coll_comm_init_rank inside a group returns at once: every communicator it queued is created at
  * coll_group_end, all at the same time, and written to its coll_comm_t then (which must stay valid
  * until then); if one fails, none is created and coll_group_end returns that error.
+ * A call that fails inside a group (its error returned at once) fails the whole group, as in
+ * NCCL: coll_group_end runs none of its calls and returns that error again, so that no rank runs
+ * part of a group its peers run whole.
  */
 COLL_API coll_result_t coll_group_start(void);
 COLL_API coll_result_t coll_group_end(void);
+/**
+ * For layers over kcoll (its libnccl.so.2) whose own checks refuse a call made inside a group:
+ * fail the group as a failed kcoll call does (status and why are what coll_group_end returns and
+ * reports). No effect outside a group; returns status.
+ */
+COLL_API coll_result_t coll_group_fail(coll_result_t status, const char *why);
 /**
  * End a group as coll_group_end does, but drop its calls instead of running them (queued
  * creations still run): what NCCL's ncclGroupSimulateEnd leaves behind. Nested: only the

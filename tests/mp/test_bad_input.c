@@ -335,18 +335,26 @@ static void c_group_misuse(mp_ctx_t *ctx)
     EXPECT(coll_group_end(), E_USAGE, "coll_group_end after the group was closed", "group");
 }
 
-/* Invalid arguments inside a group are reported at the call, and the group still completes. */
+/* Invalid arguments inside a group are reported at the call, and fail the group as in NCCL:
+ * coll_group_end runs none of its calls and returns the first error again; the next group runs. */
 static void c_bad_arg_in_group(mp_ctx_t *ctx)
 {
     coll_comm_t c = ctx->comm;
     float s[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8] = {0};
     CHECK_RC(coll_group_start(), COLL_SUCCESS, "coll_group_start");
+    CHECK_RC(coll_send(s, 8, COLL_FLOAT32, 0, c, NULL), COLL_SUCCESS, "self send in a group");
     EXPECT(coll_send(s, 8, BAD_DT, 0, c, NULL), E_ARG, "send datatype 99 inside a group",
            "datatype", "99");
     EXPECT(coll_send(s, 8, COLL_FLOAT32, 3, c, NULL), E_ARG, "send peer 3 inside a group", "peer");
-    CHECK_RC(coll_send(s, 8, COLL_FLOAT32, 0, c, NULL), COLL_SUCCESS, "self send in a group");
     CHECK_RC(coll_recv(r, 8, COLL_FLOAT32, 0, c, NULL), COLL_SUCCESS, "self recv in a group");
-    if (CHECK_RC(coll_group_end(), COLL_SUCCESS, "coll_group_end after rejected calls"))
+    EXPECT(coll_group_end(), E_ARG, "coll_group_end after rejected calls",
+           "nothing in this group ran (2 calls", "datatype 99");
+    const float zero[8] = {0};
+    CHECK(memcmp(r, zero, sizeof(r)) == 0, "a call of a failed group ran");
+    CHECK_RC(coll_group_start(), COLL_SUCCESS, "the next coll_group_start");
+    CHECK_RC(coll_send(s, 8, COLL_FLOAT32, 0, c, NULL), COLL_SUCCESS, "self send, next group");
+    CHECK_RC(coll_recv(r, 8, COLL_FLOAT32, 0, c, NULL), COLL_SUCCESS, "self recv, next group");
+    if (CHECK_RC(coll_group_end(), COLL_SUCCESS, "the next coll_group_end"))
         CHECK(memcmp(s, r, sizeof(s)) == 0, "self send/recv inside a group delivered wrong data");
 }
 

@@ -191,6 +191,25 @@ void case_errors(void)
     expect(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "simulate", "ncclGroupSimulateEnd");
     CHECK(y == -1, "the simulated group's call did not run (%g)", y);
     expect(ncclGroupEnd(), ncclInvalidUsage, "group end without start", "without a matching");
+    /* a refused call fails its group, as in NCCL: ncclGroupEnd returns the error and runs none of
+     * the group's calls (every rank makes the same mistake here, so all stay in step); kcoll's
+     * own check (root) and the layer's (datatype), each between two good calls */
+    for (int k = 0; k < 2; k++) {
+        float y2 = -1;
+        y = -1;
+        CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+        CHECK_OK(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, NULL), "queue");
+        if (k == 0)
+            expect(ncclBroadcast(&x, &y, 1, ncclFloat32, nranks_ + 3, comm, NULL),
+                   ncclInvalidArgument, "root out of range in a group", "root");
+        else
+            expect(ncclAllReduce(&x, &y, 1, (ncclDataType_t)42, ncclSum, comm, NULL),
+                   ncclInvalidArgument, "bad datatype in a group", "datatype 42");
+        CHECK_OK(ncclAllReduce(&x, &y2, 1, ncclFloat32, ncclSum, comm, NULL), "queue after");
+        expect(ncclGroupEnd(), ncclInvalidArgument, "the end of a group with a refused call",
+               "nothing in this group ran");
+        CHECK(y == -1 && y2 == -1, "no call of a failed group ran (%g, %g)", y, y2);
+    }
     int version = 0;
     CHECK_OK(ncclGetVersion(&version), "ncclGetVersion");
     CHECK(version == NCCL_VERSION_CODE, "version %d, want %d", version, NCCL_VERSION_CODE);

@@ -163,7 +163,7 @@ coll_result_t coll_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
                               coll_stream_t stream)
 {
     colli_coll_args_t a = {COLLI_COLL_ALL_REDUCE, sendbuf, recvbuf, count, datatype, op, 0, NULL};
-    return collective("coll_all_reduce", &a, comm, stream, true, false);
+    return colli_group_note(collective("coll_all_reduce", &a, comm, stream, true, false));
 }
 
 coll_result_t coll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
@@ -172,7 +172,7 @@ coll_result_t coll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
 {
     colli_coll_args_t a = {
         COLLI_COLL_BROADCAST, sendbuf, recvbuf, count, datatype, COLL_SUM, root, NULL};
-    return collective("coll_broadcast", &a, comm, stream, false, true);
+    return colli_group_note(collective("coll_broadcast", &a, comm, stream, false, true));
 }
 
 coll_result_t coll_reduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -180,7 +180,7 @@ coll_result_t coll_reduce(const void *sendbuf, void *recvbuf, size_t count,
                           coll_stream_t stream)
 {
     colli_coll_args_t a = {COLLI_COLL_REDUCE, sendbuf, recvbuf, count, datatype, op, root, NULL};
-    return collective("coll_reduce", &a, comm, stream, true, true);
+    return colli_group_note(collective("coll_reduce", &a, comm, stream, true, true));
 }
 
 coll_result_t coll_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -188,7 +188,7 @@ coll_result_t coll_all_gather(const void *sendbuf, void *recvbuf, size_t sendcou
 {
     colli_coll_args_t a = {
         COLLI_COLL_ALL_GATHER, sendbuf, recvbuf, sendcount, datatype, COLL_SUM, 0, NULL};
-    return collective("coll_all_gather", &a, comm, stream, false, false);
+    return colli_group_note(collective("coll_all_gather", &a, comm, stream, false, false));
 }
 
 coll_result_t coll_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -197,7 +197,7 @@ coll_result_t coll_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
 {
     colli_coll_args_t a = {
         COLLI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, datatype, op, 0, NULL};
-    return collective("coll_reduce_scatter", &a, comm, stream, true, false);
+    return colli_group_note(collective("coll_reduce_scatter", &a, comm, stream, true, false));
 }
 
 coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
@@ -205,7 +205,7 @@ coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
 {
     colli_coll_args_t a = {
         COLLI_COLL_ALL_TO_ALL, sendbuf, recvbuf, count, datatype, COLL_SUM, 0, NULL};
-    return collective("coll_all_to_all", &a, comm, stream, false, false);
+    return colli_group_note(collective("coll_all_to_all", &a, comm, stream, false, false));
 }
 
 /* ---- point-to-point and groups ---- */
@@ -262,11 +262,13 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
 coll_result_t coll_send(const void *sendbuf, size_t count, coll_datatype_t datatype, int peer,
                         coll_comm_t comm, coll_stream_t stream)
 {
-    return p2p("coll_send", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype, peer, comm, stream);
+    return colli_group_note(
+        p2p("coll_send", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype, peer, comm, stream));
 }
 
 coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
                         coll_comm_t comm, coll_stream_t stream)
 {
-    return p2p("coll_recv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, comm, stream);
+    return colli_group_note(
+        p2p("coll_recv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, comm, stream));
 }

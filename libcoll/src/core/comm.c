@@ -69,7 +69,7 @@ static int count_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t id, int rank)
+static coll_result_t init_rank(coll_comm_t *out, int nranks, coll_unique_id_t id, int rank)
 {
     if (out == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
@@ -95,6 +95,11 @@ coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t
     status = colli_comm_create(&c, out);
     colli_agent_created(&c, status == COLL_SUCCESS ? *out : NULL, status);
     return status;
+}
+
+coll_result_t coll_comm_init_rank(coll_comm_t *out, int nranks, coll_unique_id_t id, int rank)
+{
+    return colli_group_note(init_rank(out, nranks, id, rank)); /* in a group: fails it */
 }
 
 /* The configuration snapshot: the parent's (split), else environment > default with the

@@ -1,5 +1,7 @@
 /* Groups: calls between coll_group_start and coll_group_end are checked at once and queued per
- * thread (as the API defines it). At the outermost end, queued communicator creations run first,
+ * thread (as the API defines it). A call that fails its checks fails the whole group, as in NCCL:
+ * coll_group_end runs nothing and returns that error (a rank that ran part of a group would
+ * desert its peers in the rest). At the outermost end, queued communicator creations run first,
  * all at once (one thread each: one thread may create several ranks of one communicator, as
  * ncclCommInitAll does); then each communicator's collectives in issue order and its sends and
  * receives as one concurrent operation. A group that spans several communicators runs each one
@@ -27,11 +29,27 @@ static _Thread_local struct {
     int n, cap;
     init_item_t *inits;
     int ninit, init_cap;
+    coll_result_t failed; /* the first call of the group that failed, and its message */
+    char failed_msg[600];
 } group;
 
 bool colli_group_active(void)
 {
     return group.depth > 0;
+}
+
+coll_result_t coll_group_fail(coll_result_t status, const char *why)
+{
+    if (status != COLL_SUCCESS && group.depth > 0 && group.failed == COLL_SUCCESS) {
+        group.failed = status;
+        snprintf(group.failed_msg, sizeof(group.failed_msg), "%s", why != NULL ? why : "");
+    }
+    return status;
+}
+
+coll_result_t colli_group_note(coll_result_t status)
+{
+    return status == COLL_SUCCESS ? status : coll_group_fail(status, coll_get_last_error());
 }
 
 /* arr (n used of *cap elements of elt bytes) with room for one more: arr itself, or a larger copy
@@ -262,7 +280,12 @@ static coll_result_t group_end(const char *fn, bool run)
     if (--group.depth > 0)
         return COLL_SUCCESS;
     coll_result_t status = COLL_SUCCESS;
-    if (group.ninit > 0)
+    if (group.failed != COLL_SUCCESS && run) /* as NCCL: the group is dropped, and says why */
+        status = COLLI_ERR(COLL, group.failed,
+                           "%s: nothing in this group ran (%d calls, %d communicator creations), "
+                           "because a call in it failed: %s",
+                           fn, group.n, group.ninit, group.failed_msg);
+    else if (group.ninit > 0)
         status = run_inits(group.inits, group.ninit);
     if (status == COLL_SUCCESS && group.n > 0 && run)
         status = one_communicator(group.items, group.n)
