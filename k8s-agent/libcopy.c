@@ -152,7 +152,7 @@ static int copy_beside(const char *src_dir, const char *sub, const char *dst_dir
 int agent_copy_library(const char *src_dir, const char *dst_dir, agent_condition_t *cond)
 {
     static const char *const lib[] = {"libcoll.so", "libcoll_cuda.so", NULL};
-    static const char *const nccl[] = {"libnccl.so", NULL};
+    static const char *const nccl[] = {"libnccl.so", "libnccl-alias.so", NULL};
     static const char *const plugin[] = {"libcoll_cuda.so", NULL};
     static const char *const envplugin[] = {"libnccl-env", "libjansson.so", NULL};
     int copied = 0, ncopied = 0, ecopied = 0;

@@ -39,6 +39,10 @@ int agent_webhook_main(int argc, char **argv);
  * library every container preloads (the sidecar copies it there, off LD_LIBRARY_PATH) */
 #define AGENT_WEBHOOK_NCCL_ANNOT "kcoll.io/nccl"
 #define AGENT_WEBHOOK_NCCL_LIB   AGENT_WEBHOOK_RUN_DIR "/nccl/libnccl.so.2"
+/* ... with libnccl-alias.so after it, which answers dlopen("libnccl.so") with the same library
+ * (TensorRT-LLM opens NCCL by that name; without it NVIDIA's would load beside kcoll's) */
+#define AGENT_WEBHOOK_NCCL_PRELOAD                                                                 \
+    AGENT_WEBHOOK_NCCL_LIB ":" AGENT_WEBHOOK_RUN_DIR "/nccl/libnccl-alias.so"
 /* NVIDIA NCCL guarded by kcoll (spec.nccl: native, docs/nccl-env.md): the environment plugin
  * every container's NCCL loads, the conf file the sidecar writes for NCCL without env plugins,
  * and the annotation naming container settings that contradict the pins (the agent turns it

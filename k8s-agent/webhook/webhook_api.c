@@ -190,10 +190,10 @@ int agent_webhook_topology_nccl(const struct agent_webhook_config *cfg, const ch
                    "environment plugin " AGENT_WEBHOOK_NCCL_ENV_PLUGIN,
                    name ? name : "?");
     else if (rc)
-        agent_info(
-            "AGENT-WEBHOOK-NCCL",
-            "CollectiveTopology %s says nccl: kcoll: containers preload " AGENT_WEBHOOK_NCCL_LIB,
-            name ? name : "?");
+        agent_info("AGENT-WEBHOOK-NCCL",
+                   "CollectiveTopology %s says nccl: kcoll: containers "
+                   "preload " AGENT_WEBHOOK_NCCL_PRELOAD,
+                   name ? name : "?");
     json_decref(own);
     json_decref(list);
     return rc;

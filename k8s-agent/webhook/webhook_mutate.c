@@ -388,7 +388,7 @@ static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
 
     if (prepend_env(m, cname, base, env, fresh, "LD_LIBRARY_PATH", AGENT_WEBHOOK_LIB_DIR) != 0 ||
         (m->nccl == AGENT_WEBHOOK_NCCL_KCOLL &&
-         prepend_env(m, cname, base, env, fresh, "LD_PRELOAD", AGENT_WEBHOOK_NCCL_LIB) != 0) ||
+         prepend_env(m, cname, base, env, fresh, "LD_PRELOAD", AGENT_WEBHOOK_NCCL_PRELOAD) != 0) ||
         (m->nccl == AGENT_WEBHOOK_NCCL_NATIVE &&
          (env_if_absent(m, cname, base, env, fresh, "NCCL_ENV_PLUGIN",
                         AGENT_WEBHOOK_NCCL_ENV_PLUGIN) != 0 ||

@@ -689,6 +689,9 @@ ranks:
     with open(os.path.join(src, "kcoll-nccl", "libnccl.so.2.28.9"), "wb") as f:
         f.write(b"\x7fELF fake nccl")
     os.symlink("libnccl.so.2.28.9", os.path.join(src, "kcoll-nccl", "libnccl.so.2"))
+    os.symlink("libnccl.so.2", os.path.join(src, "kcoll-nccl", "libnccl.so"))
+    with open(os.path.join(src, "kcoll-nccl", "libnccl-alias.so"), "wb") as f:
+        f.write(b"\x7fELF fake alias")
     a = cl.start_agent("standalone-lib", extra_args=["--topology", topo, "--rank", "1",
                                                     "--lib-src", src],
                        env={"COLL_AGENT_LIB_DIR": dst}, tag="salib")
@@ -701,9 +704,10 @@ ranks:
     check(sorted(os.listdir(dst)) == ["libcoll.so.0", "libcoll.so.0.1.0", "libcoll_cuda.so.0"],
           "the library directory holds libcoll and its GPU plugin only (%s)" % os.listdir(dst))
     check(os.path.isdir(nccl_dir) and
-          sorted(os.listdir(nccl_dir)) == ["libcoll_cuda.so.0", "libnccl.so.2",
-                                           "libnccl.so.2.28.9"] and
-          os.readlink(os.path.join(nccl_dir, "libnccl.so.2")) == "libnccl.so.2.28.9",
+          sorted(os.listdir(nccl_dir)) == ["libcoll_cuda.so.0", "libnccl-alias.so", "libnccl.so",
+                                           "libnccl.so.2", "libnccl.so.2.28.9"] and
+          os.readlink(os.path.join(nccl_dir, "libnccl.so.2")) == "libnccl.so.2.28.9" and
+          os.readlink(os.path.join(nccl_dir, "libnccl.so")) == "libnccl.so.2",
           "kcoll's libnccl.so.2 and the plugin beside it in RUN/nccl, off LD_LIBRARY_PATH (%s)"
           % (os.listdir(nccl_dir) if os.path.isdir(nccl_dir) else None))
     a = cl.start_agent("standalone-nolib", extra_args=[

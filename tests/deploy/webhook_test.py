@@ -508,8 +508,9 @@ def api_facts(binary, tmp):
         envs = [env_map(c) for c in out.get("spec", {}).get("containers", [])
                 if c.get("name") != "kcoll-agent"]
         t.check(envs and envs[0].get("LD_PRELOAD", {}).get("value") ==
-                "/var/run/kcoll/nccl/libnccl.so.2:/opt/own.so",
-                "kcoll nccl: LD_PRELOAD puts kcoll's libnccl.so.2 first (%s)" %
+                "/var/run/kcoll/nccl/libnccl.so.2:/var/run/kcoll/nccl/libnccl-alias.so:"
+                "/opt/own.so",
+                "kcoll nccl: LD_PRELOAD puts kcoll's libnccl.so.2 and its alias first (%s)" %
                 (envs[0].get("LD_PRELOAD") if envs else None))
         t.check(all(e.get("LD_PRELOAD", {}).get("value", "").startswith(
             "/var/run/kcoll/nccl/libnccl.so.2") for e in envs),

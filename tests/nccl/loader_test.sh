@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # A program linked with NVIDIA's libnccl.so.2 runs on kcoll's, as a user would switch: with
 # LD_PRELOAD, and with LD_LIBRARY_PATH; NCCL_DEBUG=VERSION prints kcoll's banner, into the file
-# NCCL_DEBUG_FILE names when it is set.
-#   loader_test.sh PROGRAM KCOLL_LIBNCCL
+# NCCL_DEBUG_FILE names when it is set. A dlopen("libnccl.so") (TensorRT-LLM) gets kcoll's library
+# too: through libnccl-alias.so preloaded after it (the webhook's preload), and through the
+# libnccl.so link beside it; preloading libnccl.so.2 alone lets it load NVIDIA's (the control).
+#   loader_test.sh PROGRAM KCOLL_LIBNCCL [NVIDIA_LIBNCCL]
 set -uo pipefail
-prog=$1 lib=$2
+prog=$1 lib=$2 real=${3:-}
 dir=$(dirname "$lib")
 # A sanitizer build of the library needs its runtime loaded first (the program is not built with it)
 asan=$(ldd "$lib" | awk '/libasan/ {print $3}')
-preload="${asan:+$asan }$lib"
+preload="${asan:+$asan }$lib $dir/libnccl-alias.so"
+realdir=$(dirname "${real:-/nonexistent/x}")
 status=0
 for how in preload path; do
     if [ $how = preload ]; then
-        out=$(NCCL_DEBUG=VERSION LD_PRELOAD="$preload" "$prog" 2>&1)
+        out=$(NCCL_DEBUG=VERSION LD_PRELOAD="$preload" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
     else
-        out=$(NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prog" 2>&1)
+        out=$(NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$dir:$realdir" "$prog" dlopen 2>&1)
     fi
     rc=$?
-    if [ $rc = 0 ] && grep -q "^NCCL version .*+kcoll" <<<"$out" && grep -q "all_reduce on 1 rank: 2" <<<"$out"; then
+    if [ $rc = 0 ] && grep -q "^NCCL version .*+kcoll" <<<"$out" && grep -q "all_reduce on 1 rank: 2" <<<"$out" &&
+        grep -q "dlopen(libnccl.so): the same library" <<<"$out"; then
         echo "ok ($how): $(head -n 2 <<<"$out" | tr '\n' ' ')"
     else
         echo "FAIL ($how, exit $rc):"
@@ -25,6 +29,19 @@ for how in preload path; do
         status=1
     fi
 done
+# the control: without the alias, dlopen("libnccl.so") finds NVIDIA's beside kcoll's preloaded one
+if [ -e "$realdir/libnccl.so" ]; then
+    out=$(LD_PRELOAD="${asan:+$asan }$lib" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
+    if grep -q "dlopen(libnccl.so): another NCCL" <<<"$out"; then
+        echo "ok (control: libnccl.so.2 preloaded alone, dlopen(libnccl.so) loads $realdir/libnccl.so)"
+    else
+        echo "FAIL (control: the alias made no difference):"
+        sed 's/^/  /' <<<"$out"
+        status=1
+    fi
+else
+    echo "control skipped: no NVIDIA libnccl.so in $realdir"
+fi
 # NCCL_DEBUG_FILE: the banner and kcoll's lines go to that file (%p: the pid), not to stderr
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
