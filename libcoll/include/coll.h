@@ -326,6 +326,11 @@ COLL_API coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_
                                        coll_datatype_t datatype, coll_comm_t comm,
                                        coll_stream_t stream);
 
+/* Buffers: sendbuf == recvbuf is in place (all_gather: sendbuf == recvbuf + rank*count;
+ * reduce_scatter: recvbuf == sendbuf + rank*recvcount). Buffers that overlap otherwise are
+ * accepted, as NCCL accepts them: the input is copied first (host buffers; on a GPU, the
+ * reductions' inputs), so the result is the inputs' whatever the overlap. */
+
 /* ---- point-to-point ---- */
 
 /** Send count elements to peer. Matched in order with the peer's coll_recv; count and datatype

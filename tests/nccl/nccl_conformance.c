@@ -311,6 +311,77 @@ static void p2p_bytes(ncclComm_t comm)
     buf_free(out);
 }
 
+/* Buffers that overlap without being the in-place layout: NCCL runs such calls (Horovod's fused
+ * uneven reduce_scatter packs a root's blocks so that its ncclReduce's send and receive ranges
+ * overlap), and kcoll copies the input first, so every result is the inputs reduced. On a GPU
+ * only the reductions can be copied (through the scale kernel): an all_gather is refused. */
+static void partial_overlap(ncclComm_t comm)
+{
+    enum { N = 6, SHIFT = 2 };
+    const int n = nranks_;
+    const size_t total = (size_t)N * MAX_RANKS + SHIFT;
+    float host[N * MAX_RANKS + SHIFT], got[N * MAX_RANKS];
+    float *buf = buf_alloc(sizeof(host));
+    CHECK(buf != NULL, "buffer");
+#define INPUT(r, i) ((float)((r) + 1 + (i)))
+#define FILL()                                                                                     \
+    do {                                                                                           \
+        for (size_t i = 0; i < total; i++)                                                         \
+            host[i] = INPUT(rank_, i);                                                             \
+        memcpy(buf, host, sizeof(host)); /* the fake GPU's memory is the host's */                 \
+    } while (0)
+    const ncclRedOp_t ops[] = {ncclSum, ncclMax};
+    for (int k = 0; k < 2; k++) {
+        const ncclRedOp_t op = ops[k];
+        FILL();
+        CHECK_OK(ncclAllReduce(buf, buf + SHIFT, N, ncclFloat32, op, comm, NULL),
+                 "ncclAllReduce, recvbuf overlapping sendbuf");
+        memcpy(got, buf + SHIFT, N * sizeof(float));
+        for (int i = 0; i < N; i++) {
+            const float want =
+                op == ncclSum ? (float)(n * (i + 1) + n * (n - 1) / 2) : INPUT(n - 1, i);
+            CHECK(got[i] == want, "overlapping all_reduce (op %d): element %d is %g, want %g",
+                  (int)op, i, (double)got[i], (double)want);
+        }
+        FILL();
+        CHECK_OK(ncclReduce(buf, buf + SHIFT, N, ncclFloat32, op, 0, comm, NULL),
+                 "ncclReduce, the root's recvbuf overlapping its sendbuf");
+        memcpy(got, buf + SHIFT, N * sizeof(float));
+        for (int i = 0; rank_ == 0 && i < N; i++) {
+            const float want =
+                op == ncclSum ? (float)(n * (i + 1) + n * (n - 1) / 2) : INPUT(n - 1, i);
+            CHECK(got[i] == want, "overlapping reduce (op %d): element %d is %g, want %g", (int)op,
+                  i, (double)got[i], (double)want);
+        }
+        FILL();
+        CHECK_OK(ncclReduceScatter(buf, buf + SHIFT, N, ncclFloat32, op, comm, NULL),
+                 "ncclReduceScatter, recvbuf overlapping sendbuf off the in-place layout");
+        memcpy(got, buf + SHIFT, N * sizeof(float));
+        for (int i = 0; i < N; i++) {
+            const int e = rank_ * N + i;
+            const float want =
+                op == ncclSum ? (float)(n * (e + 1) + n * (n - 1) / 2) : INPUT(n - 1, e);
+            CHECK(got[i] == want, "overlapping reduce_scatter (op %d): element %d is %g, want %g",
+                  (int)op, i, (double)got[i], (double)want);
+        }
+    }
+    FILL();
+    const ncclResult_t rc = ncclAllGather(buf + SHIFT, buf, N, ncclFloat32, comm, NULL);
+    if (gpu != NULL) {
+        expect(rc, ncclInvalidArgument, "overlapping all_gather on a GPU", "overlap");
+    } else {
+        CHECK_OK(rc, "ncclAllGather, sendbuf overlapping recvbuf off the in-place layout");
+        memcpy(got, buf, (size_t)n * N * sizeof(float));
+        for (int i = 0; i < n * N; i++)
+            CHECK(got[i] == INPUT(i / N, SHIFT + i % N),
+                  "overlapping all_gather: element %d is %g, want %g", i, (double)got[i],
+                  (double)INPUT(i / N, SHIFT + i % N));
+    }
+#undef FILL
+#undef INPUT
+    buf_free(buf);
+}
+
 void case_conformance(void)
 {
     ncclComm_t comm = init_comm();
@@ -341,6 +412,7 @@ void case_conformance(void)
     movements(comm, ncclInt32, 300007);
     zero_counts(comm);
     p2p_bytes(comm);
+    partial_overlap(comm);
     avg_float16(comm);
     if (gpu != NULL)
         premul_device_scalar(comm);

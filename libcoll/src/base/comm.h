@@ -42,6 +42,8 @@ struct colli_premul {
     bool used;
     bool by_pointer; /* read *ptr at each call, else value */
     bool on_device;  /* ptr is memory of GPU `device`, read on the GPU when the call runs */
+    bool copy_only;  /* not an operator: sendbuf partly overlaps recvbuf, so the input is first
+                      * copied (a multiplication by 1 on the GPU) and the call keeps its op */
     int device;
     coll_datatype_t dt;
     const void *ptr;

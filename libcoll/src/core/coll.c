@@ -128,11 +128,19 @@ static coll_result_t check_args(const char *fn, coll_comm_t handle, const colli_
         goto partial;
     return COLL_SUCCESS;
 partial:
+    /* NCCL runs such a call (Horovod's fused uneven reduce_scatter makes one, a reduce whose
+     * root's blocks are packed): its input is copied first, where kcoll can copy it (host
+     * buffers, and a reduction's on a GPU, through the scale kernel's scratch) */
+    if (*device < 0 || reduces) {
+        if (!pm->used)
+            colli_premul_copy(a, pm);
+        return COLL_SUCCESS;
+    }
     return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
-                     "%s: sendbuf %p and recvbuf %p overlap without being the in-place layout "
-                     "(identical buffers, or for all_gather sendbuf == recvbuf + rank*count, for "
-                     "reduce_scatter recvbuf == sendbuf + rank*recvcount)",
-                     fn, a->sendbuf, a->recvbuf);
+                     "%s: sendbuf %p and recvbuf %p on GPU %d overlap without being the in-place "
+                     "layout (identical buffers, or for all_gather sendbuf == recvbuf + "
+                     "rank*count); use separate buffers or the in-place layout",
+                     fn, a->sendbuf, a->recvbuf, *device);
 }
 
 static coll_result_t collective(const char *fn, const colli_coll_args_t *a, coll_comm_t comm,

@@ -76,7 +76,10 @@ coll_result_t colli_premul_check(struct coll_comm *comm, const char *fn, const c
  * beyond 65504 is inf where the average is finite): true and *pm its scalar for such a call. */
 bool colli_premul_avg(const struct coll_comm *comm, const colli_coll_args_t *a,
                       struct colli_premul *pm);
-/* premul.c: run a checked call with a PreMulSum operator (host buffers). */
+/* premul.c: *pm for a call whose sendbuf partly overlaps recvbuf: its input is copied first
+ * (host: memcpy into a temporary; GPU: the scale kernel by 1 into scratch), its op kept. */
+void colli_premul_copy(const colli_coll_args_t *a, struct colli_premul *pm);
+/* premul.c: run a checked call with a PreMulSum operator, or a copied input (host buffers). */
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it);
 /* premul.c: queue one on device buffers (staged through pinned host memory, stream-ordered). */
 coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it);

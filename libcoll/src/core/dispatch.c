@@ -18,7 +18,7 @@ coll_result_t colli_dispatch_collective(struct coll_comm *comm, const colli_item
     coll_result_t status = colli_dev_drain(comm, colli_coll_name(a->coll));
     if (status != COLL_SUCCESS)
         return status;
-    if (reduces && it->pm.used)
+    if (it->pm.used) /* a PreMulSum, or (any collective) an input to copy first */
         return colli_premul_run(comm, it);
     return colli_run_collective(comm, a);
 }

@@ -160,32 +160,58 @@ bool colli_premul_avg(const struct coll_comm *comm, const colli_coll_args_t *a,
     return true;
 }
 
+void colli_premul_copy(const colli_coll_args_t *a, struct colli_premul *pm)
+{
+    memset(pm, 0, sizeof(*pm));
+    pm->used = true;
+    pm->copy_only = true;
+    pm->dt = a->dt;
+    pm->device = -1;
+    /* 1 in the datatype: the GPU copies by multiplying by it (exact in every type) */
+    if (coll_datatype_from_double(a->dt, 1.0, pm->value) != COLL_SUCCESS)
+        pm->value[0] = 1; /* an integer: little-endian 1 (the rest is zero) */
+}
+
+/* sendbuf and recvbuf are the same buffer, or apart: recvbuf can take the scaled input. */
+static bool recv_can_scale(const colli_coll_args_t *a, size_t bytes)
+{
+    const uintptr_t s = (uintptr_t)a->sendbuf, r = (uintptr_t)a->recvbuf;
+    return s == r || s + bytes <= r || r + bytes <= s;
+}
+
 coll_result_t colli_premul_run(struct coll_comm *comm, const colli_item_t *it)
 {
     const struct colli_premul *p = &it->pm;
     const colli_coll_args_t *a = &it->a;
     colli_coll_args_t s = *a;
-    s.op = COLL_SUM;
-    const size_t n = send_count(comm, a);
+    s.op = p->copy_only ? a->op : COLL_SUM;
+    size_t len[2];
+    colli_buffer_sizes(a, comm->nranks, comm->rank, len);
+    const size_t n = p->copy_only ? len[0] / coll_datatype_size(a->dt) : send_count(comm, a);
     if (n == 0)
         return colli_run_collective(comm, &s);
     const void *scalar = p->by_pointer ? p->ptr : p->value;
+    const size_t bytes = n * coll_datatype_size(a->dt);
     /* an all_reduce, and a reduce at its root, scale into recvbuf (sendbuf's size: also in
      * place) and sum there: no temporary buffer, whose fresh pages would cost more than the
      * scaling (64 MiB: 2.4 times the sum's time, against 1.1 times this way) */
-    if (a->coll == COLLI_COLL_ALL_REDUCE ||
-        (a->coll == COLLI_COLL_REDUCE && comm->rank == a->root)) {
+    if (!p->copy_only && recv_can_scale(a, bytes) &&
+        (a->coll == COLLI_COLL_ALL_REDUCE ||
+         (a->coll == COLLI_COLL_REDUCE && comm->rank == a->root))) {
         colli_scale(a->recvbuf, a->sendbuf, n, a->dt, scalar);
         s.sendbuf = a->recvbuf;
         return colli_run_collective(comm, &s);
     }
-    const size_t bytes = n * coll_datatype_size(a->dt);
     void *scaled = malloc(bytes);
     if (scaled == NULL)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM,
-                         "%s: out of memory for the %zu bytes of a PreMulSum",
-                         colli_coll_name(a->coll), bytes);
-    colli_scale(scaled, a->sendbuf, n, a->dt, scalar);
+                         "%s: out of memory for a copy of the %zu bytes of %s",
+                         colli_coll_name(a->coll), bytes,
+                         p->copy_only ? "a sendbuf that overlaps recvbuf" : "a PreMulSum's input");
+    if (p->copy_only)
+        memcpy(scaled, a->sendbuf, bytes);
+    else
+        colli_scale(scaled, a->sendbuf, n, a->dt, scalar);
     s.sendbuf = scaled;
     coll_result_t status = colli_run_collective(comm, &s);
     free(scaled);
@@ -196,7 +222,8 @@ coll_result_t colli_premul_dev(struct coll_comm *comm, const colli_item_t *it)
 {
     const struct colli_premul *p = &it->pm;
     colli_coll_args_t a = it->a;
-    a.op = COLL_SUM;
+    if (!p->copy_only)
+        a.op = COLL_SUM;
     colli_dev_scale_t sc = {
         .src = a.sendbuf,
         .count = send_count(comm, &a),
