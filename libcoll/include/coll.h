@@ -250,6 +250,15 @@ COLL_API coll_result_t coll_comm_abort(coll_comm_t comm);
  *  further operation fails; destroy or abort the communicator. */
 COLL_API coll_result_t coll_comm_get_async_error(coll_comm_t comm, coll_result_t *async_error);
 
+/**
+ * The deadline of comm's operations: seconds without progress before one fails naming the ranks
+ * it waits on (COLL_TIMEOUT's meaning, for this communicator; 0: none, as in NVIDIA NCCL). For
+ * layers whose program states its own (PyTorch's timeout= of a process group). COLL_TIMEOUT set
+ * in the environment, or the agent's pin, still wins (an INFO line says so). Call it before
+ * comm's first operation; communicators split or shrunk from comm later take it.
+ */
+COLL_API coll_result_t coll_comm_set_timeout(coll_comm_t comm, double seconds);
+
 COLL_API coll_result_t coll_comm_count(const coll_comm_t comm, int *count);
 COLL_API coll_result_t coll_comm_user_rank(const coll_comm_t comm, int *rank);
 

@@ -358,6 +358,19 @@ static void c_bad_arg_in_group(mp_ctx_t *ctx)
         CHECK(memcmp(s, r, sizeof(s)) == 0, "self send/recv inside a group delivered wrong data");
 }
 
+/* coll_comm_set_timeout: 0 (none) to a year; a bad value or communicator is refused by name. */
+static void c_set_timeout(mp_ctx_t *ctx)
+{
+    coll_comm_t c = ctx->comm;
+    EXPECT(coll_comm_set_timeout(c, -1), E_ARG, "a negative deadline", "-1 seconds");
+    EXPECT(coll_comm_set_timeout(c, 1e12), E_ARG, "a deadline beyond a year", "up to a year");
+    EXPECT(coll_comm_set_timeout(NULL, 5), E_ARG, "no communicator", "NULL");
+    CHECK_RC(coll_comm_set_timeout(c, 0), COLL_SUCCESS, "no deadline");
+    CHECK_RC(coll_comm_set_timeout(c, 30), COLL_SUCCESS, "30 s");
+    CHECK_RC(coll_all_reduce(sbuf, rbuf, 4, COLL_FLOAT32, COLL_SUM, c, NULL), COLL_SUCCESS,
+             "an all_reduce after");
+}
+
 /* Argument errors must not poison the communicator: the next valid call works. */
 static void c_comm_usable_after_errors(mp_ctx_t *ctx)
 {
@@ -640,6 +653,7 @@ static const bcase_t cases[] = {
     {"use_after_abort", c_use_after_abort, 0, 1, 0},
     {"group_misuse", c_group_misuse, 0, 1, 0},
     {"bad_arg_in_group", c_bad_arg_in_group, 0, 1, 0},
+    {"set_timeout", c_set_timeout, 0, 1, 0},
     {"comm_usable_after_errors", c_comm_usable_after_errors, 0, 1, 0},
     {"last_error_per_thread", c_last_error_per_thread, 0, 1, 0},
     {"init_bad_args", c_init_bad, 1, 1, 0},

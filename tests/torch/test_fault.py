@@ -4,7 +4,10 @@ MASTER_PORT, the store path):
   * 3 ranks train with DDP; rank 2 is SIGKILLed at step 5: ranks 0 and 1 raise RuntimeError
     within KILL_LIMIT seconds, and the message names rank 2;
   * wait(timeout=2 s) on an all_reduce that the peer has not joined raises within WAIT_LIMIT
-    seconds naming the operation; the late peer then raises too instead of hanging.
+    seconds naming the operation; the late peer then raises too instead of hanging;
+  * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
+    late fails by itself within GROUP_LIMIT seconds, with kcoll's message naming the late rank:
+    the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s).
 """
 import os
 import subprocess
@@ -19,6 +22,7 @@ tc.need_torch()
 
 KILL_LIMIT = 30.0
 WAIT_LIMIT = 5.0
+GROUP_LIMIT = 5.0
 
 
 def job(mode, world):
@@ -74,6 +78,15 @@ def main():
     secs1, line1 = raised_after(outs[1][1])
     print("wait: rank 1: exit %s: %s" % (outs[1][0], line1 or outs[1][1][-1500:]))
     ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])
+    outs, took = job("group", 2)
+    print("group: job ended in %.1f s" % took)
+    secs, line = raised_after(outs[0][1])
+    print("group: rank 0: exit %s: %s" % (outs[0][0], line or outs[0][1][-1500:]))
+    ck(outs[0][0] == 3 and secs is not None and secs <= GROUP_LIMIT,
+       "rank 0's all_reduce failed by itself within %.0f s (the group's 2 s timeout is kcoll's "
+       "deadline)\n%s" % (GROUP_LIMIT, outs[0][1][-2000:]))
+    ck(line is not None and "COLL_TIMEOUT" in line and "rank 1" in line,
+       "rank 0's message is kcoll's, naming rank 1")
     n = ck.finish()
     print("%d checks passed" % n)
     return 0

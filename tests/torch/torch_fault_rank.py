@@ -4,6 +4,9 @@
   kill  DDP training; rank VICTIM kills itself (SIGKILL) at step 5; every other rank must raise.
   wait  rank 0 waits on an all_reduce rank 1 never joins, with wait(timeout=2 s): it must raise;
         rank 1 calls the all_reduce after 6 s and must raise too (rank 0 aborted).
+  group the group's timeout is 2 s and nobody waits: rank 0's all_reduce, which rank 1 joins
+        only after 6 s, fails by itself at kcoll's deadline, which is the group's (not
+        COLL_TIMEOUT's 300 s): the work completes with kcoll's error naming rank 1.
 A rank that raised prints "RAISED after <s> s: <message>" and exits 3."""
 import os
 import signal
@@ -56,12 +59,29 @@ def wait_mode(rank):
     return 1
 
 
+def group_mode(rank):
+    x = torch.ones(1 << 16)
+    t0 = time.time()
+    if rank == 1:
+        time.sleep(6)
+    try:
+        w = dist.all_reduce(x, async_op=True)
+        while not w.is_completed() and time.time() - t0 < 30:
+            time.sleep(0.05)
+        w.wait()
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        return 3
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    return 1
+
+
 def main():
     mode = sys.argv[1]
     torch.set_num_threads(1)
-    dist.init_process_group("kcoll", timeout=timedelta(seconds=60))
+    dist.init_process_group("kcoll", timeout=timedelta(seconds=2 if mode == "group" else 60))
     rank = dist.get_rank()
-    rc = kill_mode(rank) if mode == "kill" else wait_mode(rank)
+    rc = {"kill": kill_mode, "wait": wait_mode, "group": group_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for
 

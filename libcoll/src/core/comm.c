@@ -1,6 +1,7 @@
 /* Communicator lifecycle: create a member (from a unique id, the agent or a parent), destroy,
  * abort, queries. */
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +390,29 @@ coll_result_t coll_comm_get_async_error(coll_comm_t handle, coll_result_t *async
     *async_error = comm->async_error;
     if (comm->async_error != COLL_SUCCESS)
         colli_set_last_error(comm->async_msg);
+    return COLL_SUCCESS;
+}
+
+coll_result_t coll_comm_set_timeout(coll_comm_t handle, double seconds)
+{
+    struct coll_comm *comm;
+    coll_result_t status = colli_comm_lookup(handle, &comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (!(seconds >= 0) || seconds > 86400.0 * 365)
+        return COLLI_ERR(CONFIG, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_comm_set_timeout: %g seconds: give 0 (no deadline) up to a year",
+                         seconds);
+    const colli_source_t src = colli_config_source(&comm->cfg, "COLL_TIMEOUT");
+    if (src == COLLI_SRC_ENV || src == COLLI_SRC_AGENT) {
+        coll_info(CONFIG,
+                  "rank %d: the program's deadline of %g s for operations is not used: "
+                  "COLL_TIMEOUT = %g s from %s wins",
+                  comm->rank, seconds, comm->cfg.timeout,
+                  src == COLLI_SRC_ENV ? "the environment" : "the agent's pin");
+        return COLL_SUCCESS;
+    }
+    comm->cfg.timeout = seconds == 0 ? INFINITY : seconds;
     return COLL_SUCCESS;
 }
 
