@@ -40,6 +40,19 @@ KCOLL_NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
     nccl_banner();
     if (uniqueId == NULL)
         return nccl_error(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    /* NCCL makes every process's id from NCCL_COMM_ID (the same bytes everywhere, rank 0 hosting
+     * the root there); kcoll's id holds a random secret, so each process would get its own and
+     * the ranks would wait for each other until COLL_BOOTSTRAP_TIMEOUT: say so at once */
+    const char *env_id = secure_getenv("NCCL_COMM_ID");
+    if (env_id != NULL && *env_id != '\0')
+        return nccl_error(ncclInvalidUsage,
+                          "ncclGetUniqueId: NCCL_COMM_ID=%s is set, but kcoll does not make "
+                          "unique ids from it: a kcoll id carries a random secret that "
+                          "authenticates the job's connections, so every process would make a "
+                          "different one and the ranks would never meet. Make the id on one rank "
+                          "and hand it to the others (as PyTorch, vLLM and CuPy do), and unset "
+                          "NCCL_COMM_ID",
+                          env_id);
     coll_unique_id_t id;
     coll_result_t r = coll_get_unique_id(&id);
     if (r == COLL_SUCCESS)
