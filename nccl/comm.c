@@ -91,6 +91,7 @@ static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, int 
 static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **comm)
 {
     nccl_banner();
+    nccl_warn_other_copies();
     if (out == NULL)
         return nccl_error(ncclInvalidArgument, "%s: comm is NULL (pass an ncclComm_t to fill)", fn);
     *out = NULL;

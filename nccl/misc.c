@@ -2,6 +2,8 @@
  * the last error, datatypes, memory, and the names of NCCL's device API, which kcoll does not
  * offer (they fail with ncclInvalidUsage and a message that says so). */
 #include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -131,6 +133,52 @@ static void print_banner(void)
 void nccl_banner(void)
 {
     pthread_once(&banner_once, print_banner);
+}
+
+/* Another NCCL in this process: a loaded object whose file name starts with libnccl.so that is
+ * not this library's file (a dlopen by path of NVIDIA's: vLLM's VLLM_NCCL_SO_PATH, CuPy's wheel
+ * lookup). Calls through it never reach kcoll, and a communicator handed from one to the other
+ * is read as the wrong structure. */
+typedef struct {
+    char mine[PATH_MAX];
+    char found[600];
+    size_t used;
+} other_nccls_t;
+
+static int visit_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    other_nccls_t *o = arg;
+    const char *name = info->dlpi_name, *base = name != NULL ? strrchr(name, '/') : NULL;
+    base = base != NULL ? base + 1 : name;
+    char real[PATH_MAX];
+    if (base == NULL || strncmp(base, "libnccl.so", 10) != 0 || realpath(name, real) == NULL ||
+        strcmp(real, o->mine) == 0 || o->used + strlen(real) + 3 >= sizeof(o->found))
+        return 0;
+    int n = snprintf(o->found + o->used, sizeof(o->found) - o->used, "%s%s",
+                     o->used > 0 ? ", " : "", real);
+    o->used += n > 0 ? (size_t)n : 0;
+    return 0;
+}
+
+void nccl_warn_other_copies(void)
+{
+    other_nccls_t o = {.used = 0};
+    Dl_info self;
+    if (dladdr((void *)nccl_warn_other_copies, &self) == 0 || self.dli_fname == NULL ||
+        realpath(self.dli_fname, o.mine) == NULL)
+        return;
+    (void)dl_iterate_phdr(visit_object, &o);
+    if (o.used == 0)
+        return;
+    char line[sizeof(o.mine) + sizeof(o.found) + 400];
+    snprintf(line, sizeof(line),
+             "kcoll NCCL WARN another NCCL is loaded in this process beside kcoll's %s: %s. Calls "
+             "made through it do not reach kcoll, and a communicator of one passed to the other "
+             "fails or crashes. Preload kcoll's library (LD_PRELOAD) where a framework opens "
+             "NCCL by path, or point its setting at kcoll's file (docs/nccl.md)",
+             o.mine, o.found);
+    coll_log_text(line);
 }
 
 /* kcoll's own version behind the NCCL API level: "kcoll 0.1.0". */

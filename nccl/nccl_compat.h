@@ -56,6 +56,8 @@ ncclResult_t nccl_datatype(ncclDataType_t dt, const char *fn, coll_datatype_t *o
 size_t nccl_datatype_size(ncclDataType_t dt);
 /* The first line NCCL_DEBUG=VERSION asks for (once per process). */
 void nccl_banner(void);
+/* A WARN line when another libnccl.so* than this library is loaded in the process. */
+void nccl_warn_other_copies(void);
 /* The calling thread's CUDA device when the process uses CUDA, else 0. */
 int nccl_current_device(void);
 

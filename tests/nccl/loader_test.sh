@@ -3,7 +3,8 @@
 # LD_PRELOAD, and with LD_LIBRARY_PATH; NCCL_DEBUG=VERSION prints kcoll's banner, into the file
 # NCCL_DEBUG_FILE names when it is set. A dlopen("libnccl.so") (TensorRT-LLM) gets kcoll's library
 # too: through libnccl-alias.so preloaded after it (the webhook's preload), and through the
-# libnccl.so link beside it; preloading libnccl.so.2 alone lets it load NVIDIA's (the control).
+# libnccl.so link beside it; preloading libnccl.so.2 alone lets it load NVIDIA's (the control),
+# and kcoll then warns at the next communicator that another NCCL is loaded.
 #   loader_test.sh PROGRAM KCOLL_LIBNCCL [NVIDIA_LIBNCCL]
 set -uo pipefail
 prog=$1 lib=$2 real=${3:-}
@@ -21,7 +22,7 @@ for how in preload path; do
     fi
     rc=$?
     if [ $rc = 0 ] && grep -q "^NCCL version .*+kcoll" <<<"$out" && grep -q "all_reduce on 1 rank: 2" <<<"$out" &&
-        grep -q "dlopen(libnccl.so): the same library" <<<"$out"; then
+        grep -q "dlopen(libnccl.so): the same library" <<<"$out" && ! grep -q "another NCCL is loaded" <<<"$out"; then
         echo "ok ($how): $(head -n 2 <<<"$out" | tr '\n' ' ')"
     else
         echo "FAIL ($how, exit $rc):"
@@ -32,8 +33,9 @@ done
 # the control: without the alias, dlopen("libnccl.so") finds NVIDIA's beside kcoll's preloaded one
 if [ -e "$realdir/libnccl.so" ]; then
     out=$(LD_PRELOAD="${asan:+$asan }$lib" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
-    if grep -q "dlopen(libnccl.so): another NCCL" <<<"$out"; then
-        echo "ok (control: libnccl.so.2 preloaded alone, dlopen(libnccl.so) loads $realdir/libnccl.so)"
+    if grep -q "dlopen(libnccl.so): another NCCL" <<<"$out" &&
+        grep -q "kcoll NCCL WARN another NCCL is loaded in this process beside kcoll's" <<<"$out"; then
+        echo "ok (control: libnccl.so.2 preloaded alone, dlopen(libnccl.so) loads $realdir/libnccl.so; kcoll warns)"
     else
         echo "FAIL (control: the alias made no difference):"
         sed 's/^/  /' <<<"$out"

@@ -121,7 +121,7 @@ bool colli_dev_wait_started(struct coll_comm *comm, struct colli_dev *d, dev_job
             cond_wait_s(&j->cv, &j->mu, 0.1);
         }
         double now = colli_now();
-        if (!j->started && now - warned >= comm->cfg.timeout) {
+        if (!j->started && now - warned >= fmin(comm->cfg.timeout, 300.0)) { /* 0: none */
             warned = now;
             coll_warn(COLL,
                       "rank %d: %s #%llu on device buffers still waits for its stream to reach "
