@@ -44,36 +44,31 @@ def kill_mode(rank):
     return 1
 
 
-def wait_mode(rank):
+def late_peer(rank, finish):
+    """Rank 1 joins an all_reduce 6 s late; finish(work) waits on it in the mode's way."""
     x = torch.ones(1 << 16)
     t0 = time.time()
     if rank == 1:
         time.sleep(6)
     try:
-        w = dist.all_reduce(x, async_op=True)
-        w.wait(timeout=timedelta(seconds=2))
+        finish(dist.all_reduce(x, async_op=True), t0)
     except RuntimeError as e:
         print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
         return 3
     print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
     return 1
+
+
+def wait_mode(rank):
+    return late_peer(rank, lambda w, t0: w.wait(timeout=timedelta(seconds=2)))
 
 
 def group_mode(rank):
-    x = torch.ones(1 << 16)
-    t0 = time.time()
-    if rank == 1:
-        time.sleep(6)
-    try:
-        w = dist.all_reduce(x, async_op=True)
+    def poll_then_wait(w, t0):
         while not w.is_completed() and time.time() - t0 < 30:
             time.sleep(0.05)
         w.wait()
-    except RuntimeError as e:
-        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
-        return 3
-    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
-    return 1
+    return late_peer(rank, poll_then_wait)
 
 
 def main():
