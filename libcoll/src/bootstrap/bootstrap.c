@@ -57,8 +57,15 @@ again:;
                          io == COLLI_IO_TIMEOUT && e != 0 ? strerror(e) : "", ra);
     }
     colli_hs_t hs;
+    /* A root on a listener it shares (coll_comm_shrink): the parent's transport may have
+     * accepted this connection during its last operation and left it unread (it reads pending
+     * connections only while an operation runs), so no challenge ever comes. A root challenges
+     * at once and drops an exchange unfinished after 10 s: a handshake that takes longer is
+     * tried again on a new connection. */
+    const double hs_deadline =
+        shared_root && deadline > colli_now() + 10.0 ? colli_now() + 10.0 : deadline;
     io = colli_hs_run(&hs, fd, comm->secret, COLLI_HELLO_BOOTSTRAP, comm->rank, -1, 0,
-                      (uint32_t)comm->nranks, deadline);
+                      (uint32_t)comm->nranks, hs_deadline);
     if (io == COLLI_IO_OK) {
         colli_member_to_wire(self, &out.rec);
         colli_siphash128(hs.key, &out.rec, sizeof(out.rec), out.mac);
@@ -75,8 +82,8 @@ again:;
     }
     /* A root on a listener it shares (coll_comm_shrink): the parent communicator's transport may
      * have taken this connection and dropped it as a stranger; connect again. */
-    const bool dropped =
-        io == COLLI_IO_EOF || (io == COLLI_IO_ERR && (errno == ECONNRESET || errno == EPIPE));
+    const bool dropped = io == COLLI_IO_EOF || io == COLLI_IO_TIMEOUT ||
+                         (io == COLLI_IO_ERR && (errno == ECONNRESET || errno == EPIPE));
     if (dropped && shared_root && colli_now() + 0.1 < deadline) {
         close(fd);
         fd = -1;
