@@ -43,10 +43,10 @@ typedef struct colli_create {
     bool shared_root;
 } colli_create_t;
 
-/* group.c: is the calling thread inside coll_group_start/coll_group_end? */
 /* group.c: status, the result of a call made inside a group (collective, send/recv, creation);
  * a failure is remembered, and fails the group at its end (nothing in it runs). */
 coll_result_t colli_group_note(coll_result_t status);
+/* group.c: is the calling thread inside coll_group_start/coll_group_end? */
 bool colli_group_active(void);
 /* Queue a checked call until the group ends. */
 coll_result_t colli_group_enqueue(const colli_item_t *it);

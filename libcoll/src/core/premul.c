@@ -146,30 +146,33 @@ static size_t send_count(const struct coll_comm *comm, const colli_coll_args_t *
     return a->coll == COLLI_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
 }
 
+/* *pm: a scale by v, one element of dt (an integer datatype: by 1, the only scale used on one;
+ * coll_datatype_from_double would refuse it and log a WARN) */
+static void scalar_pm(struct colli_premul *pm, coll_datatype_t dt, double v)
+{
+    memset(pm, 0, sizeof(*pm));
+    pm->used = true;
+    pm->dt = dt;
+    pm->device = -1;
+    if (dt <= COLL_UINT64)
+        pm->value[0] = 1; /* little-endian 1, the rest zero */
+    else
+        (void)coll_datatype_from_double(dt, v, pm->value); /* a floating dt: cannot fail */
+}
+
 bool colli_premul_avg(const struct coll_comm *comm, const colli_coll_args_t *a,
                       struct colli_premul *pm)
 {
     if (a->op != COLL_AVG || a->dt != COLL_FLOAT16 || comm->nranks < 1)
         return false;
-    memset(pm, 0, sizeof(*pm));
-    if (coll_datatype_from_double(COLL_FLOAT16, 1.0 / comm->nranks, pm->value) != COLL_SUCCESS)
-        return false; /* cannot happen: 1/n is within float16's range */
-    pm->used = true;
-    pm->dt = COLL_FLOAT16;
-    pm->device = -1;
+    scalar_pm(pm, COLL_FLOAT16, 1.0 / comm->nranks);
     return true;
 }
 
 void colli_premul_copy(const colli_coll_args_t *a, struct colli_premul *pm)
 {
-    memset(pm, 0, sizeof(*pm));
-    pm->used = true;
+    scalar_pm(pm, a->dt, 1.0); /* the GPU copies by multiplying by 1 (exact in every type) */
     pm->copy_only = true;
-    pm->dt = a->dt;
-    pm->device = -1;
-    /* 1 in the datatype: the GPU copies by multiplying by it (exact in every type) */
-    if (coll_datatype_from_double(a->dt, 1.0, pm->value) != COLL_SUCCESS)
-        pm->value[0] = 1; /* an integer: little-endian 1 (the rest is zero) */
 }
 
 /* sendbuf and recvbuf are the same buffer, or apart: recvbuf can take the scaled input. */
