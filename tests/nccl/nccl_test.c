@@ -168,6 +168,10 @@ static void run_case(const char *name)
         case_conformance();
     else if (strcmp(name, "split") == 0)
         case_split();
+    else if (strcmp(name, "many") == 0)
+        case_many();
+    else if (strcmp(name, "initfail") == 0)
+        case_initfail();
     else if (strcmp(name, "nonblocking") == 0)
         case_nonblocking();
     else if (strcmp(name, "errors") == 0)
@@ -186,7 +190,8 @@ int main(int argc, char **argv)
     if (argc != 3 || (nranks_ = atoi(argv[2])) < 1 || nranks_ > MAX_RANKS) {
         fprintf(
             stderr,
-            "usage: nccl_test conformance|split|nonblocking|errors|abort|shrink|graph|initall N\n");
+            "usage: nccl_test "
+            "conformance|split|many|initfail|nonblocking|errors|abort|shrink|graph|initall N\n");
         return 2;
     }
     if (strcmp(argv[1], "initall") == 0) {

@@ -74,6 +74,13 @@ int colli_sock_connect_start(const struct sockaddr_storage *to,
             ((struct sockaddr_in *)&b)->sin_port = 0;
         else
             ((struct sockaddr_in6 *)&b)->sin6_port = 0;
+        /* The port is chosen at connect, for this destination only: a port bound at bind would
+         * be unique among every socket of the address, so a node's ranks, with a link between
+         * every two of them per communicator, ran out of the ~28k ephemeral ports (connections
+         * closed a minute ago, in TIME_WAIT, count too) at a few hundred communicators: "bind:
+         * Address already in use" (the `ports` test). Best effort: kernels before 4.2 lack it. */
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
         if (bind(fd, (struct sockaddr *)&b, colli_sockaddr_len(&b)) != 0) {
             int e = errno;
             close(fd);

@@ -27,6 +27,9 @@ typedef struct colli_testhook {
     /* COLL_TEST_IB_QP_ERROR: at its N-th RDMA write (list: by rank; 0 never) a rank moves the
      * write's queue pair into the error state with ibv_modify_qp, as a failing HCA would */
     char ib_qp_error[128];
+    /* COLL_TEST_FAIL_READY: "1" for a rank (list: by rank) makes its creation fail after the
+     * exchange, before it opens its links, as a rank that runs out of ports or descriptors there */
+    char fail_ready[64];
 } colli_testhook_t;
 
 /* Read the COLL_TEST_* variables (all empty in a build without test hooks). A malformed value

@@ -64,6 +64,18 @@ static void apply_host_id_suffix(const struct coll_comm *comm, colli_member_t *s
     coll_info(INIT, "COLL_TEST_HOST_ID_SUFFIX: host identity %s", self->host_id);
 }
 
+/* COLL_TEST_FAIL_READY: this rank's creation fails after the exchange (tests only). */
+static coll_result_t injected_ready_failure(const struct coll_comm *comm)
+{
+    size_t n = 0;
+    const char *p = colli_testhook_rank_entry(comm->test.fail_ready, comm->rank, &n);
+    if (p == NULL || n != 1 || *p != '1')
+        return COLL_SUCCESS;
+    return COLLI_ERR(INIT, COLL_ERR_SYSTEM,
+                     "rank %d: injected failure after the exchange (COLL_TEST_FAIL_READY)",
+                     comm->rank);
+}
+
 static int count_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -225,7 +237,7 @@ static coll_result_t alloc_peer_state(struct coll_comm *comm)
 coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
 {
     coll_result_t status;
-    bool bootstrapped = false;
+    bool bootstrapped = false, exchanged = false;
     struct coll_comm *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory creating a communicator");
@@ -254,11 +266,13 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
     bootstrapped = true; /* from here on the root itself reports what went wrong */
     COLL_CHECK_GOTO(colli_bootstrap_exchange(comm, &c->root, &self, &nif.addr, c->shared_root),
                     err_free);
+    exchanged = true; /* from here on every member's address is known */
     adopt_tuning(comm, &self);
     COLL_CHECK_GOTO(colli_comm_ring_order(comm), err_free);
     log_pods(comm);
     COLL_CHECK_GOTO(colli_dev_init(comm), err_free);
     COLL_CHECK_GOTO(alloc_peer_state(comm), err_free);
+    COLL_CHECK_GOTO(injected_ready_failure(comm), err_free);
     COLL_CHECK_GOTO(colli_tp_ready(comm), err_free);
     colli_config_log(&comm->cfg);
     COLL_CHECK_GOTO(colli_comm_register(comm, out), err_free);
@@ -272,6 +286,15 @@ err_free:
         char msg[1100];
         snprintf(msg, sizeof(msg), "%s", colli_last_error());
         colli_bootstrap_report_error(&c->root, c->secret, c->rank, c->nranks, msg);
+        colli_set_last_error(msg);
+    } else if (exchanged) {
+        /* Failed after the exchange (a link, a device, descriptors): the peers are past the
+         * root and wait for this rank's links or its first operation, which will never come.
+         * Tell them why (abort notices), or they wait until COLL_BOOTSTRAP_TIMEOUT (1800 s
+         * under libnccl.so.2) to fail without it: nccl_ports_8. */
+        char msg[1100];
+        snprintf(msg, sizeof(msg), "%s", colli_last_error());
+        colli_tp_notify_abort(comm, msg);
         colli_set_last_error(msg);
     }
     comm_free(comm);

@@ -235,6 +235,10 @@ coll_result_t shm_link_connected(struct coll_comm *comm, shm_state_t *st, int p)
         pp->retry_at = colli_now() + 0.02;
         return COLL_SUCCESS;
     }
+    /* a peer whose creation failed sends its reason before it closes: that, when it comes */
+    coll_result_t why = colli_tp_await_notice(comm, 0.5);
+    if (why != COLL_SUCCESS)
+        return why;
     char who[200];
     colli_member_desc(comm, p, who, sizeof(who));
     colli_comm_blame(comm, p);
