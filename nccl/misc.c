@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "nccl_compat.h"
 
@@ -93,6 +94,8 @@ KCOLL_NCCL_API const char *ncclGetErrorString(ncclResult_t result)
 }
 KCOLL_NCCL_ALIAS(ncclGetErrorString);
 
+static void nccl_load_alias(void);
+
 /* NCCL programs bound their waits themselves (PyTorch's watchdog aborts at its timeout) and make
  * a communicator's ranks when each first needs one, minutes apart: kcoll's defaults are NCCL's
  * contract in this library (no operation deadline, a long bootstrap); COLL_* variables and the
@@ -100,6 +103,31 @@ KCOLL_NCCL_ALIAS(ncclGetErrorString);
 __attribute__((constructor)) static void nccl_defaults(void)
 {
     (void)coll_set_defaults(COLL_DEFAULTS_NCCL); /* cannot fail: a valid choice */
+    nccl_load_alias();
+}
+
+/* NCCL's unversioned name answered by kcoll wherever this library is: PaddlePaddle's loader
+ * tries dlopen("libnccl.so") before "libnccl.so.2", TensorRT-LLM opens only "libnccl.so". A
+ * preloaded libnccl.so.2 does not answer that name (the loader matches it against SONAMEs), so
+ * NVIDIA's libnccl.so was loaded and used instead, before kcoll made any communicator that could
+ * warn of it. libnccl-alias.so (SONAME libnccl.so, one dependency: this library) is loaded from
+ * this library's folder when it is there; a libnccl.so.2 copied alone loads nothing. The handle
+ * is kept: the name must answer for the process's life. */
+static void nccl_load_alias(void)
+{
+    Dl_info self;
+    if (dladdr((void *)nccl_load_alias, &self) == 0 || self.dli_fname == NULL)
+        return;
+    const char *slash = strrchr(self.dli_fname, '/');
+    char path[PATH_MAX];
+    int n = slash != NULL ? snprintf(path, sizeof(path), "%.*s/libnccl-alias.so",
+                                     (int)(slash - self.dli_fname), self.dli_fname)
+                          : -1;
+    if (n < 0 || (size_t)n >= sizeof(path) || access(path, R_OK) != 0)
+        return;
+    if (dlopen(path, RTLD_NOW | RTLD_LOCAL) == NULL)
+        coll_log_text("kcoll NCCL WARN libnccl-alias.so beside kcoll's libnccl.so.2 did not "
+                      "load, so dlopen(\"libnccl.so\") may load another NCCL");
 }
 
 KCOLL_NCCL_API ncclResult_t ncclGetVersion(int *version)

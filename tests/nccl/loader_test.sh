@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A program linked with NVIDIA's libnccl.so.2 runs on kcoll's, as a user would switch: with
 # LD_PRELOAD, and with LD_LIBRARY_PATH; NCCL_DEBUG=VERSION prints kcoll's banner, into the file
-# NCCL_DEBUG_FILE names when it is set. A dlopen("libnccl.so") (TensorRT-LLM) gets kcoll's library
-# too: through libnccl-alias.so preloaded after it (the webhook's preload), and through the
-# libnccl.so link beside it; preloading libnccl.so.2 alone lets it load NVIDIA's (the control),
-# and kcoll then warns at the next communicator that another NCCL is loaded.
+# NCCL_DEBUG_FILE names when it is set. A dlopen("libnccl.so") (PaddlePaddle, TensorRT-LLM) gets
+# kcoll's library too: libnccl.so.2 loads libnccl-alias.so from its own folder (preloaded alone,
+# as a user would), the webhook preloads both, and with LD_LIBRARY_PATH the libnccl.so link
+# beside it answers. A copy of libnccl.so.2 with no alias beside it lets that dlopen load
+# NVIDIA's (the control), and kcoll then warns at the next communicator that another NCCL is
+# loaded.
 #   loader_test.sh PROGRAM KCOLL_LIBNCCL [NVIDIA_LIBNCCL]
 set -uo pipefail
 prog=$1 lib=$2 real=${3:-}
@@ -14,9 +16,11 @@ asan=$(ldd "$lib" | awk '/libasan/ {print $3}')
 preload="${asan:+$asan }$lib $dir/libnccl-alias.so"
 realdir=$(dirname "${real:-/nonexistent/x}")
 status=0
-for how in preload path; do
+for how in preload preload-alone path; do
     if [ $how = preload ]; then
         out=$(NCCL_DEBUG=VERSION LD_PRELOAD="$preload" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
+    elif [ $how = preload-alone ]; then
+        out=$(NCCL_DEBUG=VERSION LD_PRELOAD="${asan:+$asan }$lib" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
     else
         out=$(NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$dir:$realdir" "$prog" dlopen 2>&1)
     fi
@@ -30,12 +34,16 @@ for how in preload path; do
         status=1
     fi
 done
-# the control: without the alias, dlopen("libnccl.so") finds NVIDIA's beside kcoll's preloaded one
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# the control: a copy of libnccl.so.2 with no alias beside it, so dlopen("libnccl.so") finds
+# NVIDIA's beside kcoll's preloaded one
 if [ -e "$realdir/libnccl.so" ]; then
-    out=$(LD_PRELOAD="${asan:+$asan }$lib" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
+    mkdir "$tmp/alone" && cp "$lib" "$tmp/alone/libnccl.so.2"
+    out=$(LD_PRELOAD="${asan:+$asan }$tmp/alone/libnccl.so.2" LD_LIBRARY_PATH="$realdir" "$prog" dlopen 2>&1)
     if grep -q "dlopen(libnccl.so): another NCCL" <<<"$out" &&
         grep -q "kcoll NCCL WARN another NCCL is loaded in this process beside kcoll's" <<<"$out"; then
-        echo "ok (control: libnccl.so.2 preloaded alone, dlopen(libnccl.so) loads $realdir/libnccl.so; kcoll warns)"
+        echo "ok (control: a libnccl.so.2 with no alias beside it, dlopen(libnccl.so) loads $realdir/libnccl.so; kcoll warns)"
     else
         echo "FAIL (control: the alias made no difference):"
         sed 's/^/  /' <<<"$out"
@@ -45,8 +53,6 @@ else
     echo "control skipped: no NVIDIA libnccl.so in $realdir"
 fi
 # NCCL_DEBUG_FILE: the banner and kcoll's lines go to that file (%p: the pid), not to stderr
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 out=$(NCCL_DEBUG=VERSION NCCL_DEBUG_FILE="$tmp/nccl.%p.log" LD_PRELOAD="$preload" "$prog" 2>&1)
 rc=$?
 log=$(cat "$tmp"/nccl.[0-9]*.log 2>&1)
