@@ -1,7 +1,6 @@
 /* nccl_test's communicator cases: split, non-blocking creation, errors, abort, one process
  * with every rank, shrink. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -58,131 +57,6 @@ void case_split(void)
     if (none != NULL)
         CHECK_OK(ncclCommDestroy(none), "destroy");
     CHECK_OK(ncclCommDestroy(comm), "destroy parent");
-}
-
-/* ---- many communicators at once ---- */
-
-/* The descriptors open in this process (the directory's own too) as "fd -> target" lines into
- * out (NULL: just count them). */
-static int open_fds(char *out, size_t cap)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    size_t used = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        n++;
-        char path[300], target[256];
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-        ssize_t len = readlink(path, target, sizeof(target) - 1);
-        target[len > 0 ? len : 0] = '\0';
-        if (out != NULL && used < cap) {
-            int w = snprintf(out + used, cap - used, "%s -> %s\n", e->d_name, target);
-            used += w > 0 ? (size_t)w : 0;
-        }
-    }
-    closedir(d);
-    return n;
-}
-
-/* NCCL_TEST_COMMS (64) communicators of every rank alive at once, split from one parent, as a
- * framework holds one per group and per pair: each is made, carries an all_reduce while all of
- * them are alive, and is destroyed, after which the process holds the descriptors it held
- * before. Every two ranks of a node are joined by a link per communicator, so a node of 8 ranks
- * with 64 of them holds 1792 links: under ports_test.sh, whose network namespace has 2000
- * ephemeral ports, this is what ran out of them when each link took a port of its own. */
-/* Makes n communicators split from comm, all alive at once, an all_reduce on each, then
- * destroys them; false once one could not be made. */
-static int many_round(ncclComm_t comm, int n, int round)
-{
-    ncclComm_t *kids = calloc((size_t)n, sizeof(*kids));
-    int made = 0;
-    double t0 = now();
-    for (; kids != NULL && made < n; made++) {
-        ncclResult_t rc = ncclCommSplit(comm, 0, rank_, &kids[made], NULL);
-        if (rc != ncclSuccess) {
-            CHECK_OK(rc, "ncclCommSplit");
-            break;
-        }
-    }
-    CHECK(made == n, "round %d: rank %d made %d of %d communicators", round, rank_, made, n);
-    if (rank_ == 0)
-        printf("round %d: %d communicators of %d ranks alive: %d descriptors, %.1f ms each\n",
-               round, made, nranks_, open_fds(NULL, 0), (now() - t0) * 1e3 / (made ? made : 1));
-    long bad = 0;
-    for (int k = 0; k < made; k++) {
-        int64_t v = rank_ + k, sum = -1, want = 0;
-        for (int q = 0; q < nranks_; q++)
-            want += q + k;
-        CHECK_OK(ncclAllReduce(&v, &sum, 1, ncclInt64, ncclSum, kids[k], NULL), "all_reduce");
-        bad += sum != want;
-    }
-    CHECK(bad == 0, "round %d: %ld of %d communicators gave a wrong sum", round, bad, made);
-    for (int k = 0; k < made; k++)
-        CHECK_OK(ncclCommDestroy(kids[k]), "destroy");
-    free(kids);
-    return made == n;
-}
-
-void case_many(void)
-{
-    const char *e = getenv("NCCL_TEST_COMMS");
-    int n = e ? atoi(e) : 64;
-    ncclComm_t comm = init_comm();
-    if (comm == NULL || n < 1)
-        return;
-    /* The parent makes its links to the other ranks when it first uses them (the splits do):
-     * the descriptors are counted after a first round, and the second must end where it began */
-    static char before[8192], after[8192];
-    if (many_round(comm, n, 1)) {
-        int fds = open_fds(before, sizeof(before));
-        many_round(comm, n, 2);
-        int left = open_fds(after, sizeof(after));
-        CHECK(left == fds,
-              "rank %d holds %d descriptors after destroying them all, %d before:\n%s\nnow:\n%s",
-              rank_, left, fds, before, after);
-    }
-    CHECK_OK(ncclCommDestroy(comm), "destroy parent");
-}
-
-/* ---- a creation that fails on one rank after the exchange ---- */
-
-/* COLL_TEST_FAIL_READY (by rank) makes some ranks fail after the exchange, before their links.
- * Every other rank must fail within seconds with the failing rank's reason: its creation, where
- * it waits for that rank's links (ranks of one host), or else its first operation. They used to
- * wait for the links until COLL_BOOTSTRAP_TIMEOUT (1800 s with NCCL's defaults) and then fail
- * without the reason. */
-void case_initfail(void)
-{
-    const char *list = getenv("COLL_TEST_FAIL_READY"), *p = list;
-    for (int r = 0; p != NULL && r < rank_; r++) {
-        p = strchr(p, ',');
-        p = p ? p + 1 : NULL;
-    }
-    const int mine = p != NULL && *p == '1';
-    double t0 = now();
-    ncclComm_t comm = NULL;
-    ncclResult_t rc = ncclCommInitRank(&comm, nranks_, sh->id, rank_);
-    const char *when = "ncclCommInitRank";
-    if (rc == ncclSuccess && !mine) {
-        int64_t one = 1, sum = 0;
-        rc = ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL);
-        when = "the first all_reduce";
-    }
-    double took = now() - t0;
-    const char *msg = ncclGetLastError(NULL);
-    CHECK(rc == (mine ? ncclSystemError : ncclRemoteError), "rank %d: %s gave %d (%s), want %s",
-          rank_, when, (int)rc, ncclGetErrorString(rc),
-          mine ? "ncclSystemError" : "ncclRemoteError");
-    CHECK(strstr(msg, "injected failure after the exchange") != NULL &&
-              (mine || strstr(msg, " reported: ") != NULL),
-          "rank %d: %s names the failing rank's reason: \"%s\"", rank_, when, msg);
-    CHECK(took < 10, "rank %d failed after %.1f s", rank_, took);
-    if (comm != NULL)
-        CHECK_OK(ncclCommDestroy(comm), "destroy");
 }
 
 /* ---- non-blocking creation ---- */

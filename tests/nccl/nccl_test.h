@@ -58,8 +58,9 @@ const char *op_name(ncclRedOp_t op);
 /* ---- cases ---- */
 void case_conformance(void); /* nccl_conformance.c */
 void case_split(void);       /* nccl_comm_cases.c */
-void case_many(void);
+void case_many(void);        /* nccl_life_cases.c */
 void case_initfail(void);
+void case_forkdeath(void);
 void case_nonblocking(void);
 void case_errors(void);
 void case_abort(void);

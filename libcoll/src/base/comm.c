@@ -1,11 +1,18 @@
 /* Communicator state every layer shares: the handle registry, member descriptions, blame,
  * failure (with the creator's hook), scratch. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/comm.h"
 #include "base/error.h"
+#include "base/sockutil.h"
 #include "base/util.h"
 
 /* Handles are (generation << 32 | slot + 1): a destroyed handle is detected, never followed.
@@ -17,8 +24,98 @@ static struct {
     uint32_t cap;
 } registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0};
 
+/* ---- fork: a child lets go of the communicators' descriptors ----
+ * A process forked from a rank (PyTorch's DataLoader workers and multiprocessing with the fork
+ * start method, a helper that forks without exec) inherits every socket of its communicators.
+ * A peer learns that a rank died when the rank's connections and links close, which no longer
+ * happens while a child holds copies: the peers waited for as long as the child lived (40 s in
+ * the fork_death test's child, for ever under NCCL's defaults, which give operations no
+ * deadline). The child cannot use the communicators, so it closes what is theirs: sockets whose
+ * local or remote address is a member's listener (connections, links, listeners, notices) and
+ * the shared-memory segments kcoll named. The parent's descriptors are untouched: a socket or
+ * an OFD lock ends only when its last descriptor closes. */
+
+static bool is_member_addr(const struct sockaddr_storage *a)
+{
+    for (uint32_t i = 0; i < registry.cap; i++) {
+        const struct coll_comm *c = registry.comms[i];
+        for (int r = 0; c != NULL && c->members != NULL && r < c->nranks; r++)
+            if (colli_sockaddr_equal(&c->members[r].addr, a))
+                return true;
+    }
+    return false;
+}
+
+static bool is_ours(int fd)
+{
+    char path[40], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n <= 0)
+        return false;
+    target[n] = '\0';
+    if (strncmp(target, "/dev/shm/kcoll-", 15) == 0)
+        return true;
+    if (strncmp(target, "socket:", 7) != 0)
+        return false;
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    if (getsockname(fd, (struct sockaddr *)&a, &len) == 0 && is_member_addr(&a))
+        return true;
+    len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && is_member_addr(&a);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&registry.lock); /* the child sees the registry whole */
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&registry.lock);
+}
+
+static void fork_child(void)
+{
+    /* getdents64 on /proc/self/fd: no allocation in a child of a threaded process */
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char buf[4096];
+    for (long n; dir >= 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0;) {
+        for (long off = 0; off < n;) {
+            const struct {
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *e = (const void *)(buf + off);
+            off += e->reclen;
+            long fd;
+            if (e->name[0] != '.' && colli_parse_long(e->name, 0, 1 << 30, &fd) && fd != dir &&
+                is_ours((int)fd))
+                close((int)fd);
+        }
+    }
+    if (dir >= 0)
+        close(dir);
+    pthread_mutex_unlock(&registry.lock);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_install(void)
+{
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+        coll_warn(INIT, "pthread_atfork failed: a process forked from this one keeps the "
+                        "communicators' sockets, and peers learn late that this rank died");
+}
+
 coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle)
 {
+    pthread_once(&fork_once, fork_install);
     pthread_mutex_lock(&registry.lock);
     uint32_t slot = 0;
     while (slot < registry.cap && registry.comms[slot] != NULL)
