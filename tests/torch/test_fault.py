@@ -3,6 +3,9 @@
 MASTER_PORT, the store path):
   * 3 ranks train with DDP; rank 2 is SIGKILLed at step 5: ranks 0 and 1 raise RuntimeError
     within KILL_LIMIT seconds, and the message names rank 2;
+  * the same with each rank's batches from a forked DataLoader worker, and a forked child that
+    sleeps 15 s: ranks 0 and 1 raise within FORK_LIMIT seconds naming rank 2 (the children
+    inherited rank 2's sockets; before kcoll's fork handler, the others waited for them to end);
   * wait(timeout=2 s) on an all_reduce that the peer has not joined raises within WAIT_LIMIT
     seconds naming the operation; the late peer then raises too instead of hanging;
   * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
@@ -21,6 +24,7 @@ import torch_common as tc  # noqa: E402
 tc.need_torch()
 
 KILL_LIMIT = 30.0
+FORK_LIMIT = 8.0
 WAIT_LIMIT = 5.0
 GROUP_LIMIT = 5.0
 
@@ -67,6 +71,17 @@ def main():
         ck(secs is not None and secs <= KILL_LIMIT, "rank %d raised within %.0f s" % (rank,
                                                                                     KILL_LIMIT))
         ck(line is not None and "rank 2" in line, "rank %d's error names rank 2" % rank)
+    outs, took = job("fork", 3)
+    print("fork: job ended in %.1f s" % took)
+    ck(outs[2][0] == -9, "fork: rank 2 was killed (exit %s)" % outs[2][0])
+    for rank in (0, 1):
+        rc, out = outs[rank]
+        secs, line = raised_after(out)
+        print("fork: rank %d: exit %s: %s" % (rank, rc, line or out[-1500:]))
+        ck(rc == 3 and secs is not None and secs <= FORK_LIMIT,
+           "fork: rank %d raised within %.0f s with rank 2's children alive (exit %s)\n%s"
+           % (rank, FORK_LIMIT, rc, out[-2000:]))
+        ck(line is not None and "rank 2" in line, "fork: rank %d's error names rank 2" % rank)
     outs, took = job("wait", 2)
     print("wait: job ended in %.1f s" % took)
     secs, line = raised_after(outs[0][1])

@@ -2,6 +2,9 @@
 """One rank of test_fault.py's jobs (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set by the test).
 
   kill  DDP training; rank VICTIM kills itself (SIGKILL) at step 5; every other rank must raise.
+  fork  the same, with batches from a DataLoader whose worker is forked from the rank (and a
+        forked child that sleeps 15 s): the children inherit the rank's sockets, and kcoll's
+        fork handler must make them let go, so that the victim's death still closes them.
   wait  rank 0 waits on an all_reduce rank 1 never joins, with wait(timeout=2 s): it must raise;
         rank 1 calls the all_reduce after 6 s and must raise too (rank 0 aborted).
   group the group's timeout is 2 s and nobody waits: rank 0's all_reduce, which rank 1 joins
@@ -23,10 +26,37 @@ import kcoll  # noqa: F401
 VICTIM = 2
 
 
-def kill_mode(rank):
+def quiet():
+    """A child lets go of the test's output pipes, which the test reads to their end."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+
+
+class Batches(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return torch.randn(256)
+
+
+def kill_mode(rank, forked=False):
     torch.manual_seed(0)
     net = DDP(torch.nn.Linear(256, 256))
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    batches = iter(lambda: torch.randn(8, 256), None)
+    if forked:
+        # forked after DDP's first collectives, so the children hold the rank's connections
+        loader = torch.utils.data.DataLoader(Batches(), batch_size=8, num_workers=1,
+                                             persistent_workers=True,
+                                             multiprocessing_context="fork",
+                                             worker_init_fn=lambda _: quiet())
+        batches = iter(loader)
+        if os.fork() == 0:
+            quiet()
+            time.sleep(15)
+            os._exit(0)
     t0 = None
     for step in range(1000):
         if step == 5:
@@ -35,7 +65,7 @@ def kill_mode(rank):
                 os.kill(os.getpid(), signal.SIGKILL)
         opt.zero_grad()
         try:
-            net(torch.randn(8, 256)).sum().backward()
+            net(next(batches)).sum().backward()
             opt.step()
         except RuntimeError as e:
             print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
@@ -76,7 +106,8 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("kcoll", timeout=timedelta(seconds=2 if mode == "group" else 60))
     rank = dist.get_rank()
-    rc = {"kill": kill_mode, "wait": wait_mode, "group": group_mode}[mode](rank)
+    rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
+          "group": group_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for
 
