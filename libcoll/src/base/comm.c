@@ -16,7 +16,8 @@
 #include "base/util.h"
 
 /* Handles are (generation << 32 | slot + 1): a destroyed handle is detected, never followed.
- * This table is the only process-wide state besides logging and the transport registry. */
+ * This table is the only process-wide state besides logging, the transport registry and what a
+ * fork needs for its child (below). */
 static struct {
     pthread_mutex_t lock;
     struct coll_comm **comms;
@@ -35,53 +36,102 @@ static struct {
  * the shared-memory segments kcoll named. The parent's descriptors are untouched: a socket or
  * an OFD lock ends only when its last descriptor closes. */
 
-static bool is_member_addr(const struct sockaddr_storage *a)
+/* A listener address as a sortable key (family, port, address; zero-padded). */
+typedef struct {
+    uint16_t family, port;
+    uint8_t addr[16];
+} addr_key_t;
+
+static bool addr_key(const struct sockaddr_storage *sa, addr_key_t *k)
 {
-    for (uint32_t i = 0; i < registry.cap; i++) {
-        const struct coll_comm *c = registry.comms[i];
-        for (int r = 0; c != NULL && c->members != NULL && r < c->nranks; r++)
-            if (colli_sockaddr_equal(&c->members[r].addr, a))
-                return true;
+    memset(k, 0, sizeof(*k));
+    k->family = sa->ss_family;
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const void *)sa;
+        k->port = v4->sin_port;
+        memcpy(k->addr, &v4->sin_addr, sizeof(v4->sin_addr));
+        return true;
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const void *)sa;
+        k->port = v6->sin6_port;
+        memcpy(k->addr, &v6->sin6_addr, sizeof(v6->sin6_addr));
+        return true;
     }
     return false;
 }
 
+static int key_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(addr_key_t));
+}
+
+/* The members' listener addresses, sorted by fork_prepare (in the parent, where allocating is
+ * safe) for the child's lookups; a fork in another thread waits on the lock meanwhile. */
+static struct {
+    pthread_mutex_t lock;
+    addr_key_t *keys;
+    size_t n;
+} forking = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+
+static bool is_member_addr(const struct sockaddr_storage *sa)
+{
+    addr_key_t k;
+    return forking.n > 0 && addr_key(sa, &k) &&
+           bsearch(&k, forking.keys, forking.n, sizeof(k), key_cmp) != NULL;
+}
+
 static bool is_ours(int fd)
 {
-    char path[40], target[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(path, target, sizeof(target) - 1);
-    if (n <= 0)
-        return false;
-    target[n] = '\0';
-    if (strncmp(target, "/dev/shm/kcoll-", 15) == 0)
-        return true;
-    if (strncmp(target, "socket:", 7) != 0)
-        return false;
     struct sockaddr_storage a;
     socklen_t len = sizeof(a);
     memset(&a, 0, sizeof(a));
-    if (getsockname(fd, (struct sockaddr *)&a, &len) == 0 && is_member_addr(&a))
-        return true;
-    len = sizeof(a);
-    memset(&a, 0, sizeof(a));
-    return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && is_member_addr(&a);
+    if (getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+        if (is_member_addr(&a))
+            return true;
+        len = sizeof(a);
+        memset(&a, 0, sizeof(a));
+        return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && is_member_addr(&a);
+    }
+    char path[40], target[64]; /* not a socket: a segment of kcoll's? */
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    return n > 15 && strncmp(target, "/dev/shm/kcoll-", 15) == 0;
 }
 
 static void fork_prepare(void)
 {
-    pthread_mutex_lock(&registry.lock); /* the child sees the registry whole */
+    pthread_mutex_lock(&forking.lock);
+    pthread_mutex_lock(&registry.lock);
+    size_t n = 0;
+    for (uint32_t i = 0; i < registry.cap; i++)
+        if (registry.comms[i] != NULL && registry.comms[i]->members != NULL)
+            n += (size_t)registry.comms[i]->nranks;
+    forking.keys = n > 0 ? malloc(n * sizeof(addr_key_t)) : NULL;
+    forking.n = 0;
+    for (uint32_t i = 0; forking.keys != NULL && i < registry.cap; i++) {
+        const struct coll_comm *c = registry.comms[i];
+        for (int r = 0; c != NULL && c->members != NULL && r < c->nranks; r++)
+            if (addr_key(&c->members[r].addr, &forking.keys[forking.n]))
+                forking.n++;
+    }
+    pthread_mutex_unlock(&registry.lock);
+    if (forking.n > 1)
+        qsort(forking.keys, forking.n, sizeof(addr_key_t), key_cmp);
 }
 
-static void fork_parent(void)
+static void fork_done(void)
 {
-    pthread_mutex_unlock(&registry.lock);
+    free(forking.keys);
+    forking.keys = NULL;
+    forking.n = 0;
+    pthread_mutex_unlock(&forking.lock);
 }
 
 static void fork_child(void)
 {
-    /* getdents64 on /proc/self/fd: no allocation in a child of a threaded process */
-    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* getdents64 on /proc/self/fd: nothing that allocates, in a child of a threaded process */
+    int dir = forking.n > 0 ? open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     char buf[4096];
     for (long n; dir >= 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0;) {
         for (long off = 0; off < n;) {
@@ -101,14 +151,14 @@ static void fork_child(void)
     }
     if (dir >= 0)
         close(dir);
-    pthread_mutex_unlock(&registry.lock);
+    fork_done();
 }
 
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_install(void)
 {
-    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+    if (pthread_atfork(fork_prepare, fork_done, fork_child) != 0)
         coll_warn(INIT, "pthread_atfork failed: a process forked from this one keeps the "
                         "communicators' sockets, and peers learn late that this rank died");
 }
