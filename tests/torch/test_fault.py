@@ -58,30 +58,25 @@ def raised_after(out):
     return None, None
 
 
+def victim_killed(ck, mode, limit):
+    """A 3-rank job in which rank 2 is SIGKILLed: ranks 0 and 1 raise within limit seconds,
+    naming rank 2 (fork: with rank 2's forked children still alive)."""
+    outs, took = job(mode, 3)
+    print("%s: job ended in %.1f s" % (mode, took))
+    ck(outs[2][0] == -9, "%s: rank 2 was killed (exit %s)" % (mode, outs[2][0]))
+    for rank in (0, 1):
+        rc, out = outs[rank]
+        secs, line = raised_after(out)
+        print("%s: rank %d: exit %s: %s" % (mode, rank, rc, line or out[-1500:]))
+        ck(rc == 3 and secs is not None and secs <= limit,
+           "%s: rank %d raised within %.0f s (exit %s)\n%s" % (mode, rank, limit, rc, out[-2000:]))
+        ck(line is not None and "rank 2" in line, "%s: rank %d's error names rank 2" % (mode, rank))
+
+
 def main():
     ck = tc.Checks("fault")
-    outs, took = job("kill", 3)
-    print("kill: job ended in %.1f s" % took)
-    ck(outs[2][0] == -9, "rank 2 was killed (exit %s)" % outs[2][0])
-    for rank in (0, 1):
-        rc, out = outs[rank]
-        secs, line = raised_after(out)
-        print("kill: rank %d: exit %s: %s" % (rank, rc, line or out[-1500:]))
-        ck(rc == 3 and secs is not None, "rank %d raised (exit %s)\n%s" % (rank, rc, out[-2000:]))
-        ck(secs is not None and secs <= KILL_LIMIT, "rank %d raised within %.0f s" % (rank,
-                                                                                    KILL_LIMIT))
-        ck(line is not None and "rank 2" in line, "rank %d's error names rank 2" % rank)
-    outs, took = job("fork", 3)
-    print("fork: job ended in %.1f s" % took)
-    ck(outs[2][0] == -9, "fork: rank 2 was killed (exit %s)" % outs[2][0])
-    for rank in (0, 1):
-        rc, out = outs[rank]
-        secs, line = raised_after(out)
-        print("fork: rank %d: exit %s: %s" % (rank, rc, line or out[-1500:]))
-        ck(rc == 3 and secs is not None and secs <= FORK_LIMIT,
-           "fork: rank %d raised within %.0f s with rank 2's children alive (exit %s)\n%s"
-           % (rank, FORK_LIMIT, rc, out[-2000:]))
-        ck(line is not None and "rank 2" in line, "fork: rank %d's error names rank 2" % rank)
+    for mode, limit in (("kill", KILL_LIMIT), ("fork", FORK_LIMIT)):
+        victim_killed(ck, mode, limit)
     outs, took = job("wait", 2)
     print("wait: job ended in %.1f s" % took)
     secs, line = raised_after(outs[0][1])
