@@ -125,9 +125,15 @@ static void nccl_load_alias(void)
                           : -1;
     if (n < 0 || (size_t)n >= sizeof(path) || access(path, R_OK) != 0)
         return;
-    if (dlopen(path, RTLD_NOW | RTLD_LOCAL) == NULL)
-        coll_log_text("kcoll NCCL WARN libnccl-alias.so beside kcoll's libnccl.so.2 did not "
-                      "load, so dlopen(\"libnccl.so\") may load another NCCL");
+    if (dlopen(path, RTLD_NOW | RTLD_LOCAL) == NULL) {
+        char line[PATH_MAX + 600];
+        const char *why = dlerror();
+        snprintf(line, sizeof(line),
+                 "kcoll NCCL WARN %s did not load (%s), so a dlopen(\"libnccl.so\") may load "
+                 "another NCCL: replace that file with the one built beside kcoll's libnccl.so.2",
+                 path, why != NULL ? why : "no reason given");
+        coll_log_text(line);
+    }
 }
 
 KCOLL_NCCL_API ncclResult_t ncclGetVersion(int *version)

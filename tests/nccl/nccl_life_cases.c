@@ -39,12 +39,6 @@ static int open_fds(char *out, size_t cap)
     return n;
 }
 
-/* NCCL_TEST_COMMS (64) communicators of every rank alive at once, split from one parent, as a
- * framework holds one per group and per pair: each is made, carries an all_reduce while all of
- * them are alive, and is destroyed, after which the process holds the descriptors it held
- * before. Every two ranks of a node are joined by a link per communicator, so a node of 8 ranks
- * with 64 of them holds 1792 links: under ports_test.sh, whose network namespace has 2000
- * ephemeral ports, this is what ran out of them when each link took a port of its own. */
 /* Makes n communicators split from comm, all alive at once, an all_reduce on each, then
  * destroys them; false once one could not be made. */
 static int many_round(ncclComm_t comm, int n, int round)
@@ -78,6 +72,12 @@ static int many_round(ncclComm_t comm, int n, int round)
     return made == n;
 }
 
+/* NCCL_TEST_COMMS (64) communicators of every rank alive at once, split from one parent, as a
+ * framework holds one per group and per pair: each is made, carries an all_reduce while all of
+ * them are alive, and is destroyed, after which the process holds the descriptors it held
+ * before. Every two ranks of a node are joined by a link per communicator, so a node of 8 ranks
+ * with 64 of them holds 1792 links: under ports_test.sh, whose network namespace has 2000
+ * ephemeral ports, this is what ran out of them when each link took a port of its own. */
 void case_many(void)
 {
     const char *e = getenv("NCCL_TEST_COMMS");
@@ -138,12 +138,12 @@ void case_initfail(void)
 
 /* ---- a rank that forks, then dies ---- */
 
-/* Every rank forks a child after its communicator is made, as a PyTorch DataLoader worker (fork
- * start method) is; the children sleep and hold whatever they inherited. The communicator still
- * works; then rank 2 dies (exits at once) while the others wait for it in an all_reduce. They must
- * fail within seconds naming rank 2: its child still lived, and before the child let go of the
- * communicator's sockets (base/comm.c, fork_child), they waited for as long as it lived (20 s
- * here: its alarm). */
+/* Every rank forks a child after its communicator's first all_reduce, as a PyTorch DataLoader
+ * worker (fork start method) is; the children sleep and hold whatever they inherited. The
+ * communicator still works; then rank 2 dies (exits at once) while the others wait for it in an
+ * all_reduce. They must fail within seconds naming rank 2: its child still lived, and before the
+ * child let go of the communicator's sockets (base/comm.c, fork_child), they waited for as long
+ * as it lived (20 s here: its alarm). */
 void case_forkdeath(void)
 {
     ncclComm_t comm = init_comm();

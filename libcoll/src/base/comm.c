@@ -1,6 +1,5 @@
 /* Communicator state every layer shares: the handle registry, member descriptions, blame,
  * failure (with the creator's hook), scratch. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,7 +11,6 @@
 
 #include "base/comm.h"
 #include "base/error.h"
-#include "base/sockutil.h"
 #include "base/util.h"
 
 /* Handles are (generation << 32 | slot + 1): a destroyed handle is detected, never followed.
@@ -29,12 +27,12 @@ static struct {
  * A process forked from a rank (PyTorch's DataLoader workers and multiprocessing with the fork
  * start method, a helper that forks without exec) inherits every socket of its communicators.
  * A peer learns that a rank died when the rank's connections and links close, which no longer
- * happens while a child holds copies: the peers waited for as long as the child lived (40 s in
- * the fork_death test's child, for ever under NCCL's defaults, which give operations no
- * deadline). The child cannot use the communicators, so it closes what is theirs: sockets whose
- * local or remote address is a member's listener (connections, links, listeners, notices) and
- * the shared-memory segments kcoll named. The parent's descriptors are untouched: a socket or
- * an OFD lock ends only when its last descriptor closes. */
+ * happens while a child holds copies: the peers waited for as long as the child lived (20 s in
+ * nccl_forkdeath_3, for ever under NCCL's defaults, which give operations no deadline). The child
+ * cannot use the communicators, so it closes what is theirs: sockets whose local or remote address
+ * is a member's listener (connections, links, listeners, notices) and the shared-memory segments
+ * kcoll named. The parent's descriptors are untouched: a socket or an OFD lock ends only when its
+ * last descriptor closes. */
 
 /* A listener address as a sortable key (family, port, address; zero-padded). */
 typedef struct {
@@ -130,7 +128,8 @@ static void fork_done(void)
 
 static void fork_child(void)
 {
-    /* getdents64 on /proc/self/fd: nothing that allocates, in a child of a threaded process */
+    /* getdents64 on /proc/self/fd, not opendir: the scan allocates nothing (fork_done's free
+     * is glibc's, whose allocator fork leaves usable in the child) */
     int dir = forking.n > 0 ? open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     char buf[4096];
     for (long n; dir >= 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0;) {

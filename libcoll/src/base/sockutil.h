@@ -10,8 +10,6 @@
 enum { COLLI_IO_OK = 0, COLLI_IO_ERR = -1, COLLI_IO_EOF = -2, COLLI_IO_TIMEOUT = -3 };
 
 socklen_t colli_sockaddr_len(const struct sockaddr_storage *sa);
-/* Same family, address and port (IPv4 or IPv6; anything else is never equal). */
-bool colli_sockaddr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 /* Non-blocking, close-on-exec listening socket on addr (port 0: any); *bound gets the address. */
 coll_result_t colli_sock_listen(const struct sockaddr_storage *addr, int *fd,
                                 struct sockaddr_storage *bound);
