@@ -9,7 +9,9 @@ usage: test_launch.py --coll-run PATH [--agent PATH]
 """
 import argparse
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -36,6 +38,49 @@ def run(ck, cmd, n, how, timeout=100):
     return out
 
 
+def torchrun(ck, nodes, per_node):
+    """nodes torchrun processes of per_node workers each, --max_restarts=1; returns their output.
+    Debian's PyTorch 1.13 under Python 3.11 cannot parse torchrun's default --redirects/--tee of 0
+    (IntFlag iteration skips Std.NONE); a mapping for a local rank that does not exist (9:1) means
+    the same and parses everywhere."""
+    world = nodes * per_node
+    tmp = tempfile.mkdtemp(prefix="kcoll-torchrun-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "COLL_"))}
+    env["KCOLL_TEST_MARK"] = os.path.join(tmp, "rank1-exited")
+    how = "torchrun %d node(s) x %d" % (nodes, per_node)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "9:1", "--tee", "9:1",
+           "--nproc_per_node", str(per_node), "--max_restarts", "1", "--monitor_interval", "1"]
+    if nodes == 1:
+        cmd += ["--standalone"] if per_node == 2 else []
+    else:
+        cmd += ["--nnodes", str(nodes), "--rdzv_backend", "c10d", "--rdzv_id", "kcoll-test",
+                "--rdzv_endpoint", "127.0.0.1:%d" % tc.free_port()]
+    cmd.append(os.path.join(HERE, "torch_elastic_rank.py"))
+    t0 = time.time()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, stdin=subprocess.DEVNULL) for _ in range(nodes)]
+    out = ""
+    for p in procs:
+        try:
+            out += p.communicate(timeout=150)[0]
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out += p.communicate()[0]
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("%s: exit %s in %.1f s" % (how, [p.returncode for p in procs], time.time() - t0))
+    ck(all(p.returncode == 0 for p in procs), "%s: every torchrun exits 0\n%s" % (how, out[-4000:]))
+    lines = out.splitlines()
+    ck("rank 1 exits on purpose" in lines, "%s: rank 1 exited on the first try" % how)
+    named = [ln for ln in lines if " raised: " in ln]
+    ck(len(named) >= 1 and all("rank 1 (pid" in ln for ln in named),
+       "%s: the others raised naming rank 1\n%s" % (how, "\n".join(named)))
+    for rank in range(world):
+        ok = [ln for ln in lines if ln.endswith(": rank %d of %d ok" % (rank, world))]
+        ck(len(ok) == 1 and ok[0].startswith("restart 1"),
+           "%s: rank %d ran to the end after the restart (%s)" % (how, rank, ok))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--coll-run", required=True)
@@ -51,6 +96,9 @@ def main():
     else:
         print("NOTE: coll-agent was not built; the agent rendezvous is not tested here")
     run(ck, [a.coll_run, "-n", "4", "--timeout", "90", py, script], 4, "coll-run")
+    torchrun(ck, 1, 3)
+    torchrun(ck, 1, 2)
+    torchrun(ck, 2, 2)
     r = subprocess.run([py, "-m", "kcoll.check"], capture_output=True, text=True, timeout=60)
     print(r.stdout.strip())
     ck(r.returncode == 0 and r.stdout.count(": ok:") == 2, "kcoll.check: two health lines ok\n"
