@@ -159,9 +159,17 @@ loopback)
         COLL_CHUNK_SIZE=200K "$B/tests/mp/mp_conformance" all_reduce 2
     ;;
 node0 | node1)
-    export COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT
+    export COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=INIT,IB
     pair perf_dtypes 240 "$PERF" -C all -d all -o sum -b 64 -e 4K -f 8 -w 1 -n 2
     pair perf_ops 240 "$PERF" -C all -d float32 -o all -b 1M -e 1M -w 1 -n 2
+    # Debian's kernel copies DMA-pinned pages at fork: rdma-core's ibv_is_fork_initialized says
+    # so, and kcoll logs it instead of calling ibv_fork_init (ib.c's fork_protect)
+    f="$JOB/$NAME-perf_dtypes.out"
+    if [ "$(grep -c "this kernel copies registered memory at fork" "$f")" -ge 2 ]; then
+        ok "fork safety: both ranks read rdma-core's answer (the kernel copies pinned pages)"
+    else
+        bad "fork safety: expected a 'copies registered memory at fork' line per rank in $f: $(grep -i fork "$f" | head -3)"
+    fi
     ;;
 smoke)
     run p2p_2 200 env COLL_TEST_HOST_ID_SUFFIX=a,b "$B/tests/mp/mp_p2p" 2

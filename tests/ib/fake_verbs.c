@@ -20,7 +20,14 @@
  *   wc_error:N   the N-th write is not delivered and completes with IBV_WC_RETRY_EXC_ERR
  *                (vendor error 0x81), as when the peer's port stops answering; later requests
  *                complete with IBV_WC_WR_FLUSH_ERR (the QP is in the error state)
- *   port_down:N  after the N-th write, IBV_EVENT_PORT_ERR for port 1 on the async descriptor */
+ *   port_down:N  after the N-th write, IBV_EVENT_PORT_ERR for port 1 on the async descriptor
+ *
+ * Fork safety as rdma-core reports it, FAKE_VERBS_FORK (read at each call):
+ *   needed (default) ibv_is_fork_initialized says DISABLED until ibv_fork_init was called (then
+ *                ENABLED), and a memory registration before that aborts: whoever registers
+ *                memory must have asked for fork protection first
+ *   unneeded     the kernel copies registered pages at fork (IBV_FORK_UNNEEDED)
+ *   late         ibv_fork_init fails with EINVAL (as when called after the first registration) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -85,6 +92,7 @@ static struct {
     long writes;       /* RDMA writes posted so far */
     int failed;        /* wc_error happened: every later request is flushed */
     int port_event;    /* port_down happened and get_async_event has not returned it yet */
+    int fork_init;     /* ibv_fork_init succeeded */
     char buf[sizeof(pkt_t) + (1u << 20)];
 } fv = {.sock = -1};
 
@@ -438,9 +446,36 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
     return 0;
 }
 
+static const char *fork_mode(void)
+{
+    const char *m = getenv("FAKE_VERBS_FORK");
+    if (m == NULL || *m == '\0')
+        return "needed";
+    if (strcmp(m, "needed") != 0 && strcmp(m, "unneeded") != 0 && strcmp(m, "late") != 0)
+        die("FAKE_VERBS_FORK: expected needed, unneeded or late");
+    return m;
+}
+
+EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+    if (strcmp(fork_mode(), "unneeded") == 0)
+        return IBV_FORK_UNNEEDED;
+    return fv.fork_init ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
+
+EXPORT int ibv_fork_init(void)
+{
+    if (strcmp(fork_mode(), "late") == 0)
+        return EINVAL;
+    fv.fork_init = 1;
+    return 0;
+}
+
 #undef ibv_reg_mr
 EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
+    if (strcmp(fork_mode(), "needed") == 0 && !fv.fork_init)
+        die("ibv_reg_mr before ibv_fork_init on a kernel that needs it (FAKE_VERBS_FORK=needed)");
     for (int i = 0; i < MAXQ; i++) {
         if (fv.mrs[i] != NULL)
             continue;

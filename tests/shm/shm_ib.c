@@ -9,11 +9,19 @@
  *                error state, the HCA and rank 0; rank 0 fails with rank 1's report
  *   ib_lazy      4 ranks on 4 hosts: a ring exchange of send/recv connects each rank to its 2
  *                neighbours only (2 connection lines per rank); an all_to_all afterwards
- *                connects the third pair; results checked */
+ *                connects the third pair; results checked
+ *   ib_fork      2 ranks on two hosts, each forking a child that outlives a few all_reduces, under
+ *                the fake's three kinds of kernel (FAKE_VERBS_FORK): where the kernel needs it,
+ *                ibv_fork_init comes before the first registration (the fake aborts otherwise);
+ *                where it does not, rdma-core's answer is logged; where ibv_fork_init fails, a
+ *                WARN says what a fork risks and what to do, and the communicator still works */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "shm_test.h"
 
@@ -158,4 +166,83 @@ void test_ib_lazy(void)
     debug_off();
     dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
     check_no_segments("ib_lazy");
+}
+
+/* ---- fork safety: ibv_fork_init before the first registration ---- */
+
+static void fork_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    const size_t n = 1u << 16;
+    float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+    long bad = 0;
+    for (size_t i = 0; i < n; i++)
+        s[i] = value(i, ctx->rank);
+    pid_t child = fork(); /* shares every page copy-on-write while the all_reduces run */
+    if (child == 0) {
+        usleep(300 * 1000);
+        _exit(0);
+    }
+    CHECK(child > 0, "rank %d: fork", ctx->rank);
+    for (int it = 0; it < 3 && rc == COLL_SUCCESS; it++) {
+        rc = coll_all_reduce(s, r, n, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        for (size_t i = 0; i < n && rc == COLL_SUCCESS; i++) {
+            float want = 0;
+            for (int k = 0; k < ctx->nranks; k++)
+                want += value(i, k);
+            bad += r[i] != want;
+        }
+    }
+    if (child > 0)
+        CHECK(waitpid(child, NULL, 0) == child, "rank %d: the child is reaped", ctx->rank);
+    dh_record(ctx, "all_reduces with a forked child alive", rc);
+    ctx->sh->out[ctx->rank].bad = bad;
+    CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    free(s);
+    free(r);
+}
+
+void test_ib_fork(void)
+{
+    static const struct {
+        const char *mode, *want;
+    } cases[] = {
+        {"needed", "ibv_fork_init: registered memory is kept out of forked children"},
+        {"unneeded", "this kernel copies registered memory at fork"},
+        {"late", "ibv_fork_init failed (Invalid argument) and this kernel ("},
+    };
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", "a,b");
+    debug_on("IB");
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        dh_setenv("FAKE_VERBS_FORK", cases[c].mode);
+        dh_opts_t o = {
+            .name = "ib_fork", .nranks = 2, .deadline_s = 60, .body = fork_body, .quiet = 1};
+        dh_log("--- 2 ranks on two hosts over InfiniBand, FAKE_VERBS_FORK=%s", cases[c].mode);
+        dh_job_t *j = dh_start(&o);
+        if (j == NULL)
+            continue;
+        dh_wait(j);
+        for (int r = 0; r < 2; r++) {
+            const dh_out_t *out = &dh_shared(j)->out[r];
+            const char *log = dh_output(j, r);
+            CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "%s: rank %d", cases[c].mode, r);
+            CHECK(out->bad == 0, "%s: rank %d: %ld wrong elements", cases[c].mode, r, out->bad);
+            CHECK(dh_count_lines(log, cases[c].want, NULL) == 1, "%s: rank %d logs \"%s\" once",
+                  cases[c].mode, r, cases[c].want);
+            const bool warned = dh_count_lines(log, "ibv_fork_init failed", NULL) > 0;
+            CHECK(warned == (strcmp(cases[c].mode, "late") == 0),
+                  "%s: rank %d warns only when ibv_fork_init fails", cases[c].mode, r);
+            if (warned)
+                CHECK_HAS(log, "RDMAV_FORK_SAFE=1", "%s: rank %d says what to do", cases[c].mode,
+                          r);
+        }
+        dh_free(j);
+    }
+    dh_setenv("FAKE_VERBS_FORK", NULL);
+    debug_off();
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
+    check_no_segments("ib_fork");
 }

@@ -47,5 +47,6 @@ void test_ib_wc_error(void); /* shm_ib.c */
 void test_ib_port_down(void);
 void test_ib_qp_error(void);
 void test_ib_lazy(void);
+void test_ib_fork(void);
 
 #endif

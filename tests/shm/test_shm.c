@@ -13,12 +13,12 @@
  *                out of place, sums and averages), every element checked: the engine reuses
  *                the op of the previous identical call; 3 ranks on one host, then on two
  * In their own files: direct, kill_direct, kill_cma (shm_direct.c), sweep (shm_sweep.c),
- * ib_wc_error, ib_port_down, ib_qp_error, ib_lazy (shm_ib.c); shared parts in shm_common.c.
- * Survivors of a kill must fail at once (well within COLL_TIMEOUT) with COLL_ERR_REMOTE or
- * COLL_ERR_TIMEOUT naming the victim by rank and pid. After every case no shared-memory segment may
- * be left in /dev/shm. As root the test runs in its own mount namespace with a private tmpfs on
- * /dev/shm, so that anything found there is its own; otherwise it compares the kcoll entries of
- * /dev/shm before and after.
+ * ib_wc_error, ib_port_down, ib_qp_error, ib_lazy, ib_fork (shm_ib.c); shared parts in
+ * shm_common.c. Survivors of a kill must fail at once (well within COLL_TIMEOUT) with
+ * COLL_ERR_REMOTE or COLL_ERR_TIMEOUT naming the victim by rank and pid. After every case no
+ * shared-memory segment may be left in /dev/shm. As root the test runs in its own mount namespace
+ * with a private tmpfs on /dev/shm, so that anything found there is its own; otherwise it compares
+ * the kcoll entries of /dev/shm before and after.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -291,6 +291,7 @@ static const struct {
     {"ib_qp_error", test_ib_qp_error},
     {"sweep", test_sweep},
     {"ib_lazy", test_ib_lazy},
+    {"ib_fork", test_ib_fork},
 };
 
 int main(int argc, char **argv)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "base/sockutil.h"
@@ -166,6 +167,46 @@ static bool open_port(struct coll_comm *comm, ib_state_t *st, char *why, size_t 
     return true;
 }
 
+/* Registered memory and fork(). On a kernel that does not copy DMA-pinned pages at fork, a child
+ * (a DataLoader worker, multiprocessing's fork, even a fork about to exec) shares the rings'
+ * pages copy-on-write; the parent's next write moves its page away from the one the HCA reads and
+ * writes: stale data sent, data received where the parent never looks. ibv_fork_init (as NCCL
+ * calls it) keeps registered pages out of children; it must come before the process's first
+ * verbs resource, so every communicator calls it before opening a device (after the first, a
+ * no-op). The rings are whole pages of their own (peer_setup), so no other data leaves the
+ * child with them. rdma-core >= 35 says when the kernel copies such pages itself (then
+ * ibv_fork_init does nothing). */
+#define COLLI_IBV_FORK_UNNEEDED 2 /* enum ibv_fork_status of rdma-core >= 35 */
+static void fork_protect(struct coll_comm *comm, ib_state_t *st)
+{
+    if (st->v.is_fork_initialized != NULL &&
+        st->v.is_fork_initialized() == COLLI_IBV_FORK_UNNEEDED) {
+        coll_info(IB,
+                  "rank %d: this kernel copies registered memory at fork; forked children "
+                  "cannot disturb InfiniBand transfers",
+                  comm->rank);
+        return;
+    }
+    int rc = st->v.fork_init != NULL ? st->v.fork_init() : ENOSYS;
+    if (rc == 0) {
+        coll_info(IB,
+                  "rank %d: ibv_fork_init: registered memory is kept out of forked children "
+                  "(this kernel does not copy it at fork)",
+                  comm->rank);
+        return;
+    }
+    struct utsname u;
+    if (uname(&u) != 0)
+        snprintf(u.release, sizeof(u.release), "unknown");
+    coll_warn(IB,
+              "rank %d: ibv_fork_init failed (%s) and this kernel (%s) does not copy registered "
+              "memory at fork: a fork() while this communicator lives (a DataLoader worker, "
+              "multiprocessing with fork) can make its InfiniBand transfers use stale pages. Set "
+              "RDMAV_FORK_SAFE=1 in the environment the process starts with, start workers with "
+              "'spawn', or run a kernel >= 5.13",
+              comm->rank, strerror(rc > 0 ? rc : errno), u.release);
+}
+
 static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_netif_t *nif,
                                   colli_member_t *self)
 {
@@ -177,6 +218,7 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_ne
         free(st);
         return init_failed(comm, NULL, "%s", why);
     }
+    fork_protect(comm, st);
     ib_port_t ports[16];
     int ndev = 0, nmatch = 0;
     int n = ib_port_list(&st->v, comm->cfg.ib_hca, ports, 16, &ndev, &nmatch);

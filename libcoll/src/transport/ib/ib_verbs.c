@@ -84,6 +84,9 @@ bool colli_ib_verbs_open(const char *path, colli_ib_verbs_t *v, char *why, size_
     }
     void *gx = dlsym(h, "_ibv_query_gid_ex");
     memcpy(&v->query_gid_ex, &gx, sizeof(gx));
+    void *fi = dlsym(h, "ibv_fork_init"), *fs = dlsym(h, "ibv_is_fork_initialized");
+    memcpy(&v->fork_init, &fi, sizeof(fi));
+    memcpy(&v->is_fork_initialized, &fs, sizeof(fs));
     v->handle = h;
     return true;
 }

@@ -53,6 +53,9 @@ typedef struct colli_ib_verbs {
     void (*ack_async_event)(struct ibv_async_event *event);
     const char *(*wc_status_str)(enum ibv_wc_status status);
     const char *(*event_type_str)(enum ibv_event_type event);
+    /* optional: fork safety (ib.c's fork_protect); ibv_is_fork_initialized is rdma-core >= 35 */
+    int (*fork_init)(void);
+    int (*is_fork_initialized)(void);
     /* optional (rdma-core >= 32): the GID type; NULL -> sysfs gid_attrs/types */
     int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
                         struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size);
