@@ -616,6 +616,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return c10::nullopt;
     }
 
+    struct Job {
+        std::vector<c10::intrusive_ptr<Work>> works;
+        std::function<void()> fn;
+        c10::optional<c10::Stream> stream; /* device jobs: the caller's current stream */
+    };
+
     void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
                  c10::optional<c10::Stream> stream)
     {
@@ -631,9 +637,19 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     "graph; for CUDA graphs use backend=\"nccl\" with kcoll's libnccl.so.2 "
                     "preloaded (its calls are captured), or make this call outside the capture");
 #endif
+        Job job{std::move(works), std::move(fn), stream};
+        /* Issued by a callback that a completion runs on the worker (a then() callback on a
+         * Work's future that issues a collective and waits for it, as PowerSGD's comm hook
+         * does): queued, it would wait for the worker that waits for it. It runs here and now,
+         * right after the job whose completion called it: that position is the same on every
+         * rank, as the issue order is. */
+        if (std::this_thread::get_id() == worker_.get_id()) {
+            execute(job);
+            return;
+        }
         {
             std::lock_guard<std::mutex> lock(qmutex_);
-            queue_.push_back(Job{std::move(works), std::move(fn), stream});
+            queue_.push_back(std::move(job));
             queued_.fetch_add(1, std::memory_order_release);
         }
         qcv_.notify_one();
@@ -653,28 +669,29 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                 queue_.pop_front();
                 queued_.fetch_sub(1, std::memory_order_relaxed);
             }
-            std::exception_ptr e;
-            /* the works complete with the job's stream current: a CUDA-aware future records its
-             * event there, after the call's gate, so that a then() callback waits for the result */
-            c10::OptionalStreamGuard on_stream(job.stream);
-            try {
-                at::NoGradGuard no_grad;
-                TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
-                                               "was aborted (an earlier wait timed out)");
-                job.fn();
-            } catch (...) {
-                e = std::current_exception();
-            }
-            for (auto &w : job.works)
-                w->complete(e);
+            execute(job);
         }
     }
 
-    struct Job {
-        std::vector<c10::intrusive_ptr<Work>> works;
-        std::function<void()> fn;
-        c10::optional<c10::Stream> stream; /* device jobs: the caller's current stream */
-    };
+    /* On the worker: the job's calls, then its works' completion (which runs their futures'
+     * callbacks here). */
+    void execute(Job &job)
+    {
+        std::exception_ptr e;
+        /* the works complete with the job's stream current: a CUDA-aware future records its
+         * event there, after the call's gate, so that a then() callback waits for the result */
+        c10::OptionalStreamGuard on_stream(job.stream);
+        try {
+            at::NoGradGuard no_grad;
+            TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
+                                           "was aborted (an earlier wait timed out)");
+            job.fn();
+        } catch (...) {
+            e = std::current_exception();
+        }
+        for (auto &w : job.works)
+            w->complete(e);
+    }
 
     std::shared_ptr<Comm> comm_;
     std::chrono::milliseconds timeout_;
