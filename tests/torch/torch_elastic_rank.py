@@ -12,6 +12,12 @@ import torch.distributed as dist
 import kcoll  # noqa: F401
 
 
+def say(line):
+    """One write per line: the workers share torchrun's stdout, and print's text and newline can
+    reach it as two writes that another worker's line falls between."""
+    os.write(1, (line + "\n").encode())
+
+
 def main():
     torch.set_num_threads(1)
     mark = os.environ["KCOLL_TEST_MARK"]
@@ -23,7 +29,7 @@ def main():
     assert float(x[0]) == world * (world + 1) / 2, x[:4]
     if rank == 1 and not os.path.exists(mark):
         open(mark, "w").close()
-        print("rank 1 exits on purpose", flush=True)
+        say("rank 1 exits on purpose")
         os._exit(3)
     try:
         dist.barrier()
@@ -31,10 +37,10 @@ def main():
         dist.all_reduce(y)
         assert y.tolist() == [i * world * (world + 1) // 2 for i in range(world)], y
     except RuntimeError as e:
-        print("rank %d raised: %s" % (rank, e), flush=True)
+        say("rank %d raised: %s" % (rank, e))
         return 1
     dist.destroy_process_group()
-    print("restart %s: rank %d of %d ok" % (restart, rank, world), flush=True)
+    say("restart %s: rank %d of %d ok" % (restart, rank, world))
     return 0
 
 
