@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _envaudit
 
 ENV_STORE_ADDR = "KCOLL_STORE_ADDR"  # the address rank 0's store is reached at (default: below)
 _ADDR_BYTES = 256
@@ -129,4 +129,5 @@ def create_process_group(store, rank, size, timeout):
             uid = store.get(_UID_KEY).decode()
         comm = _C.Comm.init_rank(uid, rank, size)
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    _envaudit.audit(comm.rank)
     return _C.create(comm, seconds)

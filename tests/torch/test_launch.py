@@ -22,9 +22,10 @@ import torch_common as tc  # noqa: E402
 tc.need_torch()
 
 
-def run(ck, cmd, n, how, timeout=100):
+def run(ck, cmd, n, how, timeout=100, extra=None):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT",
                                                              "RANK", "WORLD_SIZE")}
+    env.update(extra or {})
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                        stdin=subprocess.DEVNULL)
@@ -96,6 +97,24 @@ def main():
     else:
         print("NOTE: coll-agent was not built; the agent rendezvous is not tested here")
     run(ck, [a.coll_run, "-n", "4", "--timeout", "90", py, script], 4, "coll-run")
+    # ProcessGroupNCCL's settings kept from a backend="nccl" job: one INFO line each (COLL_DEBUG)
+    habits = {"TORCH_NCCL_BLOCKING_WAIT": "1", "NCCL_ASYNC_ERROR_HANDLING": "1",
+              "TORCH_NCCL_DESYNC_DEBUG": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+              "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "COLL_DEBUG": "INFO",
+              "COLL_DEBUG_SUBSYS": "TORCH"}
+    out = run(ck, [a.coll_run, "-n", "2", "--timeout", "90", py, script], 2, "coll-run",
+              extra=habits)
+    for want in ("TORCH_NCCL_BLOCKING_WAIT=1 is ProcessGroupNCCL's; the kcoll backend does not "
+                 "read it and does this instead: Work.wait() blocks",
+                 "NCCL_ASYNC_ERROR_HANDLING=1 is ProcessGroupNCCL's; the kcoll backend does not "
+                 "read it and does this instead: a failed collective raises",
+                 "TORCH_NCCL_DESYNC_DEBUG=1 is ProcessGroupNCCL's; the kcoll backend does not "
+                 "read it and does this instead: every collective's call",
+                 "TORCH_NCCL_AVOID_RECORD_STREAMS=1 is ProcessGroupNCCL's and has no meaning",
+                 "TORCH_DISTRIBUTED_DEBUG=DETAIL: PyTorch 1.13 does not wrap"):
+        for rank in range(2):
+            ck(out.count(":rank %d kcoll INFO TORCH %s" % (rank, want)) == 1,
+               "rank %d answers once: %s" % (rank, want))
     torchrun(ck, 1, 3)
     torchrun(ck, 1, 2)
     torchrun(ck, 2, 2)

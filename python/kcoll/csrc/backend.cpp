@@ -738,6 +738,9 @@ PYBIND11_MODULE(_C, m)
     m.def("time_all_reduce", &kcoll::time_all_reduce, py::arg("comm"), py::arg("tensor"),
           py::arg("iters"), "seconds per coll_all_reduce call, from C (the benchmark's reference)");
     m.def("library_version", [] { return std::string(coll_get_version_string()); });
+    m.def(
+        "log_text", [](const std::string &text) { coll_log_text(text.c_str()); }, py::arg("text"),
+        "one line where kcoll logs (stderr or COLL_DEBUG_FILE)");
     m.attr("HEADER_VERSION") = COLL_VERSION;
     m.attr("TORCH_BUILT_WITH") = TORCH_VERSION;
     m.attr("TORCH_BASE") = KCOLL_TORCH_BASE_NAME;
