@@ -30,6 +30,8 @@ void check_no_segments(const char *what);
 void wait_done(dh_ctx_t *ctx, long want, double max_s);
 /* The input element i of rank `rank` (small integers: exact float sums). */
 float value(size_t i, int rank);
+/* Elements of r[0..n) that are not the sum of every rank's value(i, rank). */
+long wrong_sums(const float *r, size_t n, int nranks);
 /* Loop checked all_reduces (or all_to_alls) until one fails or 60 s passed (arg: targs_t). */
 void loop_body(dh_ctx_t *ctx);
 /* Run loop_body on nranks ranks, SIGKILL the victim after 3 iterations, check the survivors. */

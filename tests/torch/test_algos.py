@@ -19,7 +19,6 @@ Parameters after training: 2 ranks bit for bit; 3 ranks within |kcoll - gloo| <=
 
 usage: test_algos.py [--worlds 2,3]
 """
-import argparse
 import os
 import sys
 
@@ -182,15 +181,5 @@ def worker(rank, world):
     dist.destroy_process_group()
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--worlds", default="2,3")
-    a = ap.parse_args()
-    for world in [int(w) for w in a.worlds.split(",")]:
-        tc.spawn(worker, world)
-        print("world %d: ok" % world)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tc.main_worlds(worker, "2,3"))

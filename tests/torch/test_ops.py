@@ -12,7 +12,6 @@ random float32 inputs compares all_reduce SUM with Gloo within the stated bound
 
 usage: test_ops.py [--worlds 1,2,4]
 """
-import argparse
 import os
 import sys
 import zlib
@@ -282,15 +281,5 @@ def worker(rank, world):
         print("world %d: gloo lacks: %s" % (world, ", ".join(sorted(gloo_lacks))))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--worlds", default="1,2,4")
-    a = ap.parse_args()
-    for world in [int(w) for w in a.worlds.split(",")]:
-        tc.spawn(worker, world)
-        print("world %d: ok" % world)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tc.main_worlds(worker, "1,2,4"))

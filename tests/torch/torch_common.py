@@ -43,6 +43,18 @@ def spawn(fn, world, *args, start_method="fork"):
                        start_method=start_method)
 
 
+def main_worlds(worker, default, *args):
+    """A test's main: worker(rank, world, *args) on each world size of --worlds (default)."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worlds", default=default)
+    a = ap.parse_args()
+    for world in [int(w) for w in a.worlds.split(",")]:
+        spawn(worker, world, *args)
+        print("world %d: ok" % world)
+    return 0
+
+
 def _entry(rank, fn, world, env, args):
     os.environ.update(env)
     os.environ["RANK"] = str(rank)
