@@ -40,19 +40,31 @@ KCOLL_NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
     nccl_banner();
     if (uniqueId == NULL)
         return nccl_error(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
-    /* NCCL makes every process's id from NCCL_COMM_ID (the same bytes everywhere, rank 0 hosting
-     * the root there); kcoll's id holds a random secret, so each process would get its own and
-     * the ranks would wait for each other until COLL_BOOTSTRAP_TIMEOUT: say so at once */
+    /* NCCL makes every process's id from NCCL_COMM_ID (the same bytes everywhere, rank 0
+     * hosting the root there at ncclCommInitRank). kcoll's id also carries the secret that
+     * authenticates the job: with COLL_JOB_SECRET, the same on every rank, it is made the same
+     * way; without it each process would make its own, and the ranks would wait for each other
+     * until COLL_BOOTSTRAP_TIMEOUT: refused at once, saying so. */
     const char *env_id = secure_getenv("NCCL_COMM_ID");
-    if (env_id != NULL && *env_id != '\0')
-        return nccl_error(ncclInvalidUsage,
-                          "ncclGetUniqueId: NCCL_COMM_ID=%s is set, but kcoll does not make "
-                          "unique ids from it: a kcoll id carries a random secret that "
-                          "authenticates the job's connections, so every process would make a "
-                          "different one and the ranks would never meet. Make the id on one rank "
-                          "and hand it to the others (as PyTorch, vLLM and CuPy do), and unset "
-                          "NCCL_COMM_ID",
-                          env_id);
+    if (env_id != NULL && *env_id != '\0') {
+        const char *secret = secure_getenv("COLL_JOB_SECRET");
+        if (secret == NULL || *secret == '\0')
+            return nccl_error(ncclInvalidUsage,
+                              "ncclGetUniqueId: NCCL_COMM_ID=%s is set, but COLL_JOB_SECRET is "
+                              "not: a kcoll id carries a secret that authenticates the job's "
+                              "connections, which kcoll cannot make from an address. Set "
+                              "COLL_JOB_SECRET=$(openssl rand -hex 16), the same on every rank, "
+                              "or unset NCCL_COMM_ID and hand the id of one rank to the others "
+                              "(as PyTorch, vLLM and CuPy do)",
+                              env_id);
+        coll_unique_id_t id;
+        coll_result_t r = coll_unique_id_from_address(&id, env_id, secret);
+        if (r != COLL_SUCCESS)
+            return nccl_error(nccl_result(r), "ncclGetUniqueId: NCCL_COMM_ID: %s",
+                              coll_get_last_error());
+        memcpy(uniqueId, &id, sizeof(id));
+        return ncclSuccess;
+    }
     coll_unique_id_t id;
     coll_result_t r = coll_get_unique_id(&id);
     if (r == COLL_SUCCESS)

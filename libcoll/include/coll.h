@@ -170,8 +170,19 @@ COLL_API coll_result_t coll_get_unique_id(coll_unique_id_t *id);
  *  environment; NULL means "use the environment". */
 COLL_API coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec);
 
-/** Printable form ("kcoll1:<host>:<port>:<secret hex>"), NUL-terminated, at most
- *  COLL_UNIQUE_ID_STRLEN bytes including the NUL. */
+/**
+ * A unique id that every process makes alike, for launchers that hand out an address instead of
+ * an id (NCCL_COMM_ID under kcoll's libnccl.so.2): no root is started here; rank 0 hosts it on
+ * host_port ("<name or address>:<port>", IPv6 in brackets) while coll_comm_init_rank creates its
+ * member, and the other ranks reach it there (retrying until COLL_BOOTSTRAP_TIMEOUT). secret_hex:
+ * 32 hex digits every rank of the job shares (it authenticates the job's connections).
+ */
+COLL_API coll_result_t coll_unique_id_from_address(coll_unique_id_t *id, const char *host_port,
+                                                   const char *secret_hex);
+
+/** Printable form ("kcoll1:<host>:<port>:<secret hex>"; "kcoll1r:" for an id of
+ *  coll_unique_id_from_address), NUL-terminated, at most COLL_UNIQUE_ID_STRLEN bytes including
+ *  the NUL. */
 COLL_API coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, size_t len);
 
 /** Parse the printable form; a malformed string gets COLL_ERR_INVALID_ARGUMENT. */

@@ -2,9 +2,10 @@
  * coll_unique_id_from_string: the printable unique id arrives through the environment of every
  * rank (COLL_UNIQUE_ID), so any byte string must be either rejected with
  * COLL_ERR_INVALID_ARGUMENT or accepted as an id that prints back to a string that parses to the
- * same id.
+ * same id ("kcoll1r:", an id of coll_unique_id_from_address, keeps its flag).
  */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +28,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(s);
         return 0;
     }
-    if (strncmp(s, "kcoll1:", 7) != 0)
-        fuzz_fail("accepted an id string without the kcoll1: prefix");
+    const bool at_init = strncmp(s, "kcoll1r:", 8) == 0;
+    if (strncmp(s, "kcoll1:", 7) != 0 && !at_init)
+        fuzz_fail("accepted an id string without the kcoll1: (or kcoll1r:) prefix");
+    if (((colli_uid_flags(&id) & COLLI_UID_ROOT_AT_INIT) != 0) != at_init)
+        fuzz_fail("the kcoll1r: prefix and the id's root-at-init flag disagree");
     struct sockaddr_storage root;
     uint8_t secret[16];
     if (colli_uid_decode(&id, &root, secret) != COLL_SUCCESS)

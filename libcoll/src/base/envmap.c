@@ -69,9 +69,9 @@ static const struct {
     {"NCCL_IB_QPS_PER_CONNECTION", "COLL_IB_NQPS"},
     {"NCCL_BUFFSIZE", "COLL_CHUNK_SIZE"},
     {"NCCL_P2P_DISABLE", "COLL_SHM_DIRECT_MIN=0 (no single copy between the ranks of a host)"},
-    {"NCCL_COMM_ID", "none: unique ids carry a secret and are not made from an address; make "
-                     "one on a rank and hand it to the others (libnccl.so.2's ncclGetUniqueId "
-                     "refuses while it is set)"},
+    {"NCCL_COMM_ID", "coll_unique_id_from_address (kcoll's libnccl.so.2 makes its ids from it "
+                     "when COLL_JOB_SECRET is set, and refuses it without; kcoll's own "
+                     "coll_get_unique_id does not read it)"},
     {"NCCL_ALGO", ""},
     {"NCCL_PROTO", ""},
     {"NCCL_NTHREADS", ""},

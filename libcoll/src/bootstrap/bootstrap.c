@@ -104,7 +104,8 @@ again:;
                            "rank %d: bootstrap with the root at %s failed: %s (the root answers "
                            "once all %d ranks checked in, or names the missing ones at "
                            "COLL_BOOTSTRAP_TIMEOUT; a root that closes the connection at once may "
-                           "run a kcoll of another wire protocol)",
+                           "run a kcoll of another wire protocol, or hold another secret: a "
+                           "COLL_JOB_SECRET that differs between the ranks)",
                            comm->rank, ra, colli_io_str(io, errno), comm->nranks);
         goto err_close;
     }

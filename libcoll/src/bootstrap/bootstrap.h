@@ -19,12 +19,18 @@ typedef struct colli_uid {
     uint16_t port;
     uint8_t addr[16];
     uint8_t secret[16];
+    uint8_t flags; /* COLLI_UID_* (0 in ids of builds before it: a root that already runs) */
 } colli_uid_t;
+/* No root runs yet: rank 0 hosts it at the id's address while it creates its member (ids that
+ * every process makes alike, coll_unique_id_from_address). */
+#define COLLI_UID_ROOT_AT_INIT 1u
 _Static_assert(sizeof(colli_uid_t) <= COLL_UNIQUE_ID_BYTES, "uid fits");
 
 /* Validate and decode an id; a garbage id gets COLL_ERR_INVALID_ARGUMENT naming what is wrong. */
 coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
                                uint8_t secret[16]);
+/* The flags of an id colli_uid_decode accepts. */
+unsigned colli_uid_flags(const coll_unique_id_t *id);
 
 /* Start the root server for one communicator on addr (port 0: any) in a thread that exits after
  * answering every rank or after timeout seconds. *bound gets the listening address. joinable

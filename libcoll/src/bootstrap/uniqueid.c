@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sockutil.h"
 #include "base/util.h"
 #include "bootstrap/agent_client.h"
 #include "bootstrap/bootstrap.h"
@@ -40,13 +41,21 @@ coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_stora
     return COLL_SUCCESS;
 }
 
+unsigned colli_uid_flags(const coll_unique_id_t *id)
+{
+    colli_uid_t u;
+    memcpy(&u, id->internal, sizeof(u));
+    return u.flags;
+}
+
 static void uid_encode(coll_unique_id_t *id, const struct sockaddr_storage *root,
-                       const uint8_t secret[16])
+                       const uint8_t secret[16], unsigned flags)
 {
     colli_uid_t u;
     memset(&u, 0, sizeof(u));
     memset(id, 0, sizeof(*id));
     u.magic = COLLI_UID_MAGIC;
+    u.flags = (uint8_t)flags;
     u.family = root->ss_family;
     if (root->ss_family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)root;
@@ -104,7 +113,7 @@ coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname
     COLL_CHECK_GOTO(colli_random_bytes(secret, sizeof(secret)), out);
     struct sockaddr_storage bound;
     COLL_CHECK_GOTO(colli_root_start(&nif.addr, secret, cfg.bootstrap_timeout, &bound, NULL), out);
-    uid_encode(id, &bound, secret);
+    uid_encode(id, &bound, secret, 0);
     char a[80];
     colli_sockaddr_str(&bound, a, sizeof(a));
     coll_info(BOOT, "bootstrap root listening on %s (%s)", a, nif.name);
@@ -131,13 +140,42 @@ coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, si
     colli_proto_hex_encode(secret, sizeof(secret), hex);
     char a[80];
     colli_sockaddr_str(&root, a, sizeof(a));
-    int n = snprintf(buf, len, "kcoll1:%s:%s", a, hex);
+    /* "kcoll1r": rank 0 hosts the root at creation (coll_unique_id_from_address) */
+    int n = snprintf(buf, len, "kcoll1%s:%s:%s",
+                     colli_uid_flags(id) & COLLI_UID_ROOT_AT_INIT ? "r" : "", a, hex);
     if (n < 0 || (size_t)n >= len)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "coll_unique_id_to_string: buffer of %zu bytes is too small (use "
                          "COLL_UNIQUE_ID_STRLEN)",
                          len);
     return COLL_SUCCESS;
+}
+
+/* "<IPv4>:<port>" or "[<IPv6>]:<port>", numeric, into *root; false when malformed. */
+static bool parse_numeric(char *hostport, struct sockaddr_storage *root)
+{
+    char *pc = strrchr(hostport, ':');
+    long port;
+    if (pc == NULL || !colli_parse_long(pc + 1, 1, 65535, &port))
+        return false;
+    *pc = '\0';
+    memset(root, 0, sizeof(*root));
+    char *host = hostport;
+    if (host[0] == '[') {
+        size_t l = strlen(host);
+        if (l < 3 || host[l - 1] != ']')
+            return false;
+        host[l - 1] = '\0';
+        host++;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)root;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        return inet_pton(AF_INET6, host, &in6->sin6_addr) == 1;
+    }
+    struct sockaddr_in *in = (struct sockaddr_in *)root;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    return inet_pton(AF_INET, host, &in->sin_addr) == 1;
 }
 
 coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str)
@@ -147,9 +185,10 @@ coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str)
                          id == NULL ? "id" : "str");
     const char *bad = "expected kcoll1:<address>:<port>:<32 hex digits>";
     size_t slen = strnlen(str, COLL_UNIQUE_ID_STRLEN + 1);
-    if (slen > COLL_UNIQUE_ID_STRLEN || strncmp(str, "kcoll1:", 7) != 0)
+    unsigned flags = strncmp(str, "kcoll1r:", 8) == 0 ? COLLI_UID_ROOT_AT_INIT : 0;
+    if (slen > COLL_UNIQUE_ID_STRLEN || (strncmp(str, "kcoll1:", 7) != 0 && flags == 0))
         goto malformed;
-    const char *p = str + 7;
+    const char *p = str + (flags ? 8 : 7);
     const char *last = strrchr(p, ':');
     if (last == NULL || strlen(last + 1) != 32)
         goto malformed;
@@ -163,37 +202,50 @@ coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const char *str)
         goto malformed;
     memcpy(hostport, p, hl);
     hostport[hl] = '\0';
-    char *pc = strrchr(hostport, ':');
-    if (pc == NULL)
-        goto malformed;
-    *pc = '\0';
-    long port;
-    if (!colli_parse_long(pc + 1, 1, 65535, &port))
-        goto malformed;
     struct sockaddr_storage root;
-    memset(&root, 0, sizeof(root));
-    char *host = hostport;
-    if (host[0] == '[') {
-        size_t l = strlen(host);
-        if (l < 3 || host[l - 1] != ']')
-            goto malformed;
-        host[l - 1] = '\0';
-        host++;
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&root;
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons((uint16_t)port);
-        if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1)
-            goto malformed;
-    } else {
-        struct sockaddr_in *in = (struct sockaddr_in *)&root;
-        in->sin_family = AF_INET;
-        in->sin_port = htons((uint16_t)port);
-        if (inet_pton(AF_INET, host, &in->sin_addr) != 1)
-            goto malformed;
-    }
-    uid_encode(id, &root, secret);
+    if (!parse_numeric(hostport, &root))
+        goto malformed;
+    uid_encode(id, &root, secret, flags);
     return COLL_SUCCESS;
 malformed:
     return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "malformed unique id string \"%.*s\": %s",
                      (int)(slen > 100 ? 100 : slen), str, bad);
+}
+
+coll_result_t coll_unique_id_from_address(coll_unique_id_t *id, const char *host_port,
+                                          const char *secret_hex)
+{
+    static const char fn[] = "coll_unique_id_from_address";
+    if (id == NULL || host_port == NULL || secret_hex == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                         id == NULL          ? "id"
+                         : host_port == NULL ? "host_port"
+                                             : "secret_hex");
+    uint8_t secret[16];
+    if (strlen(secret_hex) != 32 || colli_proto_hex_decode(secret_hex, secret, 16) != 0)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "%s: the secret must be 32 hex digits, the same on every rank (e.g. "
+                         "from `openssl rand -hex 16`); it is %zu characters long",
+                         fn, strlen(secret_hex));
+    char hp[300];
+    const char *colon = strrchr(host_port, ':');
+    long port;
+    if (strlen(host_port) >= sizeof(hp) || colon == NULL || colon == host_port ||
+        !colli_parse_long(colon + 1, 1, 65535, &port))
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "%s: \"%.100s\" is not <host>:<port> (a name or address, and a port "
+                         "from 1 to 65535; an IPv6 address in brackets)",
+                         fn, host_port);
+    snprintf(hp, sizeof(hp), "%.*s", (int)(colon - host_port), host_port);
+    size_t hl = strlen(hp);
+    if (hp[0] == '[' && hl > 2 && hp[hl - 1] == ']') { /* [v6] */
+        memmove(hp, hp + 1, hl - 2);
+        hp[hl - 2] = '\0';
+    }
+    struct sockaddr_storage root;
+    coll_result_t status = colli_sock_resolve(hp, (int)port, &root, fn, "");
+    if (status != COLL_SUCCESS)
+        return status;
+    uid_encode(id, &root, secret, COLLI_UID_ROOT_AT_INIT);
+    return COLL_SUCCESS;
 }

@@ -97,6 +97,10 @@ static coll_result_t init_rank(coll_comm_t *out, int nranks, coll_unique_id_t id
     coll_result_t status = colli_uid_decode(&id, &c.root, c.secret);
     if (status != COLL_SUCCESS)
         return status;
+    /* an id every process made alike from an address (NCCL_COMM_ID): rank 0 hosts its root */
+    c.host_root = rank == 0 && (colli_uid_flags(&id) & COLLI_UID_ROOT_AT_INIT);
+    c.root_busy = "The port of the unique id's address (NCCL_COMM_ID under libnccl.so.2) is "
+                  "taken on this host: choose a free port, the same for every rank";
     /* in a pod with the kcoll sidecar: its pins, version check and status reports; the
      * rendezvous still comes from the caller's id (frameworks hand ids around themselves) */
     colli_proto_facts_t facts;
@@ -234,7 +238,25 @@ static coll_result_t alloc_peer_state(struct coll_comm *comm)
     return COLL_SUCCESS;
 }
 
+static coll_result_t create(const colli_create_t *c, coll_comm_t *out);
+
 coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
+{
+    if (!c->host_root)
+        return create(c, out);
+    colli_config_t cfg;
+    pthread_t root;
+    coll_result_t status = colli_config_load(&cfg);
+    if (status == COLL_SUCCESS)
+        status = colli_host_root(&c->root, c->secret, cfg.bootstrap_timeout, c->root_busy, &root);
+    if (status != COLL_SUCCESS)
+        return status;
+    status = create(c, out);
+    colli_root_finish(root, status);
+    return status;
+}
+
+static coll_result_t create(const colli_create_t *c, coll_comm_t *out)
 {
     coll_result_t status;
     bool bootstrapped = false, exchanged = false;

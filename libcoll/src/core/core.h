@@ -3,6 +3,7 @@
 #ifndef COLLI_CORE_H
 #define COLLI_CORE_H
 
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include "agent_ipc.h" /* proto/ */
@@ -41,7 +42,16 @@ typedef struct colli_create {
     /* coll_comm_shrink: the root shares the parent's listener (bootstrap retries a dropped
      * connection). */
     bool shared_root;
+    /* Rank 0 of an id made from an address (MASTER_ADDR, NCCL_COMM_ID): it hosts the root on
+     * root while it creates its member; root_busy: what to do when that port is taken. */
+    bool host_root;
+    const char *root_busy;
 } colli_create_t;
+
+/* env_init.c: start the root that rank 0 hosts on *root (every address of the host when root's
+ * is not one of its own); root_busy completes the error when the port is taken. */
+coll_result_t colli_host_root(const struct sockaddr_storage *root, const uint8_t secret[16],
+                              double timeout, const char *root_busy, pthread_t *thread);
 
 /* group.c: status, the result of a call made inside a group (collective, send/recv, creation);
  * a failure is remembered, and fails the group at its end (nothing in it runs). */

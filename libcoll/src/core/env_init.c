@@ -98,9 +98,8 @@ static int bind_errno(const struct sockaddr_storage *addr)
     return e;
 }
 
-/* Rank 0: the root on MASTER_ADDR's address when it is this host's, else on every address. */
-static coll_result_t host_root(const struct sockaddr_storage *root, const uint8_t secret[16],
-                               double timeout, const char *port_var, pthread_t *thread)
+coll_result_t colli_host_root(const struct sockaddr_storage *root, const uint8_t secret[16],
+                              double timeout, const char *root_busy, pthread_t *thread)
 {
     struct sockaddr_storage at = *root, bound;
     int e = bind_errno(&at);
@@ -109,16 +108,13 @@ static coll_result_t host_root(const struct sockaddr_storage *root, const uint8_
             memset(&((struct sockaddr_in *)&at)->sin_addr, 0, sizeof(struct in_addr));
         else
             memset(&((struct sockaddr_in6 *)&at)->sin6_addr, 0, sizeof(struct in6_addr));
-        coll_info(INIT, "MASTER_ADDR is not an address of this host: the bootstrap root listens "
-                        "on every address");
+        coll_info(INIT, "the root's address is not one of this host's (a service, a NAT, "
+                        "another name): the bootstrap root listens on every address");
         e = bind_errno(&at);
     }
     if (e == EADDRINUSE)
-        return COLLI_ERR(INIT, COLL_ERR_NETWORK,
-                         "rank 0 cannot host the bootstrap root: %s. The port of %s is taken on "
-                         "this host (under torchrun, its store holds MASTER_PORT): set "
-                         "COLL_MASTER_PORT to a free port, the same on every rank",
-                         strerror(e), port_var);
+        return COLLI_ERR(INIT, COLL_ERR_NETWORK, "rank 0 cannot host the bootstrap root: %s. %s",
+                         strerror(e), root_busy);
     return colli_root_start(&at, secret, timeout, &bound, thread);
 }
 
@@ -134,25 +130,21 @@ static coll_result_t from_master(coll_comm_t *out, const char *addr)
         status = env_long("RANK", 0, world - 1, "this process's rank, with MASTER_ADDR", &rank);
     if (status != COLL_SUCCESS)
         return status;
-    colli_create_t c = {.nranks = (int)world, .rank = (int)rank};
+    char busy[200];
+    snprintf(busy, sizeof(busy),
+             "The port of %s is taken on this host (under torchrun, its store holds "
+             "MASTER_PORT): set COLL_MASTER_PORT to a free port, the same on every rank",
+             port_var);
+    colli_create_t c = {
+        .nranks = (int)world, .rank = (int)rank, .host_root = rank == 0, .root_busy = busy};
     if ((status = job_secret(addr, port, world, rank, c.secret)) != COLL_SUCCESS ||
         (status = colli_sock_resolve(addr, (int)port, &c.root, "MASTER_ADDR:port",
                                      " (MASTER_ADDR must name rank 0's host, as for "
                                      "torchrun)")) != COLL_SUCCESS)
         return status;
-    colli_config_t cfg;
-    if ((status = colli_config_load(&cfg)) != COLL_SUCCESS)
-        return status;
     coll_info(INIT, "coll_comm_init_env: rank %ld of %ld from MASTER_ADDR=%s %s=%ld%s", rank, world,
               addr, port_var, port, rank == 0 ? " (this rank hosts the bootstrap root)" : "");
-    pthread_t root;
-    if (rank == 0 && (status = host_root(&c.root, c.secret, cfg.bootstrap_timeout, port_var,
-                                         &root)) != COLL_SUCCESS)
-        return status;
-    status = colli_comm_create(&c, out);
-    if (rank == 0)
-        colli_root_finish(root, status);
-    return status;
+    return colli_comm_create(&c, out);
 }
 
 coll_result_t coll_comm_init_env(coll_comm_t *out)
