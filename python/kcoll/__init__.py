@@ -11,6 +11,8 @@ Rendezvous (see docs/torch.md):
   * otherwise (torchrun, MASTER_ADDR/MASTER_PORT, an explicit store) rank 0 of each group creates
     a kcoll unique id and shares it through the store PyTorch passes to the backend.
 """
+import atexit
+
 import torch
 import torch.distributed as dist
 
@@ -48,6 +50,9 @@ def _register():
     except TypeError:  # PyTorch < 2.0: no devices argument
         dist.Backend.register_backend(BACKEND, creator)
     _rendezvous.install_env_handler()
+    # the groups' workers stop before the interpreter finalizes: one that drops a Python
+    # callback after that would abort the process at exit
+    atexit.register(_C.shutdown_all)
 
 
 if torch.__version__.split("+")[0].split(".")[:2] != _C.TORCH_BUILT_WITH.split(".")[:2]:

@@ -115,6 +115,14 @@ def main():
         for rank in range(2):
             ck(out.count(":rank %d kcoll INFO TORCH %s" % (rank, want)) == 1,
                "rank %d answers once: %s" % (rank, want))
+    # leaving the interpreter while the worker still runs a Python callback (no
+    # destroy_process_group): exit 0, not an abort at exit
+    ex = subprocess.run([a.coll_run, "-n", "2", "--timeout", "60", py,
+                         os.path.join(HERE, "torch_exit_rank.py")], capture_output=True,
+                        text=True, timeout=90, stdin=subprocess.DEVNULL)
+    out = ex.stdout + ex.stderr
+    ck(ex.returncode == 0 and out.count(" ok\n") == 2 and "terminate called" not in out,
+       "exit with the worker in a callback: exit 0, both ranks ok\n" + out[-2000:])
     torchrun(ck, 1, 3)
     torchrun(ck, 1, 2)
     torchrun(ck, 2, 2)

@@ -86,6 +86,14 @@ class Work : public c10d::Work
     bool wait(std::chrono::milliseconds timeout) override
     {
         auto limit = timeout.count() == 0 ? timeout_ : timeout; /* 0: kNoTimeout */
+        /* complete() completes the future first: a then() callback that waits for this very
+         * Work runs on the worker before finish(), and its result is there already */
+        if (future_->completed()) {
+            if (future_->hasError())
+                std::rethrow_exception(future_->exception_ptr());
+            future_->wait(); /* CUDA: the current streams wait for the call */
+            return true;
+        }
         spin_until([this] { return done_.load(std::memory_order_acquire); });
         std::unique_lock<std::mutex> lock(mutex_);
         if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
@@ -133,11 +141,23 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
 
     ~ProcessGroupKcoll() override
     {
-        {
-            std::lock_guard<std::mutex> lock(qmutex_);
-            stop_ = true;
-        }
+        shutdown(std::chrono::hours(24 * 365)); /* every queued job runs, as before */
+    }
+
+    /* Stop the worker once the queued jobs ran; if they have not within grace (a job waits on
+     * peers that are gone or exiting), abort the communicator so that they fail now. Idempotent.
+     * Called without the GIL: the worker may need it for a callback. */
+    void shutdown(std::chrono::milliseconds grace)
+    {
+        std::unique_lock<std::mutex> lock(qmutex_);
+        stop_ = true;
         qcv_.notify_all();
+        if (!worker_.joinable() || std::this_thread::get_id() == worker_.get_id())
+            return;
+        const bool ran = exited_cv_.wait_for(lock, grace, [this] { return exited_; });
+        lock.unlock();
+        if (!ran)
+            comm_->abort();
         worker_.join();
     }
 
@@ -663,8 +683,11 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             {
                 std::unique_lock<std::mutex> lock(qmutex_);
                 qcv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-                if (queue_.empty())
-                    return; /* stopping, and every queued job ran */
+                if (queue_.empty()) { /* stopping, and every queued job ran */
+                    exited_ = true;
+                    exited_cv_.notify_all();
+                    return;
+                }
                 job = std::move(queue_.front());
                 queue_.pop_front();
                 queued_.fetch_sub(1, std::memory_order_relaxed);
@@ -700,11 +723,18 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     std::deque<Job> queue_;
     std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
+    bool exited_ = false; /* the worker left run() (under qmutex_) */
+    std::condition_variable exited_cv_;
     std::mutex cmutex_;
     bool coalescing_ = false;
     std::vector<Pending> pending_;
     std::thread worker_; /* last: it starts in the constructor and uses the members above */
 };
+
+/* The process's live groups, for shutdown_all (weak: a destroyed group leaves by itself); the
+ * one process-wide state of the extension, as the interpreter's exit is the process's. */
+static std::mutex live_mutex;
+static std::vector<c10::weak_intrusive_ptr<ProcessGroupKcoll>> live;
 
 static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, double timeout_s)
 {
@@ -715,7 +745,31 @@ static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, d
     TORCH_CHECK(coll_comm_set_timeout(comm->get(), deadline) == COLL_SUCCESS,
                 "kcoll: ", coll_get_last_error());
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
-    return c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), ms);
+    auto pg = c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), ms);
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live.erase(std::remove_if(live.begin(), live.end(), [](const auto &w) { return w.expired(); }),
+               live.end());
+    live.emplace_back(pg);
+    return pg;
+}
+
+/* At the interpreter's exit (atexit, before it finalizes): every live group's worker stops once
+ * its queued jobs ran (within 5 s, else its communicator is aborted). A worker still running
+ * when finalization begins aborts the process: dropping a Python callback (a then() on a Work's
+ * future) takes the GIL, and Python ends such a thread by unwinding it through C++ frames that
+ * cannot unwind (std::terminate). */
+static void shutdown_all()
+{
+    std::vector<c10::intrusive_ptr<ProcessGroupKcoll>> pgs;
+    {
+        std::lock_guard<std::mutex> lock(live_mutex);
+        for (auto &w : live)
+            if (auto pg = w.lock())
+                pgs.push_back(std::move(pg));
+        live.clear();
+    }
+    for (auto &pg : pgs)
+        pg->shutdown(std::chrono::seconds(5));
 }
 
 } // namespace kcoll
@@ -738,6 +792,8 @@ PYBIND11_MODULE(_C, m)
     m.def("time_all_reduce", &kcoll::time_all_reduce, py::arg("comm"), py::arg("tensor"),
           py::arg("iters"), "seconds per coll_all_reduce call, from C (the benchmark's reference)");
     m.def("library_version", [] { return std::string(coll_get_version_string()); });
+    m.def("shutdown_all", &kcoll::shutdown_all, py::call_guard<py::gil_scoped_release>(),
+          "stop every live group's worker (the package calls it at exit)");
     m.def(
         "log_text", [](const std::string &text) { coll_log_text(text.c_str()); }, py::arg("text"),
         "one line where kcoll logs (stderr or COLL_DEBUG_FILE)");
