@@ -17,11 +17,14 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "coll.h"
 #include "comm.h"
@@ -135,7 +138,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
   public:
     ProcessGroupKcoll(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout)
         : KCOLL_TORCH_BASE(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout),
-          worker_([this] { run(); })
+          worker_(std::make_unique<std::thread>([this] { run(); }))
     {
     }
 
@@ -149,16 +152,21 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * Called without the GIL: the worker may need it for a callback. */
     void shutdown(std::chrono::milliseconds grace)
     {
+        if (getpid() !=
+            pid_) { /* a forked child: the worker is the parent's, not in this process */
+            (void)worker_.release();
+            return;
+        }
         std::unique_lock<std::mutex> lock(qmutex_);
         stop_ = true;
         qcv_.notify_all();
-        if (!worker_.joinable() || std::this_thread::get_id() == worker_.get_id())
+        if (!worker_ || !worker_->joinable() || std::this_thread::get_id() == worker_->get_id())
             return;
         const bool ran = exited_cv_.wait_for(lock, grace, [this] { return exited_; });
         lock.unlock();
         if (!ran)
             comm_->abort();
-        worker_.join();
+        worker_->join();
     }
 
     const std::string getBackendName() const override
@@ -663,7 +671,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
          * does): queued, it would wait for the worker that waits for it. It runs here and now,
          * right after the job whose completion called it: that position is the same on every
          * rank, as the issue order is. */
-        if (std::this_thread::get_id() == worker_.get_id()) {
+        if (std::this_thread::get_id() == worker_->get_id()) {
             execute(job);
             return;
         }
@@ -728,7 +736,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     std::mutex cmutex_;
     bool coalescing_ = false;
     std::vector<Pending> pending_;
-    std::thread worker_; /* last: it starts in the constructor and uses the members above */
+    pid_t pid_ = getpid(); /* the process whose thread the worker is */
+    /* last: it starts in the constructor and uses the members above */
+    std::unique_ptr<std::thread> worker_;
 };
 
 /* The process's live groups, for shutdown_all (weak: a destroyed group leaves by itself); the

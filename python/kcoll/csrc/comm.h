@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "coll.h"
 #include "compat.h"
 
@@ -40,9 +42,12 @@ class Comm
             throw;
         }
     }
+    /* In a process forked from the one that made it (a child leaving through the interpreter's
+     * exit), the communicator is the parent's: it is left alone, not destroyed or aborted, which
+     * would tell the peers it ended. */
     ~Comm()
     {
-        if (!gone_.exchange(true))
+        if (getpid() == pid_ && !gone_.exchange(true))
             (void)coll_comm_destroy(comm_); /* nothing to report to from a destructor */
     }
     Comm(const Comm &) = delete;
@@ -66,12 +71,13 @@ class Comm
     }
     void abort()
     {
-        if (!gone_.exchange(true))
+        if (getpid() == pid_ && !gone_.exchange(true))
             (void)coll_comm_abort(comm_); /* the communicator is gone whatever it returns */
     }
 
   private:
     coll_comm_t comm_;
+    pid_t pid_ = getpid(); /* the process that made it */
     int rank_ = 0;
     int size_ = 0;
     std::atomic<bool> gone_{false};
