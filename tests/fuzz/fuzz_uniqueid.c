@@ -2,7 +2,8 @@
  * coll_unique_id_from_string: the printable unique id arrives through the environment of every
  * rank (COLL_UNIQUE_ID), so any byte string must be either rejected with
  * COLL_ERR_INVALID_ARGUMENT or accepted as an id that prints back to a string that parses to the
- * same id ("kcoll1r:", an id of coll_unique_id_from_address, keeps its flag).
+ * same id ("kcoll1r:", an id of coll_unique_id_from_address, keeps its flag). The same bytes as
+ * NCCL_COMM_ID go through colli_split_host_port, coll_unique_id_from_address's parser.
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -19,6 +20,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(s, data, size);
     s[size] = '\0';
+    /* the same bytes as NCCL_COMM_ID: split into a terminated host and a port in range, or
+     * refused (resolving the host is getaddrinfo's) */
+    char host[64];
+    long port = 0;
+    if (colli_split_host_port(s, host, sizeof(host), &port) &&
+        (strnlen(host, sizeof(host)) >= sizeof(host) || port < 1 || port > 65535 ||
+         strlen(host) >= size))
+        fuzz_fail("colli_split_host_port: a host not terminated or longer than the input, or a "
+                  "port out of range");
     coll_unique_id_t id;
     memset(&id, 0, sizeof(id));
     coll_result_t rc = coll_unique_id_from_string(&id, s);

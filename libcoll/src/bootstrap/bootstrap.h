@@ -29,6 +29,9 @@ _Static_assert(sizeof(colli_uid_t) <= COLL_UNIQUE_ID_BYTES, "uid fits");
 /* Validate and decode an id; a garbage id gets COLL_ERR_INVALID_ARGUMENT naming what is wrong. */
 coll_result_t colli_uid_decode(const coll_unique_id_t *id, struct sockaddr_storage *root,
                                uint8_t secret[16]);
+/* "<host>:<port>" (an IPv6 address in brackets, which are dropped) into host (NUL-terminated,
+ * fewer than hostlen bytes) and *port (1..65535); false when malformed. For NCCL_COMM_ID. */
+bool colli_split_host_port(const char *in, char *host, size_t hostlen, long *port);
 /* The flags of an id colli_uid_decode accepts. */
 unsigned colli_uid_flags(const coll_unique_id_t *id);
 

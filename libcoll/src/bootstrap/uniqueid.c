@@ -212,6 +212,22 @@ malformed:
                      (int)(slen > 100 ? 100 : slen), str, bad);
 }
 
+bool colli_split_host_port(const char *in, char *host, size_t hostlen, long *port)
+{
+    const char *colon = strrchr(in, ':');
+    if (colon == NULL || colon == in || (size_t)(colon - in) >= hostlen ||
+        !colli_parse_long(colon + 1, 1, 65535, port))
+        return false;
+    size_t hl = (size_t)(colon - in);
+    if (in[0] == '[' && hl > 2 && in[hl - 1] == ']') { /* [v6] */
+        in++;
+        hl -= 2;
+    }
+    memcpy(host, in, hl);
+    host[hl] = '\0';
+    return true;
+}
+
 coll_result_t coll_unique_id_from_address(coll_unique_id_t *id, const char *host_port,
                                           const char *secret_hex)
 {
@@ -228,20 +244,12 @@ coll_result_t coll_unique_id_from_address(coll_unique_id_t *id, const char *host
                          "from `openssl rand -hex 16`); it is %zu characters long",
                          fn, strlen(secret_hex));
     char hp[300];
-    const char *colon = strrchr(host_port, ':');
     long port;
-    if (strlen(host_port) >= sizeof(hp) || colon == NULL || colon == host_port ||
-        !colli_parse_long(colon + 1, 1, 65535, &port))
+    if (!colli_split_host_port(host_port, hp, sizeof(hp), &port))
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "%s: \"%.100s\" is not <host>:<port> (a name or address, and a port "
                          "from 1 to 65535; an IPv6 address in brackets)",
                          fn, host_port);
-    snprintf(hp, sizeof(hp), "%.*s", (int)(colon - host_port), host_port);
-    size_t hl = strlen(hp);
-    if (hp[0] == '[' && hl > 2 && hp[hl - 1] == ']') { /* [v6] */
-        memmove(hp, hp + 1, hl - 2);
-        hp[hl - 2] = '\0';
-    }
     struct sockaddr_storage root;
     coll_result_t status = colli_sock_resolve(hp, (int)port, &root, fn, "");
     if (status != COLL_SUCCESS)
