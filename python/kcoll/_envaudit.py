@@ -13,6 +13,8 @@ _RAISES = ("a failed collective raises on every rank, naming the rank at fault, 
            "past the group's timeout aborts the communicator and raises")
 _HANG = ("a collective that made no progress for 30 s is logged (WARN) naming the ranks it "
          "waits for, and fails at the group's timeout")
+_NO_RECORDER = ("no flight recorder; kcoll's errors name the collective, its number and the "
+                "peer (docs/diagnostics.md)")
 # name without its TORCH_ prefix (PyTorch reads both spellings of these) -> what kcoll does
 _ANSWERS = {
     "NCCL_ASYNC_ERROR_HANDLING": _RAISES,
@@ -21,10 +23,8 @@ _ANSWERS = {
                           "against the other ranks'; a mismatch fails naming both calls"),
     "NCCL_ENABLE_MONITORING": _HANG,
     "NCCL_HEARTBEAT_TIMEOUT_SEC": _HANG,
-    "NCCL_TRACE_BUFFER_SIZE": ("no flight recorder; kcoll's errors name the collective, its "
-                               "number and the peer (docs/diagnostics.md)"),
-    "NCCL_DUMP_ON_TIMEOUT": ("no flight recorder; kcoll's errors name the collective, its "
-                             "number and the peer (docs/diagnostics.md)"),
+    "NCCL_TRACE_BUFFER_SIZE": _NO_RECORDER,
+    "NCCL_DUMP_ON_TIMEOUT": _NO_RECORDER,
 }
 _once = threading.Lock()
 _done = []
