@@ -187,3 +187,52 @@ void case_forkdeath(void)
     if (child > 0)
         waitpid(child, NULL, 0);
 }
+
+/* A child forked from each rank (a DataLoader worker, a helper) that uses the communicator it
+ * inherited: every call is refused naming the fork, and its destroy (odd ranks) or abort (even
+ * ranks) lets go of the handle and touches nothing else. Before, the abort told the peers the
+ * communicator ended and both closed descriptors by number: the fork had closed the
+ * communicator's, and the child's own pipes (made after the fork) took those numbers. The
+ * parents' communicator must still work afterwards. */
+void case_forkuse(void)
+{
+    ncclComm_t comm = init_comm();
+    if (comm == NULL)
+        return;
+    int64_t one = 1, sum = 0;
+    CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL), "all_reduce");
+    pid_t child = fork();
+    if (child == 0) {
+        int p[8][2];
+        int npipes = 0;
+        while (npipes < 8 && pipe(p[npipes]) == 0)
+            npipes++;
+        CHECK(npipes == 8, "child of rank %d: 8 pipes (%d)", rank_, npipes);
+        expect(ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL), ncclInvalidUsage,
+               "all_reduce in a forked child", "was forked from it");
+        int count = 0;
+        expect(ncclCommCount(comm, &count), ncclInvalidUsage, "ncclCommCount in a forked child",
+               "Create a communicator in this process");
+        if (rank_ % 2 == 0)
+            CHECK_OK(ncclCommAbort(comm), "ncclCommAbort in a forked child");
+        else
+            CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy in a forked child");
+        for (int i = 0; i < npipes; i++) {
+            char b = (char)('a' + i), got = 0;
+            CHECK(write(p[i][1], &b, 1) == 1 && read(p[i][0], &got, 1) == 1 && got == b,
+                  "child of rank %d: its pipe %d (fds %d, %d) still works", rank_, i, p[i][0],
+                  p[i][1]);
+        }
+        _exit(failed == 0 ? 0 : 1);
+    }
+    CHECK(child > 0, "rank %d forks a child", rank_);
+    int status = -1;
+    pid_t w = child > 0 ? waitpid(child, &status, 0) : -1;
+    CHECK(w == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "rank %d: its child's checks passed (status 0x%x)", rank_, (unsigned)status);
+    sum = 0;
+    CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL),
+             "all_reduce after the children let go");
+    CHECK(sum == nranks_, "all_reduce after the children: %lld", (long long)sum);
+    CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy");
+}

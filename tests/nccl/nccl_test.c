@@ -174,6 +174,8 @@ static void run_case(const char *name)
         case_initfail();
     else if (strcmp(name, "forkdeath") == 0)
         case_forkdeath();
+    else if (strcmp(name, "forkuse") == 0)
+        case_forkuse();
     else if (strcmp(name, "nonblocking") == 0)
         case_nonblocking();
     else if (strcmp(name, "errors") == 0)
@@ -190,9 +192,10 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (nranks_ = atoi(argv[2])) < 1 || nranks_ > MAX_RANKS) {
-        fprintf(stderr, "usage: nccl_test "
-                        "conformance|split|many|initfail|forkdeath|nonblocking|errors|abort|shrink|"
-                        "graph|initall N\n");
+        fprintf(stderr,
+                "usage: nccl_test "
+                "conformance|split|many|initfail|forkdeath|forkuse|nonblocking|errors|abort|shrink|"
+                "graph|initall N\n");
         return 2;
     }
     if (strcmp(argv[1], "initall") == 0) {

@@ -21,7 +21,8 @@ static struct {
     struct coll_comm **comms;
     uint32_t *gens;
     uint32_t cap;
-} registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0};
+    uint32_t forks; /* forks between the first process with kcoll loaded and this one */
+} registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0};
 
 /* ---- fork: a child lets go of the communicators' descriptors ----
  * A process forked from a rank (PyTorch's DataLoader workers and multiprocessing with the fork
@@ -32,7 +33,11 @@ static struct {
  * cannot use the communicators, so it closes what is theirs: sockets whose local or remote address
  * is a member's listener (connections, links, listeners, notices) and the shared-memory segments
  * kcoll named. The parent's descriptors are untouched: a socket or an OFD lock ends only when its
- * last descriptor closes. */
+ * last descriptor closes. The child's handles of them are refused from then on (other threads,
+ * transports and locks of theirs stayed in the parent); its destroy or abort lets go of the
+ * handle and touches nothing else: telling the peers or closing descriptors again would end the
+ * parent's communicator or close the child's own files, which reuse the numbers. The registry's
+ * lock is held across the fork, so the child's is free. */
 
 /* A listener address as a sortable key (family, port, address; zero-padded). */
 typedef struct {
@@ -113,7 +118,6 @@ static void fork_prepare(void)
             if (addr_key(&c->members[r].addr, &forking.keys[forking.n]))
                 forking.n++;
     }
-    pthread_mutex_unlock(&registry.lock);
     if (forking.n > 1)
         qsort(forking.keys, forking.n, sizeof(addr_key_t), key_cmp);
 }
@@ -123,6 +127,7 @@ static void fork_done(void)
     free(forking.keys);
     forking.keys = NULL;
     forking.n = 0;
+    pthread_mutex_unlock(&registry.lock);
     pthread_mutex_unlock(&forking.lock);
 }
 
@@ -150,6 +155,7 @@ static void fork_child(void)
     }
     if (dir >= 0)
         close(dir);
+    registry.forks++; /* the lock is held: fork_prepare took it */
     fork_done();
 }
 
@@ -187,6 +193,8 @@ coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle)
         registry.cap = cap;
     }
     registry.comms[slot] = comm;
+    comm->forks = registry.forks;
+    comm->pid = (int)getpid();
     uint64_t h = ((uint64_t)registry.gens[slot] << 32) | (uint64_t)(slot + 1);
     pthread_mutex_unlock(&registry.lock);
     *handle = (coll_comm_t)(uintptr_t)h;
@@ -204,14 +212,44 @@ coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
     struct coll_comm *c = NULL;
     if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen)
         c = registry.comms[slot - 1];
+    const bool inherited = c != NULL && c->forks != registry.forks;
     pthread_mutex_unlock(&registry.lock);
     if (c == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
                          "comm %p is not a live communicator: it was destroyed or aborted, or "
                          "never created; create a new one with coll_comm_init_rank",
                          (void *)handle);
+    if (inherited)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "the communicator of rank %d of %d was created by process %d, and this "
+                         "process (%d) was forked from it: its connections stayed in the parent "
+                         "(the fork closed them here). Create a communicator in this process "
+                         "(start workers with exec or multiprocessing's 'spawn'); destroy or "
+                         "abort here only lets go of the handle",
+                         c->rank, c->nranks, c->pid, (int)getpid());
     *comm = c;
     return COLL_SUCCESS;
+}
+
+bool colli_comm_let_go_inherited(coll_comm_t handle, const char *fn)
+{
+    uint64_t h = (uint64_t)(uintptr_t)handle;
+    uint32_t slot = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
+    pthread_mutex_lock(&registry.lock);
+    struct coll_comm *c = NULL;
+    if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen &&
+        registry.comms[slot - 1]->forks != registry.forks)
+        c = registry.comms[slot - 1];
+    pthread_mutex_unlock(&registry.lock);
+    if (c == NULL)
+        return false;
+    colli_comm_unregister(handle); /* its memory stays: its locks may be held in the parent */
+    coll_info(INIT,
+              "%s: the communicator of rank %d of %d belongs to process %d, from which this one "
+              "(%d) was forked: the handle is let go here, the parent's communicator and its "
+              "peers are untouched",
+              fn, c->rank, c->nranks, c->pid, (int)getpid());
+    return true;
 }
 
 void colli_comm_unregister(coll_comm_t handle)

@@ -107,6 +107,8 @@ struct coll_comm {
     void (*on_fail)(struct coll_comm *comm, const char *msg);
     struct colli_premul premul[COLL_MAX_PREMUL_OPS]; /* operators made at run time */
     uint32_t shrink_epoch; /* coll_comm_shrink calls so far (a new secret each) */
+    uint32_t forks;        /* the registry's fork count when registered (base/comm.c) */
+    int pid;               /* the process that registered it */
 };
 
 /* Handle registry: handles are (slot, generation) pairs, never raw pointers, so a destroyed
@@ -114,6 +116,11 @@ struct coll_comm {
 coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle);
 coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm);
 void colli_comm_unregister(coll_comm_t handle);
+/* In a process forked after handle's communicator was made (lookup refuses it there): unregister
+ * the handle without touching the communicator (its threads, locks and connections are the
+ * parent's), log it, and return true. false, doing nothing, for any other handle. fn names the
+ * caller in the log line. */
+bool colli_comm_let_go_inherited(coll_comm_t handle, const char *fn);
 
 /* Record a fatal error on the communicator (first one wins), log it once and call on_fail. */
 void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg);

@@ -326,6 +326,8 @@ err_free:
 
 coll_result_t coll_comm_destroy(coll_comm_t handle)
 {
+    if (colli_comm_let_go_inherited(handle, "coll_comm_destroy"))
+        return COLL_SUCCESS;
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)
@@ -397,6 +399,8 @@ coll_result_t coll_comm_revoke(coll_comm_t handle)
 
 coll_result_t coll_comm_abort(coll_comm_t handle)
 {
+    if (colli_comm_let_go_inherited(handle, "coll_comm_abort"))
+        return COLL_SUCCESS;
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)

@@ -29,109 +29,12 @@
 #include "coll.h"
 #include "comm.h"
 #include "compat.h"
+#include "work.h"
 
 namespace py = pybind11;
 
 namespace kcoll
 {
-
-/* A caller waiting for a Work, and the idle worker waiting for a job, poll this long before they
- * sleep: two thread wake-ups cost tens of microseconds on a small VM, more than a small
- * collective (libcoll spins the same way, COLL_SPIN_US). */
-static constexpr std::chrono::microseconds kSpin{50};
-
-template <typename Pred> static bool spin_until(Pred ready)
-{
-    auto end = std::chrono::steady_clock::now() + kSpin;
-    while (!ready()) {
-        if (std::chrono::steady_clock::now() >= end)
-            return false;
-        std::this_thread::yield();
-    }
-    return true;
-}
-
-/* The CUDA devices of ts, once each: a future over them is CUDA-aware (its completion records
- * an event on each device's current stream, and a callback chained with then() runs with its
- * streams waiting for those events), as ProcessGroupNCCL's futures are. */
-static std::vector<c10::Device> cuda_devices(const std::vector<at::Tensor> &ts)
-{
-    std::vector<c10::Device> d;
-    for (const auto &t : ts)
-        if (t.defined() && t.is_cuda() && std::find(d.begin(), d.end(), t.device()) == d.end())
-            d.push_back(t.device());
-    return d;
-}
-
-class Work : public c10d::Work
-{
-  public:
-    Work(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-         std::chrono::milliseconds timeout, std::shared_ptr<Comm> comm, std::string name)
-        : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout),
-          comm_(std::move(comm)), name_(std::move(name)),
-          future_(c10::make_intrusive<c10::ivalue::Future>(
-              c10::ListType::create(c10::TensorType::get()), cuda_devices(outputs_)))
-    {
-    }
-
-    void complete(std::exception_ptr e)
-    {
-        /* the future first: a DDP callback chained on it must see the result */
-        if (e)
-            future_->setError(e);
-        else
-            future_->markCompleted(c10::IValue(outputs_));
-        finish(e);
-        done_.store(true, std::memory_order_release);
-    }
-
-    bool wait(std::chrono::milliseconds timeout) override
-    {
-        auto limit = timeout.count() == 0 ? timeout_ : timeout; /* 0: kNoTimeout */
-        /* complete() completes the future first: a then() callback that waits for this very
-         * Work runs on the worker before finish(), and its result is there already */
-        if (future_->completed()) {
-            if (future_->hasError())
-                std::rethrow_exception(future_->exception_ptr());
-            future_->wait(); /* CUDA: the current streams wait for the call */
-            return true;
-        }
-        spin_until([this] { return done_.load(std::memory_order_acquire); });
-        std::unique_lock<std::mutex> lock(mutex_);
-        if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
-            lock.unlock();
-            comm_->abort();
-            TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_, " did not complete within ",
-                        limit.count(),
-                        " ms; the communicator is aborted (a peer that is late, "
-                        "stuck or did not call the same collective)");
-        }
-        if (exception_)
-            std::rethrow_exception(exception_);
-        /* CUDA tensors: the current streams wait for the call (its event, recorded after the
-         * gate on the call's stream), as ProcessGroupNCCL's wait does; no-op on the CPU */
-        future_->wait();
-        return true;
-    }
-
-    std::vector<at::Tensor> result() override
-    {
-        return outputs_;
-    }
-    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
-    {
-        return future_;
-    }
-
-  private:
-    std::vector<at::Tensor> outputs_;
-    std::chrono::milliseconds timeout_;
-    std::shared_ptr<Comm> comm_;
-    std::string name_;
-    c10::intrusive_ptr<c10::ivalue::Future> future_;
-    std::atomic<bool> done_{false};
-};
 
 class ProcessGroupKcoll : public KCOLL_TORCH_BASE
 {
@@ -152,17 +55,21 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * Called without the GIL: the worker may need it for a callback. */
     void shutdown(std::chrono::milliseconds grace)
     {
-        if (getpid() !=
-            pid_) { /* a forked child: the worker is the parent's, not in this process */
+        if (getpid() != pid_) {
+            /* a forked child: the worker is the parent's, not in this process, and it may have
+             * been waiting on a condition variable at the fork; glibc's destroy (and notify)
+             * of one waits for its waiters to leave, which never happens here. Both are left
+             * as they are (the child ends soon; enqueue refuses work here). */
             (void)worker_.release();
+            (void)cv_.release();
             return;
         }
         std::unique_lock<std::mutex> lock(qmutex_);
         stop_ = true;
-        qcv_.notify_all();
+        cv_->job.notify_all();
         if (!worker_ || !worker_->joinable() || std::this_thread::get_id() == worker_->get_id())
             return;
-        const bool ran = exited_cv_.wait_for(lock, grace, [this] { return exited_; });
+        const bool ran = cv_->exited.wait_for(lock, grace, [this] { return exited_; });
         lock.unlock();
         if (!ran)
             comm_->abort();
@@ -665,6 +572,11 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     "graph; for CUDA graphs use backend=\"nccl\" with kcoll's libnccl.so.2 "
                     "preloaded (its calls are captured), or make this call outside the capture");
 #endif
+        TORCH_CHECK(getpid() == pid_, "kcoll: this process group was made by process ", pid_,
+                    "; this process (", getpid(),
+                    ") was forked from it and cannot use it (its worker and connections stay "
+                    "in the parent). Make collectives in the parent, or start workers with the "
+                    "'spawn' start method and a group of their own");
         Job job{std::move(works), std::move(fn), stream};
         /* Issued by a callback that a completion runs on the worker (a then() callback on a
          * Work's future that issues a collective and waits for it, as PowerSGD's comm hook
@@ -680,7 +592,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             queue_.push_back(std::move(job));
             queued_.fetch_add(1, std::memory_order_release);
         }
-        qcv_.notify_one();
+        cv_->job.notify_one();
     }
 
     void run()
@@ -690,10 +602,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
             {
                 std::unique_lock<std::mutex> lock(qmutex_);
-                qcv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+                cv_->job.wait(lock, [this] { return stop_ || !queue_.empty(); });
                 if (queue_.empty()) { /* stopping, and every queued job ran */
                     exited_ = true;
-                    exited_cv_.notify_all();
+                    cv_->exited.notify_all();
                     return;
                 }
                 job = std::move(queue_.front());
@@ -727,12 +639,15 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     std::shared_ptr<Comm> comm_;
     std::chrono::milliseconds timeout_;
     std::mutex qmutex_;
-    std::condition_variable qcv_;
     std::deque<Job> queue_;
     std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
     bool exited_ = false; /* the worker left run() (under qmutex_) */
-    std::condition_variable exited_cv_;
+    struct Signals {
+        std::condition_variable job;    /* a job was queued, or stop_ set */
+        std::condition_variable exited; /* exited_ set */
+    };
+    std::unique_ptr<Signals> cv_ = std::make_unique<Signals>(); /* leaked in a forked child */
     std::mutex cmutex_;
     bool coalescing_ = false;
     std::vector<Pending> pending_;
