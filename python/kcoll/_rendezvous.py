@@ -27,6 +27,11 @@ _UID_KEY = "kcoll/unique_id"
 # takes it (one per process: there is one default group).
 _lock = threading.Lock()
 _pending = {}
+# Under coll-run, the store of the first default group and how many came after it: the job's
+# COLL_UNIQUE_ID serves one creation (coll-run's bootstrap root ends once every rank is in), so
+# a default group made again after destroy_process_group (a test suite, a job that re-creates
+# its group) gets a fresh unique id from rank 0 through that store, under a prefix of its own.
+_reinit = {}
 
 
 def _store_address():
@@ -62,8 +67,23 @@ def world_comm():
                                "missing or not integers (%s); start the ranks with coll-run"
                                % e) from None
         addr = os.environ.get(ENV_STORE_ADDR) or _local_store_address() or _store_address()
+        if "store" in _reinit:
+            return _again(rank, nranks), addr
         return _C.Comm.init_rank(uid, rank, nranks), addr
     return None
+
+
+def _again(rank, nranks):
+    """A default group after the first under coll-run: its communicator from a unique id that
+    rank 0 makes and shares through the first group's store."""
+    _reinit["count"] += 1
+    key = "kcoll/world/%d/unique_id" % _reinit["count"]
+    if rank == 0:
+        uid = _C.unique_id()
+        _reinit["store"].set(key, uid)
+    else:
+        uid = _reinit["store"].get(key).decode()
+    return _C.Comm.init_rank(uid, rank, nranks)
 
 
 def _kcoll_env_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
@@ -79,7 +99,9 @@ def _kcoll_env_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
             comm.abort()
             raise RuntimeError("kcoll: init_process_group(%s=%s) but kcoll's communicator says "
                                "%s=%d" % (name, query[name], name, value))
-    if rank == 0:
+    if "store" in _reinit:
+        store = dist.PrefixStore("kcoll/world/%d" % _reinit["count"], _reinit["store"])
+    elif rank == 0:
         # not waiting for the workers here: they learn the port from the broadcast below
         store = dist.TCPStore("0.0.0.0", 0, world, True, timeout, wait_for_workers=False)
         data = ("%s:%d" % (addr, store.port)).encode()
@@ -88,6 +110,9 @@ def _kcoll_env_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
         data = comm.broadcast_bytes(b"", 0, _ADDR_BYTES).rstrip(b"\0").decode()
         host, port = data.rsplit(":", 1)
         store = dist.TCPStore(host, int(port), world, False, timeout)
+    if os.environ.get("COLL_UNIQUE_ID") and not os.environ.get("COLL_AGENT_SOCKET") and \
+            "store" not in _reinit:
+        _reinit.update(store=store, count=0)
     with _lock:
         _pending["world"] = (comm, rank, world)
     yield (store, rank, world)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One rank of a small job started by coll-run (with or without --agent): init_process_group
 ("kcoll") with no MASTER_ADDR, no store, no rank; checks all_reduce, all_gather, a subgroup and a
-few DDP steps; prints "torch rank R of N ok (rendezvous: agent|coll-run)" on success."""
+few DDP steps; then destroys the default group and makes it again, twice (a test suite, a job
+that re-creates its group: under coll-run the job's COLL_UNIQUE_ID serves one creation); prints "torch rank R of N ok (rendezvous: agent|coll-run)" on success."""
 import os
 import sys
 
@@ -41,6 +42,19 @@ def main():
     assert torch.equal(w, net.module.weight.detach()), "replicas differ"
     dist.barrier()
     dist.destroy_process_group()
+    for again in (1, 2):
+        dist.init_process_group("kcoll")
+        assert (dist.get_rank(), dist.get_world_size()) == (rank, world)
+        z = torch.full((2,), float(again + rank))
+        dist.all_reduce(z)
+        assert float(z[0]) == world * again + world * (world - 1) / 2, z
+        sub = dist.new_group([0, world - 1])
+        if rank in (0, world - 1):
+            y = torch.ones(1)
+            dist.all_reduce(y, group=sub)
+            assert float(y[0]) == (2 if world > 1 else 1), y
+        dist.barrier()
+        dist.destroy_process_group()
     print("torch rank %d of %d ok (rendezvous: %s)" % (rank, world, how), flush=True)
     return 0
 

@@ -13,6 +13,9 @@
 #include "bootstrap/bootstrap.h"
 #include "base/sockutil.h"
 
+/* How long the root may refuse connections before a rank says so (and goes on trying). */
+#define ROOT_QUIET_S 10.0
+
 coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sockaddr_storage *root,
                                        const colli_member_t *self,
                                        const struct sockaddr_storage *bind_addr, bool shared_root)
@@ -28,8 +31,26 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
         uint8_t mac[16]; /* SipHash-128 of the record, keyed with the connection's key */
     } out;
     colli_root_reply_t rep;
+    /* Nothing listening at the root for a while is worth saying before the deadline: it may
+     * start late (rank 0 of an NCCL_COMM_ID job, a pod still pulling its image), or it ended
+     * (a unique id serves one creation: a second one with the same id waits in vain). */
+    bool refused_told = false;
 again:;
-    int io = colli_sock_connect(root, bind_addr, deadline, true, &fd);
+    const double quiet_end = colli_now() + ROOT_QUIET_S;
+    int io = colli_sock_connect(
+        root, bind_addr, refused_told || quiet_end >= deadline ? deadline : quiet_end, true, &fd);
+    if (!refused_told && io == COLLI_IO_TIMEOUT && quiet_end < deadline) {
+        refused_told = true;
+        if (errno == ECONNREFUSED)
+            coll_warn(BOOT,
+                      "rank %d: nothing has listened at the bootstrap root %s for %.0f s "
+                      "(connection refused); still trying, until COLL_BOOTSTRAP_TIMEOUT (%.0f s). "
+                      "The process that made the unique id may start late; if it ended, this "
+                      "waits in vain: a unique id serves one creation, so every communicator "
+                      "(a process group made again, too) needs a new one",
+                      comm->rank, ra, ROOT_QUIET_S, comm->cfg.bootstrap_timeout);
+        goto again;
+    }
     if (io == COLLI_IO_ERR && (errno == ENETUNREACH || errno == EHOSTUNREACH)) {
         int e = errno;
         char me[INET6_ADDRSTRLEN] = "?";
