@@ -10,7 +10,10 @@ MASTER_PORT, the store path):
     seconds naming the operation; the late peer then raises too instead of hanging;
   * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
     late fails by itself within GROUP_LIMIT seconds, with kcoll's message naming the late rank:
-    the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s).
+    the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s);
+  * SIGINT (Ctrl-C) during an all_reduce the peer joins 3 s late raises KeyboardInterrupt within
+    INTERRUPT_LIMIT seconds (before, it waited for the peer, or the group's timeout), and the
+    group still works: the interrupted call completes in order.
 """
 import os
 import subprocess
@@ -27,6 +30,7 @@ KILL_LIMIT = 30.0
 FORK_LIMIT = 8.0
 WAIT_LIMIT = 5.0
 GROUP_LIMIT = 5.0
+INTERRUPT_LIMIT = 1.5
 
 
 def job(mode, world):
@@ -97,6 +101,16 @@ def main():
        "deadline)\n%s" % (GROUP_LIMIT, outs[0][1][-2000:]))
     ck(line is not None and "COLL_TIMEOUT" in line and "rank 1" in line,
        "rank 0's message is kcoll's, naming rank 1")
+    outs, took = job("interrupt", 2)
+    print("interrupt: job ended in %.1f s" % took)
+    for rank, (rc, out) in enumerate(outs):
+        print("interrupt: rank %d: exit %s: %s" % (rank, rc, " | ".join(out.splitlines()[-3:])))
+        ck(rc == 0 and "GROUP OK" in out.splitlines(),
+           "interrupt: rank %d: the group works after the interrupted wait\n%s"
+           % (rank, out[-2000:]))
+    took0 = [float(l.split()[2]) for l in outs[0][1].splitlines() if l.startswith("INTERRUPTED")]
+    ck(took0 and took0[0] <= INTERRUPT_LIMIT,
+       "interrupt: rank 0's KeyboardInterrupt came within %.1f s (%s)" % (INTERRUPT_LIMIT, took0))
     n = ck.finish()
     print("%d checks passed" % n)
     return 0

@@ -10,10 +10,15 @@
   group the group's timeout is 2 s and nobody waits: rank 0's all_reduce, which rank 1 joins
         only after 6 s, fails by itself at kcoll's deadline, which is the group's (not
         COLL_TIMEOUT's 300 s): the work completes with kcoll's error naming rank 1.
+  interrupt  rank 0 is sent SIGINT (Ctrl-C) 0.5 s into an all_reduce that rank 1 joins after
+        3 s: KeyboardInterrupt must end rank 0's wait at once, and the call goes on in order: the
+        next all_reduce of both ranks gives both results right. Prints "INTERRUPTED after <s> s"
+        and "GROUP OK", exits 0.
 A rank that raised prints "RAISED after <s> s: <message>" and exits 3."""
 import os
 import signal
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -101,13 +106,36 @@ def group_mode(rank):
     return late_peer(rank, poll_then_wait)
 
 
+def interrupt_mode(rank):
+    x, y = torch.ones(4), torch.full((4,), 3.0)
+    if rank == 1:
+        time.sleep(3)
+        dist.all_reduce(x)
+    else:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            dist.all_reduce(x)
+            print("NOT INTERRUPTED after %.1f s" % (time.time() - t0), flush=True)
+            return 1
+        except KeyboardInterrupt:
+            print("INTERRUPTED after %.1f s" % (time.time() - t0), flush=True)
+    dist.all_reduce(y)
+    if x.tolist() != [2.0] * 4 or y.tolist() != [6.0] * 4:
+        print("WRONG %s %s" % (x.tolist(), y.tolist()), flush=True)
+        return 1
+    print("GROUP OK", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
 def main():
     mode = sys.argv[1]
     torch.set_num_threads(1)
     dist.init_process_group("kcoll", timeout=timedelta(seconds=2 if mode == "group" else 60))
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
-          "group": group_mode}[mode](rank)
+          "group": group_mode, "interrupt": interrupt_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for
 

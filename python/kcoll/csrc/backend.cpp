@@ -702,6 +702,16 @@ static void shutdown_all()
 PYBIND11_MODULE(_C, m)
 {
     m.doc() = "kcoll's torch.distributed backend (C++ over coll.h)";
+    /* a wait ended by a Python signal handler: its exception (KeyboardInterrupt) is set already */
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p)
+                std::rethrow_exception(p);
+        } catch (const kcoll::Interrupted &e) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+    });
     py::class_<kcoll::Comm, std::shared_ptr<kcoll::Comm>>(m, "Comm")
         .def_static("init_rank", &kcoll::init_rank, py::arg("unique_id"), py::arg("rank"),
                     py::arg("nranks"))

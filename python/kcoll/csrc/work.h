@@ -12,6 +12,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +37,34 @@ template <typename Pred> bool spin_until(Pred ready)
         std::this_thread::yield();
     }
     return true;
+}
+
+/* How often a waiting caller lets Python run its signal handlers, and the longest wait kept as
+ * a deadline (a longer timeout is a wait without one). */
+inline constexpr std::chrono::milliseconds kSignalPoll{100};
+inline constexpr std::chrono::hours kLongestWait{24 * 365 * 10};
+
+/* A wait that a Python signal handler ended (Ctrl-C): the handler's exception (KeyboardInterrupt)
+ * is set in the waiting thread's state, and this exception carries it out through PyTorch's
+ * binding (its translator is registered in backend.cpp; without it, a RuntimeError). */
+struct Interrupted : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/* Run Python's pending signal handlers (they run on the main thread only); true when one raised,
+ * its exception left set. Never while the interpreter is finalizing (taking the GIL then ends the
+ * thread). */
+inline bool python_signal_raised()
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (!Py_IsInitialized() || finalizing)
+        return false;
+    pybind11::gil_scoped_acquire gil;
+    return PyErr_CheckSignals() != 0;
 }
 
 /* The CUDA devices of ts, once each: a future over them is CUDA-aware (its completion records
@@ -85,14 +114,31 @@ class Work : public c10d::Work
             return true;
         }
         spin_until([this] { return done_.load(std::memory_order_acquire); });
+        /* in slices, between which Python's signal handlers run: Ctrl-C (KeyboardInterrupt)
+         * ends the wait, as it ends a time.sleep; the call itself goes on, in order */
+        const auto end = std::chrono::steady_clock::now() +
+                         std::min<std::chrono::milliseconds>(limit, kLongestWait);
         std::unique_lock<std::mutex> lock(mutex_);
-        if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
+        while (!completed_) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= end) {
+                lock.unlock();
+                comm_->abort();
+                TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_,
+                            " did not complete within ", limit.count(),
+                            " ms; the communicator is aborted (a peer that is late, "
+                            "stuck or did not call the same collective)");
+            }
+            if (cv_.wait_for(lock,
+                             std::min<std::chrono::steady_clock::duration>(end - now, kSignalPoll),
+                             [this] { return completed_; }))
+                break;
             lock.unlock();
-            comm_->abort();
-            TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_, " did not complete within ",
-                        limit.count(),
-                        " ms; the communicator is aborted (a peer that is late, "
-                        "stuck or did not call the same collective)");
+            if (python_signal_raised())
+                throw Interrupted("kcoll: " + name_ + " on rank " + std::to_string(rank_) +
+                                  ": the wait was interrupted by a signal; the call goes on, "
+                                  "in order with this group's others");
+            lock.lock();
         }
         if (exception_)
             std::rethrow_exception(exception_);
