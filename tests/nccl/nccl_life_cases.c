@@ -138,6 +138,16 @@ void case_initfail(void)
 
 /* ---- a rank that forks, then dies ---- */
 
+/* A communicator that ran one all_reduce of *one into *sum: its connections and links are made
+ * at first use, so a child forked after this holds them. NULL when the creation failed. */
+static ncclComm_t used_comm(int64_t *one, int64_t *sum)
+{
+    ncclComm_t comm = init_comm();
+    if (comm != NULL)
+        CHECK_OK(ncclAllReduce(one, sum, 1, ncclInt64, ncclSum, comm, NULL), "all_reduce");
+    return comm;
+}
+
 /* Every rank forks a child after its communicator's first all_reduce, as a PyTorch DataLoader
  * worker (fork start method) is; the children sleep and hold whatever they inherited. The
  * communicator still works; then rank 2 dies (exits at once) while the others wait for it in an
@@ -146,12 +156,10 @@ void case_initfail(void)
  * as it lived (20 s here: its alarm). */
 void case_forkdeath(void)
 {
-    ncclComm_t comm = init_comm();
+    int64_t one = 1, sum = 0;
+    ncclComm_t comm = used_comm(&one, &sum);
     if (comm == NULL)
         return;
-    /* the connections and links are made at first use: before the fork, so the child holds them */
-    int64_t one = 1, sum = 0;
-    CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL), "all_reduce");
     pid_t child = fork();
     if (child == 0) {
         alarm(20); /* the child outlives its parent rank, but not the test */
@@ -196,11 +204,10 @@ void case_forkdeath(void)
  * parents' communicator must still work afterwards. */
 void case_forkuse(void)
 {
-    ncclComm_t comm = init_comm();
+    int64_t one = 1, sum = 0;
+    ncclComm_t comm = used_comm(&one, &sum);
     if (comm == NULL)
         return;
-    int64_t one = 1, sum = 0;
-    CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL), "all_reduce");
     pid_t child = fork();
     if (child == 0) {
         int p[8][2];
