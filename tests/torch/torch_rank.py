@@ -2,7 +2,9 @@
 """One rank of a small job started by coll-run (with or without --agent): init_process_group
 ("kcoll") with no MASTER_ADDR, no store, no rank; checks all_reduce, all_gather, a subgroup and a
 few DDP steps; then destroys the default group and makes it again, twice (a test suite, a job
-that re-creates its group: under coll-run the job's COLL_UNIQUE_ID serves one creation); prints "torch rank R of N ok (rendezvous: agent|coll-run)" on success."""
+that re-creates its group: under coll-run the job's COLL_UNIQUE_ID serves one creation), checking
+that destroy_process_group ends the group's worker thread; prints "torch rank R of N ok
+(rendezvous: agent|coll-run)" on success."""
 import os
 import sys
 
@@ -54,7 +56,11 @@ def main():
             dist.all_reduce(y, group=sub)
             assert float(y[0]) == (2 if world > 1 else 1), y
         dist.barrier()
+        held = len(os.listdir("/proc/self/task"))
         dist.destroy_process_group()
+        # the group's worker thread ends with it (it lived on until the next group was made)
+        left = len(os.listdir("/proc/self/task"))
+        assert left < held, "threads before destroy_process_group: %d, after: %d" % (held, left)
     print("torch rank %d of %d ok (rendezvous: %s)" % (rank, world, how), flush=True)
     return 0
 

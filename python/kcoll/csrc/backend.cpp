@@ -47,13 +47,23 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
 
     ~ProcessGroupKcoll() override
     {
-        shutdown(std::chrono::hours(24 * 365)); /* every queued job runs, as before */
+        stop_releasing_gil(); /* every queued job runs, as before */
+    }
+
+    /* The last strong reference went (destroy_process_group, the group's Python object freed)
+     * while the live list still holds a weak one: c10 then calls this, not the destructor (which
+     * runs when the list lets go). The worker stops and the communicator is let go now: before,
+     * both lived on after destroy_process_group (a thread and the connections per group). */
+    void release_resources() override
+    {
+        stop_releasing_gil();
+        comm_.reset();
     }
 
     /* Stop the worker once the queued jobs ran; if they have not within grace (a job waits on
      * peers that are gone or exiting), abort the communicator so that they fail now. Idempotent.
      * Called without the GIL: the worker may need it for a callback. */
-    void shutdown(std::chrono::milliseconds grace)
+    void stop(std::chrono::milliseconds grace)
     {
         if (getpid() != pid_) {
             /* a forked child: the worker is the parent's, not in this process, and it may have
@@ -74,6 +84,19 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         if (!ran)
             comm_->abort();
         worker_->join();
+    }
+
+    /* stop(), every queued job run, with the GIL released if this thread holds it (a group
+     * freed from Python): a job's callback may need it */
+    void stop_releasing_gil()
+    {
+        constexpr std::chrono::hours kAll{24 * 365};
+        if (Py_IsInitialized() && PyGILState_Check()) {
+            py::gil_scoped_release nogil;
+            stop(kAll);
+        } else {
+            stop(kAll);
+        }
     }
 
     const std::string getBackendName() const override
@@ -694,7 +717,7 @@ static void shutdown_all()
         live.clear();
     }
     for (auto &pg : pgs)
-        pg->shutdown(std::chrono::seconds(5));
+        pg->stop(std::chrono::seconds(5));
 }
 
 } // namespace kcoll
