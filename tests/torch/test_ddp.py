@@ -9,7 +9,9 @@ parameters after training must be:
   * 4 ranks: within |kcoll - gloo| <= 1e-6 + 1e-5 * |gloo| (float32 sums of four terms in
     different orders differ in the last bits, and STEPS steps carry that along).
 Every rank also checks that its kcoll parameters equal rank 0's bit for bit (DDP keeps the
-replicas identical), and that training moved them.
+replicas identical), and that training moved them. Two configurations: DDP's defaults on an MLP,
+and the MLP with BatchNorm (running statistics compared too) under buckets of about 4 KiB
+(several all_reduces in flight at once), gradient_as_bucket_view and static_graph.
 
 usage: test_ddp.py [--worlds 2,4] [--steps 8]
 """
@@ -34,7 +36,25 @@ def model():
                                torch.nn.ReLU(), torch.nn.Linear(64, 10))
 
 
+def model_bn():
+    """With BatchNorm: its running statistics are buffers that DDP broadcasts from rank 0 before
+    every forward."""
+    torch.manual_seed(1234)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 10))
+
+
+# (name, model, DDP options): the defaults (one 25 MiB bucket), and buckets of about 4 KiB
+# (8 gradients' all_reduces in flight at once, each on a view of its bucket) with the static-graph
+# path and BatchNorm buffers broadcast every step
+CONFIGS = (("default", model, {}),
+           ("small buckets", model_bn, dict(bucket_cap_mb=0.004, gradient_as_bucket_view=True,
+                                            static_graph=True)))
+
+
 def train(net, rank, steps):
+    """steps SGD steps on this rank's batches; returns state(net)."""
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(77 + rank)
     for _ in range(steps):
@@ -43,34 +63,43 @@ def train(net, rank, steps):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(x), y).backward()
         opt.step()
-    return [p.detach().clone() for p in net.parameters()]
+    return state(net)
+
+
+def state(net):
+    """The parameters, then the floating-point buffers (BatchNorm's running statistics)."""
+    return [p.detach().clone() for p in net.parameters()] + \
+        [b.detach().clone() for b in net.buffers() if b.is_floating_point()]
 
 
 def worker(rank, world, steps):
     torch.set_num_threads(1)
     dist.init_process_group("kcoll", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
-    ck = tc.Checks("rank %d of %d" % (rank, world))
-    start = [p.detach().clone() for p in model().parameters()]
-    pk = train(DDP(model()), rank, steps)
-    pg = train(DDP(model(), process_group=gloo), rank, steps)
-    worst = 0.0
-    for a, b, s in zip(pk, pg, start):
-        diff = float((a - b).abs().max())
-        worst = max(worst, diff)
-        if world == 2:
-            ck(torch.equal(a, b), "2 ranks: kcoll and gloo parameters differ by %g" % diff)
-        else:
-            ck(bool(((a - b).abs() <= 1e-6 + 1e-5 * b.abs()).all()),
-               "%d ranks: |kcoll - gloo| = %g is over the bound" % (world, diff))
-        ck(not torch.equal(a, s), "training moved the parameters")
-        r0 = a.clone()
-        dist.broadcast(r0, 0)
-        ck(torch.equal(a, r0), "replicas identical to rank 0's")
-    ck.finish()
-    if rank == 0:
-        print("world %d: %d steps, %d parameter tensors, max |kcoll - gloo| = %g"
-              % (world, steps, len(pk), worst))
+    for name, make, opts in CONFIGS:
+        ck = tc.Checks("rank %d of %d, %s" % (rank, world, name))
+        start = state(make())
+        pk = train(DDP(make(), **opts), rank, steps)
+        pg = train(DDP(make(), process_group=gloo, **opts), rank, steps)
+        nparams = len(list(make().parameters()))
+        worst = 0.0
+        for i, (a, b, s) in enumerate(zip(pk, pg, start)):
+            diff = float((a - b).abs().max())
+            worst = max(worst, diff)
+            if world == 2:
+                ck(torch.equal(a, b), "2 ranks: kcoll and gloo parameters differ by %g" % diff)
+            else:
+                ck(bool(((a - b).abs() <= 1e-6 + 1e-5 * b.abs()).all()),
+                   "%d ranks: |kcoll - gloo| = %g is over the bound" % (world, diff))
+            ck(not torch.equal(a, s), "training moved the parameters")
+            if i < nparams:  # buffers: rank 0's before each forward, then this rank's batch's
+                r0 = a.clone()
+                dist.broadcast(r0, 0)
+                ck(torch.equal(a, r0), "replicas identical to rank 0's")
+        ck.finish()
+        if rank == 0:
+            print("world %d, %s: %d steps, %d tensors, max |kcoll - gloo| = %g"
+                  % (world, name, steps, len(pk), worst))
     dist.destroy_process_group()
 
 
