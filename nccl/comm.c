@@ -43,19 +43,24 @@ KCOLL_NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
     /* NCCL makes every process's id from NCCL_COMM_ID (the same bytes everywhere, rank 0
      * hosting the root there at ncclCommInitRank). kcoll's id also carries the secret that
      * authenticates the job: with COLL_JOB_SECRET, the same on every rank, it is made the same
-     * way; without it each process would make its own, and the ranks would wait for each other
-     * until COLL_BOOTSTRAP_TIMEOUT: refused at once, saying so. */
+     * way, or under the kcoll agent with the job's secret it holds; without either, each
+     * process would make its own, and the ranks would wait for each other until
+     * COLL_BOOTSTRAP_TIMEOUT: refused at once, saying so. */
     const char *env_id = secure_getenv("NCCL_COMM_ID");
     if (env_id != NULL && *env_id != '\0') {
         const char *secret = secure_getenv("COLL_JOB_SECRET");
-        if (secret == NULL || *secret == '\0')
+        const char *agent = secure_getenv("COLL_AGENT_SOCKET");
+        if (secret != NULL && *secret == '\0')
+            secret = NULL;
+        if (secret == NULL && (agent == NULL || *agent == '\0'))
             return nccl_error(ncclInvalidUsage,
                               "ncclGetUniqueId: NCCL_COMM_ID=%s is set, but COLL_JOB_SECRET is "
                               "not: a kcoll id carries a secret that authenticates the job's "
                               "connections, which kcoll cannot make from an address. Set "
-                              "COLL_JOB_SECRET=$(openssl rand -hex 16), the same on every rank, "
-                              "or unset NCCL_COMM_ID and hand the id of one rank to the others "
-                              "(as PyTorch, vLLM and CuPy do)",
+                              "COLL_JOB_SECRET=$(openssl rand -hex 16), the same on every rank "
+                              "(under the kcoll agent it comes from the agent), or unset "
+                              "NCCL_COMM_ID and hand the id of one rank to the others (as "
+                              "PyTorch, vLLM and CuPy do)",
                               env_id);
         coll_unique_id_t id;
         coll_result_t r = coll_unique_id_from_address(&id, env_id, secret);

@@ -175,7 +175,8 @@ COLL_API coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const cha
  * an id (NCCL_COMM_ID under kcoll's libnccl.so.2): no root is started here; rank 0 hosts it on
  * host_port ("<name or address>:<port>", IPv6 in brackets) while coll_comm_init_rank creates its
  * member, and the other ranks reach it there (retrying until COLL_BOOTSTRAP_TIMEOUT). secret_hex:
- * 32 hex digits every rank of the job shares (it authenticates the job's connections).
+ * 32 hex digits every rank of the job shares (it authenticates the job's connections); NULL: the
+ * job's secret from the pod's kcoll agent (COLL_AGENT_SOCKET; every agent of a job holds the same).
  */
 COLL_API coll_result_t coll_unique_id_from_address(coll_unique_id_t *id, const char *host_port,
                                                    const char *secret_hex);

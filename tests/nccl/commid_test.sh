@@ -4,9 +4,13 @@
 # 3 ranks started one by one (rank 0 last, 1 s late: the others retry) sum; a rank with another
 # secret is kept out and fails, and so do the others, within COLL_BOOTSTRAP_TIMEOUT; the port
 # taken on rank 0's host, a malformed address and a missing secret fail at once saying what to do.
-#   commid_test.sh NCCL_COMMID_PROGRAM
+# Under the kcoll agent (coll-run --agent), no COLL_JOB_SECRET is needed: the agents hold the
+# job's secret.
+#   commid_test.sh NCCL_COMMID_PROGRAM [COLL_RUN COLL_AGENT]
 set -uo pipefail
 prog=$1
+collrun=${2:-}
+agent=${3:-}
 # shellcheck source=tests/unit/expect.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../unit/expect.sh"
 S1=00112233445566778899aabbccddeeff S2=ffeeddccbbaa99887766554433221100
@@ -60,5 +64,14 @@ expect "short secret" "$out" "must be 32 hex digits"
 out=$(env -u COLL_JOB_SECRET -u COLL_DEBUG -u NCCL_DEBUG COLL_SOCKET_IFNAME=lo NCCL_COMM_ID=127.0.0.1:$port \
     timeout 20 "$prog" 1 2)
 expect "no secret" "$out" "NCCL_COMM_ID=127.0.0.1:$port is set, but COLL_JOB_SECRET is not"
+if [ -n "$collrun" ]; then
+    # the agent hands each rank the job's secret: COLL_JOB_SECRET unset, 3 ranks sum
+    out=$(env -u COLL_JOB_SECRET -u COLL_DEBUG -u NCCL_DEBUG NCCL_COMM_ID=127.0.0.1:$port \
+        COLL_BOOTSTRAP_TIMEOUT=30 timeout 60 "$collrun" -n 3 --ifname lo --agent="$agent" \
+        sh -c 'exec "$0" "$COLL_LOCAL_RANK" 3' "$prog" 2>&1)
+    expect "agent's secret" "$out" "rank 0: sum 6" "rank 1: sum 6" "rank 2: sum 6"
+else
+    echo "commid_test: the agent case SKIPPED (coll-run and coll-agent were not built)"
+fi
 echo "commid_test: $passed checks passed, $failed failed"
 [ "$failed" = 0 ]

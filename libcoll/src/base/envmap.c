@@ -70,8 +70,8 @@ static const struct {
     {"NCCL_BUFFSIZE", "COLL_CHUNK_SIZE"},
     {"NCCL_P2P_DISABLE", "COLL_SHM_DIRECT_MIN=0 (no single copy between the ranks of a host)"},
     {"NCCL_COMM_ID", "coll_unique_id_from_address (kcoll's libnccl.so.2 makes its ids from it "
-                     "when COLL_JOB_SECRET is set, and refuses it without; kcoll's own "
-                     "coll_get_unique_id does not read it)"},
+                     "with COLL_JOB_SECRET or the kcoll agent's job secret, and refuses it "
+                     "without either; kcoll's own coll_get_unique_id does not read it)"},
     {"NCCL_ALGO", ""},
     {"NCCL_PROTO", ""},
     {"NCCL_NTHREADS", ""},

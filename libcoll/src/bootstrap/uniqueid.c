@@ -228,17 +228,46 @@ bool colli_split_host_port(const char *in, char *host, size_t hostlen, long *por
     return true;
 }
 
+/* The job's secret from the pod's kcoll agent (every agent of the job holds the same). */
+static coll_result_t agent_secret(uint8_t secret[16], const char *fn)
+{
+    const char *path = secure_getenv(COLL_ENV_AGENT_SOCKET);
+    if (path == NULL || *path == '\0')
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+                         "%s: no secret given and %s is not set: give the job's secret (32 hex "
+                         "digits, the same on every rank), or run under the kcoll agent, which "
+                         "holds it",
+                         fn, COLL_ENV_AGENT_SOCKET);
+    colli_config_t cfg;
+    coll_result_t status = colli_config_load(&cfg);
+    if (status != COLL_SUCCESS)
+        return status;
+    colli_proto_facts_t f;
+    status = colli_agent_hello(path, (int)(cfg.bootstrap_timeout * 1000.0), &f);
+    if (status != COLL_SUCCESS)
+        return COLLI_ERR(AGENT, status,
+                         "%s: the job's secret comes from the kcoll agent (%s is set), which "
+                         "did not give it: %s",
+                         fn, COLL_ENV_AGENT_SOCKET, colli_agent_last_error());
+    memcpy(secret, f.secret, 16);
+    coll_info(INIT, "%s: the job's secret from the kcoll agent of pod %s", fn,
+              f.pod[0] ? f.pod : "(unnamed)");
+    return COLL_SUCCESS;
+}
+
 coll_result_t coll_unique_id_from_address(coll_unique_id_t *id, const char *host_port,
                                           const char *secret_hex)
 {
     static const char fn[] = "coll_unique_id_from_address";
-    if (id == NULL || host_port == NULL || secret_hex == NULL)
+    if (id == NULL || host_port == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
-                         id == NULL          ? "id"
-                         : host_port == NULL ? "host_port"
-                                             : "secret_hex");
+                         id == NULL ? "id" : "host_port");
     uint8_t secret[16];
-    if (strlen(secret_hex) != 32 || colli_proto_hex_decode(secret_hex, secret, 16) != 0)
+    if (secret_hex == NULL) {
+        coll_result_t st = agent_secret(secret, fn);
+        if (st != COLL_SUCCESS)
+            return st;
+    } else if (strlen(secret_hex) != 32 || colli_proto_hex_decode(secret_hex, secret, 16) != 0)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
                          "%s: the secret must be 32 hex digits, the same on every rank (e.g. "
                          "from `openssl rand -hex 16`); it is %zu characters long",
