@@ -13,7 +13,9 @@ MASTER_PORT, the store path):
     the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s);
   * SIGINT (Ctrl-C) during an all_reduce the peer joins 3 s late raises KeyboardInterrupt within
     INTERRUPT_LIMIT seconds (before, it waited for the peer, or the group's timeout), and the
-    group still works: the interrupted call completes in order.
+    group still works: the interrupted call completes in order; when the interrupted rank
+    leaves instead, its communicator is aborted at once, and the peer's all_reduce 3 s later
+    raises naming rank 0 (before, the exit waited 5 s and the peer completed the call).
 """
 import os
 import subprocess
@@ -111,6 +113,15 @@ def main():
     took0 = [float(l.split()[2]) for l in outs[0][1].splitlines() if l.startswith("INTERRUPTED")]
     ck(took0 and took0[0] <= INTERRUPT_LIMIT,
        "interrupt: rank 0's KeyboardInterrupt came within %.1f s (%s)" % (INTERRUPT_LIMIT, took0))
+    outs, took = job("interrupt_exit", 2)
+    print("interrupt_exit: job ended in %.1f s" % took)
+    secs, line = raised_after(outs[1][1])
+    print("interrupt_exit: rank 0 exit %s; rank 1: exit %s: %s"
+          % (outs[0][0], outs[1][0], line or outs[1][1][-1500:]))
+    ck(outs[0][0] != 0 and "KeyboardInterrupt" in outs[0][1],
+       "interrupt_exit: rank 0 left through KeyboardInterrupt\n%s" % outs[0][1][-2000:])
+    ck(outs[1][0] == 3 and line is not None and "rank 0" in line,
+       "interrupt_exit: rank 1's all_reduce raised naming rank 0\n%s" % outs[1][1][-2000:])
     n = ck.finish()
     print("%d checks passed" % n)
     return 0

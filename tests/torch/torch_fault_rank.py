@@ -14,6 +14,10 @@
         3 s: KeyboardInterrupt must end rank 0's wait at once, and the call goes on in order: the
         next all_reduce of both ranks gives both results right. Prints "INTERRUPTED after <s> s"
         and "GROUP OK", exits 0.
+  interrupt_exit  the same SIGINT, not caught: rank 0 leaves, and the exit hook aborts its
+        communicator at once instead of waiting 5 s for the interrupted call, so rank 1's
+        all_reduce 3 s later raises naming rank 0 (before, rank 1 completed it with the exiting
+        rank 0).
 A rank that raised prints "RAISED after <s> s: <message>" and exits 3."""
 import os
 import signal
@@ -129,13 +133,31 @@ def interrupt_mode(rank):
     return 0
 
 
+def interrupt_exit_mode(rank):
+    x = torch.ones(4)
+    if rank == 0:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        dist.all_reduce(x)  # KeyboardInterrupt: the interpreter exits through it
+        return 1
+    time.sleep(3)
+    t0 = time.time()
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        return 3
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    return 1
+
+
 def main():
     mode = sys.argv[1]
     torch.set_num_threads(1)
     dist.init_process_group("kcoll", timeout=timedelta(seconds=2 if mode == "group" else 60))
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
-          "group": group_mode, "interrupt": interrupt_mode}[mode](rank)
+          "group": group_mode, "interrupt": interrupt_mode,
+          "interrupt_exit": interrupt_exit_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for
 

@@ -99,6 +99,13 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         }
     }
 
+    /* a wait on this group's communicator was interrupted (Ctrl-C): at exit its call in
+     * progress is not waited for */
+    bool interrupted() const
+    {
+        return comm_ && comm_->interrupted();
+    }
+
     const std::string getBackendName() const override
     {
         return "kcoll";
@@ -702,7 +709,8 @@ static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, d
 }
 
 /* At the interpreter's exit (atexit, before it finalizes): every live group's worker stops once
- * its queued jobs ran (within 5 s, else its communicator is aborted). A worker still running
+ * its queued jobs ran (within 5 s, else its communicator is aborted; at once when a wait on it
+ * was interrupted: the program is leaving because of that Ctrl-C). A worker still running
  * when finalization begins aborts the process: dropping a Python callback (a then() on a Work's
  * future) takes the GIL, and Python ends such a thread by unwinding it through C++ frames that
  * cannot unwind (std::terminate). */
@@ -717,7 +725,7 @@ static void shutdown_all()
         live.clear();
     }
     for (auto &pg : pgs)
-        pg->stop(std::chrono::seconds(5));
+        pg->stop(pg->interrupted() ? std::chrono::seconds(0) : std::chrono::seconds(5));
 }
 
 } // namespace kcoll

@@ -69,6 +69,15 @@ class Comm
     {
         return gone_.load();
     }
+    /* A wait on this communicator was ended by a Python signal handler (Ctrl-C) */
+    void mark_interrupted()
+    {
+        interrupted_.store(true);
+    }
+    bool interrupted() const
+    {
+        return interrupted_.load();
+    }
     void abort()
     {
         if (getpid() == pid_ && !gone_.exchange(true))
@@ -81,6 +90,7 @@ class Comm
     int rank_ = 0;
     int size_ = 0;
     std::atomic<bool> gone_{false};
+    std::atomic<bool> interrupted_{false};
 };
 
 /* Create this process's member (GIL released while it waits for the other ranks). */

@@ -134,10 +134,12 @@ class Work : public c10d::Work
                              [this] { return completed_; }))
                 break;
             lock.unlock();
-            if (python_signal_raised())
+            if (python_signal_raised()) {
+                comm_->mark_interrupted();
                 throw Interrupted("kcoll: " + name_ + " on rank " + std::to_string(rank_) +
                                   ": the wait was interrupted by a signal; the call goes on, "
                                   "in order with this group's others");
+            }
             lock.lock();
         }
         if (exception_)
