@@ -306,6 +306,12 @@ static void c_use_after_destroy(mp_ctx_t *ctx)
     EXPECT2(coll_comm_destroy(c), E_ARG, E_USAGE, "coll_comm_destroy twice", "comm", "destroyed");
     EXPECT2(coll_comm_abort(c), E_ARG, E_USAGE, "coll_comm_abort after destroy", "comm",
             "destroyed");
+    /* a made-up handle naming a slot never used (generation 1, no communicator in it) */
+    coll_comm_t forged = (coll_comm_t)(uintptr_t)((1ull << 32) | 15u);
+    EXPECT2(coll_comm_destroy(forged), E_ARG, E_USAGE, "coll_comm_destroy of a made-up handle",
+            "comm", "destroyed");
+    EXPECT2(coll_comm_abort(forged), E_ARG, E_USAGE, "coll_comm_abort of a made-up handle", "comm",
+            "destroyed");
 }
 
 static void c_use_after_abort(mp_ctx_t *ctx)

@@ -238,7 +238,7 @@ bool colli_comm_let_go_inherited(coll_comm_t handle, const char *fn)
     pthread_mutex_lock(&registry.lock);
     struct coll_comm *c = NULL;
     if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen &&
-        registry.comms[slot - 1]->forks != registry.forks)
+        registry.comms[slot - 1] != NULL && registry.comms[slot - 1]->forks != registry.forks)
         c = registry.comms[slot - 1];
     pthread_mutex_unlock(&registry.lock);
     if (c == NULL)

@@ -121,10 +121,11 @@ static int wait_fd(int fd, short events, double deadline)
  * timeout, so that a host on the wrong network learns it in seconds. */
 #define UNREACHABLE_BUDGET_S 10.0
 
-int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_storage *bind_addr,
-                       double deadline, bool retry, int *fd_out)
+static int connect_retry(const struct sockaddr_storage *to,
+                         const struct sockaddr_storage *bind_addr, double deadline, bool retry,
+                         double refused_s, void (*on_refused)(void *arg), void *arg, int *fd_out)
 {
-    double backoff = 0.01, unreachable_since = -1;
+    double backoff = 0.01, unreachable_since = -1, refused_since = -1;
     int last = 0; /* the last real failure (never EINPROGRESS of a connect still under way) */
     for (;;) {
         int fd = -1;
@@ -153,6 +154,14 @@ int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_
         if (err != 0)
             last = err;
         const bool unreachable = err == ENETUNREACH || err == EHOSTUNREACH;
+        if (err != ECONNREFUSED)
+            refused_since = -1;
+        else if (refused_since < 0)
+            refused_since = colli_now();
+        if (on_refused != NULL && refused_since >= 0 && colli_now() - refused_since >= refused_s) {
+            on_refused(arg);
+            on_refused = NULL;
+        }
         if (!unreachable)
             unreachable_since = -1;
         else if (unreachable_since < 0)
@@ -172,6 +181,20 @@ int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_
         nanosleep(&ts, NULL);
         backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
     }
+}
+
+int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_storage *bind_addr,
+                       double deadline, bool retry, int *fd_out)
+{
+    return connect_retry(to, bind_addr, deadline, retry, 0, NULL, NULL, fd_out);
+}
+
+int colli_sock_connect_noted(const struct sockaddr_storage *to,
+                             const struct sockaddr_storage *bind_addr, double deadline,
+                             double refused_s, void (*on_refused)(void *arg), void *arg,
+                             int *fd_out)
+{
+    return connect_retry(to, bind_addr, deadline, true, refused_s, on_refused, arg, fd_out);
 }
 
 int colli_sock_write_all(int fd, const void *buf, size_t len, double deadline)

@@ -23,6 +23,12 @@ int colli_sock_connect_start(const struct sockaddr_storage *to,
  * the attempts, 0 when they only waited). */
 int colli_sock_connect(const struct sockaddr_storage *to, const struct sockaddr_storage *bind_addr,
                        double deadline, bool retry, int *fd);
+/* As colli_sock_connect with retry, and once the peer has refused every attempt for refused_s
+ * seconds, on_refused(arg) is called (once) while the retries go on: a caller says so before
+ * its deadline. */
+int colli_sock_connect_noted(const struct sockaddr_storage *to,
+                             const struct sockaddr_storage *bind_addr, double deadline,
+                             double refused_s, void (*on_refused)(void *arg), void *arg, int *fd);
 int colli_sock_write_all(int fd, const void *buf, size_t len, double deadline);
 int colli_sock_read_all(int fd, void *buf, size_t len, double deadline);
 void colli_sock_tune(int fd); /* TCP_NODELAY, keepalive */
