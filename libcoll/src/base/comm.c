@@ -201,19 +201,28 @@ coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle)
     return COLL_SUCCESS;
 }
 
-coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
+/* The communicator handle names (NULL: none), and whether it was made before a fork that led
+ * to this process. */
+static struct coll_comm *registry_find(coll_comm_t handle, bool *inherited)
 {
     uint64_t h = (uint64_t)(uintptr_t)handle;
     uint32_t slot = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
-    if (handle == NULL)
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
-                         "comm is NULL: pass a communicator from coll_comm_init_rank");
     pthread_mutex_lock(&registry.lock);
     struct coll_comm *c = NULL;
     if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen)
         c = registry.comms[slot - 1];
-    const bool inherited = c != NULL && c->forks != registry.forks;
+    *inherited = c != NULL && c->forks != registry.forks;
     pthread_mutex_unlock(&registry.lock);
+    return c;
+}
+
+coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
+{
+    if (handle == NULL)
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "comm is NULL: pass a communicator from coll_comm_init_rank");
+    bool inherited;
+    struct coll_comm *c = registry_find(handle, &inherited);
     if (c == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
                          "comm %p is not a live communicator: it was destroyed or aborted, or "
@@ -233,15 +242,9 @@ coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
 
 bool colli_comm_let_go_inherited(coll_comm_t handle, const char *fn)
 {
-    uint64_t h = (uint64_t)(uintptr_t)handle;
-    uint32_t slot = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
-    pthread_mutex_lock(&registry.lock);
-    struct coll_comm *c = NULL;
-    if (slot >= 1 && slot <= registry.cap && registry.gens[slot - 1] == gen &&
-        registry.comms[slot - 1] != NULL && registry.comms[slot - 1]->forks != registry.forks)
-        c = registry.comms[slot - 1];
-    pthread_mutex_unlock(&registry.lock);
-    if (c == NULL)
+    bool inherited;
+    struct coll_comm *c = registry_find(handle, &inherited);
+    if (c == NULL || !inherited)
         return false;
     colli_comm_unregister(handle); /* its memory stays: its locks may be held in the parent */
     coll_info(INIT,
