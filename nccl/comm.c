@@ -4,15 +4,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nccl_compat.h"
 
 #define CONFIG_MAGIC 0xcafebeefu
 
+/* A child forked while comm's non-blocking creation ran: the creating thread is not in it, so
+ * the creation never ends here (joining returns at once: glibc marks the threads a fork left
+ * behind as ended), and the locks of comm may be held by the parent's threads. */
+static bool forked_while_creating(const struct ncclComm *comm)
+{
+    return __atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE) == 1 && getpid() != comm->pid;
+}
+
+static ncclResult_t forked_error(const struct ncclComm *comm, const char *fn)
+{
+    return nccl_error(ncclInvalidUsage,
+                      "%s: this communicator's non-blocking creation was running in process %d "
+                      "when this process (%d) was forked from it: it cannot complete here. "
+                      "Create a communicator in this process (start workers with exec or "
+                      "multiprocessing's 'spawn'); ncclCommDestroy or ncclCommAbort here only "
+                      "lets go of the handle",
+                      fn, comm->pid, (int)getpid());
+}
+
 ncclResult_t nccl_comm(ncclComm_t comm, const char *fn, coll_comm_t *out)
 {
     if (comm == NULL)
         return nccl_error(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (forked_while_creating(comm)) /* joining would wait for ever */
+        return forked_error(comm, fn);
     if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE)) {
         /* a call on a communicator still being created waits for it (as a blocking one would);
          * of several threads that get here at once, one joins the creating thread */
@@ -125,6 +147,7 @@ static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **
         return nccl_error(ncclSystemError, "%s: cannot create a mutex", fn);
     }
     (*comm)->cuda_device = nccl_current_device();
+    (*comm)->pid = (int)getpid();
     return ncclSuccess;
 }
 
@@ -400,6 +423,10 @@ KCOLL_NCCL_ALIAS(ncclCommFinalize);
 
 static ncclResult_t end_comm(ncclComm_t comm, const char *fn, coll_result_t (*end)(coll_comm_t))
 {
+    if (comm != NULL && forked_while_creating(comm)) {
+        /* let go: comm's memory stays, as its locks may be held by threads not in this process */
+        return ncclSuccess;
+    }
     if (comm == NULL || (end == coll_comm_abort && abandon_creation(comm)))
         return ncclSuccess;
     coll_comm_t c = NULL;
@@ -430,6 +457,10 @@ KCOLL_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t 
     if (comm == NULL || asyncError == NULL)
         return nccl_error(ncclInvalidArgument, "ncclCommGetAsyncError: comm %p, asyncError %p",
                           (void *)comm, (void *)asyncError);
+    if (forked_while_creating(comm)) { /* not "in progress" for ever: a caller polls */
+        *asyncError = forked_error(comm, "ncclCommGetAsyncError");
+        return ncclSuccess;
+    }
     if (__atomic_load_n(&comm->init_pending, __ATOMIC_ACQUIRE) == 1) {
         *asyncError = ncclInProgress;
         return ncclSuccess;

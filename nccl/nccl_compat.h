@@ -40,6 +40,7 @@ struct ncclComm {
      * made and frees this (state_lock: between the two) */
     pthread_mutex_t state_lock;
     int abandoned;
+    int pid; /* the process that made it: a child forked while its creation ran has no creator */
 };
 
 /* kcoll's result as the NCCL result a framework expects. */

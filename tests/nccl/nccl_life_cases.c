@@ -196,6 +196,47 @@ void case_forkdeath(void)
         waitpid(child, NULL, 0);
 }
 
+/* Rank 0 forks while a non-blocking creation of its own waits for a peer that never comes: the
+ * child has no creating thread. Its ncclCommGetAsyncError must not say ncclInProgress for ever
+ * (it did: a caller polls until it changes), its calls must say why they fail (they said that the
+ * creation had failed, "see the earlier error", of which there was none), and its abort only
+ * lets go. */
+static void forked_creation(void)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclUniqueId lone;
+    ncclComm_t pending = NULL;
+    CHECK_OK(ncclGetUniqueId(&lone), "ncclGetUniqueId");
+    ncclResult_t rc = ncclCommInitRankConfig(&pending, 2, lone, 0, &config);
+    CHECK(rc == ncclInProgress && pending != NULL, "a creation that waits: %d", (int)rc);
+    if (pending == NULL)
+        return;
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(10);
+        ncclResult_t state = ncclInProgress;
+        for (double end = now() + 3; state == ncclInProgress && now() < end; usleep(1000))
+            CHECK_OK(ncclCommGetAsyncError(pending, &state), "ncclCommGetAsyncError in a child");
+        CHECK(state == ncclInvalidUsage, "the child polls the inherited creation to %d (%s)",
+              (int)state, ncclGetErrorString(state));
+        int count = 0;
+        expect(ncclCommCount(pending, &count), ncclInvalidUsage,
+               "ncclCommCount on a creation inherited by a fork", "non-blocking creation was");
+        CHECK_OK(ncclCommAbort(pending), "ncclCommAbort in the child");
+        _exit(failed == 0 ? 0 : 1);
+    }
+    CHECK(child > 0, "rank %d forks a child", rank_);
+    int status = -1;
+    pid_t w = child > 0 ? waitpid(child, &status, 0) : -1;
+    CHECK(w == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "rank %d: the child of a pending creation passed (status 0x%x)", rank_, (unsigned)status);
+    ncclResult_t state = ncclSuccess;
+    CHECK(ncclCommGetAsyncError(pending, &state) == ncclSuccess && state == ncclInProgress,
+          "the parent's creation still runs: %d", (int)state);
+    CHECK_OK(ncclCommAbort(pending), "ncclCommAbort of the pending creation");
+}
+
 /* A child forked from each rank (a DataLoader worker, a helper) that uses the communicator it
  * inherited: every call is refused naming the fork, and its destroy (odd ranks) or abort (even
  * ranks) lets go of the handle and touches nothing else. Before, the abort told the peers the
@@ -204,6 +245,8 @@ void case_forkdeath(void)
  * parents' communicator must still work afterwards. */
 void case_forkuse(void)
 {
+    if (rank_ == 0)
+        forked_creation();
     int64_t one = 1, sum = 0;
     ncclComm_t comm = used_comm(&one, &sum);
     if (comm == NULL)
