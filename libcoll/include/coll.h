@@ -171,6 +171,13 @@ COLL_API coll_result_t coll_get_unique_id(coll_unique_id_t *id);
 COLL_API coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec);
 
 /**
+ * coll_get_unique_id whose bootstrap root waits for the ranks for `seconds` when that is shorter
+ * than COLL_BOOTSTRAP_TIMEOUT (0: COLL_BOOTSTRAP_TIMEOUT alone); then it names the missing ranks
+ * to those that came. Pair it with coll_comm_init_rank_timeout.
+ */
+COLL_API coll_result_t coll_get_unique_id_timeout(coll_unique_id_t *id, double seconds);
+
+/**
  * A unique id that every process makes alike, for launchers that hand out an address instead of
  * an id (NCCL_COMM_ID under kcoll's libnccl.so.2): no root is started here; rank 0 hosts it on
  * host_port ("<name or address>:<port>", IPv6 in brackets) while coll_comm_init_rank creates its
@@ -198,6 +205,15 @@ COLL_API coll_result_t coll_unique_id_from_string(coll_unique_id_t *id, const ch
  */
 COLL_API coll_result_t coll_comm_init_rank(coll_comm_t *comm, int nranks, coll_unique_id_t id,
                                            int rank);
+
+/**
+ * coll_comm_init_rank whose creation gives up after `seconds` when that is shorter than
+ * COLL_BOOTSTRAP_TIMEOUT (0: COLL_BOOTSTRAP_TIMEOUT alone), with COLL_ERR_TIMEOUT: a framework's
+ * own timeout (PyTorch's init_process_group(timeout=...)) then bounds the creation as it bounds
+ * every operation. The communicators split from this one keep the bound for their creation.
+ */
+COLL_API coll_result_t coll_comm_init_rank_timeout(coll_comm_t *comm, int nranks,
+                                                   coll_unique_id_t id, int rank, double seconds);
 
 /**
  * Create this pod's member of its job's communicator from the kcoll agent (COLL_AGENT_SOCKET):

@@ -53,8 +53,13 @@ def _local_store_address():
     return None
 
 
-def world_comm():
-    """The communicator of the whole job from the agent or coll-run's environment, or None."""
+def _seconds(timeout):
+    return timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+
+
+def world_comm(timeout_s=0.0):
+    """The communicator of the whole job from the agent or coll-run's environment, or None;
+    timeout_s (> 0) bounds a creation from a unique id (the group's timeout)."""
     if os.environ.get("COLL_AGENT_SOCKET"):
         return _C.Comm.init_agent(), _store_address()
     uid = os.environ.get("COLL_UNIQUE_ID")
@@ -68,26 +73,26 @@ def world_comm():
                                % e) from None
         addr = os.environ.get(ENV_STORE_ADDR) or _local_store_address() or _store_address()
         if "store" in _reinit:
-            return _again(rank, nranks), addr
-        return _C.Comm.init_rank(uid, rank, nranks), addr
+            return _again(rank, nranks, timeout_s), addr
+        return _C.Comm.init_rank(uid, rank, nranks, timeout_s), addr
     return None
 
 
-def _again(rank, nranks):
+def _again(rank, nranks, timeout_s):
     """A default group after the first under coll-run: its communicator from a unique id that
     rank 0 makes and shares through the first group's store."""
     _reinit["count"] += 1
     key = "kcoll/world/%d/unique_id" % _reinit["count"]
     if rank == 0:
-        uid = _C.unique_id()
+        uid = _C.unique_id(timeout_s)
         _reinit["store"].set(key, uid)
     else:
         uid = _reinit["store"].get(key).decode()
-    return _C.Comm.init_rank(uid, rank, nranks)
+    return _C.Comm.init_rank(uid, rank, nranks, timeout_s)
 
 
 def _kcoll_env_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
-    made = world_comm()
+    made = world_comm(_seconds(timeout))
     if made is None:
         raise RuntimeError("kcoll: no rendezvous: set MASTER_ADDR/MASTER_PORT (torchrun), run "
                            "under the kcoll agent (COLL_AGENT_SOCKET) or under coll-run")
@@ -146,13 +151,15 @@ def create_process_group(store, rank, size, timeout):
         comm = got[0]
     elif got is not None:
         got[0].abort()
+    seconds = _seconds(timeout)
     if comm is None:
+        # the group's timeout bounds the creation too: a rank that failed before it (its store
+        # timed out, it died) is named within the timeout, not after COLL_BOOTSTRAP_TIMEOUT
         if rank == 0:
-            uid = _C.unique_id()
+            uid = _C.unique_id(seconds)
             store.set(_UID_KEY, uid)
         else:
             uid = store.get(_UID_KEY).decode()
-        comm = _C.Comm.init_rank(uid, rank, size)
-    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+        comm = _C.Comm.init_rank(uid, rank, size, seconds)
     _envaudit.audit(comm.rank)
     return _C.create(comm, seconds)

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -443,11 +444,39 @@ static void c_init_bad(mp_ctx_t *ctx)
            "coll_comm_init_rank rank 4 >= nranks 4", "rank");
     EXPECT(coll_comm_init_rank(&comm, 4, ctx->id, -1), E_ARG, "coll_comm_init_rank rank -1",
            "rank");
+    EXPECT(coll_comm_init_rank_timeout(&comm, 1, ctx->id, 0, -1.0), E_ARG,
+           "coll_comm_init_rank_timeout(-1 s)", "seconds");
+    EXPECT(coll_comm_init_rank_timeout(&comm, 1, ctx->id, 0, NAN), E_ARG,
+           "coll_comm_init_rank_timeout(NaN s)", "seconds");
+    coll_unique_id_t unused;
+    EXPECT(coll_get_unique_id_timeout(NULL, 1.0), E_ARG, "coll_get_unique_id_timeout(NULL)", "id");
+    EXPECT(coll_get_unique_id_timeout(&unused, -0.5), E_ARG, "coll_get_unique_id_timeout(-0.5 s)",
+           "seconds");
     CHECK(comm == NULL, "coll_comm_init_rank wrote its output on failure");
-    /* the id is untouched by the rejected calls: a valid init still works */
-    if (CHECK_RC(coll_comm_init_rank(&comm, 1, ctx->id, 0), COLL_SUCCESS,
-                 "valid coll_comm_init_rank after rejected ones"))
+    /* the id is untouched by the rejected calls: a valid init still works (bounded, with a
+     * bound it does not reach) */
+    if (CHECK_RC(coll_comm_init_rank_timeout(&comm, 1, ctx->id, 0, 30.0), COLL_SUCCESS,
+                 "valid coll_comm_init_rank_timeout after rejected ones"))
         ctx->comm = comm;
+}
+
+/* A creation bounded by the caller (1 s, COLL_BOOTSTRAP_TIMEOUT being 5 s here) whose rank 1
+ * never comes: COLL_ERR_TIMEOUT after the caller's bound, naming rank 1 and the limit. */
+static void c_init_bound(mp_ctx_t *ctx)
+{
+    coll_unique_id_t id;
+    if (!CHECK_RC(coll_get_unique_id_timeout(&id, 1.0), COLL_SUCCESS,
+                  "coll_get_unique_id_timeout(1 s)"))
+        return;
+    coll_comm_t comm = NULL;
+    double t0 = mp_now();
+    coll_result_t rc = coll_comm_init_rank_timeout(&comm, 2, id, 0, 1.0);
+    double dt = mp_now() - t0;
+    EXPECT(rc, COLL_ERR_TIMEOUT, "a 1 s creation whose rank 1 never comes", "missing: rank 1");
+    CHECK(strstr(coll_get_last_error(), "the limit, 1 s") != NULL,
+          "the message gives the caller's limit: %s", coll_get_last_error());
+    CHECK(dt >= 0.9 && dt < 4.0, "the bounded creation failed after %.2f s (bound 1 s)", dt);
+    CHECK(comm == NULL, "a failed creation left *comm NULL");
 }
 
 /* An id that no coll_get_unique_id produced (all zero): rejected (the header does not say with
@@ -665,6 +694,7 @@ static const bcase_t cases[] = {
     {"init_bad_args", c_init_bad, 1, 1, 0},
     {"init_zero_id", c_init_zero_id, 1, 1, 1},
     {"strings", c_strings, 1, 1, 1},
+    {"init_bound", c_init_bound, 1, 1, 1},
     {"two_ranks", c_two_ranks, 0, 2, 0},
     {"unique_id_strings", c_unique_id_strings, 1, 1, 0},
 };

@@ -11,6 +11,9 @@ MASTER_PORT, the store path):
   * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
     late fails by itself within GROUP_LIMIT seconds, with kcoll's message naming the late rank:
     the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s);
+  * with the group's timeout at 3 s, a rank that dies before its creation makes rank 0's
+    init_process_group raise within INIT_LIMIT seconds naming it (before, it waited for
+    COLL_BOOTSTRAP_TIMEOUT, 120 s: a test killed its rank 0 after 90 s);
   * SIGINT (Ctrl-C) during an all_reduce the peer joins 3 s late raises KeyboardInterrupt within
     INTERRUPT_LIMIT seconds (before, it waited for the peer, or the group's timeout), and the
     group still works: the interrupted call completes in order; when the interrupted rank
@@ -33,6 +36,7 @@ FORK_LIMIT = 8.0
 WAIT_LIMIT = 5.0
 GROUP_LIMIT = 5.0
 INTERRUPT_LIMIT = 1.5
+INIT_LIMIT = 12.0  # the group's 3 s, after the store's rendezvous and the imports under ASan
 
 
 def job(mode, world):
@@ -103,6 +107,15 @@ def main():
        "deadline)\n%s" % (GROUP_LIMIT, outs[0][1][-2000:]))
     ck(line is not None and "COLL_TIMEOUT" in line and "rank 1" in line,
        "rank 0's message is kcoll's, naming rank 1")
+    outs, took = job("init_missing", 2)
+    print("init_missing: job ended in %.1f s" % took)
+    secs, line = raised_after(outs[0][1])
+    print("init_missing: rank 0: exit %s: %s" % (outs[0][0], line or outs[0][1][-1500:]))
+    ck(outs[0][0] == 3 and secs is not None and secs <= INIT_LIMIT,
+       "init_missing: rank 0's init_process_group raised within %.0f s (the group's 3 s timeout "
+       "bounds the creation)\n%s" % (INIT_LIMIT, outs[0][1][-2000:]))
+    ck(line is not None and "missing: rank 1" in line,
+       "init_missing: rank 0's message names rank 1 as missing")
     outs, took = job("interrupt", 2)
     print("interrupt: job ended in %.1f s" % took)
     for rank, (rc, out) in enumerate(outs):

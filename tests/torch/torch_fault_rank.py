@@ -7,9 +7,14 @@
         fork handler must make them let go, so that the victim's death still closes them.
   wait  rank 0 waits on an all_reduce rank 1 never joins, with wait(timeout=2 s): it must raise;
         rank 1 calls the all_reduce after 6 s and must raise too (rank 0 aborted).
-  group the group's timeout is 2 s and nobody waits: rank 0's all_reduce, which rank 1 joins
-        only after 6 s, fails by itself at kcoll's deadline, which is the group's (not
-        COLL_TIMEOUT's 300 s): the work completes with kcoll's error naming rank 1.
+  group a group whose timeout is 2 s (new_group: the default group's 60 s bound its creation and
+        store, which a loaded machine may need) and nobody waits: rank 0's all_reduce, which
+        rank 1 joins only after 6 s, fails by itself at kcoll's deadline, which is the group's
+        (not COLL_TIMEOUT's 300 s): the work completes with kcoll's error naming rank 1.
+  init_missing  the group's timeout is 3 s; rank 1 joins the store, then dies before its
+        creation (as a rank whose store read timed out, or that was killed): rank 0's
+        init_process_group must raise within the group's timeout naming rank 1 (it waited
+        COLL_BOOTSTRAP_TIMEOUT, 120 s).
   interrupt  rank 0 is sent SIGINT (Ctrl-C) 0.5 s into an all_reduce that rank 1 joins after
         3 s: KeyboardInterrupt must end rank 0's wait at once, and the call goes on in order: the
         next all_reduce of both ranks gives both results right. Prints "INTERRUPTED after <s> s"
@@ -83,14 +88,14 @@ def kill_mode(rank, forked=False):
     return 1
 
 
-def late_peer(rank, finish):
+def late_peer(rank, finish, group=None):
     """Rank 1 joins an all_reduce 6 s late; finish(work) waits on it in the mode's way."""
     x = torch.ones(1 << 16)
     t0 = time.time()
     if rank == 1:
         time.sleep(6)
     try:
-        finish(dist.all_reduce(x, async_op=True), t0)
+        finish(dist.all_reduce(x, group=group, async_op=True), t0)
     except RuntimeError as e:
         print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
         return 3
@@ -107,7 +112,8 @@ def group_mode(rank):
         while not w.is_completed() and time.time() - t0 < 30:
             time.sleep(0.05)
         w.wait()
-    return late_peer(rank, poll_then_wait)
+    group = dist.new_group([0, 1], timeout=timedelta(seconds=2))
+    return late_peer(rank, poll_then_wait, group)
 
 
 def interrupt_mode(rank):
@@ -150,10 +156,28 @@ def interrupt_exit_mode(rank):
     return 1
 
 
+def init_missing(rank):
+    t0 = time.time()
+    if rank == 1:  # in the store (rank 0's init waits for that), then gone before its creation
+        dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 2, False,
+                      timedelta(seconds=60))
+        time.sleep(0.5)
+        os._exit(0)
+    try:
+        dist.init_process_group("kcoll", timeout=timedelta(seconds=3))
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        os._exit(3)
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    os._exit(1)
+
+
 def main():
     mode = sys.argv[1]
     torch.set_num_threads(1)
-    dist.init_process_group("kcoll", timeout=timedelta(seconds=2 if mode == "group" else 60))
+    if mode == "init_missing":
+        init_missing(int(os.environ["RANK"]))
+    dist.init_process_group("kcoll", timeout=timedelta(seconds=60))
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
           "group": group_mode, "interrupt": interrupt_mode,

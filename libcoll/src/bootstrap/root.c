@@ -67,7 +67,8 @@ typedef struct {
     int listen_fd;
     uint8_t secret[16];
     double deadline;
-    int nranks; /* from the first valid record */
+    double timeout; /* what set the deadline, for the message */
+    int nranks;     /* from the first valid record */
     int arrived;
     slot_t *slots;
     pending_t *pend;
@@ -431,7 +432,9 @@ static void timeout_fail(root_t *r)
     if (used < sizeof(msg))
         snprintf(msg + used, sizeof(msg) - used,
                  ". Check that those processes started, reached coll_comm_init_rank with this "
-                 "unique id, and can reach the root (COLL_BOOTSTRAP_TIMEOUT sets the limit).");
+                 "unique id, and can reach the root (the limit, %.0f s, is COLL_BOOTSTRAP_TIMEOUT "
+                 "or the caller's shorter one: PyTorch's process group timeout).",
+                 r->timeout);
     fail_all(r, COLL_ERR_TIMEOUT, msg);
 }
 
@@ -593,6 +596,7 @@ static root_t *root_new(const uint8_t secret[16], double timeout)
     if (r != NULL) {
         memcpy(r->secret, secret, 16);
         r->deadline = colli_now() + timeout;
+        r->timeout = timeout;
         r->listen_fd = -1;
     }
     return r;

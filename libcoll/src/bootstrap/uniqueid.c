@@ -94,7 +94,8 @@ static const char *agent_ifname(const colli_config_t *cfg, char *buf, size_t len
     return buf;
 }
 
-coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec)
+/* A new id and its root; limit: the caller's bound on the root's wait (0: none). */
+static coll_result_t new_unique_id(coll_unique_id_t *id, const char *ifname_spec, double limit)
 {
     coll_result_t status;
     if (id == NULL)
@@ -102,6 +103,8 @@ coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname
                          "coll_get_unique_id: id is NULL (pass a coll_unique_id_t to fill)");
     colli_config_t cfg;
     COLL_CHECK_GOTO(colli_config_load(&cfg), out);
+    if (limit > 0 && limit < cfg.bootstrap_timeout)
+        cfg.bootstrap_timeout = limit;
     colli_netif_t nif;
     char pinned[80];
     if (ifname_spec == NULL)
@@ -121,9 +124,24 @@ out:
     return status;
 }
 
+coll_result_t coll_get_unique_id_ifname(coll_unique_id_t *id, const char *ifname_spec)
+{
+    return new_unique_id(id, ifname_spec, 0);
+}
+
 coll_result_t coll_get_unique_id(coll_unique_id_t *id)
 {
-    return coll_get_unique_id_ifname(id, NULL);
+    return new_unique_id(id, NULL, 0);
+}
+
+coll_result_t coll_get_unique_id_timeout(coll_unique_id_t *id, double seconds)
+{
+    if (!(seconds >= 0)) /* NaN too */
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "coll_get_unique_id_timeout: seconds=%g; pass 0 (no bound of its own) "
+                         "or more",
+                         seconds);
+    return new_unique_id(id, NULL, seconds);
 }
 
 coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, size_t len)

@@ -46,6 +46,9 @@ typedef struct colli_create {
      * root while it creates its member; root_busy: what to do when that port is taken. */
     bool host_root;
     const char *root_busy;
+    /* > 0: the caller's bound on the creation (coll_comm_init_rank_timeout), where shorter than
+     * COLL_BOOTSTRAP_TIMEOUT */
+    double bound;
 } colli_create_t;
 
 /* env_init.c: start the root that rank 0 hosts on *root (every address of the host when root's

@@ -745,14 +745,15 @@ PYBIND11_MODULE(_C, m)
     });
     py::class_<kcoll::Comm, std::shared_ptr<kcoll::Comm>>(m, "Comm")
         .def_static("init_rank", &kcoll::init_rank, py::arg("unique_id"), py::arg("rank"),
-                    py::arg("nranks"))
+                    py::arg("nranks"), py::arg("timeout_s") = 0.0)
         .def_static("init_agent", &kcoll::init_agent)
         .def_property_readonly("rank", &kcoll::Comm::rank)
         .def_property_readonly("size", &kcoll::Comm::size)
         .def("abort", &kcoll::Comm::abort)
         .def("broadcast_bytes", &kcoll::broadcast_bytes, py::arg("data"), py::arg("root"),
              py::arg("length"));
-    m.def("unique_id", &kcoll::unique_id, "a new unique id (this process serves its bootstrap)");
+    m.def("unique_id", &kcoll::unique_id, py::arg("timeout_s") = 0.0,
+          "a new unique id (this process serves its bootstrap)");
     m.def("create", &kcoll::create, py::arg("comm"), py::arg("timeout_s"),
           "the process group on a communicator");
     m.def("time_all_reduce", &kcoll::time_all_reduce, py::arg("comm"), py::arg("tensor"),

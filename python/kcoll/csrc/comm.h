@@ -93,11 +93,14 @@ class Comm
     std::atomic<bool> interrupted_{false};
 };
 
-/* Create this process's member (GIL released while it waits for the other ranks). */
-std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks);
+/* Create this process's member (GIL released while it waits for the other ranks); timeout_s
+ * (> 0): the group's timeout, which bounds the creation where shorter than
+ * COLL_BOOTSTRAP_TIMEOUT. */
+std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks, double timeout_s);
 std::shared_ptr<Comm> init_agent();
-/* A new unique id's printable form (this process serves its bootstrap). */
-std::string unique_id();
+/* A new unique id's printable form (this process serves its bootstrap, for at most timeout_s
+ * where shorter than COLL_BOOTSTRAP_TIMEOUT; 0: no bound of its own). */
+std::string unique_id(double timeout_s);
 /* Root's bytes (at most len) on every rank, padded with NULs to len. */
 pybind11::bytes broadcast_bytes(const std::shared_ptr<Comm> &comm, const std::string &data,
                                 int root, size_t len);
