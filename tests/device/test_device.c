@@ -582,6 +582,12 @@ static void abort_body(dh_ctx_t *ctx)
     CHECK(o->stream_create(&s) == 0, "stream");
     const size_t count = 50000;
     coll_comm_t comm = init(ctx);
+    /* every rank's creation is over before any aborts: a rank whose creation ends first and
+     * aborts at once makes a peer still creating fail its creation with that abort (correctly;
+     * seen under ctest -j2) */
+    int one = 1, sum = 0;
+    CHECK_RC(coll_all_reduce(&one, &sum, 1, COLL_INT32, COLL_SUM, comm, NULL), COLL_SUCCESS,
+             coll_get_last_error(), "rank %d: all created", me);
     float *d2 = dev_filled(o, count, me, s), *h;
     long bad;
     hold_t hold = {HOLD_FLAG(me), 30.0};
