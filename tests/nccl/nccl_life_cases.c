@@ -196,6 +196,16 @@ void case_forkdeath(void)
         waitpid(child, NULL, 0);
 }
 
+/* The child forked (child: fork's result) ran its checks and exited 0. */
+static void child_passed(pid_t child, const char *which)
+{
+    CHECK(child > 0, "rank %d forks a child", rank_);
+    int status = -1;
+    pid_t w = child > 0 ? waitpid(child, &status, 0) : -1;
+    CHECK(w == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "rank %d: %s passed its checks (status 0x%x)", rank_, which, (unsigned)status);
+}
+
 /* Rank 0 forks while a non-blocking creation of its own waits for a peer that never comes: the
  * child has no creating thread. Its ncclCommGetAsyncError must not say ncclInProgress for ever
  * (it did: a caller polls until it changes), its calls must say why they fail (they said that the
@@ -226,11 +236,7 @@ static void forked_creation(void)
         CHECK_OK(ncclCommAbort(pending), "ncclCommAbort in the child");
         _exit(failed == 0 ? 0 : 1);
     }
-    CHECK(child > 0, "rank %d forks a child", rank_);
-    int status = -1;
-    pid_t w = child > 0 ? waitpid(child, &status, 0) : -1;
-    CHECK(w == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-          "rank %d: the child of a pending creation passed (status 0x%x)", rank_, (unsigned)status);
+    child_passed(child, "the child of a pending creation");
     ncclResult_t state = ncclSuccess;
     CHECK(ncclCommGetAsyncError(pending, &state) == ncclSuccess && state == ncclInProgress,
           "the parent's creation still runs: %d", (int)state);
@@ -275,11 +281,7 @@ void case_forkuse(void)
         }
         _exit(failed == 0 ? 0 : 1);
     }
-    CHECK(child > 0, "rank %d forks a child", rank_);
-    int status = -1;
-    pid_t w = child > 0 ? waitpid(child, &status, 0) : -1;
-    CHECK(w == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-          "rank %d: its child's checks passed (status 0x%x)", rank_, (unsigned)status);
+    child_passed(child, "its child");
     sum = 0;
     CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclInt64, ncclSum, comm, NULL),
              "all_reduce after the children let go");

@@ -83,39 +83,35 @@ def victim_killed(ck, mode, limit):
         ck(line is not None and "rank 2" in line, "%s: rank %d's error names rank 2" % (mode, rank))
 
 
+def rank0_raised(ck, mode, limit, what, words):
+    """A 2-rank job whose rank 0 must raise within limit seconds with all of words in its
+    message; the job's outputs."""
+    outs, took = job(mode, 2)
+    print("%s: job ended in %.1f s" % (mode, took))
+    secs, line = raised_after(outs[0][1])
+    print("%s: rank 0: exit %s: %s" % (mode, outs[0][0], line or outs[0][1][-1500:]))
+    ck(outs[0][0] == 3 and secs is not None and secs <= limit,
+       "%s: rank 0's %s within %.0f s\n%s" % (mode, what, limit, outs[0][1][-2000:]))
+    ck(line is not None and all(w in line for w in words),
+       "%s: rank 0's message has %s" % (mode, ", ".join(words)))
+    return outs
+
+
 def main():
     ck = tc.Checks("fault")
     for mode, limit in (("kill", KILL_LIMIT), ("fork", FORK_LIMIT)):
         victim_killed(ck, mode, limit)
-    outs, took = job("wait", 2)
-    print("wait: job ended in %.1f s" % took)
-    secs, line = raised_after(outs[0][1])
-    print("wait: rank 0: exit %s: %s" % (outs[0][0], line or outs[0][1][-1500:]))
-    ck(outs[0][0] == 3 and secs is not None and secs <= WAIT_LIMIT,
-       "rank 0's wait(timeout=2 s) raised within %.0f s\n%s" % (WAIT_LIMIT, outs[0][1][-2000:]))
-    ck(line is not None and "all_reduce" in line and "2000 ms" in line,
-       "rank 0's message names the operation and the timeout")
+    outs = rank0_raised(ck, "wait", WAIT_LIMIT, "wait(timeout=2 s) raised",
+                        ("all_reduce", "2000 ms"))
     secs1, line1 = raised_after(outs[1][1])
     print("wait: rank 1: exit %s: %s" % (outs[1][0], line1 or outs[1][1][-1500:]))
     ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])
-    outs, took = job("group", 2)
-    print("group: job ended in %.1f s" % took)
-    secs, line = raised_after(outs[0][1])
-    print("group: rank 0: exit %s: %s" % (outs[0][0], line or outs[0][1][-1500:]))
-    ck(outs[0][0] == 3 and secs is not None and secs <= GROUP_LIMIT,
-       "rank 0's all_reduce failed by itself within %.0f s (the group's 2 s timeout is kcoll's "
-       "deadline)\n%s" % (GROUP_LIMIT, outs[0][1][-2000:]))
-    ck(line is not None and "COLL_TIMEOUT" in line and "rank 1" in line,
-       "rank 0's message is kcoll's, naming rank 1")
-    outs, took = job("init_missing", 2)
-    print("init_missing: job ended in %.1f s" % took)
-    secs, line = raised_after(outs[0][1])
-    print("init_missing: rank 0: exit %s: %s" % (outs[0][0], line or outs[0][1][-1500:]))
-    ck(outs[0][0] == 3 and secs is not None and secs <= INIT_LIMIT,
-       "init_missing: rank 0's init_process_group raised within %.0f s (the group's 3 s timeout "
-       "bounds the creation)\n%s" % (INIT_LIMIT, outs[0][1][-2000:]))
-    ck(line is not None and "missing: rank 1" in line,
-       "init_missing: rank 0's message names rank 1 as missing")
+    rank0_raised(ck, "group", GROUP_LIMIT,
+                 "all_reduce failed by itself (the group's 2 s timeout is kcoll's deadline)",
+                 ("COLL_TIMEOUT", "rank 1"))
+    rank0_raised(ck, "init_missing", INIT_LIMIT,
+                 "init_process_group raised (the group's 3 s timeout bounds the creation)",
+                 ("missing: rank 1",))
     outs, took = job("interrupt", 2)
     print("interrupt: job ended in %.1f s" % took)
     for rank, (rc, out) in enumerate(outs):
