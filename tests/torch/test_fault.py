@@ -103,7 +103,7 @@ def main():
         victim_killed(ck, mode, limit)
     outs = rank0_raised(ck, "wait", WAIT_LIMIT, "wait(timeout=2 s) raised",
                         ("all_reduce", "2000 ms"))
-    secs1, line1 = raised_after(outs[1][1])
+    _, line1 = raised_after(outs[1][1])
     print("wait: rank 1: exit %s: %s" % (outs[1][0], line1 or outs[1][1][-1500:]))
     ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])
     rank0_raised(ck, "group", GROUP_LIMIT,
