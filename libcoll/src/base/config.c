@@ -467,3 +467,17 @@ coll_result_t colli_config_pin(colli_config_t *cfg, const char *name, const char
     }
     return COLLI_ERR(CONFIG, COLL_ERR_INTERNAL, "unknown parameter %s", name);
 }
+
+coll_result_t colli_config_check_bound(const char *fn, double seconds)
+{
+    if (!(seconds >= 0)) /* NaN too */
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
+                         "%s: seconds=%g; pass 0 (no bound of its own) or more", fn, seconds);
+    return COLL_SUCCESS;
+}
+
+void colli_config_bound_bootstrap(colli_config_t *cfg, double seconds)
+{
+    if (seconds > 0 && seconds < cfg->bootstrap_timeout)
+        cfg->bootstrap_timeout = seconds;
+}

@@ -58,6 +58,12 @@ typedef struct colli_config {
 /* Resolve every parameter (COLL_* environment > its NCCL twin > default) into *cfg. Fails on
  * malformed values, naming the variable. The first call audits the environment (envmap.h). */
 coll_result_t colli_config_load(colli_config_t *cfg);
+
+/* A caller's bound on a creation (coll_comm_init_rank_timeout, coll_get_unique_id_timeout):
+ * checked (fn names the call: 0 or more, not NaN), then applied where shorter than
+ * cfg->bootstrap_timeout (0: none). */
+coll_result_t colli_config_check_bound(const char *fn, double seconds);
+void colli_config_bound_bootstrap(colli_config_t *cfg, double seconds);
 /* Where the value of the parameter called name came from. */
 colli_source_t colli_config_source(const colli_config_t *cfg, const char *name);
 /* The environment name of parameter i, NULL past the last one. */

@@ -103,8 +103,7 @@ static coll_result_t new_unique_id(coll_unique_id_t *id, const char *ifname_spec
                          "coll_get_unique_id: id is NULL (pass a coll_unique_id_t to fill)");
     colli_config_t cfg;
     COLL_CHECK_GOTO(colli_config_load(&cfg), out);
-    if (limit > 0 && limit < cfg.bootstrap_timeout)
-        cfg.bootstrap_timeout = limit;
+    colli_config_bound_bootstrap(&cfg, limit);
     colli_netif_t nif;
     char pinned[80];
     if (ifname_spec == NULL)
@@ -136,12 +135,8 @@ coll_result_t coll_get_unique_id(coll_unique_id_t *id)
 
 coll_result_t coll_get_unique_id_timeout(coll_unique_id_t *id, double seconds)
 {
-    if (!(seconds >= 0)) /* NaN too */
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
-                         "coll_get_unique_id_timeout: seconds=%g; pass 0 (no bound of its own) "
-                         "or more",
-                         seconds);
-    return new_unique_id(id, NULL, seconds);
+    coll_result_t status = colli_config_check_bound("coll_get_unique_id_timeout", seconds);
+    return status != COLL_SUCCESS ? status : new_unique_id(id, NULL, seconds);
 }
 
 coll_result_t coll_unique_id_to_string(const coll_unique_id_t *id, char *buf, size_t len)

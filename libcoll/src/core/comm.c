@@ -94,13 +94,11 @@ static coll_result_t init_rank(coll_comm_t *out, int nranks, coll_unique_id_t id
     if (rank < 0 || rank >= nranks)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "coll_comm_init_rank: rank=%d is out of range [0, %d)", rank, nranks);
-    if (!(bound >= 0)) /* NaN too */
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
-                         "coll_comm_init_rank_timeout: seconds=%g; pass 0 (no bound of its own) "
-                         "or more",
-                         bound);
+    coll_result_t status = colli_config_check_bound("coll_comm_init_rank_timeout", bound);
+    if (status != COLL_SUCCESS)
+        return status;
     colli_create_t c = {.nranks = nranks, .rank = rank, .bound = bound};
-    coll_result_t status = colli_uid_decode(&id, &c.root, c.secret);
+    status = colli_uid_decode(&id, &c.root, c.secret);
     if (status != COLL_SUCCESS)
         return status;
     /* an id every process made alike from an address (NCCL_COMM_ID): rank 0 hosts its root */
@@ -145,8 +143,7 @@ static coll_result_t load_config(struct coll_comm *comm, const colli_create_t *c
     coll_result_t status = colli_config_load(&comm->cfg);
     if (status == COLL_SUCCESS && c->agent != NULL)
         status = colli_agent_apply_pins(&comm->cfg, c->agent);
-    if (c->bound > 0 && c->bound < comm->cfg.bootstrap_timeout) /* the caller's, where shorter */
-        comm->cfg.bootstrap_timeout = c->bound;
+    colli_config_bound_bootstrap(&comm->cfg, c->bound);
     if (c->agent_socket != NULL)
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->agent_socket);
     return status;
@@ -261,11 +258,9 @@ coll_result_t colli_comm_create(const colli_create_t *c, coll_comm_t *out)
     colli_config_t cfg;
     pthread_t root;
     coll_result_t status = colli_config_load(&cfg);
-    if (status == COLL_SUCCESS) {
-        const double t =
-            c->bound > 0 && c->bound < cfg.bootstrap_timeout ? c->bound : cfg.bootstrap_timeout;
-        status = colli_host_root(&c->root, c->secret, t, c->root_busy, &root);
-    }
+    colli_config_bound_bootstrap(&cfg, c->bound);
+    if (status == COLL_SUCCESS)
+        status = colli_host_root(&c->root, c->secret, cfg.bootstrap_timeout, c->root_busy, &root);
     if (status != COLL_SUCCESS)
         return status;
     status = create(c, out);

@@ -696,8 +696,7 @@ static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, d
     TORCH_CHECK(comm && !comm->aborted(), "kcoll: no communicator (it was aborted)");
     /* the group's timeout is kcoll's deadline too: a rank that saves a checkpoint for 10 minutes
      * under timeout=timedelta(hours=1) is waited for, not failed at COLL_TIMEOUT's 300 s */
-    const double deadline = timeout_s > 86400.0 * 365 ? 0 : timeout_s; /* "forever": none */
-    TORCH_CHECK(coll_comm_set_timeout(comm->get(), deadline) == COLL_SUCCESS,
+    TORCH_CHECK(coll_comm_set_timeout(comm->get(), group_deadline(timeout_s)) == COLL_SUCCESS,
                 "kcoll: ", coll_get_last_error());
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
     auto pg = c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), ms);

@@ -27,13 +27,6 @@ void check(coll_result_t r, const std::string &what)
         fail(what, r);
 }
 
-/* A group's timeout as a bound on a creation: PyTorch's "for ever" (timedelta.max), or none
- * given, is no bound of its own. */
-static double bound(double timeout_s)
-{
-    return timeout_s > 0 && timeout_s < 86400.0 * 365 ? timeout_s : 0;
-}
-
 std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks, double timeout_s)
 {
     coll_unique_id_t id;
@@ -42,7 +35,7 @@ std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks, do
     coll_result_t r;
     {
         py::gil_scoped_release nogil;
-        r = coll_comm_init_rank_timeout(&c, nranks, id, rank, bound(timeout_s));
+        r = coll_comm_init_rank_timeout(&c, nranks, id, rank, group_deadline(timeout_s));
     }
     check(r, "coll_comm_init_rank (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
                  ")");
@@ -64,7 +57,7 @@ std::shared_ptr<Comm> init_agent()
 std::string unique_id(double timeout_s)
 {
     coll_unique_id_t id;
-    check(coll_get_unique_id_timeout(&id, bound(timeout_s)), "coll_get_unique_id");
+    check(coll_get_unique_id_timeout(&id, group_deadline(timeout_s)), "coll_get_unique_id");
     char buf[COLL_UNIQUE_ID_STRLEN];
     check(coll_unique_id_to_string(&id, buf, sizeof buf), "coll_unique_id_to_string");
     return std::string(buf);

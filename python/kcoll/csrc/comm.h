@@ -93,6 +93,13 @@ class Comm
     std::atomic<bool> interrupted_{false};
 };
 
+/* A group's timeout as kcoll's deadline or bound (seconds): PyTorch's "for ever"
+ * (timedelta.max, over a year), or none given, is none (0). */
+inline double group_deadline(double timeout_s)
+{
+    return timeout_s > 0 && timeout_s < 86400.0 * 365 ? timeout_s : 0;
+}
+
 /* Create this process's member (GIL released while it waits for the other ranks); timeout_s
  * (> 0): the group's timeout, which bounds the creation where shorter than
  * COLL_BOOTSTRAP_TIMEOUT. */
