@@ -224,6 +224,14 @@ COLL_API coll_result_t coll_comm_init_rank_timeout(coll_comm_t *comm, int nranks
 COLL_API coll_result_t coll_comm_init_agent(coll_comm_t *comm);
 
 /**
+ * coll_comm_init_agent whose creation gives up after `seconds` when that is shorter than the
+ * bootstrap timeout the agent pins (0: the pin alone), with COLL_ERR_TIMEOUT naming the ranks that
+ * never came: a framework's own timeout (PyTorch's init_process_group(timeout=...)) then bounds
+ * the creation in a pod as it does with coll_comm_init_rank_timeout.
+ */
+COLL_API coll_result_t coll_comm_init_agent_timeout(coll_comm_t *comm, double seconds);
+
+/**
  * Create this process's member from its environment, whichever launcher set it, in this order:
  * the kcoll agent (COLL_AGENT_SOCKET: as coll_comm_init_agent); coll-run (COLL_UNIQUE_ID,
  * COLL_RANK, COLL_NRANKS); torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE: rank 0 hosts the

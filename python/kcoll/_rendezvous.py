@@ -59,9 +59,9 @@ def _seconds(timeout):
 
 def world_comm(timeout_s=0.0):
     """The communicator of the whole job from the agent or coll-run's environment, or None;
-    timeout_s (> 0) bounds a creation from a unique id (the group's timeout)."""
+    timeout_s (> 0, the group's timeout) bounds its creation."""
     if os.environ.get("COLL_AGENT_SOCKET"):
-        return _C.Comm.init_agent(), _store_address()
+        return _C.Comm.init_agent(timeout_s), _store_address()
     uid = os.environ.get("COLL_UNIQUE_ID")
     if uid:
         try:

@@ -448,6 +448,10 @@ static void c_init_bad(mp_ctx_t *ctx)
            "coll_comm_init_rank_timeout(-1 s)", "seconds");
     EXPECT(coll_comm_init_rank_timeout(&comm, 1, ctx->id, 0, NAN), E_ARG,
            "coll_comm_init_rank_timeout(NaN s)", "seconds");
+    EXPECT(coll_comm_init_agent_timeout(&comm, -2.0), E_ARG, "coll_comm_init_agent_timeout(-2 s)",
+           "seconds");
+    EXPECT(coll_comm_init_agent_timeout(&comm, NAN), E_ARG, "coll_comm_init_agent_timeout(NaN s)",
+           "seconds");
     coll_unique_id_t unused;
     EXPECT(coll_get_unique_id_timeout(NULL, 1.0), E_ARG, "coll_get_unique_id_timeout(NULL)", "id");
     EXPECT(coll_get_unique_id_timeout(&unused, -0.5), E_ARG, "coll_get_unique_id_timeout(-0.5 s)",

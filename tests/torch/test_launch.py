@@ -21,6 +21,8 @@ import torch_common as tc  # noqa: E402
 
 tc.need_torch()
 
+INIT_LIMIT = 12.0  # the group's 3 s, after the imports under ASan (test_fault.py's bound)
+
 
 def run(ck, cmd, n, how, timeout=100, extra=None):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT",
@@ -82,6 +84,25 @@ def torchrun(ck, nodes, per_node):
            "%s: rank %d ran to the end after the restart (%s)" % (how, rank, ok))
 
 
+def agent_missing_rank(ck, coll_run, agent):
+    """Under the agent, rank 1 exits before its creation: rank 0's init_process_group(timeout=3 s)
+    raises within INIT_LIMIT naming rank 1 (the agent's pinned bootstrap timeout is 120 s)."""
+    cmd = [coll_run, "-n", "2", "--timeout", "90", "--agent=" + agent, sys.executable,
+           os.path.join(HERE, "torch_fault_rank.py"), "init_missing_agent"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "COLL_"))}
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=100, env=env,
+                       stdin=subprocess.DEVNULL)
+    out = r.stdout + r.stderr
+    raised = [ln for ln in out.splitlines() if ln.startswith("[rank 0] RAISED after ")]
+    secs = float(raised[0].split()[4]) if raised else None
+    print("agent, rank 1 missing: exit %d in %.1f s; %s" % (r.returncode, time.time() - t0,
+                                                            raised[0] if raised else "no RAISED"))
+    ck(secs is not None and secs <= INIT_LIMIT and "missing: rank 1" in raised[0],
+       "agent, rank 1 missing: rank 0's init_process_group raised within %.0f s naming rank 1\n%s"
+       % (INIT_LIMIT, out[-3000:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--coll-run", required=True)
@@ -94,6 +115,7 @@ def main():
         out = run(ck, [a.coll_run, "-n", "2", "--timeout", "90", "--agent=" + a.agent, py,
                        script], 2, "agent")
         ck("AGENT-STANDALONE" in out, "the agents served the ranks (AGENT-STANDALONE)")
+        agent_missing_rank(ck, a.coll_run, a.agent)
     else:
         print("NOTE: coll-agent was not built; the agent rendezvous is not tested here")
     run(ck, [a.coll_run, "-n", "4", "--timeout", "90", py, script], 4, "coll-run")

@@ -15,6 +15,9 @@
         creation (as a rank whose store read timed out, or that was killed): rank 0's
         init_process_group must raise within the group's timeout naming rank 1 (it waited
         COLL_BOOTSTRAP_TIMEOUT, 120 s).
+  init_missing_agent  the same under `coll-run --agent` (no MASTER_ADDR: the communicator comes
+        from the kcoll agent, whose pinned bootstrap timeout is 120 s): rank 1 exits before its
+        creation, and rank 0's init_process_group(timeout=3 s) must raise in time naming rank 1.
   interrupt  rank 0 is sent SIGINT (Ctrl-C) 0.5 s into an all_reduce that rank 1 joins after
         3 s: KeyboardInterrupt must end rank 0's wait at once, and the call goes on in order: the
         next all_reduce of both ranks gives both results right. Prints "INTERRUPTED after <s> s"
@@ -156,8 +159,10 @@ def interrupt_exit_mode(rank):
     return 1
 
 
-def init_missing(rank):
+def init_missing(rank, agent=False):
     t0 = time.time()
+    if rank == 1 and agent:  # gone before its creation (the agent's rendezvous needs no store)
+        os._exit(0)
     if rank == 1:  # in the store (rank 0's init waits for that), then gone before its creation
         dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 2, False,
                       timedelta(seconds=60))
@@ -177,6 +182,8 @@ def main():
     torch.set_num_threads(1)
     if mode == "init_missing":
         init_missing(int(os.environ["RANK"]))
+    if mode == "init_missing_agent":  # coll-run --agent: COLL_LOCAL_RANK is the rank
+        init_missing(int(os.environ["COLL_LOCAL_RANK"]), agent=True)
     dist.init_process_group("kcoll", timeout=timedelta(seconds=60))
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,

@@ -431,9 +431,10 @@ static void timeout_fail(root_t *r)
     }
     if (used < sizeof(msg))
         snprintf(msg + used, sizeof(msg) - used,
-                 ". Check that those processes started, reached coll_comm_init_rank with this "
-                 "unique id, and can reach the root (the limit, %.0f s, is COLL_BOOTSTRAP_TIMEOUT "
-                 "or the caller's shorter one: PyTorch's process group timeout).",
+                 ". Check that those processes started, reached their communicator's creation "
+                 "with this job's id, and can reach the root (the limit, %.0f s, is "
+                 "COLL_BOOTSTRAP_TIMEOUT, or the kcoll agent's pin, or the caller's shorter one: "
+                 "PyTorch's process group timeout).",
                  r->timeout);
     fail_all(r, COLL_ERR_TIMEOUT, msg);
 }

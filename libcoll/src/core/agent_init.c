@@ -315,8 +315,16 @@ void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_
  * refused as no rank reports as none; the one the agent asks to also reports the pod's ranks that
  * never started, so that the root does not wait for them. Best effort, bounded by the bootstrap
  * timeout. */
+/* How long the root that rank 0 hosts waits for the ranks: the agent's pin, else the
+ * environment's, shortened to the caller's bound (> 0). */
+static double root_wait(const colli_proto_facts_t *f, double env_timeout, double bound)
+{
+    double bt = f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : env_timeout;
+    return bound > 0 && bound < bt ? bound : bt;
+}
+
 static void tell_root(const colli_proto_facts_t *f, const colli_proto_failure_t *how,
-                      double env_timeout)
+                      double env_timeout, double bound)
 {
     char msg[1600];
     snprintf(msg, sizeof(msg), "%s", colli_last_error());
@@ -328,9 +336,9 @@ static void tell_root(const colli_proto_facts_t *f, const colli_proto_failure_t 
     pthread_t thread;
     bool hosts = false;
     if (how->host_root) {
-        struct sockaddr_storage bound;
-        double bt = f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : env_timeout;
-        hosts = colli_root_start(&root, f->secret, bt, &bound, &thread) == COLL_SUCCESS;
+        struct sockaddr_storage bound_at;
+        hosts = colli_root_start(&root, f->secret, root_wait(f, env_timeout, bound), &bound_at,
+                                 &thread) == COLL_SUCCESS;
     }
     colli_bootstrap_report_error(&root, f->secret, how->own_rank ? f->rank : -1, f->nranks, msg);
     for (int i = 0; i < how->nmissing; i++) {
@@ -346,10 +354,17 @@ static void tell_root(const colli_proto_facts_t *f, const colli_proto_failure_t 
 
 coll_result_t coll_comm_init_agent(coll_comm_t *out)
 {
+    return coll_comm_init_agent_timeout(out, 0);
+}
+
+coll_result_t coll_comm_init_agent_timeout(coll_comm_t *out, double bound)
+{
     coll_result_t status;
     if (out == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "coll_comm_init_agent: comm is NULL (pass a coll_comm_t to fill)");
+    if ((status = colli_config_check_bound("coll_comm_init_agent_timeout", bound)) != COLL_SUCCESS)
+        return status;
     const char *path = secure_getenv(COLL_ENV_AGENT_SOCKET);
     if (path == NULL || *path == '\0')
         return COLLI_ERR(AGENT, COLL_ERR_INVALID_USAGE,
@@ -359,6 +374,7 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
                          COLL_ENV_AGENT_SOCKET, COLL_ENV_AGENT_SOCKET);
     colli_config_t env;
     COLL_CHECK_GOTO(colli_config_load(&env), out);
+    colli_config_bound_bootstrap(&env, bound);
     colli_proto_facts_t f;
     status = colli_agent_hello(path, (int)(env.bootstrap_timeout * 1000.0), &f);
     if (status != COLL_SUCCESS) {
@@ -368,24 +384,27 @@ coll_result_t coll_comm_init_agent(coll_comm_t *out)
          * all start, a local rank claimed twice): fail the job's other ranks now */
         if (colli_agent_failed_facts(&f, &how) == 0) {
             how.host_root = how.host_root || (f.is_root && how.own_rank);
-            tell_root(&f, &how, env.bootstrap_timeout);
+            tell_root(&f, &how, env.bootstrap_timeout, bound);
         }
         return status;
     }
     colli_log_set_rank(f.rank);
     if ((status = check_version(path, &f)) != COLL_SUCCESS) {
         colli_proto_failure_t how = {.host_root = f.is_root, .own_rank = 1};
-        tell_root(&f, &how, env.bootstrap_timeout);
+        tell_root(&f, &how, env.bootstrap_timeout, bound);
         goto out;
     }
-    colli_create_t c = {.nranks = f.nranks, .rank = f.rank, .agent = &f, .agent_socket = path};
+    colli_create_t c = {
+        .nranks = f.nranks, .rank = f.rank, .agent = &f, .agent_socket = path, .bound = bound};
     memcpy(c.secret, f.secret, sizeof(c.secret));
     COLL_CHECK_GOTO(resolve(f.root_host, f.root_port, &c.root), report);
     pthread_t root;
     if (f.is_root) {
-        struct sockaddr_storage bound;
-        double bt = f.bootstrap_timeout_s > 0 ? f.bootstrap_timeout_s : env.bootstrap_timeout;
-        COLL_CHECK_GOTO(colli_root_start(&c.root, f.secret, bt, &bound, &root), report);
+        struct sockaddr_storage bound_at;
+        COLL_CHECK_GOTO(colli_root_start(&c.root, f.secret,
+                                         root_wait(&f, env.bootstrap_timeout, bound), &bound_at,
+                                         &root),
+                        report);
     }
     (void)colli_agent_report(path, AGENT_REPORT_MS, COLLI_PROTO_PHASE_BOOTSTRAPPING, NULL);
     status = colli_comm_create(&c, out);

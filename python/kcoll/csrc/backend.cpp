@@ -745,7 +745,7 @@ PYBIND11_MODULE(_C, m)
     py::class_<kcoll::Comm, std::shared_ptr<kcoll::Comm>>(m, "Comm")
         .def_static("init_rank", &kcoll::init_rank, py::arg("unique_id"), py::arg("rank"),
                     py::arg("nranks"), py::arg("timeout_s") = 0.0)
-        .def_static("init_agent", &kcoll::init_agent)
+        .def_static("init_agent", &kcoll::init_agent, py::arg("timeout_s") = 0.0)
         .def_property_readonly("rank", &kcoll::Comm::rank)
         .def_property_readonly("size", &kcoll::Comm::size)
         .def("abort", &kcoll::Comm::abort)

@@ -42,13 +42,13 @@ std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks, do
     return std::make_shared<Comm>(c);
 }
 
-std::shared_ptr<Comm> init_agent()
+std::shared_ptr<Comm> init_agent(double timeout_s)
 {
     coll_comm_t c = nullptr;
     coll_result_t r;
     {
         py::gil_scoped_release nogil;
-        r = coll_comm_init_agent(&c);
+        r = coll_comm_init_agent_timeout(&c, group_deadline(timeout_s));
     }
     check(r, "coll_comm_init_agent");
     return std::make_shared<Comm>(c);

@@ -104,7 +104,8 @@ inline double group_deadline(double timeout_s)
  * (> 0): the group's timeout, which bounds the creation where shorter than
  * COLL_BOOTSTRAP_TIMEOUT. */
 std::shared_ptr<Comm> init_rank(const std::string &uid, int rank, int nranks, double timeout_s);
-std::shared_ptr<Comm> init_agent();
+/* The pod's member from its kcoll agent, its creation bounded as init_rank's. */
+std::shared_ptr<Comm> init_agent(double timeout_s);
 /* A new unique id's printable form (this process serves its bootstrap, for at most timeout_s
  * where shorter than COLL_BOOTSTRAP_TIMEOUT; 0: no bound of its own). */
 std::string unique_id(double timeout_s);
