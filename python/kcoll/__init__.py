@@ -19,7 +19,7 @@ import torch.distributed as dist
 from . import _C
 from . import _rendezvous
 
-__all__ = ["library_version", "torch_built_with", "INTERFACE", "BACKEND"]
+__all__ = ["library_version", "torch_built_with", "shutdown", "abort", "INTERFACE", "BACKEND"]
 
 BACKEND = "kcoll"
 # What this build of the package pins: the coll.h it was compiled against (COLL_VERSION code)
@@ -39,6 +39,29 @@ def library_version():
 
 def torch_built_with():
     return _C.TORCH_BUILT_WITH
+
+
+def _backend_of(group):
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if hasattr(pg, "_get_backend"):  # PyTorch 2.x: the group holds a backend per device
+        return pg._get_backend(torch.device("cpu"))
+    return pg
+
+
+def shutdown(group=None):
+    """End a kcoll process group (default: the default group) while references to it remain (a
+    DDP model holds one): its queued collectives run, its worker stops, its communicator is let
+    go, and a later collective on it raises saying so. PyTorch >= 2.7's destroy_process_group
+    does this itself; on older versions, call it before destroy_process_group."""
+    _C.shutdown_group(_backend_of(group))
+
+
+def abort(group=None):
+    """Abort a kcoll process group, from any thread: its collectives in progress or queued raise
+    now, here and on its peers (whose calls with this rank raise naming it), and later ones
+    raise saying it was aborted. The way out of a collective that waits on a peer that will not
+    come, without waiting for the group's timeout (Backend::abort on PyTorch >= 2.7)."""
+    _C.abort_group(_backend_of(group))
 
 
 def _register():

@@ -14,6 +14,12 @@ MASTER_PORT, the store path):
   * with the group's timeout at 3 s, a rank that dies before its creation makes rank 0's
     init_process_group raise within INIT_LIMIT seconds naming it (before, it waited for
     COLL_BOOTSTRAP_TIMEOUT, 120 s: a test killed its rank 0 after 90 s);
+  * kcoll.abort() from a second thread, 1 s into an all_reduce the peer never joins: the wait
+    raises within ABORT_LIMIT seconds (not the group's 60 s), the next call is refused saying
+    the group was aborted, and the peer's all_reduce raises naming the aborted rank;
+    kcoll.shutdown() with the group still referenced closes its communicator's sockets and
+    makes a later call raise saying so (PyTorch >= 2.7 calls both from destroy_process_group
+    and Backend::abort; 1.13 here calls them through the package);
   * SIGINT (Ctrl-C) during an all_reduce the peer joins 3 s late raises KeyboardInterrupt within
     INTERRUPT_LIMIT seconds (before, it waited for the peer, or the group's timeout), and the
     group still works: the interrupted call completes in order; when the interrupted rank
@@ -37,6 +43,7 @@ WAIT_LIMIT = 5.0
 GROUP_LIMIT = 5.0
 INTERRUPT_LIMIT = 1.5
 INIT_LIMIT = 12.0  # the group's 3 s, after the store's rendezvous and the imports under ASan
+ABORT_LIMIT = 3.0  # kcoll.abort() 1 s into a wait whose group timeout is 60 s
 
 
 def job(mode, world):
@@ -97,6 +104,34 @@ def rank0_raised(ck, mode, limit, what, words):
     return outs
 
 
+def abort_and_shutdown(ck):
+    outs, took = job("abort", 2)
+    print("abort: job ended in %.1f s" % took)
+    secs, line = raised_after(outs[1][1])
+    print("abort: rank 1: exit %s: %s" % (outs[1][0], line or outs[1][1][-1500:]))
+    ck(outs[1][0] == 3 and secs is not None and secs <= ABORT_LIMIT and "abort" in line,
+       "abort: rank 1's wait raised within %.0f s of the start, naming the abort\n%s"
+       % (ABORT_LIMIT, outs[1][1][-2000:]))
+    ck("REFUSED: kcoll: this process group was aborted" in outs[1][1],
+       "abort: rank 1's next all_reduce was refused: the group was aborted")
+    secs0, line0 = raised_after(outs[0][1])
+    print("abort: rank 0: exit %s: %s" % (outs[0][0], line0 or outs[0][1][-1500:]))
+    ck(outs[0][0] == 3 and line0 is not None and "rank 1" in line0,
+       "abort: rank 0's all_reduce raised naming rank 1\n%s" % outs[0][1][-2000:])
+    outs, took = job("shutdown", 2)
+    print("shutdown: job ended in %.1f s" % took)
+    for rank, (rc, out) in enumerate(outs):
+        fds = [ln.split()[1:] for ln in out.splitlines() if ln.startswith("FDS ")]
+        print("shutdown: rank %d: exit %s, open fds before/after: %s" % (rank, rc, fds))
+        ck(rc == 0 and "SHUTDOWN OK" in out.splitlines(),
+           "shutdown: rank %d ran to the end\n%s" % (rank, out[-2000:]))
+        ck(fds and int(fds[0][1]) < int(fds[0][0]),
+           "shutdown: rank %d's communicator closed its sockets while the group is referenced"
+           % rank)
+        ck("REFUSED: kcoll: this process group was shut down" in out,
+           "shutdown: rank %d's later all_reduce was refused: the group was shut down" % rank)
+
+
 def main():
     ck = tc.Checks("fault")
     for mode, limit in (("kill", KILL_LIMIT), ("fork", FORK_LIMIT)):
@@ -112,6 +147,7 @@ def main():
     rank0_raised(ck, "init_missing", INIT_LIMIT,
                  "init_process_group raised (the group's 3 s timeout bounds the creation)",
                  ("missing: rank 1",))
+    abort_and_shutdown(ck)
     outs, took = job("interrupt", 2)
     print("interrupt: job ended in %.1f s" % took)
     for rank, (rc, out) in enumerate(outs):

@@ -26,6 +26,14 @@
         communicator at once instead of waiting 5 s for the interrupted call, so rank 1's
         all_reduce 3 s later raises naming rank 0 (before, rank 1 completed it with the exiting
         rank 0).
+  abort  rank 1 waits on an all_reduce rank 0 never joins, and another thread of rank 1 calls
+        kcoll.abort() after 1 s: the wait must raise at once (not at the group's 60 s), the next
+        all_reduce must be refused saying the group was aborted ("REFUSED: <message>"); rank 0's
+        all_reduce 4 s later must raise naming rank 1.
+  shutdown  both ranks all_reduce, then kcoll.shutdown() while the group is still referenced:
+        the communicator's sockets close ("FDS <before> <after>"), a later all_reduce is refused
+        saying the group was shut down, a second shutdown and destroy_process_group still work;
+        prints "SHUTDOWN OK", exits 0.
 A rank that raised prints "RAISED after <s> s: <message>" and exits 3."""
 import os
 import signal
@@ -38,7 +46,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import kcoll  # noqa: F401
+import kcoll
 
 VICTIM = 2
 
@@ -119,6 +127,54 @@ def group_mode(rank):
     return late_peer(rank, poll_then_wait, group)
 
 
+def refused(what):
+    x = torch.ones(4)
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as e:
+        print("REFUSED: %s" % e, flush=True)
+        return True
+    print("NOT REFUSED after %s" % what, flush=True)
+    return False
+
+
+def abort_mode(rank):
+    x = torch.ones(4)
+    t0 = time.time()
+    if rank == 0:
+        time.sleep(4)
+    else:
+        threading.Timer(1.0, kcoll.abort).start()
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        if rank == 1 and not refused("the abort"):
+            return 1
+        return 3
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    return 1
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def shutdown_mode(rank):
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    group = dist.group.WORLD  # still referenced: shutdown, not the group's release, ends it
+    before = open_fds()
+    kcoll.shutdown()
+    print("FDS %d %d" % (before, open_fds()), flush=True)
+    if x.tolist() != [2.0] * 4 or not refused("shutdown"):
+        return 1
+    kcoll.shutdown(group)
+    dist.destroy_process_group()
+    print("SHUTDOWN OK", flush=True)
+    return 0
+
+
 def interrupt_mode(rank):
     x, y = torch.ones(4), torch.full((4,), 3.0)
     if rank == 1:
@@ -187,7 +243,8 @@ def main():
     dist.init_process_group("kcoll", timeout=timedelta(seconds=60))
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
-          "group": group_mode, "interrupt": interrupt_mode,
+          "group": group_mode, "interrupt": interrupt_mode, "abort": abort_mode,
+          "shutdown": shutdown_mode,
           "interrupt_exit": interrupt_exit_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for

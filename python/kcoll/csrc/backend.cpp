@@ -86,17 +86,42 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         worker_->join();
     }
 
-    /* stop(), every queued job run, with the GIL released if this thread holds it (a group
-     * freed from Python): a job's callback may need it */
-    void stop_releasing_gil()
+    /* stop(grace), every queued job run by default, with the GIL released if this thread holds
+     * it (a group freed from Python): a job's callback may need it */
+    void stop_releasing_gil(std::chrono::milliseconds grace = std::chrono::hours{24 * 365})
     {
-        constexpr std::chrono::hours kAll{24 * 365};
         if (Py_IsInitialized() && PyGILState_Check()) {
             py::gil_scoped_release nogil;
-            stop(kAll);
+            stop(grace);
         } else {
-            stop(kAll);
+            stop(grace);
         }
+    }
+
+    /* The group ends while references to it remain (a DDP model holds one): PyTorch >= 2.7's
+     * destroy_process_group calls Backend::shutdown, and kcoll.shutdown(group) does on every
+     * version. The queued jobs run (within the group's timeout, else the communicator is
+     * aborted), the worker stops, the communicator is let go, and a later collective raises
+     * saying so instead of waiting for a worker that is gone. Idempotent. Declared without
+     * `override`: the versions whose Backend lacks these build too, and those that have them
+     * (the same signature) call these. */
+    void shutdown()
+    {
+        close("shut down (destroy_process_group or kcoll.shutdown)");
+        stop_releasing_gil(timeout_);
+        if (comm_)
+            comm_->destroy(); /* the Work objects that share it see it gone */
+    }
+
+    /* Every call of the group in progress or queued fails now, here and on the peers (their
+     * calls with this rank raise naming it): Backend::abort (PyTorch >= 2.7, as torchft
+     * calls it) and kcoll.abort(group), safe from another thread while a collective waits. */
+    void abort()
+    {
+        close("aborted (kcoll.abort or Backend::abort)");
+        if (comm_)
+            comm_->abort();
+        stop_releasing_gil(std::chrono::milliseconds(0));
     }
 
     /* a wait on this group's communicator was interrupted (Ctrl-C): at exit its call in
@@ -614,11 +639,16 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
          * right after the job whose completion called it: that position is the same on every
          * rank, as the issue order is. */
         if (std::this_thread::get_id() == worker_->get_id()) {
+            {
+                std::lock_guard<std::mutex> lock(qmutex_);
+                refuse_if_closed();
+            }
             execute(job);
             return;
         }
         {
             std::lock_guard<std::mutex> lock(qmutex_);
+            refuse_if_closed(); /* checked where it is queued: none is queued after the stop */
             queue_.push_back(std::move(job));
             queued_.fetch_add(1, std::memory_order_release);
         }
@@ -666,12 +696,29 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             w->complete(e);
     }
 
+    /* The first of shutdown or abort: new work is refused with this. */
+    void close(const char *how)
+    {
+        std::lock_guard<std::mutex> lock(qmutex_);
+        if (closed_.empty())
+            closed_ = how;
+    }
+
+    /* Under qmutex_. */
+    void refuse_if_closed() const
+    {
+        TORCH_CHECK(closed_.empty(), "kcoll: this process group was ", closed_,
+                    ": its worker has stopped and its communicator is gone; make a new group "
+                    "(new_group, or init_process_group after destroy_process_group)");
+    }
+
     std::shared_ptr<Comm> comm_;
     std::chrono::milliseconds timeout_;
     std::mutex qmutex_;
     std::deque<Job> queue_;
     std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
+    std::string closed_;  /* why new work is refused: shut down or aborted ("": open) */
     bool exited_ = false; /* the worker left run() (under qmutex_) */
     struct Signals {
         std::condition_variable job;    /* a job was queued, or stop_ set */
@@ -705,6 +752,26 @@ static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, d
                live.end());
     live.emplace_back(pg);
     return pg;
+}
+
+/* The kcoll group behind a backend object from Python, or a TypeError naming what it is. */
+static ProcessGroupKcoll *group_of(const c10::intrusive_ptr<KCOLL_TORCH_BASE> &pg)
+{
+    auto *k = dynamic_cast<ProcessGroupKcoll *>(pg.get());
+    if (k == nullptr)
+        throw py::type_error("kcoll: not a kcoll process group (its backend is " +
+                             (pg ? pg->getBackendName() : std::string("none")) + ")");
+    return k;
+}
+
+static void shutdown_group(const c10::intrusive_ptr<KCOLL_TORCH_BASE> &pg)
+{
+    group_of(pg)->shutdown();
+}
+
+static void abort_group(const c10::intrusive_ptr<KCOLL_TORCH_BASE> &pg)
+{
+    group_of(pg)->abort();
 }
 
 /* At the interpreter's exit (atexit, before it finalizes): every live group's worker stops once
@@ -758,6 +825,12 @@ PYBIND11_MODULE(_C, m)
     m.def("time_all_reduce", &kcoll::time_all_reduce, py::arg("comm"), py::arg("tensor"),
           py::arg("iters"), "seconds per coll_all_reduce call, from C (the benchmark's reference)");
     m.def("library_version", [] { return std::string(coll_get_version_string()); });
+    m.def("shutdown_group", &kcoll::shutdown_group, py::arg("backend"),
+          py::call_guard<py::gil_scoped_release>(),
+          "end a kcoll group: its queued work runs, then new work raises (kcoll.shutdown)");
+    m.def("abort_group", &kcoll::abort_group, py::arg("backend"),
+          py::call_guard<py::gil_scoped_release>(),
+          "abort a kcoll group: its calls fail now, here and on its peers (kcoll.abort)");
     m.def("shutdown_all", &kcoll::shutdown_all, py::call_guard<py::gil_scoped_release>(),
           "stop every live group's worker (the package calls it at exit)");
     m.def(

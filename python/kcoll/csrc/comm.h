@@ -83,6 +83,13 @@ class Comm
         if (getpid() == pid_ && !gone_.exchange(true))
             (void)coll_comm_abort(comm_); /* the communicator is gone whatever it returns */
     }
+    /* Let the communicator go now, not when the last owner does (a group shut down); then
+     * aborted() is true. */
+    void destroy()
+    {
+        if (getpid() == pid_ && !gone_.exchange(true))
+            (void)coll_comm_destroy(comm_); /* nothing to report to: the group ended */
+    }
 
   private:
     coll_comm_t comm_;
