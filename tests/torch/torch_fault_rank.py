@@ -26,10 +26,11 @@
         communicator at once instead of waiting 5 s for the interrupted call, so rank 1's
         all_reduce 3 s later raises naming rank 0 (before, rank 1 completed it with the exiting
         rank 0).
-  abort  rank 1 waits on an all_reduce rank 0 never joins, and another thread of rank 1 calls
-        kcoll.abort() after 1 s: the wait must raise at once (not at the group's 60 s), the next
-        all_reduce must be refused saying the group was aborted ("REFUSED: <message>"); rank 0's
-        all_reduce 4 s later must raise naming rank 1.
+  abort  rank 1 waits on an all_reduce rank 0 joins only after 4 s, and another thread of
+        rank 1 calls kcoll.abort() after 1 s: the wait must raise at once (not at the group's
+        60 s), the next all_reduce must be refused saying the group was aborted ("REFUSED:
+        <message>"). Rank 0's all_reduce may complete (rank 1 sent its part before the abort),
+        and then with the right sum ("FIRST <values>"); its next one must raise naming rank 1.
   shutdown  both ranks all_reduce, then kcoll.shutdown() while the group is still referenced:
         the communicator's sockets close ("FDS <before> <after>"), a later all_reduce is refused
         saying the group was shut down, a second shutdown and destroy_process_group still work;
@@ -141,12 +142,17 @@ def refused(what):
 def abort_mode(rank):
     x = torch.ones(4)
     t0 = time.time()
-    if rank == 0:
-        time.sleep(4)
-    else:
+    if rank == 1:
         threading.Timer(1.0, kcoll.abort).start()
+    else:
+        time.sleep(4)
     try:
         dist.all_reduce(x)
+        if rank == 0:  # rank 1's part was sent before its abort: the sum may complete, right
+            print("FIRST %s" % x.tolist(), flush=True)
+            if x.tolist() != [2.0] * 4:
+                return 1
+            dist.all_reduce(x)  # this one needs rank 1's next part, which never comes
     except RuntimeError as e:
         print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
         if rank == 1 and not refused("the abort"):
