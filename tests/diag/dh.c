@@ -28,6 +28,7 @@ typedef struct meta {
     char idstr[COLL_UNIQUE_ID_STRLEN];
     double t_start;
     char err[DH_MSG_BYTES];
+    long holder_child; /* root_forked: the holder's child (not ours to wait for) */
 } meta_t;
 
 struct dh_job {
@@ -388,6 +389,20 @@ static void holder_main(dh_job_t *j, int wfd)
         __atomic_store_n(&j->meta->id_ready, -1, __ATOMIC_SEQ_CST);
         _exit(1);
     }
+    if (j->o.root_forked) {
+        pid_t c = fork(); /* the root runs: its sockets are what the child must not keep */
+        if (c == 0) {
+            int nul = open("/dev/null", O_RDWR);
+            if (nul >= 0) {
+                dup2(nul, STDOUT_FILENO);
+                dup2(nul, STDERR_FILENO);
+            }
+            alarm(120); /* dh_free kills it; this, if the test itself died */
+            for (;;)
+                pause();
+        }
+        j->meta->holder_child = c;
+    }
     __atomic_store_n(&j->meta->id_ready, 1, __ATOMIC_SEQ_CST);
     /* keep the root thread alive until the parent is done with us */
     for (;;)
@@ -733,6 +748,8 @@ void dh_free(dh_job_t *j)
     }
     if (j->guard_fd >= 0)
         close(j->guard_fd);
+    if (j->meta->holder_child > 0)
+        kill((pid_t)j->meta->holder_child, SIGKILL);
     munmap(j->sh, sizeof(dh_shared_t));
     munmap(j->meta, sizeof(meta_t));
     free(j);

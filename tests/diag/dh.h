@@ -61,6 +61,7 @@ typedef struct dh_opts {
     double deadline_s;  /* every rank still running after this is killed (a hang) */
     const char *ifname; /* interface spec for the unique id ("lo" when NULL) */
     int root_dead;      /* kill the root's holder process before the ranks start */
+    int root_forked;    /* the holder forks a child that outlives it (a DataLoader worker) */
     void (*body)(dh_ctx_t *ctx);
     /* exec mode (body == NULL): argv for rank r; COLL_UNIQUE_ID, COLL_RANK and COLL_NRANKS are
      * set in the environment of the exec'd program. */

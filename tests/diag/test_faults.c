@@ -2,6 +2,8 @@
  * Ranks that never arrive, a root that is gone, stopped peers and aborts:
  *   test_faults noinit    4 ranks, rank 3 never calls coll_comm_init_rank; COLL_BOOTSTRAP_TIMEOUT=3
  *   test_faults rootgone  the process that created the unique id is gone; COLL_BOOTSTRAP_TIMEOUT=11
+ *   test_faults rootgone_forked  the same, and it forked a child that lives on (it must not keep
+ *                         the root's listener open)
  *   test_faults stopped   4 ranks loop all_reduces; rank 2 gets SIGSTOP; COLL_TIMEOUT=3
  *   test_faults stopped_far  the same, with COLL_TIMEOUT=6 on rank 2's neighbours: rank 0,
  *                         which has no transfer with rank 2, times out first
@@ -231,13 +233,19 @@ static void test_noinit(fargs_t *a)
     dh_free(j);
 }
 
-static void test_rootgone(fargs_t *a)
+/* forked: the process that held the root forked a child first, which outlives it (a
+ * DataLoader worker of the rank that made the id): the child closed the root's sockets at the
+ * fork, so the ranks are refused and told so as when no child is left (before, the child's copy
+ * of the listener accepted them, and they waited for an answer that never came). */
+static void test_rootgone(fargs_t *a, int forked)
 {
     dh_setenv("COLL_BOOTSTRAP_TIMEOUT", "11"); /* past the 10 s after which a rank says so */
-    dh_opts_t o = {.name = "the process holding the root is gone",
+    dh_opts_t o = {.name = forked ? "the process holding the root is gone, its forked child lives"
+                                  : "the process holding the root is gone",
                    .nranks = 2,
                    .deadline_s = 40,
                    .root_dead = 1,
+                   .root_forked = forked,
                    .body = init_body,
                    .arg = a};
     dh_log("--- %s (COLL_BOOTSTRAP_TIMEOUT=11)", o.name);
@@ -477,7 +485,10 @@ int main(int argc, char **argv)
         test_noinit(&a);
     } else if (strcmp(m, "rootgone") == 0) {
         a.mode = M_ROOTGONE;
-        test_rootgone(&a);
+        test_rootgone(&a, 0);
+    } else if (strcmp(m, "rootgone_forked") == 0) {
+        a.mode = M_ROOTGONE;
+        test_rootgone(&a, 1);
     } else if (strcmp(m, "stopped") == 0) {
         a.mode = M_STOPPED;
         a.victim = 2;
@@ -500,7 +511,8 @@ int main(int argc, char **argv)
         a.victim = 0;
         test_fdfull(&a);
     } else {
-        printf("usage: test_faults noinit|rootgone|stopped|stopped_far|abort|fdlimit|fdfull\n");
+        printf("usage: test_faults "
+               "noinit|rootgone|rootgone_forked|stopped|stopped_far|abort|fdlimit|fdfull\n");
         return 2;
     }
     return dh_finish();

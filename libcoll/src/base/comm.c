@@ -22,7 +22,10 @@ static struct {
     uint32_t *gens;
     uint32_t cap;
     uint32_t forks; /* forks between the first process with kcoll loaded and this one */
-} registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0};
+    /* the listeners of the bootstrap roots this process serves (colli_fork_watch) */
+    struct sockaddr_storage *roots;
+    uint32_t nroots, roots_cap;
+} registry = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, NULL, 0, 0};
 
 /* ---- fork: a child lets go of the communicators' descriptors ----
  * A process forked from a rank (PyTorch's DataLoader workers and multiprocessing with the fork
@@ -32,12 +35,14 @@ static struct {
  * nccl_forkdeath_3, for ever under NCCL's defaults, which give operations no deadline). The child
  * cannot use the communicators, so it closes what is theirs: sockets whose local or remote address
  * is a member's listener (connections, links, listeners, notices) and the shared-memory segments
- * kcoll named. The parent's descriptors are untouched: a socket or an OFD lock ends only when its
- * last descriptor closes. The child's handles of them are refused from then on (other threads,
- * transports and locks of theirs stayed in the parent); its destroy or abort lets go of the
- * handle and touches nothing else: telling the peers or closing descriptors again would end the
- * parent's communicator or close the child's own files, which reuse the numbers. The registry's
- * lock is held across the fork, so the child's is free. */
+ * kcoll named, and the sockets of the bootstrap roots this process serves (a root whose listener
+ * a child kept open accepted the ranks' connections after its process died, and they waited for
+ * an answer that never came instead of being refused). The parent's descriptors are untouched: a
+ * socket or an OFD lock ends only when its last descriptor closes. The child's handles of them are
+ * refused from then on (other threads, transports and locks of theirs stayed in the parent); its
+ * destroy or abort lets go of the handle and touches nothing else: telling the peers or closing
+ * descriptors again would end the parent's communicator or close the child's own files, which reuse
+ * the numbers. The registry's lock is held across the fork, so the child's is free. */
 
 /* A listener address as a sortable key (family, port, address; zero-padded). */
 typedef struct {
@@ -106,7 +111,7 @@ static void fork_prepare(void)
 {
     pthread_mutex_lock(&forking.lock);
     pthread_mutex_lock(&registry.lock);
-    size_t n = 0;
+    size_t n = registry.nroots;
     for (uint32_t i = 0; i < registry.cap; i++)
         if (registry.comms[i] != NULL && registry.comms[i]->members != NULL)
             n += (size_t)registry.comms[i]->nranks;
@@ -118,6 +123,9 @@ static void fork_prepare(void)
             if (addr_key(&c->members[r].addr, &forking.keys[forking.n]))
                 forking.n++;
     }
+    for (uint32_t i = 0; forking.keys != NULL && i < registry.nroots; i++)
+        if (addr_key(&registry.roots[i], &forking.keys[forking.n]))
+            forking.n++;
     if (forking.n > 1)
         qsort(forking.keys, forking.n, sizeof(addr_key_t), key_cmp);
 }
@@ -166,6 +174,36 @@ static void fork_install(void)
     if (pthread_atfork(fork_prepare, fork_done, fork_child) != 0)
         coll_warn(INIT, "pthread_atfork failed: a process forked from this one keeps the "
                         "communicators' sockets, and peers learn late that this rank died");
+}
+
+void colli_fork_watch(const struct sockaddr_storage *listener)
+{
+    pthread_once(&fork_once, fork_install);
+    pthread_mutex_lock(&registry.lock);
+    if (registry.nroots == registry.roots_cap) {
+        uint32_t cap = registry.roots_cap ? registry.roots_cap * 2 : 4;
+        struct sockaddr_storage *r = realloc(registry.roots, cap * sizeof(*r));
+        if (r != NULL) {
+            registry.roots = r;
+            registry.roots_cap = cap;
+        }
+    }
+    if (registry.nroots < registry.roots_cap)
+        registry.roots[registry.nroots++] = *listener;
+    else /* out of memory: a child forked meanwhile keeps this root's port open */
+        coll_debug(INIT, "no memory to note a bootstrap root for the fork handler");
+    pthread_mutex_unlock(&registry.lock);
+}
+
+void colli_fork_unwatch(const struct sockaddr_storage *listener)
+{
+    pthread_mutex_lock(&registry.lock);
+    for (uint32_t i = 0; i < registry.nroots; i++)
+        if (memcmp(&registry.roots[i], listener, sizeof(*listener)) == 0) {
+            registry.roots[i] = registry.roots[--registry.nroots];
+            break;
+        }
+    pthread_mutex_unlock(&registry.lock);
 }
 
 coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle)

@@ -122,6 +122,12 @@ void colli_comm_unregister(coll_comm_t handle);
  * caller in the log line. */
 bool colli_comm_let_go_inherited(coll_comm_t handle, const char *fn);
 
+/* A bootstrap root this process serves listens at listener (its socket's own address): a child
+ * forked while it runs closes the root's sockets, as it closes the communicators'. Unwatch it
+ * before the listener closes. */
+void colli_fork_watch(const struct sockaddr_storage *listener);
+void colli_fork_unwatch(const struct sockaddr_storage *listener);
+
 /* Record a fatal error on the communicator (first one wins), log it once and call on_fail. */
 void colli_comm_fail(struct coll_comm *comm, coll_result_t code, const char *msg);
 

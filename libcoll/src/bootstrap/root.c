@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/comm.h"
 #include "base/error.h"
 #include "base/util.h"
 #include "base/handshake.h"
@@ -65,6 +66,7 @@ typedef struct {
 
 typedef struct {
     int listen_fd;
+    struct sockaddr_storage self; /* listen_fd's address, which a forked child closes */
     uint8_t secret[16];
     double deadline;
     double timeout; /* what set the deadline, for the message */
@@ -555,6 +557,7 @@ static void *root_main(void *arg)
     for (int i = 0; r->slots && i < r->nranks; i++)
         if (r->slots[i].fd >= 0)
             close(r->slots[i].fd);
+    colli_fork_unwatch(&r->self);
     close(r->listen_fd);
     free(r->pend);
     free(r->pfd);
@@ -575,9 +578,14 @@ static coll_result_t start(root_t *r, pthread_t *joinable)
     }
     pthread_attr_setdetachstate(&attr,
                                 joinable ? PTHREAD_CREATE_JOINABLE : PTHREAD_CREATE_DETACHED);
+    socklen_t sl = sizeof(r->self);
+    if (getsockname(r->listen_fd, (struct sockaddr *)&r->self, &sl) != 0)
+        memset(&r->self, 0, sizeof(r->self)); /* no family: the fork handler matches nothing */
+    colli_fork_watch(&r->self);
     int rc = pthread_create(&tid, &attr, root_main, r);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
+        colli_fork_unwatch(&r->self);
         status = COLLI_ERR(BOOT, COLL_ERR_SYSTEM, "cannot start the bootstrap root thread: %s",
                            strerror(rc));
         goto err_close;
