@@ -42,7 +42,7 @@ FORK_LIMIT = 8.0
 WAIT_LIMIT = 5.0
 GROUP_LIMIT = 5.0
 INTERRUPT_LIMIT = 1.5
-INIT_LIMIT = 12.0  # the group's 3 s, after the store's rendezvous and the imports under ASan
+INIT_LIMIT = tc.INIT_LIMIT
 ABORT_LIMIT = 3.0  # kcoll.abort() 1 s into a wait whose group timeout is 60 s
 
 

@@ -21,8 +21,6 @@ import torch_common as tc  # noqa: E402
 
 tc.need_torch()
 
-INIT_LIMIT = 12.0  # the group's 3 s, after the imports under ASan (test_fault.py's bound)
-
 
 def run(ck, cmd, n, how, timeout=100, extra=None):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT",
@@ -98,9 +96,9 @@ def agent_missing_rank(ck, coll_run, agent):
     secs = float(raised[0].split()[4]) if raised else None
     print("agent, rank 1 missing: exit %d in %.1f s; %s" % (r.returncode, time.time() - t0,
                                                             raised[0] if raised else "no RAISED"))
-    ck(secs is not None and secs <= INIT_LIMIT and "missing: rank 1" in raised[0],
+    ck(secs is not None and secs <= tc.INIT_LIMIT and "missing: rank 1" in raised[0],
        "agent, rank 1 missing: rank 0's init_process_group raised within %.0f s naming rank 1\n%s"
-       % (INIT_LIMIT, out[-3000:]))
+       % (tc.INIT_LIMIT, out[-3000:]))
 
 
 def main():

@@ -478,6 +478,5 @@ coll_result_t colli_config_check_bound(const char *fn, double seconds)
 
 void colli_config_bound_bootstrap(colli_config_t *cfg, double seconds)
 {
-    if (seconds > 0 && seconds < cfg->bootstrap_timeout)
-        cfg->bootstrap_timeout = seconds;
+    cfg->bootstrap_timeout = colli_config_bounded(cfg->bootstrap_timeout, seconds);
 }

@@ -64,6 +64,11 @@ coll_result_t colli_config_load(colli_config_t *cfg);
  * cfg->bootstrap_timeout (0: none). */
 coll_result_t colli_config_check_bound(const char *fn, double seconds);
 void colli_config_bound_bootstrap(colli_config_t *cfg, double seconds);
+/* timeout, or the caller's bound where that is > 0 and shorter */
+static inline double colli_config_bounded(double timeout, double bound)
+{
+    return bound > 0 && bound < timeout ? bound : timeout;
+}
 /* Where the value of the parameter called name came from. */
 colli_source_t colli_config_source(const colli_config_t *cfg, const char *name);
 /* The environment name of parameter i, NULL past the last one. */

@@ -308,6 +308,14 @@ void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_
     colli_set_last_error(msg);
 }
 
+/* How long the root that rank 0 hosts waits for the ranks: the agent's pin, else the
+ * environment's, shortened to the caller's bound (> 0). */
+static double root_wait(const colli_proto_facts_t *f, double env_timeout, double bound)
+{
+    return colli_config_bounded(f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : env_timeout,
+                                bound);
+}
+
 /* This rank cannot start (its last error says why): the root, at the endpoint the agent serves,
  * fails every rank with that message within seconds instead of letting them wait for the
  * bootstrap timeout; the process that hosts the root (rank 0, or the lowest local rank of pod 0
@@ -315,14 +323,6 @@ void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_
  * refused as no rank reports as none; the one the agent asks to also reports the pod's ranks that
  * never started, so that the root does not wait for them. Best effort, bounded by the bootstrap
  * timeout. */
-/* How long the root that rank 0 hosts waits for the ranks: the agent's pin, else the
- * environment's, shortened to the caller's bound (> 0). */
-static double root_wait(const colli_proto_facts_t *f, double env_timeout, double bound)
-{
-    double bt = f->bootstrap_timeout_s > 0 ? f->bootstrap_timeout_s : env_timeout;
-    return bound > 0 && bound < bt ? bound : bt;
-}
-
 static void tell_root(const colli_proto_facts_t *f, const colli_proto_failure_t *how,
                       double env_timeout, double bound)
 {

@@ -686,8 +686,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10::OptionalStreamGuard on_stream(job.stream);
         try {
             at::NoGradGuard no_grad;
-            TORCH_CHECK(!comm_->aborted(), "kcoll: the communicator of this process group "
-                                           "was aborted (an earlier wait timed out)");
+            if (comm_->aborted())
+                TORCH_CHECK(false, "kcoll: the communicator of this process group was ",
+                            why_gone());
             job.fn();
         } catch (...) {
             e = std::current_exception();
@@ -702,6 +703,14 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         std::lock_guard<std::mutex> lock(qmutex_);
         if (closed_.empty())
             closed_ = how;
+    }
+
+    /* Why the communicator is gone, for a job that finds it so: the group's abort or shutdown,
+     * else a wait that timed out (Work::wait aborts it). */
+    std::string why_gone()
+    {
+        std::lock_guard<std::mutex> lock(qmutex_);
+        return closed_.empty() ? std::string("aborted (an earlier wait timed out)") : closed_;
     }
 
     /* Under qmutex_. */
