@@ -386,6 +386,18 @@ COLL_API coll_result_t coll_send(const void *sendbuf, size_t count, coll_datatyp
 COLL_API coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
                                  coll_comm_t comm, coll_stream_t stream);
 
+/** coll_send and coll_recv with a tag (any int; coll_send and coll_recv are tag 0), for the
+ *  frameworks whose send and recv take one (torch.distributed). Messages between two ranks are
+ *  still matched in the order they are issued, as NCCL matches them: the tag does not choose the
+ *  message, it checks it. A recv whose tag differs from its matching send's fails with
+ *  COLL_ERR_MISMATCH naming both tags, as a count or datatype that differs does, instead of
+ *  taking another message's data. */
+COLL_API coll_result_t coll_send_tagged(const void *sendbuf, size_t count, coll_datatype_t datatype,
+                                        int peer, int tag, coll_comm_t comm, coll_stream_t stream);
+
+COLL_API coll_result_t coll_recv_tagged(void *recvbuf, size_t count, coll_datatype_t datatype,
+                                        int peer, int tag, coll_comm_t comm, coll_stream_t stream);
+
 /**
  * Group calls: operations issued between coll_group_start and coll_group_end (per thread,
  * nestable) are deferred and run concurrently at the outermost coll_group_end, so any pattern of

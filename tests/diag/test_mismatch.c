@@ -1,6 +1,8 @@
 /*
  * Mismatched collectives: at the same point of the program, ranks call collectives that differ
- * in kind, count, datatype, op or root, or a send and a recv that differ in count or datatype.
+ * in kind, count, datatype, op or root, or a send and a recv that differ in count, datatype or
+ * tag (coll_send_tagged: the messages between two ranks are matched in issue order, and a tag
+ * that differs is a mismatch, not a reason to take another message).
  * (A call of count 0 does nothing, as in NCCL, so one rank's extra zero-count call is no
  * mismatch.) Every frame carries the caller's fingerprint, so the receiver reports
  * COLL_ERR_MISMATCH describing both sides, and its abort notice makes every other rank fail with
@@ -26,6 +28,7 @@ typedef struct call {
     coll_datatype_t dt;
     coll_op_t op;
     int root_or_peer;
+    int tag; /* send/recv: coll_send_tagged/coll_recv_tagged when not 0 */
 } call_t;
 
 typedef struct mcase {
@@ -50,8 +53,12 @@ static coll_result_t do_call(const call_t *c, dh_ctx_t *ctx, coll_comm_t comm, v
     case K_BROADCAST:
         return coll_broadcast(s, r, c->count, c->dt, c->root_or_peer, comm, NULL);
     case K_SEND:
+        if (c->tag != 0)
+            return coll_send_tagged(s, c->count, c->dt, c->root_or_peer, c->tag, comm, NULL);
         return coll_send(s, c->count, c->dt, c->root_or_peer, comm, NULL);
     case K_RECV:
+        if (c->tag != 0)
+            return coll_recv_tagged(r, c->count, c->dt, c->root_or_peer, c->tag, comm, NULL);
         return coll_recv(r, c->count, c->dt, c->root_or_peer, comm, NULL);
     default:
         return COLL_SUCCESS;
@@ -98,6 +105,9 @@ static void check_error(const mcase_t *m, dh_job_t *j, int r, const dh_out_t *o,
     int p2p = m->c[r].kind == K_SEND || m->c[r].kind == K_RECV;
     const char *head = p2p ? "send/recv mismatch: rank " : "collective mismatch: rank ";
     char want[256];
+    if (p2p && m->c[0].tag != m->c[1].tag)
+        CHECK_HAS(msg, "a tag checks the match but does not choose the message",
+                  "rank %d (%s): says how tags are matched", r, when);
     if (o->rc == COLL_ERR_MISMATCH) {
         snprintf(want, sizeof(want), "%s%d ", head, r);
         CHECK(strncmp(msg, want, strlen(want)) == 0,
@@ -170,50 +180,64 @@ int main(void)
     static const mcase_t cases[] = {
         {"kind: all_reduce vs all_gather",
          2,
-         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0}, {K_ALL_GATHER, 1024, F32, COLL_SUM, 0}},
+         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0, 0}, {K_ALL_GATHER, 1024, F32, COLL_SUM, 0, 0}},
          {"all_reduce(count 1024, float32, sum)", "all_gather(count 1024, float32)"},
          {0, 0}},
         {"count: 1024 vs 2048",
          2,
-         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0}, {K_ALL_REDUCE, 2048, F32, COLL_SUM, 0}},
+         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0, 0}, {K_ALL_REDUCE, 2048, F32, COLL_SUM, 0, 0}},
          {"all_reduce(count 1024, float32, sum)", "all_reduce(count 2048, float32, sum)"},
          {0, 0}},
         {"count, ring sizes: 300000 vs 300001",
          2,
-         {{K_ALL_REDUCE, 300000, F32, COLL_SUM, 0}, {K_ALL_REDUCE, 300001, F32, COLL_SUM, 0}},
+         {{K_ALL_REDUCE, 300000, F32, COLL_SUM, 0, 0}, {K_ALL_REDUCE, 300001, F32, COLL_SUM, 0, 0}},
          {"all_reduce(count 300000, float32, sum)", "all_reduce(count 300001, float32, sum)"},
          {0, 0}},
         {"datatype: float32 vs int32",
          2,
-         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0}, {K_ALL_REDUCE, 1024, COLL_INT32, COLL_SUM, 0}},
+         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0, 0},
+          {K_ALL_REDUCE, 1024, COLL_INT32, COLL_SUM, 0, 0}},
          {"all_reduce(count 1024, float32, sum)", "all_reduce(count 1024, int32, sum)"},
          {0, 0}},
         {"op: sum vs max",
          2,
-         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0}, {K_ALL_REDUCE, 1024, F32, COLL_MAX, 0}},
+         {{K_ALL_REDUCE, 1024, F32, COLL_SUM, 0, 0}, {K_ALL_REDUCE, 1024, F32, COLL_MAX, 0, 0}},
          {"all_reduce(count 1024, float32, sum)", "all_reduce(count 1024, float32, max)"},
          {0, 0}},
         {"root: broadcast with root 0 on ranks 0-1, root 1 on rank 2",
          3,
-         {{K_BROADCAST, 1024, F32, COLL_SUM, 0},
-          {K_BROADCAST, 1024, F32, COLL_SUM, 0},
-          {K_BROADCAST, 1024, F32, COLL_SUM, 1}},
+         {{K_BROADCAST, 1024, F32, COLL_SUM, 0, 0},
+          {K_BROADCAST, 1024, F32, COLL_SUM, 0, 0},
+          {K_BROADCAST, 1024, F32, COLL_SUM, 1, 0}},
          {"broadcast(count 1024, float32, root 0)", "", "broadcast(count 1024, float32, root 1)"},
          {1, 1, 0}},
         {"root: broadcast with two roots (each rank thinks it is the root)",
          2,
-         {{K_BROADCAST, 1024, F32, COLL_SUM, 0}, {K_BROADCAST, 1024, F32, COLL_SUM, 1}},
+         {{K_BROADCAST, 1024, F32, COLL_SUM, 0, 0}, {K_BROADCAST, 1024, F32, COLL_SUM, 1, 0}},
          {"", ""},
          {1, 1}},
         {"p2p count: send 10 vs recv 20",
          2,
-         {{K_SEND, 10, F32, COLL_SUM, 1}, {K_RECV, 20, F32, COLL_SUM, 0}},
+         {{K_SEND, 10, F32, COLL_SUM, 1, 0}, {K_RECV, 20, F32, COLL_SUM, 0, 0}},
          {"send/recv(count 10, float32)", "send/recv(count 20, float32)"},
          {1, 0}},
         {"p2p datatype: send float32 vs recv int32",
          2,
-         {{K_SEND, 10, F32, COLL_SUM, 1}, {K_RECV, 10, COLL_INT32, COLL_SUM, 0}},
+         {{K_SEND, 10, F32, COLL_SUM, 1, 0}, {K_RECV, 10, COLL_INT32, COLL_SUM, 0, 0}},
          {"send/recv(count 10, float32)", "send/recv(count 10, int32)"},
+         {1, 0}},
+        /* torch.distributed's isend(tag=1), isend(tag=2) against irecv(tag=2), irecv(tag=1): Gloo
+         * matches by tag; kcoll matches in order, so the first recv meets the tag-1 message and
+         * must fail, not return its data (it did, silently, before tags were carried) */
+        {"p2p tag: send tag 1 vs recv tag 2",
+         2,
+         {{K_SEND, 10, F32, COLL_SUM, 1, 1}, {K_RECV, 10, F32, COLL_SUM, 0, 2}},
+         {"send/recv(count 10, float32, tag 1)", "send/recv(count 10, float32, tag 2)"},
+         {1, 0}},
+        {"p2p tag: send tag 7 vs coll_recv (tag 0)",
+         2,
+         {{K_SEND, 10, F32, COLL_SUM, 1, 7}, {K_RECV, 10, F32, COLL_SUM, 0, 0}},
+         {"send/recv(count 10, float32, tag 7)", "send/recv(count 10, float32)"},
          {1, 0}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)

@@ -86,7 +86,7 @@ static int connect_to(int port, int *local_port)
 }
 
 /* The library's wire protocol (COLLI_PROTO_VERSION in libcoll/src/base/wire.h). */
-#define WIRE_PROTO 4
+#define WIRE_PROTO 5
 
 /* A 64-byte hello as the wire defines it (magic, proto, kind, ...) with a made-up MAC. */
 static void fake_hello(unsigned char *h, uint16_t proto, int to_rank)

@@ -194,7 +194,8 @@ static int test_alltoallv(mp_ctx_t *ctx, coll_datatype_t dt, uint64_t seed)
 
 /* Several messages to the same peer in one group, matched in issue order. Equal sizes with
  * different contents catch reordering that sizes alone would not. 2*M items: more than a group
- * holds without allocating (core/dispatch.c). */
+ * holds without allocating (core/dispatch.c). The odd messages go through coll_send_tagged and
+ * coll_recv_tagged with tags of both signs (matched in order too: the tag only checks). */
 static int test_ordered(mp_ctx_t *ctx, uint64_t seed)
 {
     enum { M = 10 };
@@ -211,11 +212,18 @@ static int test_ordered(mp_ctx_t *ctx, uint64_t seed)
     int ok = ok_or_fatal(ctx, coll_group_start(), "coll_group_start");
     /* interleave: sends and receives alternate, each in message order */
     for (int m = 0; ok && m < M; m++) {
-        ok = ok_or_fatal(ctx, coll_send(sb[m].p, sizes[m], COLL_UINT32, next, ctx->comm, NULL),
-                         "coll_send (ordered)");
+        const int tag = m * 1000 - 4000;
+        ok = ok_or_fatal(
+            ctx,
+            m % 2 ? coll_send_tagged(sb[m].p, sizes[m], COLL_UINT32, next, tag, ctx->comm, NULL)
+                  : coll_send(sb[m].p, sizes[m], COLL_UINT32, next, ctx->comm, NULL),
+            "coll_send (ordered)");
         if (ok)
-            ok = ok_or_fatal(ctx, coll_recv(rb[m].p, sizes[m], COLL_UINT32, prev, ctx->comm, NULL),
-                             "coll_recv (ordered)");
+            ok = ok_or_fatal(
+                ctx,
+                m % 2 ? coll_recv_tagged(rb[m].p, sizes[m], COLL_UINT32, prev, tag, ctx->comm, NULL)
+                      : coll_recv(rb[m].p, sizes[m], COLL_UINT32, prev, ctx->comm, NULL),
+                "coll_recv (ordered)");
     }
     if (ok)
         ok = ok_or_fatal(ctx, coll_group_end(), "coll_group_end (ordered messages)");

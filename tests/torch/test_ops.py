@@ -206,6 +206,21 @@ def cases(world):
             return [x]
         c["send/recv"] = (sendrecv, lambda rank, world, dt: [] if rank == 0 else
                           [inp("sr", 0 if rank == 1 else rank, N, dt)])
+
+        def tagged(g, rank, world, dt):  # tags, in the same order on both sides
+            if rank == 0:
+                for w in [dist.isend(inp(("tg", t), 0, N, dt), 1, group=g, tag=t)
+                          for t in (3, 9)]:
+                    w.wait()
+                return []
+            outs = [torch.zeros(N, dtype=dt) for _ in range(2)]
+            if rank == 1:
+                for w in [dist.irecv(outs[k], 0, group=g, tag=t) for k, t in enumerate((3, 9))]:
+                    w.wait()
+            return outs
+        c["isend/irecv with tags"] = (tagged, lambda rank, world, dt: [] if rank == 0 else [
+            inp(("tg", t), 0, N, dt) if rank == 1 else torch.zeros(N, dtype=dt)
+            for t in (3, 9)])
     return c
 
 
@@ -272,6 +287,25 @@ def worker(rank, world):
         ck(False, "int16 is refused")
     except RuntimeError as e:
         ck("not supported" in str(e), "int16 refusal message: %s" % e)
+    # tags out of order: Gloo matches by tag; kcoll matches in issue order (as NCCL does), so the
+    # first recv meets the tag-1 message and must raise naming both tags, not return its data
+    # (it returned it, silently, before the tag went with the message). On a group of its own:
+    # the mismatch fails that group's communicator.
+    if world > 1:
+        pair = dist.new_group([0, 1], backend="kcoll")
+        if rank == 0:
+            for t in (1, 2):
+                dist.isend(torch.full((4,), float(t)), 1, group=pair, tag=t)
+        elif rank == 1:
+            y, x = torch.zeros(4), torch.zeros(4)
+            try:
+                for w in [dist.irecv(y, 0, group=pair, tag=2), dist.irecv(x, 0, group=pair, tag=1)]:
+                    w.wait()
+                ck(False, "recv tag 2 after send tag 1: raised (got %s and %s)"
+                   % (y.tolist(), x.tolist()))
+            except RuntimeError as e:
+                ck("tag 2" in str(e) and "tag 1" in str(e) and "does not choose" in str(e),
+                   "out-of-order tags: the message names both tags and the rule: %s" % e)
     n = ck.finish()
     dist.barrier()
     dist.destroy_process_group()

@@ -48,6 +48,7 @@ typedef struct colli_p2p {
     void *buf;
     size_t count;
     coll_datatype_t dt;
+    int tag; /* carried in the message's fingerprint (its root field), checked, not matched on */
 } colli_p2p_t;
 
 /* Run a collective on host buffers (algo/run.c): the whole call, as the public entry points do

@@ -84,12 +84,12 @@ static coll_result_t self_copy(const struct coll_comm *comm, const colli_p2p_t *
         const colli_p2p_t *recv = &msgs[k];
         if (recv->send || recv->peer != comm->rank || seen++ != j)
             continue;
-        if (recv->count != send->count || recv->dt != send->dt)
+        if (recv->count != send->count || recv->dt != send->dt || recv->tag != send->tag)
             return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                             "send to self of %zu x %s does not match the recv from self of %zu "
-                             "x %s",
-                             send->count, coll_datatype_name(send->dt), recv->count,
-                             coll_datatype_name(recv->dt));
+                             "send to self of %zu x %s (tag %d) does not match the recv from "
+                             "self of %zu x %s (tag %d)",
+                             send->count, coll_datatype_name(send->dt), send->tag, recv->count,
+                             coll_datatype_name(recv->dt), recv->tag);
         if (send->count > 0) /* an empty message may come with NULL buffers */
             memmove(recv->buf, send->buf, send->count * coll_datatype_size(send->dt));
     }
@@ -117,7 +117,7 @@ coll_result_t colli_run_p2p(struct coll_comm *comm, const colli_p2p_t *msgs, int
         }
         const size_t esize = coll_datatype_size(m->dt), chunk = colli_chunk_elems(comm, esize);
         uint64_t seq = m->send ? comm->p2p_send_seq[m->peer]++ : comm->p2p_recv_seq[m->peer]++;
-        colli_op_add_fp(&op, COLLI_COLL_SEND_RECV, m->dt, COLL_SUM, -1, m->count, seq);
+        colli_op_add_fp(&op, COLLI_COLL_SEND_RECV, m->dt, COLL_SUM, m->tag, m->count, seq);
         colli_op_reset_msg(&op, m->peer, m->send);
         size_t off = 0;
         do { /* a zero-length message still sends its header, so mismatches are caught */

@@ -11,8 +11,9 @@
 #include "coll.h"
 
 /* Wire-protocol version: bumped whenever a wire struct or exchange changes (3: the challenge
- * handshake, base/handshake.h; 4: the root's reachability probes, bootstrap/reach.c). */
-#define COLLI_PROTO_VERSION 4u
+ * handshake, base/handshake.h; 4: the root's reachability probes, bootstrap/reach.c; 5: a
+ * send/recv's frames carry its tag in `root`, where they carried -1). */
+#define COLLI_PROTO_VERSION 5u
 
 #define COLLI_HELLO_MAGIC 0x4c48434bu /* "KCHL" */
 #define COLLI_FRAME_MAGIC 0x4d52464bu /* "KFRM" */

@@ -219,7 +219,7 @@ coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
 /* ---- point-to-point and groups ---- */
 
 static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll_datatype_t dt,
-                         int peer, coll_comm_t handle, coll_stream_t stream)
+                         int peer, int tag, coll_comm_t handle, coll_stream_t stream)
 {
     struct coll_comm *comm;
     coll_result_t status = colli_comm_lookup(handle, &comm);
@@ -255,8 +255,13 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
                            COLL_SUM,
                            -1,
                            NULL};
-    const colli_item_t it = {
-        .kind = kind, .handle = handle, .a = a, .peer = peer, .device = device, .stream = stream};
+    const colli_item_t it = {.kind = kind,
+                             .handle = handle,
+                             .a = a,
+                             .peer = peer,
+                             .tag = tag,
+                             .device = device,
+                             .stream = stream};
     if (colli_group_active())
         return colli_group_enqueue(&it);
     if (peer == comm->rank)
@@ -271,12 +276,26 @@ coll_result_t coll_send(const void *sendbuf, size_t count, coll_datatype_t datat
                         coll_comm_t comm, coll_stream_t stream)
 {
     return colli_group_note(
-        p2p("coll_send", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype, peer, comm, stream));
+        p2p("coll_send", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype, peer, 0, comm, stream));
 }
 
 coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
                         coll_comm_t comm, coll_stream_t stream)
 {
     return colli_group_note(
-        p2p("coll_recv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, comm, stream));
+        p2p("coll_recv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, 0, comm, stream));
+}
+
+coll_result_t coll_send_tagged(const void *sendbuf, size_t count, coll_datatype_t datatype,
+                               int peer, int tag, coll_comm_t comm, coll_stream_t stream)
+{
+    return colli_group_note(p2p("coll_send_tagged", COLLI_ITEM_SEND, (void *)sendbuf, count,
+                                datatype, peer, tag, comm, stream));
+}
+
+coll_result_t coll_recv_tagged(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
+                               int tag, coll_comm_t comm, coll_stream_t stream)
+{
+    return colli_group_note(p2p("coll_recv_tagged", COLLI_ITEM_RECV, recvbuf, count, datatype, peer,
+                                tag, comm, stream));
 }

@@ -18,6 +18,7 @@ typedef struct colli_item {
     coll_comm_t handle;
     colli_coll_args_t a;
     int peer;
+    int tag;      /* send/recv: the caller's tag (coll_send_tagged; 0 for coll_send) */
     int device;   /* the GPU of its buffers, -1 for host buffers */
     void *stream; /* device buffers: the caller's stream */
     /* pm.used: the call pre-multiplies. A PreMulSum operator (a.op >= COLL_NUM_OPS) as it was

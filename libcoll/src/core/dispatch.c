@@ -46,7 +46,8 @@ static coll_result_t run_host_p2p(struct coll_comm *comm, coll_comm_t handle,
                                   .peer = it->peer,
                                   .buf = send ? (void *)it->a.sendbuf : it->a.recvbuf,
                                   .count = it->a.count,
-                                  .dt = it->a.dt};
+                                  .dt = it->a.dt,
+                                  .tag = it->tag};
     }
     coll_result_t status = colli_run_p2p(comm, msgs, k);
     if (msgs != few)

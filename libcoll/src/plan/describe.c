@@ -26,6 +26,13 @@ void colli_fp_desc(const colli_fp_t *fp, char *buf, size_t len)
         snprintf(buf, len, "%s(count %llu, %s, root %d)%s", name, (unsigned long long)fp->count,
                  coll_datatype_name(fp->dtype), fp->root, path);
         break;
+    case COLLI_COLL_SEND_RECV: /* root: the tag (coll_send_tagged), shown when not 0 */
+        if (fp->root != 0) {
+            snprintf(buf, len, "%s(count %llu, %s, tag %d)%s", name, (unsigned long long)fp->count,
+                     coll_datatype_name(fp->dtype), fp->root, path);
+            break;
+        }
+        /* fall through */
     default:
         snprintf(buf, len, "%s(count %llu, %s)%s", name, (unsigned long long)fp->count,
                  coll_datatype_name(fp->dtype), path);

@@ -42,16 +42,21 @@ coll_result_t colli_frame_error(struct coll_comm *comm, const colli_op_t *op, in
     colli_fp_desc(mine, md, sizeof(md));
     colli_fp_desc(&theirs, td, sizeof(td));
     bool p2p = mine->coll == COLLI_COLL_SEND_RECV;
+    /* a send/recv's root is its tag (coll_send_tagged) */
     if (f->coll != mine->coll || f->dtype != mine->dtype || f->count != mine->count ||
-        (!p2p && (f->op != mine->op || f->root != mine->root)) || f->seq != mine->seq ||
-        (f->coll == COLLI_COLL_BROADCAST && f->root != mine->root)) {
+        f->root != mine->root || (!p2p && f->op != mine->op) || f->seq != mine->seq) {
         if (p2p)
-            return COLLI_ERR(COLL, COLL_ERR_MISMATCH,
-                             "send/recv mismatch: rank %d posted recv #%llu as %s but %s sent "
-                             "message #%llu as %s. Count and datatype of each send must match "
-                             "the matching recv.",
-                             comm->rank, (unsigned long long)mine->seq, md, who,
-                             (unsigned long long)f->seq, td);
+            return COLLI_ERR(
+                COLL, COLL_ERR_MISMATCH,
+                "send/recv mismatch: rank %d posted recv #%llu as %s but %s sent "
+                "message #%llu as %s. Count, datatype and tag of each send must "
+                "match the matching recv%s",
+                comm->rank, (unsigned long long)mine->seq, md, who, (unsigned long long)f->seq, td,
+                f->root == mine->root ? "."
+                                      : ": the messages between two ranks are matched in the order "
+                                        "they are issued, as NCCL matches them; a tag checks the "
+                                        "match but does not choose the message. Post the receives "
+                                        "in the order of the sends.");
         return COLLI_ERR(COLL, COLL_ERR_MISMATCH,
                          "collective mismatch: rank %d called %s as collective #%llu but %s "
                          "called %s as collective #%llu. Every rank must call the same "

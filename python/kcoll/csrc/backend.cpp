@@ -362,16 +362,20 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         });
     }
 
-    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int) override
+    /* The tag travels with the message and is checked against the recv's: messages between two
+     * ranks are matched in issue order (as ProcessGroupNCCL's, whose tags are ignored), so a
+     * recv that meets another tag raises naming both instead of taking that message's data,
+     * which Gloo would have given to the recv of its tag. */
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int tag) override
     {
         at::Tensor t = one_tensor(tensors, "send");
-        return p2p(c10d::OpType::SEND, "send", t, [this, t, dst] { send1(t, dst); });
+        return p2p(c10d::OpType::SEND, "send", t, [this, t, dst, tag] { send1(t, dst, tag); });
     }
 
-    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int) override
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override
     {
         at::Tensor t = one_tensor(tensors, "recv");
-        return p2p(c10d::OpType::RECV, "recv", t, [this, t, src] { recv1(t, src); });
+        return p2p(c10d::OpType::RECV, "recv", t, [this, t, src, tag] { recv1(t, src, tag); });
     }
 
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
@@ -540,16 +544,18 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return splits;
     }
 
-    void send1(const at::Tensor &t, int peer)
+    void send1(const at::Tensor &t, int peer, int tag = 0)
     {
-        check(coll_send(t.data_ptr(), t.numel(), dtype_of(t), peer, comm(), stream_of(t)),
-              "coll_send to rank " + std::to_string(peer));
+        check(
+            coll_send_tagged(t.data_ptr(), t.numel(), dtype_of(t), peer, tag, comm(), stream_of(t)),
+            "coll_send to rank " + std::to_string(peer));
     }
 
-    void recv1(const at::Tensor &t, int peer)
+    void recv1(const at::Tensor &t, int peer, int tag = 0)
     {
-        check(coll_recv(t.data_ptr(), t.numel(), dtype_of(t), peer, comm(), stream_of(t)),
-              "coll_recv from rank " + std::to_string(peer));
+        check(
+            coll_recv_tagged(t.data_ptr(), t.numel(), dtype_of(t), peer, tag, comm(), stream_of(t)),
+            "coll_recv from rank " + std::to_string(peer));
     }
 
     /* fn's sends and receives in one coll group; the group is closed even when fn throws. */
