@@ -124,7 +124,7 @@ static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, int 
                               config->blocking);
         *blocking = config->blocking;
     }
-    return ncclSuccess;
+    return nccl_config_audit(config, fn);
 }
 
 static ncclResult_t new_comm(ncclComm_t *out, const char *fn, struct ncclComm **comm)

@@ -59,6 +59,9 @@ size_t nccl_datatype_size(ncclDataType_t dt);
 void nccl_banner(void);
 /* A WARN line when another libnccl.so* than this library is loaded in the process. */
 void nccl_warn_other_copies(void);
+/* config.c: the config fields beyond blocking, answered (netName refused when it names a
+ * network kcoll has not, or WARNed when it differs from the process's; the others INFO once). */
+ncclResult_t nccl_config_audit(const ncclConfig_t *config, const char *fn);
 /* The calling thread's CUDA device when the process uses CUDA, else 0. */
 int nccl_current_device(void);
 

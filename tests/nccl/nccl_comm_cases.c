@@ -79,6 +79,92 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
+/* Run f with this process's stderr (where kcoll logs) going to a file; its text in out. */
+static void with_stderr_captured(void (*f)(void *), void *arg, char *out, size_t len)
+{
+    char path[] = "/tmp/nccl_test_stderr_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    out[0] = '\0';
+    CHECK(fd >= 0 && saved >= 0, "capture stderr");
+    if (fd < 0 || saved < 0)
+        return;
+    fflush(stderr);
+    dup2(fd, 2);
+    f(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, out, len - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+}
+
+typedef struct {
+    ncclComm_t parent;
+    ncclConfig_t config;
+} split_with_t;
+
+static void split_with_config(void *arg)
+{
+    split_with_t *s = arg;
+    ncclComm_t comm = NULL;
+    CHECK_OK(ncclCommSplit(s->parent, 0, rank_, &comm, &s->config),
+             "ncclCommSplit with netName, minCTAs, commName");
+    float one = 1, sum = 0;
+    if (comm != NULL) {
+        CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, comm, NULL), "ncclAllReduce");
+        CHECK(sum == nranks_, "sum %g", sum);
+        CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy");
+    }
+}
+
+/* The config's other fields are answered, not dropped: a netName kcoll has not is refused; IB
+ * or Socket different from the process's network (NCCL_NET, COLL_TRANSPORT) is a WARN; the GPU
+ * and resource knobs one INFO line each (NCCL_DEBUG=INFO). */
+static void config_fields(ncclComm_t parent)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.netName = "EFA";
+    ncclComm_t comm = NULL;
+    CHECK(ncclCommInitRankConfig(&comm, nranks_, sh->id, rank_, &config) == ncclInvalidArgument &&
+              comm == NULL,
+          "config.netName \"EFA\" is ncclInvalidArgument");
+    CHECK(strstr(ncclGetLastError(NULL), "config.netName is \"EFA\", a network kcoll does not "
+                                         "have") != NULL,
+          "message: %s", ncclGetLastError(NULL));
+    CHECK(ncclCommSplit(parent, 0, rank_, &comm, &config) == ncclInvalidArgument && comm == NULL,
+          "config.netName \"EFA\" in ncclCommSplit is ncclInvalidArgument");
+    const char *net = getenv("NCCL_NET"), *tp = getenv("COLL_TRANSPORT");
+    char *saved_net = net ? strdup(net) : NULL, *saved_tp = tp ? strdup(tp) : NULL;
+    unsetenv("NCCL_NET");
+    unsetenv("COLL_TRANSPORT");
+    setenv("NCCL_DEBUG", "INFO", 1);
+    split_with_t s = {parent, NCCL_CONFIG_INITIALIZER};
+    s.config.netName = "Socket";
+    s.config.minCTAs = 4;
+    s.config.collnetEnable = 0; /* what kcoll does anyway: nothing to say */
+    s.config.commName = "tp-group";
+    char text[8192];
+    with_stderr_captured(split_with_config, &s, text, sizeof(text));
+    unsetenv("NCCL_DEBUG");
+    if (saved_net != NULL)
+        setenv("NCCL_NET", saved_net, 1);
+    if (saved_tp != NULL)
+        setenv("COLL_TRANSPORT", saved_tp, 1);
+    free(saved_net);
+    free(saved_tp);
+    CHECK(strstr(text, "WARN ncclCommSplit: config.netName = \"Socket\" is not applied "
+                       "per communicator") != NULL &&
+              strstr(text, "set NCCL_NET=Socket") != NULL,
+          "a WARN for netName: %s", text);
+    CHECK(strstr(text, "config.minCTAs = 4 is not applied") != NULL, "an INFO for minCTAs: %s",
+          text);
+    CHECK(strstr(text, "config.commName = \"tp-group\" is not used") != NULL,
+          "an INFO for commName: %s", text);
+    CHECK(strstr(text, "collnetEnable") == NULL, "no line for collnetEnable = 0: %s", text);
+}
+
 void case_nonblocking(void)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -101,6 +187,7 @@ void case_nonblocking(void)
     float one = 1, sum = 0;
     CHECK_OK(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, comm, NULL), "ncclAllReduce");
     CHECK(sum == nranks_, "sum %g", sum);
+    config_fields(comm);
     CHECK_OK(ncclCommDestroy(comm), "ncclCommDestroy");
     /* an abort while a creation waits for a peer that never comes returns at once (the creation
      * waits until COLL_BOOTSTRAP_TIMEOUT, 30 s here); the abandoned creation ends itself */
