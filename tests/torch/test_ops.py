@@ -188,8 +188,8 @@ def cases(world):
     if world > 1:
         def ring(g, rank, world, dt):
             out = torch.zeros(N, dtype=dt)
-            ops = [dist.P2POp(dist.isend, inp("ring", rank, N, dt), (rank + 1) % world, g),
-                   dist.P2POp(dist.irecv, out, (rank - 1) % world, g)]
+            ops = [dist.P2POp(dist.isend, inp("ring", rank, N, dt), (rank + 1) % world, g, tag=5),
+                   dist.P2POp(dist.irecv, out, (rank - 1) % world, g, tag=5)]
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
             return [out]
