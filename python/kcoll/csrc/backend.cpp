@@ -28,6 +28,7 @@
 
 #include "coll.h"
 #include "comm.h"
+#include "shapes.h"
 #include "compat.h"
 #include "work.h"
 
@@ -211,7 +212,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                              const c10d::AllgatherOptions &) override
     {
         at::Tensor in = one_tensor(inputs, "all_gather");
-        std::vector<at::Tensor> outs = world_list(outputs, in, "all_gather", "output");
+        std::vector<at::Tensor> outs = world_list(getSize(), outputs, in, "all_gather", "output");
         return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
             at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
             check(coll_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in), comm(),
@@ -225,7 +226,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &) override
     {
-        check_world_times(output, "output", input, "all_gather_into_tensor");
+        check_world_times(getSize(), output, "output", input, "all_gather_into_tensor");
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
                       [this, in, out] {
@@ -241,7 +242,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor in = one_tensor(inputs, "gather");
         int root = static_cast<int>(opts.rootRank);
-        std::vector<at::Tensor> outs = root_list(outputs, root, in, "gather", "output");
+        std::vector<at::Tensor> outs =
+            root_list(getSize(), getRank(), outputs, root, in, "gather", "output");
         return submit(
             c10d::OpType::GATHER, "gather", outs,
             [this, in, outs, root] { rooted(root, in, outs, true); }, in);
@@ -253,7 +255,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor out = one_tensor(outputs, "scatter");
         int root = static_cast<int>(opts.rootRank);
-        std::vector<at::Tensor> ins = root_list(inputs, root, out, "scatter", "input");
+        std::vector<at::Tensor> ins =
+            root_list(getSize(), getRank(), inputs, root, out, "scatter", "input");
         return submit(c10d::OpType::SCATTER, "scatter", {out},
                       [this, ins, out, root] { rooted(root, out, ins, false); });
     }
@@ -263,7 +266,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                                   const c10d::ReduceScatterOptions &opts) override
     {
         at::Tensor out = one_tensor(outputs, "reduce_scatter");
-        std::vector<at::Tensor> ins = world_list(inputs, out, "reduce_scatter", "input");
+        std::vector<at::Tensor> ins = world_list(getSize(), inputs, out, "reduce_scatter", "input");
         coll_op_t op = op_of(opts.reduceOp, out);
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
@@ -280,7 +283,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                          const c10d::ReduceScatterOptions &opts) override
     {
-        check_world_times(input, "input", output, "reduce_scatter_tensor");
+        check_world_times(getSize(), input, "input", output, "reduce_scatter_tensor");
         coll_op_t op = op_of(opts.reduceOp, output);
         c10d::ReduceOp rop = opts.reduceOp;
         at::Tensor in = input, out = output;
@@ -314,8 +317,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                       "coll_all_to_all");
             });
         }
-        std::vector<int64_t> ins = blocks(in, inSplits, "input");
-        std::vector<int64_t> outs = blocks(out, outSplits, "output");
+        std::vector<int64_t> ins = blocks(getSize(), in, inSplits, "input");
+        std::vector<int64_t> outs = blocks(getSize(), out, outSplits, "output");
         return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                       [this, in, out, ins, outs] {
                           int64_t ioff = 0, ooff = 0;
@@ -449,52 +452,6 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return comm_->get();
     }
 
-    void check_same(const at::Tensor &t, const at::Tensor &ref, const char *op) const
-    {
-        check_tensor(t, op);
-        TORCH_CHECK(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "kcoll: ", op,
-                    ": every tensor has the same size and dtype (", ref.numel(), " x ",
-                    ref.scalar_type(), "; got ", t.numel(), " x ", t.scalar_type(), ")");
-    }
-
-    /* gather's outputs, scatter's inputs: world_size tensors like ref on the root, none elsewhere
-     */
-    std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>> &lists, int root,
-                                      const at::Tensor &ref, const char *op,
-                                      const char *which) const
-    {
-        if (getRank() != root) {
-            TORCH_CHECK(lists.empty() || lists[0].empty(), "kcoll: ", op, ": only the root passes ",
-                        which, "s");
-            return {};
-        }
-        return world_list(lists, ref, op, which);
-    }
-
-    /* big (called which) holds world_size times small's elements, of small's dtype. */
-    void check_world_times(const at::Tensor &big, const char *which, const at::Tensor &small,
-                           const char *op) const
-    {
-        check_tensor(big, op);
-        check_tensor(small, op);
-        TORCH_CHECK(big.numel() == small.numel() * getSize() &&
-                        big.scalar_type() == small.scalar_type(),
-                    "kcoll: ", op, ": the ", which, " must hold world_size (", getSize(),
-                    ") times the other tensor's elements, of the same dtype");
-    }
-
-    /* One list of world_size tensors, each of ref's size and dtype. */
-    std::vector<at::Tensor> world_list(const std::vector<std::vector<at::Tensor>> &lists,
-                                       const at::Tensor &ref, const char *op,
-                                       const char *which) const
-    {
-        TORCH_CHECK(lists.size() == 1 && lists[0].size() == static_cast<size_t>(getSize()),
-                    "kcoll: ", op, ": one ", which, " list of ", getSize(), " tensors");
-        for (const auto &t : lists[0])
-            check_same(t, ref, op);
-        return lists[0];
-    }
-
     /* gather (to_root) and scatter: the root exchanges one tensor with every other rank, in one
      * group; its own is copied. */
     void rooted(int root, const at::Tensor &mine, const std::vector<at::Tensor> &at_root,
@@ -517,31 +474,6 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     send1(at_root[r], r);
             }
         });
-    }
-
-    /* Row counts of the blocks of t per rank from split sizes (empty: equal blocks). */
-    std::vector<int64_t> blocks(const at::Tensor &t, const std::vector<int64_t> &splits,
-                                const char *which) const
-    {
-        int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-        std::vector<int64_t> b;
-        if (splits.empty()) {
-            TORCH_CHECK(rows % getSize() == 0, "kcoll: all_to_all_single: the ", which,
-                        "'s first dimension (", rows, ") is not a multiple of world_size");
-            b.assign(getSize(), rows / getSize());
-            return b;
-        }
-        TORCH_CHECK(splits.size() == static_cast<size_t>(getSize()),
-                    "kcoll: all_to_all_single: ", which, " split sizes need world_size (",
-                    getSize(), ") entries");
-        int64_t sum = 0;
-        for (int64_t s : splits) {
-            TORCH_CHECK(s >= 0, "kcoll: all_to_all_single: a negative split size");
-            sum += s;
-        }
-        TORCH_CHECK(sum == rows, "kcoll: all_to_all_single: ", which, " split sizes add up to ",
-                    sum, ", the tensor has ", rows, " rows");
-        return splits;
     }
 
     void send1(const at::Tensor &t, int peer, int tag = 0)
