@@ -74,7 +74,7 @@ static void info_once(int *flag, const char *fn, const char *field, long long va
 }
 
 /* netName: IB or Socket (NCCL's built-in networks, any case). kcoll picks one network for the
- * whole process from NCCL_NET or COLL_TRANSPORT (or the kcoll agent's pin), not per
+ * whole process from COLL_TRANSPORT, else NCCL_NET (or the kcoll agent's pin), not per
  * communicator; a name that asks for something else is said. */
 static ncclResult_t check_net(const char *net, const char *fn)
 {
@@ -85,19 +85,21 @@ static ncclResult_t check_net(const char *net, const char *fn)
                           "offers \"IB\" (InfiniBand) and \"Socket\"; set one of them, or leave "
                           "netName unset",
                           fn, net);
-    const char *env = getenv("NCCL_NET"), *coll = getenv("COLL_TRANSPORT");
-    const bool same = (env != NULL && strcasecmp(env, net) == 0) ||
-                      (coll != NULL && strcasecmp(coll, ib ? "RequireIB" : "Socket") == 0);
-    if (same || log_level() < 1)
+    /* the variable that decides, as libcoll resolves it: COLL_TRANSPORT wins over NCCL_NET */
+    const char *coll = getenv("COLL_TRANSPORT"), *env = getenv("NCCL_NET");
+    const bool by_coll = coll != NULL && *coll != '\0';
+    const char *want = by_coll ? (ib ? "RequireIB" : "Socket") : (ib ? "IB" : "Socket");
+    const char *now = by_coll ? coll : env != NULL && *env != '\0' ? env : "(unset)";
+    if (strcasecmp(now, want) == 0 || log_level() < 1)
         return ncclSuccess;
     char line[600];
     snprintf(line, sizeof(line),
              "kcoll NCCL WARN %s: config.netName = \"%s\" is not applied per communicator: kcoll "
-             "takes one network for the whole process from NCCL_NET or COLL_TRANSPORT (here "
-             "NCCL_NET=%s, COLL_TRANSPORT=%s; under the kcoll agent, its pin), and this "
-             "communicator uses that; set NCCL_NET=%s in the environment to %s",
-             fn, net, env != NULL ? env : "(unset)", coll != NULL ? coll : "(unset)",
-             ib ? "IB" : "Socket",
+             "takes one network for the whole process from COLL_TRANSPORT, else NCCL_NET (here "
+             "%s=%s; under the kcoll agent, its pin), and this communicator uses that; set %s=%s "
+             "in the environment to %s",
+             fn, net, by_coll ? "COLL_TRANSPORT" : "NCCL_NET", now,
+             by_coll ? "COLL_TRANSPORT" : "NCCL_NET", want,
              ib ? "require InfiniBand (a node without it then fails saying why)"
                 : "use sockets only");
     coll_log_text(line);

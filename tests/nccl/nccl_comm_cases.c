@@ -145,8 +145,17 @@ static void config_fields(ncclComm_t parent)
     s.config.minCTAs = 4;
     s.config.collnetEnable = 0; /* what kcoll does anyway: nothing to say */
     s.config.commName = "tp-group";
-    char text[8192];
+    char text[8192], wins[8192];
     with_stderr_captured(split_with_config, &s, text, sizeof(text));
+    /* COLL_TRANSPORT wins over NCCL_NET: NCCL_NET=IB agreeing with netName "IB" does not make
+     * it applied while COLL_TRANSPORT=Socket, and the WARN names the variable that decides */
+    setenv("NCCL_NET", "IB", 1);
+    setenv("COLL_TRANSPORT", "Socket", 1);
+    split_with_t ib = {parent, NCCL_CONFIG_INITIALIZER};
+    ib.config.netName = "IB";
+    with_stderr_captured(split_with_config, &ib, wins, sizeof(wins));
+    unsetenv("NCCL_NET");
+    unsetenv("COLL_TRANSPORT");
     unsetenv("NCCL_DEBUG");
     if (saved_net != NULL)
         setenv("NCCL_NET", saved_net, 1);
@@ -163,6 +172,12 @@ static void config_fields(ncclComm_t parent)
     CHECK(strstr(text, "config.commName = \"tp-group\" is not used") != NULL,
           "an INFO for commName: %s", text);
     CHECK(strstr(text, "collnetEnable") == NULL, "no line for collnetEnable = 0: %s", text);
+    CHECK(strstr(wins, "config.netName = \"IB\" is not applied") != NULL &&
+              strstr(wins, "(here COLL_TRANSPORT=Socket;") != NULL &&
+              strstr(wins, "set COLL_TRANSPORT=RequireIB") != NULL,
+          "netName IB under COLL_TRANSPORT=Socket and NCCL_NET=IB: a WARN naming "
+          "COLL_TRANSPORT: %s",
+          wins);
 }
 
 void case_nonblocking(void)
