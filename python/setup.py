@@ -33,7 +33,8 @@ setup(
     description="kcoll's torch.distributed backend (import kcoll; init_process_group('kcoll'))",
     packages=["kcoll"],
     ext_modules=[Extension(
-        "kcoll._C", ["kcoll/csrc/backend.cpp", "kcoll/csrc/comm.cpp", "kcoll/csrc/shapes.cpp"],
+        "kcoll._C", ["kcoll/csrc/backend.cpp", "kcoll/csrc/comm.cpp", "kcoll/csrc/shapes.cpp",
+                     "kcoll/csrc/worker.cpp"],
         define_macros=[("KCOLL_TORCH_CUDA", "1")] if CUDA else [],
         include_dirs=[os.path.join(ROOT, "libcoll", "include"), os.path.join(HERE, "kcoll",
                                                                            "csrc")],

@@ -1,36 +1,30 @@
 /*
  * kcoll's torch.distributed backend: a thin layer over coll.h. Every operation becomes one job
- * on the process group's worker thread (collectives of one group run in issue order, the same
- * on every rank), and its Work completes when the job's coll_* calls returned. A wait has a
- * deadline (the group's timeout unless the caller gives one); when it passes, the communicator
- * is aborted so that the worker and every peer stop too, and the wait raises.
+ * on the process group's worker thread (worker.h: collectives of one group run in issue order,
+ * the same on every rank), and its Work completes when the job's coll_* calls returned. A wait has
+ * a deadline (the group's timeout unless the caller gives one); when it passes, the communicator is
+ * aborted so that the worker and every peer stop too, and the wait raises.
  */
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <c10/core/StreamGuard.h>
 #include <torch/python.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "coll.h"
 #include "comm.h"
 #include "shapes.h"
 #include "compat.h"
 #include "work.h"
+#include "worker.h"
 
 namespace py = pybind11;
 
@@ -42,13 +36,14 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
   public:
     ProcessGroupKcoll(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout)
         : KCOLL_TORCH_BASE(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout),
-          worker_(std::make_unique<std::thread>([this] { run(); }))
+          worker_(std::make_unique<Worker>(comm_))
     {
     }
 
+    /* the worker is stopped (every queued job run) before the members its jobs use go */
     ~ProcessGroupKcoll() override
     {
-        stop_releasing_gil(); /* every queued job runs, as before */
+        worker_.reset();
     }
 
     /* The last strong reference went (destroy_process_group, the group's Python object freed)
@@ -57,46 +52,16 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * both lived on after destroy_process_group (a thread and the connections per group). */
     void release_resources() override
     {
-        stop_releasing_gil();
+        worker_.reset();
         comm_.reset();
     }
 
-    /* Stop the worker once the queued jobs ran; if they have not within grace (a job waits on
-     * peers that are gone or exiting), abort the communicator so that they fail now. Idempotent.
-     * Called without the GIL: the worker may need it for a callback. */
+    /* The worker stops once the queued jobs ran, within grace (else the communicator is
+     * aborted): the interpreter's exit. Without the GIL. */
     void stop(std::chrono::milliseconds grace)
     {
-        if (getpid() != pid_) {
-            /* a forked child: the worker is the parent's, not in this process, and it may have
-             * been waiting on a condition variable at the fork; glibc's destroy (and notify)
-             * of one waits for its waiters to leave, which never happens here. Both are left
-             * as they are (the child ends soon; enqueue refuses work here). */
-            (void)worker_.release();
-            (void)cv_.release();
-            return;
-        }
-        std::unique_lock<std::mutex> lock(qmutex_);
-        stop_ = true;
-        cv_->job.notify_all();
-        if (!worker_ || !worker_->joinable() || std::this_thread::get_id() == worker_->get_id())
-            return;
-        const bool ran = cv_->exited.wait_for(lock, grace, [this] { return exited_; });
-        lock.unlock();
-        if (!ran)
-            comm_->abort();
-        worker_->join();
-    }
-
-    /* stop(grace), every queued job run by default, with the GIL released if this thread holds
-     * it (a group freed from Python): a job's callback may need it */
-    void stop_releasing_gil(std::chrono::milliseconds grace = std::chrono::hours{24 * 365})
-    {
-        if (Py_IsInitialized() && PyGILState_Check()) {
-            py::gil_scoped_release nogil;
-            stop(grace);
-        } else {
-            stop(grace);
-        }
+        if (worker_)
+            worker_->stop(grace);
     }
 
     /* The group ends while references to it remain (a DDP model holds one): PyTorch >= 2.7's
@@ -108,8 +73,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * (the same signature) call these. */
     void shutdown()
     {
-        close("shut down (destroy_process_group or kcoll.shutdown)");
-        stop_releasing_gil(timeout_);
+        worker_->close("shut down (destroy_process_group or kcoll.shutdown)");
+        worker_->stop_releasing_gil(timeout_);
         if (comm_)
             comm_->destroy(); /* the Work objects that share it see it gone */
     }
@@ -119,10 +84,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * calls it) and kcoll.abort(group), safe from another thread while a collective waits. */
     void abort()
     {
-        close("aborted (kcoll.abort or Backend::abort)");
+        worker_->close("aborted (kcoll.abort or Backend::abort)");
         if (comm_)
             comm_->abort();
-        stop_releasing_gil(std::chrono::milliseconds(0));
+        worker_->stop_releasing_gil(std::chrono::milliseconds(0));
     }
 
     /* a wait on this group's communicator was interrupted (Ctrl-C): at exit its call in
@@ -143,9 +108,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         at::Tensor t = one_tensor(tensors, "broadcast");
         int root = static_cast<int>(opts.rootRank);
         return submit(c10d::OpType::BROADCAST, "broadcast", {t}, [this, t, root] {
-            check(coll_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), root, comm(),
-                                 stream_of(t)),
+            Staging s("broadcast");
+            at::Tensor b = s.out(t);
+            check(coll_broadcast(b.data_ptr(), b.data_ptr(), b.numel(), dtype_of(b), root, comm(),
+                                 stream_of(b)),
                   "coll_broadcast");
+            s.finish();
         });
     }
 
@@ -157,9 +125,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::ALLREDUCE, "all_reduce", {t}, [this, t, op, rop] {
             OpFor o(rop, op, t, comm());
-            check(coll_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), o.get(),
-                                  comm(), stream_of(t)),
+            Staging s("all_reduce");
+            at::Tensor b = s.out(t);
+            check(coll_all_reduce(b.data_ptr(), b.data_ptr(), b.numel(), dtype_of(b), o.get(),
+                                  comm(), stream_of(b)),
                   "coll_all_reduce");
+            s.finish();
         });
     }
 
@@ -201,9 +172,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         int root = static_cast<int>(opts.rootRank);
         return submit(c10d::OpType::REDUCE, "reduce", {t}, [this, t, op, rop, root] {
             OpFor o(rop, op, t, comm()); /* non-root tensors are left as they were */
-            check(coll_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t), o.get(), root,
-                              comm(), stream_of(t)),
+            Staging s("reduce");
+            at::Tensor b = s.out(t);
+            check(coll_reduce(b.data_ptr(), b.data_ptr(), b.numel(), dtype_of(b), o.get(), root,
+                              comm(), stream_of(b)),
                   "coll_reduce");
+            s.finish();
         });
     }
 
@@ -215,8 +189,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         std::vector<at::Tensor> outs = world_list(getSize(), outputs, in, "all_gather", "output");
         return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
             at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
-            check(coll_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in), comm(),
-                                  stream_of(in)),
+            Staging s("all_gather");
+            at::Tensor b = s.in(in);
+            check(coll_all_gather(b.data_ptr(), flat.data_ptr(), b.numel(), dtype_of(b), comm(),
+                                  stream_of(b)),
                   "coll_all_gather");
             for (int i = 0; i < getSize(); i++)
                 outs[i].copy_(flat.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
@@ -230,9 +206,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
                       [this, in, out] {
-                          check(coll_all_gather(in.data_ptr(), out.data_ptr(), in.numel(),
-                                                dtype_of(in), comm(), stream_of(in)),
+                          Staging s("all_gather_into_tensor");
+                          at::Tensor i = s.in(in), o = s.out(out, false);
+                          check(coll_all_gather(i.data_ptr(), o.data_ptr(), i.numel(), dtype_of(i),
+                                                comm(), stream_of(i)),
                                 "coll_all_gather");
+                          s.finish();
                       });
     }
 
@@ -273,9 +252,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                       [this, ins, out, op, rop] {
                           at::Tensor flat = flat_cat(ins);
                           OpFor o(rop, op, out, comm());
-                          check(coll_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
-                                                    dtype_of(out), o.get(), comm(), stream_of(out)),
+                          Staging s("reduce_scatter");
+                          at::Tensor b = s.out(out, false);
+                          check(coll_reduce_scatter(flat.data_ptr(), b.data_ptr(), b.numel(),
+                                                    dtype_of(b), o.get(), comm(), stream_of(b)),
                                 "coll_reduce_scatter");
+                          s.finish();
                       });
     }
 
@@ -290,9 +272,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
                       [this, in, out, op, rop] {
                           OpFor o(rop, op, out, comm());
-                          check(coll_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(),
-                                                    dtype_of(out), o.get(), comm(), stream_of(out)),
+                          Staging s("reduce_scatter_tensor");
+                          at::Tensor i = s.in(in), b = s.out(out, false);
+                          check(coll_reduce_scatter(i.data_ptr(), b.data_ptr(), b.numel(),
+                                                    dtype_of(b), o.get(), comm(), stream_of(b)),
                                 "coll_reduce_scatter");
+                          s.finish();
                       });
     }
 
@@ -312,9 +297,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                         "the same size, a multiple of world_size (",
                         getSize(), ")");
             return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, [this, in, out] {
-                check(coll_all_to_all(in.data_ptr(), out.data_ptr(), in.numel() / getSize(),
-                                      dtype_of(in), comm(), stream_of(in)),
+                Staging s("all_to_all_single");
+                at::Tensor i = s.in(in), o = s.out(out, false);
+                check(coll_all_to_all(i.data_ptr(), o.data_ptr(), i.numel() / getSize(),
+                                      dtype_of(i), comm(), stream_of(i)),
                       "coll_all_to_all");
+                s.finish();
             });
         }
         std::vector<int64_t> ins = blocks(getSize(), in, inSplits, "input");
@@ -322,17 +310,18 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                       [this, in, out, ins, outs] {
                           int64_t ioff = 0, ooff = 0;
-                          group([&] {
+                          group("all_to_all_single", [&](Staging &st) {
+                              at::Tensor i = st.in(in), o = st.out(out, false);
                               for (int r = 0; r < getSize(); r++) {
-                                  at::Tensor s = in.narrow(0, ioff, ins[r]);
-                                  at::Tensor d = out.narrow(0, ooff, outs[r]);
+                                  at::Tensor s = i.narrow(0, ioff, ins[r]);
+                                  at::Tensor d = o.narrow(0, ooff, outs[r]);
                                   ioff += ins[r];
                                   ooff += outs[r];
                                   if (r == getRank())
                                       d.copy_(s);
                                   else {
-                                      send1(s, r);
-                                      recv1(d, r);
+                                      send1(st, s, r);
+                                      recv1(st, d, r);
                                   }
                               }
                           });
@@ -352,14 +341,14 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         }
         std::vector<at::Tensor> ins = inputs, outs = outputs;
         return submit(c10d::OpType::ALLTOALL, "all_to_all", outs, [this, ins, outs] {
-            group([&] {
+            group("all_to_all", [&](Staging &s) {
                 for (int r = 0; r < getSize(); r++) {
                     if (r == getRank()) {
                         outs[r].copy_(ins[r]);
                         continue;
                     }
-                    send1(ins[r], r);
-                    recv1(outs[r], r);
+                    send1(s, ins[r], r);
+                    recv1(s, outs[r], r);
                 }
             });
         });
@@ -372,13 +361,15 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int tag) override
     {
         at::Tensor t = one_tensor(tensors, "send");
-        return p2p(c10d::OpType::SEND, "send", t, [this, t, dst, tag] { send1(t, dst, tag); });
+        return p2p(c10d::OpType::SEND, "send", t,
+                   [this, t, dst, tag](Staging &s) { send1(s, t, dst, tag); });
     }
 
     c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override
     {
         at::Tensor t = one_tensor(tensors, "recv");
-        return p2p(c10d::OpType::RECV, "recv", t, [this, t, src, tag] { recv1(t, src, tag); });
+        return p2p(c10d::OpType::RECV, "recv", t,
+                   [this, t, src, tag](Staging &s) { recv1(s, t, src, tag); });
     }
 
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
@@ -416,7 +407,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         }
         std::vector<c10::intrusive_ptr<Work>> works;
         std::vector<at::Tensor> outs;
-        std::vector<std::function<void()>> fns;
+        std::vector<std::function<void(Staging &)>> fns;
         for (auto &p : batch) {
             works.push_back(p.work);
             fns.push_back(std::move(p.fn));
@@ -425,12 +416,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         }
         auto whole = make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs);
         works.push_back(whole);
-        enqueue(
+        worker_->enqueue(
             works,
             [this, fns] {
-                group([&] {
+                group("coalesced send/recv", [&](Staging &s) {
                     for (const auto &f : fns)
-                        f();
+                        f(s);
                 });
             },
             stream_for(outs.empty() ? at::Tensor() : outs[0]));
@@ -444,7 +435,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
   private:
     struct Pending {
         c10::intrusive_ptr<Work> work;
-        std::function<void()> fn;
+        std::function<void(Staging &)> fn;
     };
 
     coll_comm_t comm() const
@@ -457,50 +448,56 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     void rooted(int root, const at::Tensor &mine, const std::vector<at::Tensor> &at_root,
                 bool to_root)
     {
-        group([&] {
+        group(to_root ? "gather" : "scatter", [&](Staging &s) {
             if (getRank() != root) {
                 if (to_root)
-                    send1(mine, root);
+                    send1(s, mine, root);
                 else
-                    recv1(mine, root);
+                    recv1(s, mine, root);
                 return;
             }
             for (int r = 0; r < getSize(); r++) {
                 if (r == getRank())
                     (to_root ? at_root[r] : mine).copy_(to_root ? mine : at_root[r]);
                 else if (to_root)
-                    recv1(at_root[r], r);
+                    recv1(s, at_root[r], r);
                 else
-                    send1(at_root[r], r);
+                    send1(s, at_root[r], r);
             }
         });
     }
 
-    void send1(const at::Tensor &t, int peer, int tag = 0)
+    /* In a group (st's copies of strided tensors live until it ends). */
+    void send1(Staging &st, const at::Tensor &t, int peer, int tag = 0)
     {
+        at::Tensor b = st.in(t);
         check(
-            coll_send_tagged(t.data_ptr(), t.numel(), dtype_of(t), peer, tag, comm(), stream_of(t)),
+            coll_send_tagged(b.data_ptr(), b.numel(), dtype_of(b), peer, tag, comm(), stream_of(b)),
             "coll_send to rank " + std::to_string(peer));
     }
 
-    void recv1(const at::Tensor &t, int peer, int tag = 0)
+    void recv1(Staging &st, const at::Tensor &t, int peer, int tag = 0)
     {
+        at::Tensor b = st.out(t, false);
         check(
-            coll_recv_tagged(t.data_ptr(), t.numel(), dtype_of(t), peer, tag, comm(), stream_of(t)),
+            coll_recv_tagged(b.data_ptr(), b.numel(), dtype_of(b), peer, tag, comm(), stream_of(b)),
             "coll_recv from rank " + std::to_string(peer));
     }
 
-    /* fn's sends and receives in one coll group; the group is closed even when fn throws. */
-    template <typename F> void group(F fn)
+    /* fn's sends and receives in one coll group, the group closed even when fn throws; then
+     * the results of strided outputs are written back. */
+    template <typename F> void group(const char *op, F fn)
     {
+        Staging s(op);
         check(coll_group_start(), "coll_group_start");
         try {
-            fn();
+            fn(s);
         } catch (...) {
             (void)coll_group_end(); /* the first error is the one reported */
             throw;
         }
         check(coll_group_end(), "coll_group_end");
+        s.finish();
     }
 
     c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
@@ -510,11 +507,11 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     }
 
     c10::intrusive_ptr<c10d::Work> p2p(c10d::OpType type, const char *name, const at::Tensor &t,
-                                       std::function<void()> fn)
+                                       std::function<void(Staging &)> fn)
     {
         std::lock_guard<std::mutex> lock(cmutex_);
         if (!coalescing_)
-            return submit(type, name, {t}, [this, fn] { group(fn); });
+            return submit(type, name, {t}, [this, name, fn] { group(name, fn); });
         auto w = make_work(type, name, {t});
         pending_.push_back(Pending{w, std::move(fn)});
         return w;
@@ -527,7 +524,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         auto stream = stream_for(outs.empty() ? ref : outs[0]);
         auto w = make_work(type, name, std::move(outs));
-        enqueue({w}, std::move(fn), stream);
+        worker_->enqueue({w}, std::move(fn), stream);
         return w;
     }
 
@@ -544,140 +541,13 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return c10::nullopt;
     }
 
-    struct Job {
-        std::vector<c10::intrusive_ptr<Work>> works;
-        std::function<void()> fn;
-        c10::optional<c10::Stream> stream; /* device jobs: the caller's current stream */
-    };
-
-    void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
-                 c10::optional<c10::Stream> stream)
-    {
-#if defined(KCOLL_TORCH_CUDA)
-        /* the worker makes the call later, maybe after the capture ended: refused, and nothing
-         * is enqueued on the capturing stream */
-        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-        TORCH_CHECK(!stream || (cudaStreamIsCapturing(c10::cuda::CUDAStream(*stream).stream(),
-                                                      &st) == cudaSuccess &&
-                                st == cudaStreamCaptureStatusNone),
-                    "kcoll: a collective on a stream that is capturing a CUDA graph: the kcoll "
-                    "backend makes its calls on a worker thread, which cannot put them in the "
-                    "graph; for CUDA graphs use backend=\"nccl\" with kcoll's libnccl.so.2 "
-                    "preloaded (its calls are captured), or make this call outside the capture");
-#endif
-        TORCH_CHECK(getpid() == pid_, "kcoll: this process group was made by process ", pid_,
-                    "; this process (", getpid(),
-                    ") was forked from it and cannot use it (its worker and connections stay "
-                    "in the parent). Make collectives in the parent, or start workers with the "
-                    "'spawn' start method and a group of their own");
-        Job job{std::move(works), std::move(fn), stream};
-        /* Issued by a callback that a completion runs on the worker (a then() callback on a
-         * Work's future that issues a collective and waits for it, as PowerSGD's comm hook
-         * does): queued, it would wait for the worker that waits for it. It runs here and now,
-         * right after the job whose completion called it: that position is the same on every
-         * rank, as the issue order is. */
-        if (std::this_thread::get_id() == worker_->get_id()) {
-            {
-                std::lock_guard<std::mutex> lock(qmutex_);
-                refuse_if_closed();
-            }
-            execute(job);
-            return;
-        }
-        {
-            std::lock_guard<std::mutex> lock(qmutex_);
-            refuse_if_closed(); /* checked where it is queued: none is queued after the stop */
-            queue_.push_back(std::move(job));
-            queued_.fetch_add(1, std::memory_order_release);
-        }
-        cv_->job.notify_one();
-    }
-
-    void run()
-    {
-        for (;;) {
-            Job job;
-            spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
-            {
-                std::unique_lock<std::mutex> lock(qmutex_);
-                cv_->job.wait(lock, [this] { return stop_ || !queue_.empty(); });
-                if (queue_.empty()) { /* stopping, and every queued job ran */
-                    exited_ = true;
-                    cv_->exited.notify_all();
-                    return;
-                }
-                job = std::move(queue_.front());
-                queue_.pop_front();
-                queued_.fetch_sub(1, std::memory_order_relaxed);
-            }
-            execute(job);
-        }
-    }
-
-    /* On the worker: the job's calls, then its works' completion (which runs their futures'
-     * callbacks here). */
-    void execute(Job &job)
-    {
-        std::exception_ptr e;
-        /* the works complete with the job's stream current: a CUDA-aware future records its
-         * event there, after the call's gate, so that a then() callback waits for the result */
-        c10::OptionalStreamGuard on_stream(job.stream);
-        try {
-            at::NoGradGuard no_grad;
-            if (comm_->aborted())
-                TORCH_CHECK(false, "kcoll: the communicator of this process group was ",
-                            why_gone());
-            job.fn();
-        } catch (...) {
-            e = std::current_exception();
-        }
-        for (auto &w : job.works)
-            w->complete(e);
-    }
-
-    /* The first of shutdown or abort: new work is refused with this. */
-    void close(const char *how)
-    {
-        std::lock_guard<std::mutex> lock(qmutex_);
-        if (closed_.empty())
-            closed_ = how;
-    }
-
-    /* Why the communicator is gone, for a job that finds it so: the group's abort or shutdown,
-     * else a wait that timed out (Work::wait aborts it). */
-    std::string why_gone()
-    {
-        std::lock_guard<std::mutex> lock(qmutex_);
-        return closed_.empty() ? std::string("aborted (an earlier wait timed out)") : closed_;
-    }
-
-    /* Under qmutex_. */
-    void refuse_if_closed() const
-    {
-        TORCH_CHECK(closed_.empty(), "kcoll: this process group was ", closed_,
-                    ": its worker has stopped and its communicator is gone; make a new group "
-                    "(new_group, or init_process_group after destroy_process_group)");
-    }
-
     std::shared_ptr<Comm> comm_;
     std::chrono::milliseconds timeout_;
-    std::mutex qmutex_;
-    std::deque<Job> queue_;
-    std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
-    bool stop_ = false;
-    std::string closed_;  /* why new work is refused: shut down or aborted ("": open) */
-    bool exited_ = false; /* the worker left run() (under qmutex_) */
-    struct Signals {
-        std::condition_variable job;    /* a job was queued, or stop_ set */
-        std::condition_variable exited; /* exited_ set */
-    };
-    std::unique_ptr<Signals> cv_ = std::make_unique<Signals>(); /* leaked in a forked child */
     std::mutex cmutex_;
     bool coalescing_ = false;
     std::vector<Pending> pending_;
-    pid_t pid_ = getpid(); /* the process whose thread the worker is */
-    /* last: it starts in the constructor and uses the members above */
-    std::unique_ptr<std::thread> worker_;
+    /* last: its thread starts in the constructor and runs jobs that use the members above */
+    std::unique_ptr<Worker> worker_;
 };
 
 /* The process's live groups, for shutdown_all (weak: a destroyed group leaves by itself); the

@@ -4,6 +4,8 @@
  */
 #include "comm.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <chrono>
 #include <stdexcept>
 
@@ -150,8 +152,6 @@ void check_tensor(const at::Tensor &t, const char *op)
 {
     TORCH_CHECK(t.layout() == at::kStrided, "kcoll: ", op, ": only dense tensors (got ", t.layout(),
                 ")");
-    TORCH_CHECK(t.is_contiguous(), "kcoll: ", op,
-                ": tensor is not contiguous; call .contiguous() on it first");
 #if defined(KCOLL_TORCH_CUDA)
     TORCH_CHECK(t.is_cpu() || t.is_cuda(), "kcoll: ", op, ": tensors on ", t.device(),
                 " are not supported (cpu and cuda are)");
@@ -159,6 +159,32 @@ void check_tensor(const at::Tensor &t, const char *op)
     TORCH_CHECK(t.is_cpu(), "kcoll: ", op, ": tensors on ", t.device(),
                 " are not supported by this build (cpu only: PyTorch without CUDA)");
 #endif
+}
+
+at::Tensor Staging::in(const at::Tensor &t)
+{
+    if (t.is_contiguous())
+        return t;
+    keep_.push_back(t.contiguous());
+    return keep_.back();
+}
+
+at::Tensor Staging::out(const at::Tensor &t, bool keep)
+{
+    if (t.is_contiguous())
+        return t;
+    TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "kcoll: ", op_,
+                ": an output tensor whose elements share memory (an expand()ed view, strides ",
+                t.strides(), ") cannot hold the result; pass a tensor of its own (.clone())");
+    back_.emplace_back(t, keep ? t.contiguous() : at::empty(t.sizes(), t.options()));
+    return back_.back().second;
+}
+
+void Staging::finish()
+{
+    for (auto &b : back_)
+        b.first.copy_(b.second);
+    back_.clear();
 }
 
 at::Tensor one_tensor(const std::vector<at::Tensor> &ts, const char *op)
@@ -207,7 +233,8 @@ OpFor::~OpFor()
 double time_all_reduce(const std::shared_ptr<Comm> &comm, at::Tensor t, int iters)
 {
     check_tensor(t, "time_all_reduce");
-    TORCH_CHECK(t.is_cpu() && iters > 0, "kcoll: time_all_reduce: a cpu tensor, iters > 0");
+    TORCH_CHECK(t.is_cpu() && t.is_contiguous() && iters > 0,
+                "kcoll: time_all_reduce: a contiguous cpu tensor, iters > 0");
     coll_datatype_t dt = dtype_of(t);
     py::gil_scoped_release nogil;
     auto t0 = std::chrono::steady_clock::now();

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -149,8 +150,31 @@ class OpFor
 
 /* The tensors' elements one after the other, in a new 1-d tensor. */
 at::Tensor flat_cat(const std::vector<at::Tensor> &ts);
-/* Dense, contiguous, on a device this build handles; else a RuntimeError saying so. */
+/* Strided (any strides: see Staging), on a device this build handles; else a RuntimeError. */
 void check_tensor(const at::Tensor &t, const char *op);
+
+/* coll.h takes buffers of elements in order; a tensor that is not contiguous (channels_last, a
+ * transposed or sliced view: Gloo takes them all) goes through a contiguous copy, made on the
+ * job's stream, and an output's copy is written back by finish(). The copies live as long as
+ * this object: past the coll group that uses them. */
+class Staging
+{
+  public:
+    explicit Staging(const char *op) : op_(op) {}
+    /* t's elements in order: t itself when contiguous */
+    at::Tensor in(const at::Tensor &t);
+    /* the buffer for t's result, holding t's elements where keep (an in-place call); written
+     * back into t by finish(). An output whose elements share memory (an expand()ed view) is
+     * refused: the result would not fit in it. */
+    at::Tensor out(const at::Tensor &t, bool keep = true);
+    /* every output's copy into its tensor, once the calls that fill them returned */
+    void finish();
+
+  private:
+    const char *op_;
+    std::vector<at::Tensor> keep_;                        /* the copies of inputs */
+    std::vector<std::pair<at::Tensor, at::Tensor>> back_; /* (tensor, its copy) */
+};
 /* The one tensor of a one-element list, checked. */
 at::Tensor one_tensor(const std::vector<at::Tensor> &ts, const char *op);
 /* The stream a device buffer's call is ordered on: PyTorch's current one; NULL for host. */

@@ -1,0 +1,161 @@
+/* The worker of a kcoll process group (worker.h). */
+#include "worker.h"
+
+#include <c10/core/StreamGuard.h>
+
+#include <exception>
+#include <utility>
+
+namespace kcoll
+{
+
+Worker::Worker(std::shared_ptr<Comm> comm)
+    : comm_(std::move(comm)), thread_(std::make_unique<std::thread>([this] { run(); }))
+{
+}
+
+Worker::~Worker()
+{
+    stop_releasing_gil(); /* every queued job runs, as before */
+}
+
+void Worker::stop(std::chrono::milliseconds grace)
+{
+    if (getpid() != pid_) {
+        /* a forked child: the thread is the parent's, not in this process, and it may have
+         * been waiting on a condition variable at the fork; glibc's destroy (and notify) of
+         * one waits for its waiters to leave, which never happens here. Both are left as they
+         * are (the child ends soon; enqueue refuses work here). */
+        (void)thread_.release();
+        (void)cv_.release();
+        return;
+    }
+    std::unique_lock<std::mutex> lock(qmutex_);
+    stop_ = true;
+    cv_->job.notify_all();
+    if (!thread_ || !thread_->joinable() || std::this_thread::get_id() == thread_->get_id())
+        return;
+    const bool ran = cv_->exited.wait_for(lock, grace, [this] { return exited_; });
+    lock.unlock();
+    if (!ran)
+        comm_->abort();
+    thread_->join();
+}
+
+void Worker::stop_releasing_gil(std::chrono::milliseconds grace)
+{
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        pybind11::gil_scoped_release nogil;
+        stop(grace);
+    } else {
+        stop(grace);
+    }
+}
+
+void Worker::enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
+                     c10::optional<c10::Stream> stream)
+{
+#if defined(KCOLL_TORCH_CUDA)
+    /* the worker makes the call later, maybe after the capture ended: refused, and nothing is
+     * enqueued on the capturing stream */
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    TORCH_CHECK(!stream || (cudaStreamIsCapturing(c10::cuda::CUDAStream(*stream).stream(), &st) ==
+                                cudaSuccess &&
+                            st == cudaStreamCaptureStatusNone),
+                "kcoll: a collective on a stream that is capturing a CUDA graph: the kcoll "
+                "backend makes its calls on a worker thread, which cannot put them in the "
+                "graph; for CUDA graphs use backend=\"nccl\" with kcoll's libnccl.so.2 "
+                "preloaded (its calls are captured), or make this call outside the capture");
+#endif
+    TORCH_CHECK(getpid() == pid_, "kcoll: this process group was made by process ", pid_,
+                "; this process (", getpid(),
+                ") was forked from it and cannot use it (its worker and connections stay in "
+                "the parent). Make collectives in the parent, or start workers with the "
+                "'spawn' start method and a group of their own");
+    Job job{std::move(works), std::move(fn), stream};
+    /* Issued by a callback that a completion runs on the worker (a then() callback on a Work's
+     * future that issues a collective and waits for it, as PowerSGD's comm hook does): queued,
+     * it would wait for the worker that waits for it. It runs here and now, right after the job
+     * whose completion called it: that position is the same on every rank, as the issue order
+     * is. */
+    if (std::this_thread::get_id() == thread_->get_id()) {
+        {
+            std::lock_guard<std::mutex> lock(qmutex_);
+            refuse_if_closed();
+        }
+        execute(job);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(qmutex_);
+        refuse_if_closed(); /* checked where it is queued: none is queued after the stop */
+        queue_.push_back(std::move(job));
+        queued_.fetch_add(1, std::memory_order_release);
+    }
+    cv_->job.notify_one();
+}
+
+void Worker::run()
+{
+    for (;;) {
+        Job job;
+        spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
+        {
+            std::unique_lock<std::mutex> lock(qmutex_);
+            cv_->job.wait(lock, [this] { return stop_ || !queue_.empty(); });
+            if (queue_.empty()) { /* stopping, and every queued job ran */
+                exited_ = true;
+                cv_->exited.notify_all();
+                return;
+            }
+            job = std::move(queue_.front());
+            queue_.pop_front();
+            queued_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        execute(job);
+    }
+}
+
+/* On the worker: the job's calls, then its works' completion (which runs their futures'
+ * callbacks here). */
+void Worker::execute(Job &job)
+{
+    std::exception_ptr e;
+    /* the works complete with the job's stream current: a CUDA-aware future records its event
+     * there, after the call's gate, so that a then() callback waits for the result */
+    c10::OptionalStreamGuard on_stream(job.stream);
+    try {
+        at::NoGradGuard no_grad;
+        if (comm_->aborted())
+            TORCH_CHECK(false, "kcoll: the communicator of this process group was ", why_gone());
+        job.fn();
+    } catch (...) {
+        e = std::current_exception();
+    }
+    for (auto &w : job.works)
+        w->complete(e);
+}
+
+void Worker::close(const char *how)
+{
+    std::lock_guard<std::mutex> lock(qmutex_);
+    if (closed_.empty())
+        closed_ = how;
+}
+
+/* Why the communicator is gone, for a job that finds it so: the group's abort or shutdown, else
+ * a wait that timed out (Work::wait aborts it). */
+std::string Worker::why_gone()
+{
+    std::lock_guard<std::mutex> lock(qmutex_);
+    return closed_.empty() ? std::string("aborted (an earlier wait timed out)") : closed_;
+}
+
+void Worker::refuse_if_closed() const
+{
+    TORCH_CHECK(closed_.empty(), "kcoll: this process group was ", closed_,
+                ": its worker has stopped and its communicator is gone; make a new group "
+                "(new_group, or init_process_group after destroy_process_group)");
+}
+
+} // namespace kcoll
