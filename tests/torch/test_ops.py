@@ -10,6 +10,9 @@ from every rank's inputs (each rank can regenerate them), also bit for bit. One 
 random float32 inputs compares all_reduce SUM with Gloo within the stated bound
 |kcoll - gloo| <= 2 * world * eps32 * sum_r |x_r| (reduction orders differ).
 
+Lists of uneven sizes (all_gather, reduce_scatter; Gloo refuses them, ProcessGroupNCCL takes
+them) are compared with the local reference.
+
 Tensors that are not contiguous (strided slices, transposes, channels_last; Gloo takes them)
 go through every operation too: results equal Gloo's on contiguous copies (kcoll's where Gloo
 lacks the operation), and the elements between a strided view's own stay untouched.
@@ -116,6 +119,24 @@ def cases(world):
         return out
     c["all_gather"] = (all_gather, lambda rank, world, dt: [inp("ag", r, N, dt)
                                                               for r in range(world)])
+
+    def sz(r):  # a size of its own per rank: uneven lists, as ProcessGroupNCCL takes them
+        return N + 3 * r
+
+    def all_gather_v(g, rank, world, dt):
+        out = [torch.zeros(sz(r), dtype=dt) for r in range(world)]
+        dist.all_gather(out, inp("agv", rank, sz(rank), dt), group=g)
+        return out
+    c["all_gather uneven"] = (all_gather_v, lambda rank, world, dt: [inp("agv", r, sz(r), dt)
+                                                                     for r in range(world)])
+
+    def reduce_scatter_v(g, rank, world, dt):
+        out = torch.zeros(sz(rank), dtype=dt)
+        dist.reduce_scatter(out, [inp(("rsv", j), rank, sz(j), dt) for j in range(world)],
+                            group=g)
+        return [out]
+    c["reduce_scatter uneven SUM"] = (reduce_scatter_v, lambda rank, world, dt: [reduce_local(
+        [inp(("rsv", rank), r, sz(rank), dt) for r in range(world)], "SUM", dt, world)])
 
     def all_gather_t(g, rank, world, dt):
         out = torch.zeros(N * world, dtype=dt)
@@ -464,6 +485,20 @@ def worker(rank, world):
             except RuntimeError as e:
                 ck("tag 2" in str(e) and "tag 1" in str(e) and "does not choose" in str(e),
                    "out-of-order tags: the message names both tags and the rule: %s" % e)
+    # an uneven all_gather whose sizes the ranks do not agree on: rank 1 expects 3 elements
+    # from rank 0, which sends 2 (and, its own list even, calls all_gather itself): both raise,
+    # naming the counts
+    if world > 1:
+        pair = dist.new_group([0, 1], backend="kcoll")
+        if rank < 2:
+            outs = [torch.zeros(3 if rank == 1 and r == 0 else 2) for r in range(2)]
+            try:
+                dist.all_gather(outs, torch.ones(2), group=pair)
+                ck(False, "uneven all_gather with sizes that disagree: raised")
+            except RuntimeError as e:
+                ck("mismatch" in str(e) and "count 2" in str(e) and
+                   (rank == 0 or "count 3" in str(e)),
+                   "uneven all_gather with sizes that disagree: %s" % e)
     n = ck.finish()
     dist.barrier()
     dist.destroy_process_group()

@@ -186,7 +186,23 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                              const c10d::AllgatherOptions &) override
     {
         at::Tensor in = one_tensor(inputs, "all_gather");
-        std::vector<at::Tensor> outs = world_list(getSize(), outputs, in, "all_gather", "output");
+        std::vector<at::Tensor> outs =
+            world_list(getSize(), outputs, in, "all_gather", "output", getRank());
+        if (!all_sized(outs, in.numel()))
+            /* uneven sizes, as ProcessGroupNCCL takes them: every rank sends its tensor to each
+             * other one, in one group; a size the sender does not agree with is a mismatch */
+            return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
+                group("all_gather", [&](Staging &s) {
+                    for (int r = 0; r < getSize(); r++) {
+                        if (r == getRank()) {
+                            outs[r].copy_(in);
+                            continue;
+                        }
+                        send1(s, in, r);
+                        recv1(s, outs[r], r);
+                    }
+                });
+            });
         return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
             at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
             Staging s("all_gather");
@@ -245,9 +261,26 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                                   const c10d::ReduceScatterOptions &opts) override
     {
         at::Tensor out = one_tensor(outputs, "reduce_scatter");
-        std::vector<at::Tensor> ins = world_list(getSize(), inputs, out, "reduce_scatter", "input");
+        std::vector<at::Tensor> ins =
+            world_list(getSize(), inputs, out, "reduce_scatter", "input", getRank());
         coll_op_t op = op_of(opts.reduceOp, out);
         c10d::ReduceOp rop = opts.reduceOp;
+        if (!all_sized(ins, out.numel()))
+            /* uneven sizes, as ProcessGroupNCCL takes them: one reduce to each rank in turn */
+            return submit(
+                c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out}, [this, ins, out, op, rop] {
+                    OpFor o(rop, op, out, comm());
+                    Staging s("reduce_scatter");
+                    at::Tensor b = s.out(out, false);
+                    for (int r = 0; r < getSize(); r++) {
+                        at::Tensor i = s.in(ins[r]);
+                        check(coll_reduce(i.data_ptr(),
+                                          r == getRank() ? b.data_ptr() : i.data_ptr(), i.numel(),
+                                          dtype_of(i), o.get(), r, comm(), stream_of(i)),
+                              "coll_reduce (reduce_scatter to rank " + std::to_string(r) + ")");
+                    }
+                    s.finish();
+                });
         return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
                       [this, ins, out, op, rop] {
                           at::Tensor flat = flat_cat(ins);

@@ -3,6 +3,8 @@
 
 #include "comm.h"
 
+#include <algorithm>
+
 namespace kcoll
 {
 
@@ -15,13 +17,29 @@ void check_same(const at::Tensor &t, const at::Tensor &ref, const char *op)
 }
 
 std::vector<at::Tensor> world_list(int size, const std::vector<std::vector<at::Tensor>> &lists,
-                                   const at::Tensor &ref, const char *op, const char *which)
+                                   const at::Tensor &ref, const char *op, const char *which,
+                                   int mine)
 {
     TORCH_CHECK(lists.size() == 1 && lists[0].size() == static_cast<size_t>(size), "kcoll: ", op,
                 ": one ", which, " list of ", size, " tensors");
-    for (const auto &t : lists[0])
-        check_same(t, ref, op);
+    for (int r = 0; r < size; r++) {
+        const at::Tensor &t = lists[0][r];
+        if (mine < 0 || r == mine) {
+            check_same(t, ref, op);
+            continue;
+        }
+        check_tensor(t, op);
+        TORCH_CHECK(t.scalar_type() == ref.scalar_type() && t.device() == ref.device(),
+                    "kcoll: ", op, ": every tensor has the dtype and device of this rank's (",
+                    ref.scalar_type(), " on ", ref.device(), "; got ", t.scalar_type(), " on ",
+                    t.device(), " at index ", r, ")");
+    }
     return lists[0];
+}
+
+bool all_sized(const std::vector<at::Tensor> &ts, int64_t n)
+{
+    return std::all_of(ts.begin(), ts.end(), [n](const at::Tensor &t) { return t.numel() == n; });
 }
 
 std::vector<at::Tensor> root_list(int size, int rank,

@@ -15,9 +15,14 @@ namespace kcoll
 /* t is a tensor kcoll takes, of ref's size and dtype. */
 void check_same(const at::Tensor &t, const at::Tensor &ref, const char *op);
 
-/* One list of size tensors, each of ref's size and dtype. */
+/* One list of size tensors, each of ref's size and dtype; where mine >= 0, of ref's dtype and
+ * any size but the one at index mine, which has ref's (an uneven all_gather's outputs). */
 std::vector<at::Tensor> world_list(int size, const std::vector<std::vector<at::Tensor>> &lists,
-                                   const at::Tensor &ref, const char *op, const char *which);
+                                   const at::Tensor &ref, const char *op, const char *which,
+                                   int mine = -1);
+
+/* Every tensor of ts has n elements. */
+bool all_sized(const std::vector<at::Tensor> &ts, int64_t n);
 
 /* gather's outputs, scatter's inputs: size tensors like ref on the root, none elsewhere. */
 std::vector<at::Tensor> root_list(int size, int rank,
