@@ -47,7 +47,15 @@ def inp(tag, rank, n, dt, lo=-4, hi=5):
     return torch.randint(lo, hi, (n,), generator=g).to(dt)
 
 
+BITWISE = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
+
+
 def reduce_local(xs, op, dt, world):
+    if op in BITWISE:
+        r = xs[0].clone()
+        for x in xs[1:]:
+            r = BITWISE[op](r, x)
+        return r
     if dt == torch.bool:
         s = torch.stack([x.to(torch.int64) for x in xs])
         if op in ("SUM", "MAX"):
@@ -97,8 +105,43 @@ def cases(world):
                                  op, dt, world)]
         return run, ref
 
-    for op in ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM", "PREMUL_SUM_TENSOR"]:
+    for op in ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM", "PREMUL_SUM_TENSOR",
+               "BAND", "BOR", "BXOR"]:
         c["all_reduce " + op] = all_reduce(op)
+
+    # BAND/BOR/BXOR (integer and bool tensors) through every other reducing operation
+    def coalesced(g, rank, world, dt):
+        xs = [inp(("co", k), rank, N + k, dt) for k in range(2)]
+        dist.all_reduce_coalesced(xs, op=R.BOR, group=g)
+        return xs
+    c["all_reduce_coalesced BOR"] = (coalesced, lambda rank, world, dt: [reduce_local(
+        [inp(("co", k), r, N + k, dt) for r in range(world)], "BOR", dt, world)
+        for k in range(2)])
+
+    def reduce_bxor(g, rank, world, dt):
+        x = inp("rx", rank, N, dt)
+        dist.reduce(x, world - 1, op=R.BXOR, group=g)
+        return [x] if rank == world - 1 else []
+    c["reduce BXOR"] = (reduce_bxor, lambda rank, world, dt: [reduce_local(
+        [inp("rx", r, N, dt) for r in range(world)], "BXOR", dt, world)]
+        if rank == world - 1 else [])
+
+    def reduce_scatter_band(g, rank, world, dt):
+        out = torch.zeros(N, dtype=dt)
+        dist.reduce_scatter_tensor(out, inp("rsb", rank, N * world, dt), op=R.BAND, group=g)
+        return [out]
+    c["reduce_scatter_tensor BAND"] = (reduce_scatter_band, lambda rank, world, dt: [
+        reduce_local([inp("rsb", r, N * world, dt)[rank * N:(rank + 1) * N]
+                      for r in range(world)], "BAND", dt, world)])
+
+    def reduce_scatter_v_bor(g, rank, world, dt):
+        out = torch.zeros(N + rank, dtype=dt)
+        dist.reduce_scatter(out, [inp(("rvb", j), rank, N + j, dt) for j in range(world)],
+                            op=R.BOR, group=g)
+        return [out]
+    c["reduce_scatter uneven BOR"] = (reduce_scatter_v_bor, lambda rank, world, dt: [
+        reduce_local([inp(("rvb", rank), r, N + rank, dt) for r in range(world)], "BOR", dt,
+                     world)])
 
     def broadcast(g, rank, world, dt):
         x = inp("bc", rank, N, dt)
@@ -417,7 +460,8 @@ def worker(rank, world):
     for name, (run, ref) in cases(world).items():
         for dt in DTYPES:
             if name == "all_reduce AVG" and dt == torch.bool or \
-                    name.startswith("all_reduce PREMUL_SUM") and not dt.is_floating_point:
+                    name.startswith("all_reduce PREMUL_SUM") and not dt.is_floating_point or \
+                    any(b in name for b in BITWISE) and dt.is_floating_point:
                 continue
             got = run(None, rank, world, dt)
             try:
@@ -461,6 +505,11 @@ def worker(rank, world):
            "new_group %s all_reduce: %s" % (evens, z.tolist()))
     layouts(rank, world, gloo, ck)
     # refusals carry a clear message
+    try:
+        dist.all_reduce(torch.zeros(4), op=R.BXOR)
+        ck(False, "BXOR of float32 is refused")
+    except RuntimeError as e:
+        ck("BXOR needs integer or bool tensors" in str(e), "BXOR float refusal: %s" % e)
     try:
         dist.all_reduce(torch.zeros(4, dtype=torch.int16))
         ck(False, "int16 is refused")

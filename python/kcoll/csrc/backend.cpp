@@ -124,6 +124,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         coll_op_t op = op_of(opts.reduceOp, t);
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::ALLREDUCE, "all_reduce", {t}, [this, t, op, rop] {
+            if (is_bitwise(rop))
+                return bitwise_into(t, rop, t, 0);
             OpFor o(rop, op, t, comm());
             Staging s("all_reduce");
             at::Tensor b = s.out(t);
@@ -148,19 +150,23 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         coll_op_t op = op_of(opts.reduceOp, tensors[0]);
         c10d::ReduceOp rop = opts.reduceOp;
         std::vector<at::Tensor> ts = tensors;
-        return submit(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts,
-                      [this, ts, op, rop] {
-                          at::Tensor flat = flat_cat(ts);
-                          OpFor o(rop, op, flat, comm());
-                          check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
-                                                dtype_of(flat), o.get(), comm(), stream_of(flat)),
-                                "coll_all_reduce");
-                          int64_t off = 0;
-                          for (const auto &t : ts) {
-                              t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-                              off += t.numel();
-                          }
-                      });
+        return submit(
+            c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts, [this, ts, op, rop] {
+                at::Tensor flat = flat_cat(ts);
+                if (is_bitwise(rop)) {
+                    flat = bitwise_all(comm(), getSize(), flat, rop);
+                } else {
+                    OpFor o(rop, op, flat, comm());
+                    check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
+                                          dtype_of(flat), o.get(), comm(), stream_of(flat)),
+                          "coll_all_reduce");
+                }
+                int64_t off = 0;
+                for (const auto &t : ts) {
+                    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+                    off += t.numel();
+                }
+            });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
@@ -171,6 +177,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         int root = static_cast<int>(opts.rootRank);
         return submit(c10d::OpType::REDUCE, "reduce", {t}, [this, t, op, rop, root] {
+            if (is_bitwise(rop)) /* every rank computes it; the root keeps it */
+                return bitwise_into(t, rop, getRank() == root ? t : at::Tensor(), 0);
             OpFor o(rop, op, t, comm()); /* non-root tensors are left as they were */
             Staging s("reduce");
             at::Tensor b = s.out(t);
@@ -269,6 +277,12 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             /* uneven sizes, as ProcessGroupNCCL takes them: one reduce to each rank in turn */
             return submit(
                 c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out}, [this, ins, out, op, rop] {
+                    if (is_bitwise(rop)) {
+                        int64_t off = 0;
+                        for (int r = 0; r < getRank(); r++)
+                            off += ins[r].numel();
+                        return bitwise_into(flat_cat(ins), rop, out, off);
+                    }
                     OpFor o(rop, op, out, comm());
                     Staging s("reduce_scatter");
                     at::Tensor b = s.out(out, false);
@@ -284,6 +298,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return submit(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out},
                       [this, ins, out, op, rop] {
                           at::Tensor flat = flat_cat(ins);
+                          if (is_bitwise(rop))
+                              return bitwise_into(flat, rop, out, getRank() * out.numel());
                           OpFor o(rop, op, out, comm());
                           Staging s("reduce_scatter");
                           at::Tensor b = s.out(out, false);
@@ -304,6 +320,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
                       [this, in, out, op, rop] {
+                          if (is_bitwise(rop))
+                              return bitwise_into(in, rop, out, getRank() * out.numel());
                           OpFor o(rop, op, out, comm());
                           Staging s("reduce_scatter_tensor");
                           at::Tensor i = s.in(in), b = s.out(out, false);
@@ -498,6 +516,16 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     send1(s, at_root[r], r);
             }
         });
+    }
+
+    /* rop (BAND, BOR, BXOR) over every rank's mine (bitwise_all), elements [off, off + its
+     * size) of the result into out (none: computed, not kept) */
+    void bitwise_into(const at::Tensor &mine, const c10d::ReduceOp &rop, const at::Tensor &out,
+                      int64_t off)
+    {
+        at::Tensor r = bitwise_all(comm(), getSize(), mine.contiguous().view({-1}), rop);
+        if (out.defined())
+            out.copy_(r.narrow(0, off, out.numel()).view(out.sizes()));
     }
 
     /* In a group (st's copies of strided tensors live until it ends). */

@@ -132,11 +132,43 @@ coll_op_t op_of(const c10d::ReduceOp &op, const at::Tensor &t)
     case c10d::ReduceOp::AVG:
         TORCH_CHECK(!is_bool, "kcoll: ReduceOp.AVG of bool tensors is not defined");
         return COLL_AVG;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+        TORCH_CHECK(!t.is_floating_point() && !t.is_complex(), "kcoll: ReduceOp.",
+                    op == c10d::ReduceOp::BAND  ? "BAND"
+                    : op == c10d::ReduceOp::BOR ? "BOR"
+                                                : "BXOR",
+                    " needs integer or bool tensors (got ", t.scalar_type(), ")");
+        return COLL_SUM; /* unused: the job runs bitwise_all */
     default:
         TORCH_CHECK(false, "kcoll: reduce op ", static_cast<int>(op),
-                    " is not supported (kcoll reduces with SUM, PRODUCT, MIN, MAX, AVG and "
-                    "PREMUL_SUM; BAND/BOR/BXOR are not in coll.h)");
+                    " is not supported (kcoll reduces with SUM, PRODUCT, MIN, MAX, AVG, "
+                    "PREMUL_SUM, BAND, BOR and BXOR)");
     }
+}
+
+bool is_bitwise(const c10d::ReduceOp &op)
+{
+    return op == c10d::ReduceOp::BAND || op == c10d::ReduceOp::BOR || op == c10d::ReduceOp::BXOR;
+}
+
+at::Tensor bitwise_all(coll_comm_t comm, int size, const at::Tensor &flat, const c10d::ReduceOp &op)
+{
+    at::Tensor all = at::empty({size, flat.numel()}, flat.options());
+    check(coll_all_gather(flat.data_ptr(), all.data_ptr(), flat.numel(), dtype_of(flat), comm,
+                          stream_of(flat)),
+          "coll_all_gather (bitwise reduction)");
+    at::Tensor r = all[0].clone();
+    for (int i = 1; i < size; i++) {
+        if (op == c10d::ReduceOp::BAND)
+            r.bitwise_and_(all[i]);
+        else if (op == c10d::ReduceOp::BOR)
+            r.bitwise_or_(all[i]);
+        else
+            r.bitwise_xor_(all[i]);
+    }
+    return r;
 }
 
 /* The tensors' elements one after the other, in a new 1-d tensor. */
