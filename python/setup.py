@@ -34,7 +34,7 @@ setup(
     packages=["kcoll"],
     ext_modules=[Extension(
         "kcoll._C", ["kcoll/csrc/backend.cpp", "kcoll/csrc/comm.cpp", "kcoll/csrc/shapes.cpp",
-                     "kcoll/csrc/worker.cpp"],
+                     "kcoll/csrc/worker.cpp", "kcoll/csrc/calls.cpp"],
         define_macros=[("KCOLL_TORCH_CUDA", "1")] if CUDA else [],
         include_dirs=[os.path.join(ROOT, "libcoll", "include"), os.path.join(HERE, "kcoll",
                                                                            "csrc")],

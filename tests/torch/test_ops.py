@@ -181,6 +181,14 @@ def cases(world):
     c["reduce_scatter uneven SUM"] = (reduce_scatter_v, lambda rank, world, dt: [reduce_local(
         [inp(("rsv", rank), r, sz(rank), dt) for r in range(world)], "SUM", dt, world)])
 
+    def all_gather_coalesced(g, rank, world, dt):
+        outs = [[torch.zeros(N + k, dtype=dt) for _ in range(world)] for k in range(2)]
+        dist.all_gather_coalesced(outs, [inp(("agc", k), rank, N + k, dt) for k in range(2)],
+                                  group=g)
+        return [t for ts in outs for t in ts]
+    c["all_gather_coalesced"] = (all_gather_coalesced, lambda rank, world, dt: [
+        inp(("agc", k), r, N + k, dt) for k in range(2) for r in range(world)])
+
     def all_gather_t(g, rank, world, dt):
         out = torch.zeros(N * world, dtype=dt)
         dist.all_gather_into_tensor(out, inp("agt", rank, N, dt), group=g)

@@ -21,6 +21,7 @@
 
 #include "coll.h"
 #include "comm.h"
+#include "calls.h"
 #include "shapes.h"
 #include "compat.h"
 #include "work.h"
@@ -97,6 +98,14 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return comm_ && comm_->interrupted();
     }
 
+    /* PyTorch >= 2.7's batch_isend_irecv coalesces (startCoalescing .. endCoalescing, one coll
+     * group) only where the backend says it can; without it each isend/irecv would run alone
+     * and a large exchange would wait on itself. No `override`: older bases lack it. */
+    bool supportsCoalescing() const
+    {
+        return true;
+    }
+
     const std::string getBackendName() const override
     {
         return "kcoll";
@@ -125,7 +134,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         return submit(c10d::OpType::ALLREDUCE, "all_reduce", {t}, [this, t, op, rop] {
             if (is_bitwise(rop))
-                return bitwise_into(t, rop, t, 0);
+                return bitwise_into(*comm_, t, rop, t, 0);
             OpFor o(rop, op, t, comm());
             Staging s("all_reduce");
             at::Tensor b = s.out(t);
@@ -154,7 +163,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts, [this, ts, op, rop] {
                 at::Tensor flat = flat_cat(ts);
                 if (is_bitwise(rop)) {
-                    flat = bitwise_all(comm(), getSize(), flat, rop);
+                    flat = bitwise_all(*comm_, flat, rop);
                 } else {
                     OpFor o(rop, op, flat, comm());
                     check(coll_all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
@@ -178,7 +187,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         int root = static_cast<int>(opts.rootRank);
         return submit(c10d::OpType::REDUCE, "reduce", {t}, [this, t, op, rop, root] {
             if (is_bitwise(rop)) /* every rank computes it; the root keeps it */
-                return bitwise_into(t, rop, getRank() == root ? t : at::Tensor(), 0);
+                return bitwise_into(*comm_, t, rop, getRank() == root ? t : at::Tensor(), 0);
             OpFor o(rop, op, t, comm()); /* non-root tensors are left as they were */
             Staging s("reduce");
             at::Tensor b = s.out(t);
@@ -211,16 +220,30 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     }
                 });
             });
-        return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
-            at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
-            Staging s("all_gather");
-            at::Tensor b = s.in(in);
-            check(coll_all_gather(b.data_ptr(), flat.data_ptr(), b.numel(), dtype_of(b), comm(),
-                                  stream_of(b)),
-                  "coll_all_gather");
-            for (int i = 0; i < getSize(); i++)
-                outs[i].copy_(flat.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
-        });
+        return submit(c10d::OpType::ALLGATHER, "all_gather", outs,
+                      [this, in, outs] { gather_list(*comm_, in, outs); });
+    }
+
+    /* dist.all_gather_coalesced (1.13 and 2.x): one all_gather per input, in one job */
+    c10::intrusive_ptr<c10d::Work>
+    allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                        std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &) override
+    {
+        TORCH_CHECK(outputs.size() == inputs.size(), "kcoll: all_gather_coalesced: one output "
+                                                     "list per input");
+        std::vector<at::Tensor> ins = inputs, all;
+        std::vector<std::vector<at::Tensor>> outs;
+        for (size_t k = 0; k < ins.size(); k++) {
+            check_tensor(ins[k], "all_gather_coalesced");
+            outs.push_back(
+                world_list(getSize(), {outputs[k]}, ins[k], "all_gather_coalesced", "output"));
+            all.insert(all.end(), outs.back().begin(), outs.back().end());
+        }
+        return submit(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", all,
+                      [this, ins, outs] {
+                          for (size_t k = 0; k < ins.size(); k++)
+                              gather_list(*comm_, ins[k], outs[k]);
+                      });
     }
 
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
@@ -229,13 +252,27 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         check_world_times(getSize(), output, "output", input, "all_gather_into_tensor");
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
-                      [this, in, out] {
-                          Staging s("all_gather_into_tensor");
-                          at::Tensor i = s.in(in), o = s.out(out, false);
-                          check(coll_all_gather(i.data_ptr(), o.data_ptr(), i.numel(), dtype_of(i),
-                                                comm(), stream_of(i)),
-                                "coll_all_gather");
-                          s.finish();
+                      [this, in, out] { gather_into(*comm_, in, out); });
+    }
+
+    /* PyTorch 2.x's _coalescing_manager, for all_gather_into_tensor calls made inside it: one
+     * all_gather per pair, in one job. Declared without `override`, as shutdown(): 1.13's base
+     * has no such method. */
+    c10::intrusive_ptr<c10d::Work>
+    allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                    std::vector<at::Tensor> &inputs,
+                                    const c10d::AllgatherOptions & = c10d::AllgatherOptions())
+    {
+        TORCH_CHECK(outputs.size() == inputs.size(),
+                    "kcoll: all_gather_into_tensor (coalesced): one output per input");
+        for (size_t k = 0; k < inputs.size(); k++)
+            check_world_times(getSize(), outputs[k], "output", inputs[k],
+                              "all_gather_into_tensor (coalesced)");
+        std::vector<at::Tensor> ins = inputs, outs = outputs;
+        return submit(KCOLL_TORCH_OPTYPE_COALESCED, "all_gather_into_tensor (coalesced)", outs,
+                      [this, ins, outs] {
+                          for (size_t k = 0; k < ins.size(); k++)
+                              gather_into(*comm_, ins[k], outs[k]);
                       });
     }
 
@@ -281,7 +318,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                         int64_t off = 0;
                         for (int r = 0; r < getRank(); r++)
                             off += ins[r].numel();
-                        return bitwise_into(flat_cat(ins), rop, out, off);
+                        return bitwise_into(*comm_, flat_cat(ins), rop, out, off);
                     }
                     OpFor o(rop, op, out, comm());
                     Staging s("reduce_scatter");
@@ -299,7 +336,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                       [this, ins, out, op, rop] {
                           at::Tensor flat = flat_cat(ins);
                           if (is_bitwise(rop))
-                              return bitwise_into(flat, rop, out, getRank() * out.numel());
+                              return bitwise_into(*comm_, flat, rop, out, getRank() * out.numel());
                           OpFor o(rop, op, out, comm());
                           Staging s("reduce_scatter");
                           at::Tensor b = s.out(out, false);
@@ -319,16 +356,28 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         c10d::ReduceOp rop = opts.reduceOp;
         at::Tensor in = input, out = output;
         return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
-                      [this, in, out, op, rop] {
-                          if (is_bitwise(rop))
-                              return bitwise_into(in, rop, out, getRank() * out.numel());
-                          OpFor o(rop, op, out, comm());
-                          Staging s("reduce_scatter_tensor");
-                          at::Tensor i = s.in(in), b = s.out(out, false);
-                          check(coll_reduce_scatter(i.data_ptr(), b.data_ptr(), b.numel(),
-                                                    dtype_of(b), o.get(), comm(), stream_of(b)),
-                                "coll_reduce_scatter");
-                          s.finish();
+                      [this, in, out, op, rop] { scatter_into(*comm_, in, out, op, rop); });
+    }
+
+    /* PyTorch 2.x's _coalescing_manager, for reduce_scatter_tensor calls made inside it (see
+     * allgather_into_tensor_coalesced) */
+    c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions())
+    {
+        TORCH_CHECK(outputs.size() == inputs.size() && !outputs.empty(),
+                    "kcoll: reduce_scatter_tensor (coalesced): one output per input");
+        for (size_t k = 0; k < inputs.size(); k++) {
+            check_world_times(getSize(), inputs[k], "input", outputs[k],
+                              "reduce_scatter_tensor (coalesced)");
+            (void)op_of(opts.reduceOp, outputs[k]); /* an op the dtype lacks raises here */
+        }
+        c10d::ReduceOp rop = opts.reduceOp;
+        std::vector<at::Tensor> ins = inputs, outs = outputs;
+        return submit(KCOLL_TORCH_OPTYPE_COALESCED, "reduce_scatter_tensor (coalesced)", outs,
+                      [this, ins, outs, rop] {
+                          for (size_t k = 0; k < ins.size(); k++)
+                              scatter_into(*comm_, ins[k], outs[k], op_of(rop, outs[k]), rop);
                       });
     }
 
@@ -516,16 +565,6 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                     send1(s, at_root[r], r);
             }
         });
-    }
-
-    /* rop (BAND, BOR, BXOR) over every rank's mine (bitwise_all), elements [off, off + its
-     * size) of the result into out (none: computed, not kept) */
-    void bitwise_into(const at::Tensor &mine, const c10d::ReduceOp &rop, const at::Tensor &out,
-                      int64_t off)
-    {
-        at::Tensor r = bitwise_all(comm(), getSize(), mine.contiguous().view({-1}), rop);
-        if (out.defined())
-            out.copy_(r.narrow(0, off, out.numel()).view(out.sizes()));
     }
 
     /* In a group (st's copies of strided tensors live until it ends). */

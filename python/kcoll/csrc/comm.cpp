@@ -153,24 +153,6 @@ bool is_bitwise(const c10d::ReduceOp &op)
     return op == c10d::ReduceOp::BAND || op == c10d::ReduceOp::BOR || op == c10d::ReduceOp::BXOR;
 }
 
-at::Tensor bitwise_all(coll_comm_t comm, int size, const at::Tensor &flat, const c10d::ReduceOp &op)
-{
-    at::Tensor all = at::empty({size, flat.numel()}, flat.options());
-    check(coll_all_gather(flat.data_ptr(), all.data_ptr(), flat.numel(), dtype_of(flat), comm,
-                          stream_of(flat)),
-          "coll_all_gather (bitwise reduction)");
-    at::Tensor r = all[0].clone();
-    for (int i = 1; i < size; i++) {
-        if (op == c10d::ReduceOp::BAND)
-            r.bitwise_and_(all[i]);
-        else if (op == c10d::ReduceOp::BOR)
-            r.bitwise_or_(all[i]);
-        else
-            r.bitwise_xor_(all[i]);
-    }
-    return r;
-}
-
 /* The tensors' elements one after the other, in a new 1-d tensor. */
 at::Tensor flat_cat(const std::vector<at::Tensor> &ts)
 {

@@ -129,11 +129,6 @@ coll_op_t op_of(const c10d::ReduceOp &rop, const at::Tensor &t);
 
 /* BAND, BOR, BXOR: in neither coll.h nor NCCL; Gloo has them for integer tensors. */
 bool is_bitwise(const c10d::ReduceOp &op);
-/* op (BAND, BOR or BXOR) over every rank's flat (1-d, contiguous) tensor, in a new tensor of
- * its size: the tensors are gathered (coll_all_gather: world_size times their bytes reach each
- * rank, where coll.h's own reductions move about twice) and reduced here in rank order. */
-at::Tensor bitwise_all(coll_comm_t comm, int size, const at::Tensor &flat,
-                       const c10d::ReduceOp &op);
 
 /* The operator of one collective: op itself, or for PREMUL_SUM (sum of factor * x) a PreMulSum
  * operator of coll.h with the factor in t's dtype, made for this call and freed after it (on the

@@ -118,7 +118,8 @@ class Work : public c10d::Work
          * ends the wait, as it ends a time.sleep; the call itself goes on, in order */
         const auto end = std::chrono::steady_clock::now() +
                          std::min<std::chrono::milliseconds>(limit, kLongestWait);
-        std::unique_lock<std::mutex> lock(mutex_);
+        /* the base's mutex: std::mutex in 1.13 and 2.11, std::timed_mutex in some 2.x between */
+        std::unique_lock<decltype(mutex_)> lock(mutex_);
         while (!completed_) {
             const auto now = std::chrono::steady_clock::now();
             if (now >= end) {
