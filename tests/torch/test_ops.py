@@ -448,7 +448,8 @@ def layouts(rank, world, gloo, ck):
             want[1] = torch.tensor([True])  # the reference is contiguous, as it should be
         same = len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
         ck(same, "%s on strided tensors: kcoll %s, reference %s" % (
-            name, [t.flatten().tolist()[:6] for t in got], [t.flatten().tolist()[:6] for t in want]))
+            name, [t.flatten().tolist()[:6] for t in got],
+            [t.flatten().tolist()[:6] for t in want]))
         ck(all(bool((b[..., 1] == FILL).all()) for b in bases),
            "%s on strided tensors: the elements between the view's own are untouched" % name)
     try:
