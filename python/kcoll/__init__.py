@@ -44,8 +44,9 @@ def torch_built_with():
 def _backend_of(group):
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if hasattr(pg, "_get_backend"):  # PyTorch 2.x: the group holds a backend per device
-        return pg._get_backend(torch.device("cpu"))
-    return pg
+        pg = pg._get_backend(torch.device("cpu"))
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: 2.x wraps a plugin's backend in a checking wrapper
+    return getattr(pg, "wrapped_pg", pg)
 
 
 def shutdown(group=None):

@@ -21,6 +21,7 @@ usage: test_ops.py [--worlds 1,2,4]
 """
 import os
 import sys
+import warnings
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +32,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import kcoll  # noqa: E402,F401
+
+# all_reduce_coalesced and all_gather_coalesced are tested as they are, deprecated or not
+warnings.filterwarnings("ignore", message=".*will be deprecated")
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
           torch.int32, torch.int64, torch.bool]
@@ -181,13 +185,17 @@ def cases(world):
     c["reduce_scatter uneven SUM"] = (reduce_scatter_v, lambda rank, world, dt: [reduce_local(
         [inp(("rsv", rank), r, sz(rank), dt) for r in range(world)], "SUM", dt, world)])
 
-    def all_gather_coalesced(g, rank, world, dt):
-        outs = [[torch.zeros(N + k, dtype=dt) for _ in range(world)] for k in range(2)]
-        dist.all_gather_coalesced(outs, [inp(("agc", k), rank, N + k, dt) for k in range(2)],
-                                  group=g)
-        return [t for ts in outs for t in ts]
-    c["all_gather_coalesced"] = (all_gather_coalesced, lambda rank, world, dt: [
-        inp(("agc", k), r, N + k, dt) for k in range(2) for r in range(world)])
+    def all_gather_coalesced(step):  # inputs of N + step * k elements (1.13's Gloo: step 0)
+        def run(g, rank, world, dt):  # outs[r]: rank r's list
+            outs = [[torch.zeros(N + step * k, dtype=dt) for k in range(2)]
+                    for _ in range(world)]
+            dist.all_gather_coalesced(
+                outs, [inp(("agc", k), rank, N + step * k, dt) for k in range(2)], group=g)
+            return [t for ts in outs for t in ts]
+        return run, lambda rank, world, dt: [inp(("agc", k), r, N + step * k, dt)
+                                             for r in range(world) for k in range(2)]
+    c["all_gather_coalesced"] = all_gather_coalesced(0)
+    c["all_gather_coalesced sizes"] = all_gather_coalesced(1)
 
     def all_gather_t(g, rank, world, dt):
         out = torch.zeros(N * world, dtype=dt)

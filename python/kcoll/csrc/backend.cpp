@@ -224,20 +224,26 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                       [this, in, outs] { gather_list(*comm_, in, outs); });
     }
 
-    /* dist.all_gather_coalesced (1.13 and 2.x): one all_gather per input, in one job */
+    /* dist.all_gather_coalesced (1.13 and 2.x): outputs[r] receives rank r's inputs (a list
+     * shaped as inputs); one all_gather per input, in one job */
     c10::intrusive_ptr<c10d::Work>
     allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
                         std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &) override
     {
-        TORCH_CHECK(outputs.size() == inputs.size(), "kcoll: all_gather_coalesced: one output "
-                                                     "list per input");
+        TORCH_CHECK(outputs.size() == static_cast<size_t>(getSize()),
+                    "kcoll: all_gather_coalesced: one output list per rank (", getSize(), ")");
         std::vector<at::Tensor> ins = inputs, all;
-        std::vector<std::vector<at::Tensor>> outs;
+        std::vector<std::vector<at::Tensor>> outs(ins.size());
+        for (const auto &list : outputs)
+            TORCH_CHECK(list.size() == ins.size(), "kcoll: all_gather_coalesced: each output "
+                                                   "list holds one tensor per input");
         for (size_t k = 0; k < ins.size(); k++) {
             check_tensor(ins[k], "all_gather_coalesced");
-            outs.push_back(
-                world_list(getSize(), {outputs[k]}, ins[k], "all_gather_coalesced", "output"));
-            all.insert(all.end(), outs.back().begin(), outs.back().end());
+            for (int r = 0; r < getSize(); r++) {
+                check_same(outputs[r][k], ins[k], "all_gather_coalesced");
+                outs[k].push_back(outputs[r][k]);
+                all.push_back(outputs[r][k]);
+            }
         }
         return submit(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", all,
                       [this, ins, outs] {
