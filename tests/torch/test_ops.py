@@ -185,7 +185,7 @@ def cases(world):
     c["reduce_scatter uneven SUM"] = (reduce_scatter_v, lambda rank, world, dt: [reduce_local(
         [inp(("rsv", rank), r, sz(rank), dt) for r in range(world)], "SUM", dt, world)])
 
-    def all_gather_coalesced(step):  # inputs of N + step * k elements (1.13's Gloo: step 0)
+    def all_gather_coalesced(step):  # inputs of N + step * k elements
         def run(g, rank, world, dt):  # outs[r]: rank r's list
             outs = [[torch.zeros(N + step * k, dtype=dt) for k in range(2)]
                     for _ in range(world)]
