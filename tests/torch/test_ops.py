@@ -521,6 +521,23 @@ def worker(rank, world):
         ck(float(z[0]) == float(sum(r + 1 for r in evens)),
            "new_group %s all_reduce: %s" % (evens, z.tolist()))
     layouts(rank, world, gloo, ck)
+    # a batch that exchanges large messages both ways with each neighbour (16 MiB each: past
+    # what a transport buffers, so that a send waits for its recv) completes as one coll group;
+    # issued one operation at a time, each rank's first send would wait for a recv its peer has
+    # not reached. PyTorch 2.7+ coalesces it only where supports_coalescing is true.
+    if world > 1:
+        big = 1 << 22
+        mine = torch.full((big,), float(rank))
+        left, right = torch.empty(big), torch.empty(big)
+        ops = [dist.P2POp(dist.isend, mine, (rank + 1) % world),
+               dist.P2POp(dist.isend, mine, (rank - 1) % world),
+               dist.P2POp(dist.irecv, left, (rank - 1) % world),
+               dist.P2POp(dist.irecv, right, (rank + 1) % world)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        ck(bool((left == (rank - 1) % world).all()) and bool((right == (rank + 1) % world).all()),
+           "16 MiB exchange with both neighbours in one batch: %s %s"
+           % (left[:2].tolist(), right[:2].tolist()))
     # refusals carry a clear message
     try:
         dist.all_reduce(torch.zeros(4), op=R.BXOR)
