@@ -19,8 +19,10 @@ lacks the operation), and the elements between a strided view's own stay untouch
 
 usage: test_ops.py [--worlds 1,2,4]
 """
+import datetime
 import os
 import sys
+import time
 import warnings
 import zlib
 
@@ -468,7 +470,9 @@ def layouts(rank, world, gloo, ck):
 
 
 def worker(rank, world):
-    dist.init_process_group("kcoll", rank=rank, world_size=world)
+    # a collective that waits on itself raises within a minute instead of hanging the suite
+    dist.init_process_group("kcoll", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     assert dist.get_backend() == "kcoll"
     gloo = dist.new_group(backend="gloo")
     ck = tc.Checks("rank %d of %d" % (rank, world))
@@ -538,6 +542,31 @@ def worker(rank, world):
         ck(bool((left == (rank - 1) % world).all()) and bool((right == (rank + 1) % world).all()),
            "16 MiB exchange with both neighbours in one batch: %s %s"
            % (left[:2].tolist(), right[:2].tolist()))
+        # the ring of PyTorch's tutorial ("Writing Distributed Applications"): isend to the
+        # right, recv from the left, then wait. Gloo's isend does not wait for its recv; kcoll's
+        # worker holds the isend until the recv joins it in one group (before: every rank's
+        # send waited for a recv queued behind it, and the ring timed out at 1 MiB and more)
+        left.zero_()
+        req = dist.isend(mine, (rank + 1) % world)
+        dist.recv(left, (rank - 1) % world)
+        req.wait()
+        ck(bool((left == (rank - 1) % world).all()), "16 MiB tutorial ring (isend, recv, wait): "
+           "%s" % left[:2].tolist())
+        # an isend nobody waits for yet still goes (after kcoll's 10 ms hold): the receiver
+        # gets it while the sender sleeps, long before its wait
+        if rank < 2:
+            x = torch.full((1 << 18,), 5.0)
+            if rank == 0:
+                req = dist.isend(x, 1)
+                time.sleep(2.0)
+                req.wait()
+            else:
+                t0 = time.monotonic()
+                dist.recv(x.zero_(), 0)
+                took = time.monotonic() - t0
+                ck(took < 1.5 and bool((x == 5.0).all()),
+                   "an isend not waited for reaches its recv in %.3f s (the sender waits after "
+                   "2 s)" % took)
     # refusals carry a clear message
     try:
         dist.all_reduce(torch.zeros(4), op=R.BXOR)

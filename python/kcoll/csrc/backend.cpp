@@ -209,7 +209,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             /* uneven sizes, as ProcessGroupNCCL takes them: every rank sends its tensor to each
              * other one, in one group; a size the sender does not agree with is a mismatch */
             return submit(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
-                group("all_gather", [&](Staging &s) {
+                in_group("all_gather", [&](Staging &s) {
                     for (int r = 0; r < getSize(); r++) {
                         if (r == getRank()) {
                             outs[r].copy_(in);
@@ -416,7 +416,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                       [this, in, out, ins, outs] {
                           int64_t ioff = 0, ooff = 0;
-                          group("all_to_all_single", [&](Staging &st) {
+                          in_group("all_to_all_single", [&](Staging &st) {
                               at::Tensor i = st.in(in), o = st.out(out, false);
                               for (int r = 0; r < getSize(); r++) {
                                   at::Tensor s = i.narrow(0, ioff, ins[r]);
@@ -447,7 +447,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         }
         std::vector<at::Tensor> ins = inputs, outs = outputs;
         return submit(c10d::OpType::ALLTOALL, "all_to_all", outs, [this, ins, outs] {
-            group("all_to_all", [&](Staging &s) {
+            in_group("all_to_all", [&](Staging &s) {
                 for (int r = 0; r < getSize(); r++) {
                     if (r == getRank()) {
                         outs[r].copy_(ins[r]);
@@ -525,7 +525,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         worker_->enqueue(
             works,
             [this, fns] {
-                group("coalesced send/recv", [&](Staging &s) {
+                in_group("coalesced send/recv", [&](Staging &s) {
                     for (const auto &f : fns)
                         f(s);
                 });
@@ -554,7 +554,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     void rooted(int root, const at::Tensor &mine, const std::vector<at::Tensor> &at_root,
                 bool to_root)
     {
-        group(to_root ? "gather" : "scatter", [&](Staging &s) {
+        in_group(to_root ? "gather" : "scatter", [&](Staging &s) {
             if (getRank() != root) {
                 if (to_root)
                     send1(s, mine, root);
@@ -590,22 +590,6 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             "coll_recv from rank " + std::to_string(peer));
     }
 
-    /* fn's sends and receives in one coll group, the group closed even when fn throws; then
-     * the results of strided outputs are written back. */
-    template <typename F> void group(const char *op, F fn)
-    {
-        Staging s(op);
-        check(coll_group_start(), "coll_group_start");
-        try {
-            fn(s);
-        } catch (...) {
-            (void)coll_group_end(); /* the first error is the one reported */
-            throw;
-        }
-        check(coll_group_end(), "coll_group_end");
-        s.finish();
-    }
-
     c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
                                        std::vector<at::Tensor> outs)
     {
@@ -616,8 +600,11 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                        std::function<void(Staging &)> fn)
     {
         std::lock_guard<std::mutex> lock(cmutex_);
-        if (!coalescing_)
-            return submit(type, name, {t}, [this, name, fn] { group(name, fn); });
+        if (!coalescing_) {
+            auto w = make_work(type, name, {t});
+            worker_->enqueue_p2p({w}, std::move(fn), stream_for(t));
+            return w;
+        }
         auto w = make_work(type, name, {t});
         pending_.push_back(Pending{w, std::move(fn)});
         return w;

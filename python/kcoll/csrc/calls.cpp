@@ -4,6 +4,20 @@
 namespace kcoll
 {
 
+void in_group(const char *op, const std::function<void(Staging &)> &fn)
+{
+    Staging s(op);
+    check(coll_group_start(), "coll_group_start");
+    try {
+        fn(s);
+    } catch (...) {
+        (void)coll_group_end(); /* the first error is the one reported */
+        throw;
+    }
+    check(coll_group_end(), "coll_group_end");
+    s.finish();
+}
+
 void gather_list(const Comm &c, const at::Tensor &in, const std::vector<at::Tensor> &outs)
 {
     at::Tensor flat = at::empty({c.size() * in.numel()}, in.options());

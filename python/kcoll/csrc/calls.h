@@ -7,12 +7,17 @@
 #include <torch/python.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm.h"
 
 namespace kcoll
 {
+
+/* fn's sends and receives in one coll group, the group closed even when fn throws; then the
+ * results of strided outputs are written back (op names the operation in messages) */
+void in_group(const char *op, const std::function<void(Staging &)> &fn);
 
 /* in from every rank, through a temporary, into outs (world_size tensors of in's size) */
 void gather_list(const Comm &c, const at::Tensor &in, const std::vector<at::Tensor> &outs);

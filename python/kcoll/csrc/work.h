@@ -79,6 +79,10 @@ inline std::vector<c10::Device> cuda_devices(const std::vector<at::Tensor> &ts)
     return d;
 }
 
+/* Where a worker holds a point-to-point job back for the ones issued after it (worker.h): the
+ * highest sequence number of a held job somebody waits for. */
+using FlushMark = std::shared_ptr<std::atomic<uint64_t>>;
+
 class Work : public c10d::Work
 {
   public:
@@ -102,8 +106,23 @@ class Work : public c10d::Work
         done_.store(true, std::memory_order_release);
     }
 
+    /* A point-to-point job's Work: a wait on it (or a look at it) ends the worker's wait for
+     * more of them (Worker::enqueue_p2p). */
+    void flush_on_wait(FlushMark mark, uint64_t seq)
+    {
+        mark_ = std::move(mark);
+        seq_ = seq;
+    }
+
+    bool isCompleted() override
+    {
+        flush();
+        return c10d::Work::isCompleted();
+    }
+
     bool wait(std::chrono::milliseconds timeout) override
     {
+        flush();
         auto limit = timeout.count() == 0 ? timeout_ : timeout; /* 0: kNoTimeout */
         /* complete() completes the future first: a then() callback that waits for this very
          * Work runs on the worker before finish(), and its result is there already */
@@ -157,10 +176,23 @@ class Work : public c10d::Work
     }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
     {
+        flush();
         return future_;
     }
 
   private:
+    void flush()
+    {
+        if (!mark_ || done_.load(std::memory_order_acquire))
+            return;
+        uint64_t m = mark_->load(std::memory_order_relaxed);
+        while (m < seq_ && !mark_->compare_exchange_weak(m, seq_, std::memory_order_release,
+                                                         std::memory_order_relaxed)) {
+        }
+    }
+
+    FlushMark mark_;
+    uint64_t seq_ = 0;
     std::vector<at::Tensor> outputs_;
     std::chrono::milliseconds timeout_;
     std::shared_ptr<Comm> comm_;

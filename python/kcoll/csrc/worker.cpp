@@ -52,8 +52,8 @@ void Worker::stop_releasing_gil(std::chrono::milliseconds grace)
     }
 }
 
-void Worker::enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
-                     c10::optional<c10::Stream> stream)
+/* Refused before anything is queued: a stream capturing a CUDA graph, a forked child. */
+void Worker::check_issuer(const c10::optional<c10::Stream> &stream) const
 {
 #if defined(KCOLL_TORCH_CUDA)
     /* the worker makes the call later, maybe after the capture ended: refused, and nothing is
@@ -66,13 +66,44 @@ void Worker::enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<
                 "backend makes its calls on a worker thread, which cannot put them in the "
                 "graph; for CUDA graphs use backend=\"nccl\" with kcoll's libnccl.so.2 "
                 "preloaded (its calls are captured), or make this call outside the capture");
+#else
+    (void)stream;
 #endif
     TORCH_CHECK(getpid() == pid_, "kcoll: this process group was made by process ", pid_,
                 "; this process (", getpid(),
                 ") was forked from it and cannot use it (its worker and connections stay in "
                 "the parent). Make collectives in the parent, or start workers with the "
                 "'spawn' start method and a group of their own");
-    Job job{std::move(works), std::move(fn), stream};
+}
+
+void Worker::enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
+                     c10::optional<c10::Stream> stream)
+{
+    check_issuer(stream);
+    Job job;
+    job.works = std::move(works);
+    job.fn = std::move(fn);
+    job.stream = stream;
+    push(std::move(job));
+}
+
+void Worker::enqueue_p2p(std::vector<c10::intrusive_ptr<Work>> works,
+                         std::function<void(Staging &)> part, c10::optional<c10::Stream> stream)
+{
+    check_issuer(stream);
+    Job job;
+    job.works = std::move(works);
+    job.stream = stream;
+    if (std::this_thread::get_id() == thread_->get_id()) { /* a callback's: at once (push) */
+        job.fn = [part] { in_group("send/recv", part); };
+    } else {
+        job.part = std::move(part);
+    }
+    push(std::move(job));
+}
+
+void Worker::push(Job job)
+{
     /* Issued by a callback that a completion runs on the worker (a then() callback on a Work's
      * future that issues a collective and waits for it, as PowerSGD's comm hook does): queued,
      * it would wait for the worker that waits for it. It runs here and now, right after the job
@@ -89,6 +120,11 @@ void Worker::enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<
     {
         std::lock_guard<std::mutex> lock(qmutex_);
         refuse_if_closed(); /* checked where it is queued: none is queued after the stop */
+        if (job.part) {
+            job.seq = ++seq_;
+            for (auto &w : job.works)
+                w->flush_on_wait(flush_, job.seq);
+        }
         queue_.push_back(std::move(job));
         queued_.fetch_add(1, std::memory_order_release);
     }
@@ -112,27 +148,73 @@ void Worker::run()
             queue_.pop_front();
             queued_.fetch_sub(1, std::memory_order_relaxed);
         }
-        execute(job);
+        if (job.part)
+            run_p2p(std::move(job));
+        else
+            execute(job);
     }
+}
+
+void Worker::run_p2p(Job first)
+{
+    std::vector<Job> batch;
+    batch.push_back(std::move(first));
+    const uint64_t from = batch[0].seq;
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        /* read before the queue: a wait is made after its job was queued */
+        const bool waited = flush_->load(std::memory_order_acquire) >= from;
+        std::unique_lock<std::mutex> lock(qmutex_);
+        while (!queue_.empty() && queue_.front().part && queue_.front().stream == batch[0].stream) {
+            batch.push_back(std::move(queue_.front()));
+            queue_.pop_front();
+            queued_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        const auto held = std::chrono::steady_clock::now() - start;
+        if (waited || !queue_.empty() || stop_ || held >= kLinger)
+            break;
+        if (held < kSpin) { /* the wait that ends it usually comes within microseconds */
+            lock.unlock();
+            std::this_thread::yield();
+        } else {
+            cv_->job.wait_for(lock, std::chrono::microseconds(200));
+        }
+    }
+    std::vector<c10::intrusive_ptr<Work>> works;
+    for (const auto &j : batch)
+        works.insert(works.end(), j.works.begin(), j.works.end());
+    complete_after(batch[0].stream, works, [&batch] {
+        in_group("send/recv", [&batch](Staging &s) {
+            for (const auto &j : batch)
+                j.part(s);
+        });
+    });
 }
 
 /* On the worker: the job's calls, then its works' completion (which runs their futures'
  * callbacks here). */
 void Worker::execute(Job &job)
 {
+    complete_after(job.stream, job.works, job.fn);
+}
+
+void Worker::complete_after(const c10::optional<c10::Stream> &stream,
+                            const std::vector<c10::intrusive_ptr<Work>> &works,
+                            const std::function<void()> &fn)
+{
     std::exception_ptr e;
     /* the works complete with the job's stream current: a CUDA-aware future records its event
      * there, after the call's gate, so that a then() callback waits for the result */
-    c10::OptionalStreamGuard on_stream(job.stream);
+    c10::OptionalStreamGuard on_stream(stream);
     try {
         at::NoGradGuard no_grad;
         if (comm_->aborted())
             TORCH_CHECK(false, "kcoll: the communicator of this process group was ", why_gone());
-        job.fn();
+        fn();
     } catch (...) {
         e = std::current_exception();
     }
-    for (auto &w : job.works)
+    for (auto &w : works)
         w->complete(e);
 }
 

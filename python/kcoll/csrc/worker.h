@@ -21,12 +21,16 @@
 
 #include <unistd.h>
 
+#include "calls.h"
 #include "comm.h"
 #include "compat.h"
 #include "work.h"
 
 namespace kcoll
 {
+
+/* How long a point-to-point job is held for the ones after it when nobody waits (enqueue_p2p) */
+inline constexpr std::chrono::milliseconds kLinger{10};
 
 class Worker
 {
@@ -44,6 +48,16 @@ class Worker
     void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
                  c10::optional<c10::Stream> stream);
 
+    /* A send or recv issued alone (isend, irecv, send, recv outside batch_isend_irecv): the
+     * worker holds it back, and the ones issued after it on the same stream join it in one
+     * coll group, until a wait on (or a look at) one of them, a job of another kind, or
+     * kLinger. Gloo's isend does not wait for its recv: in the ring of PyTorch's tutorial
+     * (isend to the right, recv from the left, then wait), each rank's send would otherwise
+     * wait for a recv its neighbour has queued behind its own send. part runs inside the
+     * group, its strided tensors staged in the group's Staging. */
+    void enqueue_p2p(std::vector<c10::intrusive_ptr<Work>> works,
+                     std::function<void(Staging &)> part, c10::optional<c10::Stream> stream);
+
     /* Stop once the queued jobs ran; if they have not within grace (a job waits on peers that
      * are gone or exiting), abort the communicator so that they fail now. Idempotent. Called
      * without the GIL: a job's callback may need it. */
@@ -58,17 +72,29 @@ class Worker
     struct Job {
         std::vector<c10::intrusive_ptr<Work>> works;
         std::function<void()> fn;
-        c10::optional<c10::Stream> stream; /* device jobs: the caller's current stream */
+        c10::optional<c10::Stream> stream;   /* device jobs: the caller's current stream */
+        std::function<void(Staging &)> part; /* a held point-to-point job (fn empty) */
+        uint64_t seq = 0;                    /* its number, from 1 */
     };
 
+    void check_issuer(const c10::optional<c10::Stream> &stream) const;
+    void push(Job job);
     void run();
     void execute(Job &job);
+    /* first, and the point-to-point jobs that join it, in one group */
+    void run_p2p(Job first);
+    /* fn, then the works' completion, with stream current */
+    void complete_after(const c10::optional<c10::Stream> &stream,
+                        const std::vector<c10::intrusive_ptr<Work>> &works,
+                        const std::function<void()> &fn);
     std::string why_gone();
     void refuse_if_closed() const; /* under qmutex_ */
 
     std::shared_ptr<Comm> comm_;
     std::mutex qmutex_;
     std::deque<Job> queue_;
+    uint64_t seq_ = 0; /* the last point-to-point job's number (under qmutex_) */
+    FlushMark flush_ = std::make_shared<std::atomic<uint64_t>>(0);
     std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
     std::string closed_;  /* why new work is refused: shut down or aborted ("": open) */
