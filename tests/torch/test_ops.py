@@ -228,6 +228,14 @@ def cases(world):
     c["all_to_all"] = (all_to_all, lambda rank, world, dt: [inp(("a2a", rank), i, N, dt)
                                                               for i in range(world)])
 
+    def a2a_uneven(g, rank, world, dt):  # rank r sends N + r + j elements to rank j
+        out = [torch.zeros(N + i + rank, dtype=dt) for i in range(world)]
+        dist.all_to_all(out, [inp(("a2au", j), rank, N + rank + j, dt) for j in range(world)],
+                        group=g)
+        return out
+    c["all_to_all uneven"] = (a2a_uneven, lambda rank, world, dt: [
+        inp(("a2au", rank), i, N + i + rank, dt) for i in range(world)])
+
     def a2a_single(g, rank, world, dt):
         out = torch.zeros(N * world, dtype=dt)
         dist.all_to_all_single(out, inp("a2as", rank, N * world, dt), group=g)
