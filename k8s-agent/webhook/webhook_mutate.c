@@ -124,6 +124,41 @@ int agent_webhook_quantity_valid(const char *s)
     return 0;
 }
 
+/* s made valid UTF-8 in place, as a JSON string must be (json_string and json_pack refuse it
+ * otherwise, which read as out of memory): jansson's error text quotes the input's bytes (a
+ * character cut short, or any byte at all), and snprintf may cut a message inside a character.
+ * Each byte that does not begin a whole, valid sequence becomes '?'. */
+static void utf8_clean(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p != '\0') {
+        size_t n = *p < 0x80                  ? 1
+                   : *p >= 0xC2 && *p <= 0xDF ? 2
+                   : *p >= 0xE0 && *p <= 0xEF ? 3
+                   : *p >= 0xF0 && *p <= 0xF4 ? 4
+                                              : 0;
+        size_t k = 1;
+        while (k < n && (p[k] & 0xC0) == 0x80)
+            k++;
+        /* no overlong forms, UTF-16 surrogates or code points past U+10FFFF */
+        const int bad_second =
+            (p[0] == 0xE0 && k > 1 && p[1] < 0xA0) || (p[0] == 0xED && k > 1 && p[1] > 0x9F) ||
+            (p[0] == 0xF0 && k > 1 && p[1] < 0x90) || (p[0] == 0xF4 && k > 1 && p[1] > 0x8F);
+        if (n == 0 || k < n || bad_second) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
+}
+
+/* A JSON string of text (a local buffer made by snprintf), cleaned first. */
+static json_t *text_json(char *text)
+{
+    utf8_clean(text);
+    return json_string(text);
+}
+
 static void set_deny(struct mutation *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void set_deny(struct mutation *m, const char *fmt, ...)
@@ -134,6 +169,7 @@ static void set_deny(struct mutation *m, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(m->deny, sizeof(m->deny), fmt, ap);
     va_end(ap);
+    utf8_clean(m->deny);
 }
 
 /* Appends {"op": op, "path": path, "value": value}; steals value. */
@@ -300,7 +336,7 @@ static int prepend_env(struct mutation *m, const char *cname, const char *base, 
         snprintf(w, sizeof(w),
                  "kcoll: container %s takes %s from valueFrom; prepend %s to it yourself", cname,
                  name, value);
-        return json_array_append_new(m->warnings, json_string(w));
+        return json_array_append_new(m->warnings, text_json(w));
     }
     if (old == NULL || old[0] == '\0')
         return patch_opf(m, json_string(value), "%s/%ld/value", base, at);
@@ -329,7 +365,7 @@ static int env_if_absent(struct mutation *m, const char *cname, const char *base
                  "kcoll: container %s sets NCCL_ENV_PLUGIN=%.64s, so NCCL does not load kcoll's "
                  "plugin (%s) and nothing pins its network or checks its version; remove it",
                  cname, old ? old : "(valueFrom)", value);
-        return json_array_append_new(m->warnings, json_string(w));
+        return json_array_append_new(m->warnings, text_json(w));
     }
     json_t *v = env_value(name, value);
     return json_is_array(env) ? add_to_array(m, base, env, v) : json_array_append_new(fresh, v);
@@ -422,7 +458,7 @@ static int native_checks(struct mutation *m, const json_t *containers, json_t *a
                  "kcoll: %s; kcoll's NCCL plugin overrides NCCL_* but not Gloo or "
                  "an NCCL without the plugin: remove these settings",
                  conflicts);
-        if (json_array_append_new(m->warnings, json_string(w)) != 0 ||
+        if (json_array_append_new(m->warnings, text_json(w)) != 0 ||
             json_object_set_new(annots, AGENT_WEBHOOK_NCCL_CONFLICT, json_string(conflicts)) != 0)
             return -1;
     }
@@ -593,15 +629,21 @@ static int dump_reply(json_t *doc, unsigned int status, struct agent_webhook_rep
 int agent_webhook_error_reply(unsigned int http_status, const char *message,
                               struct agent_webhook_reply *reply)
 {
+    char *text = strdup(message);
+    if (text == NULL)
+        return -1;
+    utf8_clean(text);
     const char *reason = http_status == 413   ? "RequestEntityTooLarge"
                          : http_status == 404 ? "NotFound"
                          : http_status == 405 ? "MethodNotAllowed"
                          : http_status >= 500 ? "InternalError"
                                               : "BadRequest";
-    return dump_reply(json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "kind", "Status", "apiVersion",
-                                "v1", "status", "Failure", "message", message, "reason", reason,
-                                "code", (int)http_status),
-                      http_status, reply);
+    const int rc = dump_reply(json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "kind", "Status",
+                                        "apiVersion", "v1", "status", "Failure", "message", text,
+                                        "reason", reason, "code", (int)http_status),
+                              http_status, reply);
+    free(text);
+    return rc;
 }
 
 /* AdmissionReview with a response; patch and warnings may be NULL; steals patch/warnings. */
@@ -611,12 +653,15 @@ static int review_reply(const char *uid, int allowed, int code, const char *mess
     json_t *resp = json_pack("{s:s, s:b}", "uid", uid, "allowed", allowed);
     json_t *doc = NULL;
     char *b64 = NULL;
-    if (resp == NULL)
+    char *msg = message != NULL ? strdup(message) : NULL;
+    if (resp == NULL || (message != NULL && msg == NULL))
         goto err;
+    if (msg != NULL)
+        utf8_clean(msg);
     if (!allowed &&
         json_object_set_new(resp, "status",
-                            json_pack("{s:i, s:s, s:s}", "code", code, "message", message, "reason",
-                                      code == 400 ? "BadRequest" : "Forbidden")) != 0)
+                            json_pack("{s:i, s:s, s:s}", "code", code, "message", msg ? msg : "",
+                                      "reason", code == 400 ? "BadRequest" : "Forbidden")) != 0)
         goto err;
     if (patch != NULL && json_array_size(patch) > 0) {
         char *text = json_dumps(patch, JSON_COMPACT);
@@ -635,10 +680,12 @@ static int review_reply(const char *uid, int allowed, int code, const char *mess
                     "response", resp);
     resp = NULL;
     free(b64);
+    free(msg);
     json_decref(patch);
     json_decref(warnings);
     return dump_reply(doc, 200, reply);
 err:
+    free(msg);
     free(b64);
     json_decref(resp);
     json_decref(patch);

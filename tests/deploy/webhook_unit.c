@@ -465,6 +465,11 @@ int main(void)
 
     check_review("", 400, "not valid JSON");
     check_review("null", 400, "not valid JSON");
+    /* jansson's error quotes the input up to a character cut short ("near '\"4b\\\xce'"): the
+     * 400 says so, where the reply failed to build before and the server answered 500 "out of
+     * memory" (found by fuzz_webhook) */
+    check_review("{\"kind\":\"AdmissionReview\",\"request\":{\"uid\":\"4b\\\xce\xa6\x01", 400,
+                 "invalid escape near");
     check_review("[1]", 400, "not a JSON object");
     check_review("{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\","
                  "\"request\":{\"uid\":\"\"}}",
