@@ -137,10 +137,11 @@ static int ns_labels(const agent_pod_info_t *pi, const char *topo, const char *n
     json_object_foreach(l, key, val)
     {
         if (!json_is_string(val)) {
-            json_decref(l);
+            /* key belongs to l: the message first */
             snprintf(cond->message, sizeof(cond->message),
                      "pod annotation %s: label %s is not a string; recreate the pod",
                      AGENT_ANN_NAMESPACE_LABELS, key);
+            json_decref(l);
             return -1;
         }
     }
