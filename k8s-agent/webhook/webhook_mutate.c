@@ -124,11 +124,8 @@ int agent_webhook_quantity_valid(const char *s)
     return 0;
 }
 
-/* s made valid UTF-8 in place, as a JSON string must be (json_string and json_pack refuse it
- * otherwise, which read as out of memory): jansson's error text quotes the input's bytes (a
- * character cut short, or any byte at all), and snprintf may cut a message inside a character.
- * Each byte that does not begin a whole, valid sequence becomes '?'. */
-static void utf8_clean(char *s)
+/* (webhook.h) */
+void agent_webhook_utf8_clean(char *s)
 {
     unsigned char *p = (unsigned char *)s;
     while (*p != '\0') {
@@ -155,7 +152,7 @@ static void utf8_clean(char *s)
 /* A JSON string of text (a local buffer made by snprintf), cleaned first. */
 static json_t *text_json(char *text)
 {
-    utf8_clean(text);
+    agent_webhook_utf8_clean(text);
     return json_string(text);
 }
 
@@ -169,7 +166,7 @@ static void set_deny(struct mutation *m, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(m->deny, sizeof(m->deny), fmt, ap);
     va_end(ap);
-    utf8_clean(m->deny);
+    agent_webhook_utf8_clean(m->deny);
 }
 
 /* Appends {"op": op, "path": path, "value": value}; steals value. */
@@ -632,7 +629,7 @@ int agent_webhook_error_reply(unsigned int http_status, const char *message,
     char *text = strdup(message);
     if (text == NULL)
         return -1;
-    utf8_clean(text);
+    agent_webhook_utf8_clean(text);
     const char *reason = http_status == 413   ? "RequestEntityTooLarge"
                          : http_status == 404 ? "NotFound"
                          : http_status == 405 ? "MethodNotAllowed"
@@ -657,7 +654,7 @@ static int review_reply(const char *uid, int allowed, int code, const char *mess
     if (resp == NULL || (message != NULL && msg == NULL))
         goto err;
     if (msg != NULL)
-        utf8_clean(msg);
+        agent_webhook_utf8_clean(msg);
     if (!allowed &&
         json_object_set_new(resp, "status",
                             json_pack("{s:i, s:s, s:s}", "code", code, "message", msg ? msg : "",
