@@ -152,6 +152,16 @@ void agent_webhook_api_close(struct agent_webhook_config *cfg);
  * Each byte that does not begin a whole, valid sequence becomes '?'. */
 void agent_webhook_utf8_clean(char *s);
 
+/* The one review version the webhook speaks (admissionReviewVersions: [v1]) */
+#define AGENT_WEBHOOK_REVIEW_API_VERSION "admission.k8s.io/v1"
+#define AGENT_WEBHOOK_REVIEW_KIND        "AdmissionReview"
+
+/* An AdmissionReview whose response has uid and allowed, and: when not allowed, a status of
+ * code with message; patch (a JSONPatch array) and warnings, either may be NULL, both stolen.
+ * 0, or -1 out of memory. */
+int agent_webhook_review_reply(const char *uid, int allowed, int code, const char *message,
+                               json_t *patch, json_t *warnings, struct agent_webhook_reply *reply);
+
 /* Builds a Status reply (HTTP error with a message) without an AdmissionReview. */
 int agent_webhook_error_reply(unsigned int http_status, const char *message,
                               struct agent_webhook_reply *reply);

@@ -17,9 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REVIEW_API_VERSION "admission.k8s.io/v1"
-#define REVIEW_KIND        "AdmissionReview"
-
 /* Per-review state while the patch is built. */
 struct mutation {
     const struct agent_webhook_config *cfg;
@@ -122,31 +119,6 @@ int agent_webhook_quantity_valid(const char *s)
         if (strcmp(p, suffixes[i]) == 0)
             return 1;
     return 0;
-}
-
-/* (webhook.h) */
-void agent_webhook_utf8_clean(char *s)
-{
-    unsigned char *p = (unsigned char *)s;
-    while (*p != '\0') {
-        size_t n = *p < 0x80                  ? 1
-                   : *p >= 0xC2 && *p <= 0xDF ? 2
-                   : *p >= 0xE0 && *p <= 0xEF ? 3
-                   : *p >= 0xF0 && *p <= 0xF4 ? 4
-                                              : 0;
-        size_t k = 1;
-        while (k < n && (p[k] & 0xC0) == 0x80)
-            k++;
-        /* no overlong forms, UTF-16 surrogates or code points past U+10FFFF */
-        const int bad_second =
-            (p[0] == 0xE0 && k > 1 && p[1] < 0xA0) || (p[0] == 0xED && k > 1 && p[1] > 0x9F) ||
-            (p[0] == 0xF0 && k > 1 && p[1] < 0x90) || (p[0] == 0xF4 && k > 1 && p[1] > 0x8F);
-        if (n == 0 || k < n || bad_second) {
-            *p++ = '?';
-            continue;
-        }
-        p += n;
-    }
 }
 
 /* A JSON string of text (a local buffer made by snprintf), cleaned first. */
@@ -610,86 +582,6 @@ static int mutate_pod(struct mutation *m, const json_t *pod)
     return 0;
 }
 
-static int dump_reply(json_t *doc, unsigned int status, struct agent_webhook_reply *reply)
-{
-    char *s = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (s == NULL)
-        return -1;
-    reply->http_status = status;
-    reply->content_type = "application/json";
-    reply->body = s;
-    reply->body_len = strlen(s);
-    return 0;
-}
-
-int agent_webhook_error_reply(unsigned int http_status, const char *message,
-                              struct agent_webhook_reply *reply)
-{
-    char *text = strdup(message);
-    if (text == NULL)
-        return -1;
-    agent_webhook_utf8_clean(text);
-    const char *reason = http_status == 413   ? "RequestEntityTooLarge"
-                         : http_status == 404 ? "NotFound"
-                         : http_status == 405 ? "MethodNotAllowed"
-                         : http_status >= 500 ? "InternalError"
-                                              : "BadRequest";
-    const int rc = dump_reply(json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "kind", "Status",
-                                        "apiVersion", "v1", "status", "Failure", "message", text,
-                                        "reason", reason, "code", (int)http_status),
-                              http_status, reply);
-    free(text);
-    return rc;
-}
-
-/* AdmissionReview with a response; patch and warnings may be NULL; steals patch/warnings. */
-static int review_reply(const char *uid, int allowed, int code, const char *message, json_t *patch,
-                        json_t *warnings, struct agent_webhook_reply *reply)
-{
-    json_t *resp = json_pack("{s:s, s:b}", "uid", uid, "allowed", allowed);
-    json_t *doc = NULL;
-    char *b64 = NULL;
-    char *msg = message != NULL ? strdup(message) : NULL;
-    if (resp == NULL || (message != NULL && msg == NULL))
-        goto err;
-    if (msg != NULL)
-        agent_webhook_utf8_clean(msg);
-    if (!allowed &&
-        json_object_set_new(resp, "status",
-                            json_pack("{s:i, s:s, s:s}", "code", code, "message", msg ? msg : "",
-                                      "reason", code == 400 ? "BadRequest" : "Forbidden")) != 0)
-        goto err;
-    if (patch != NULL && json_array_size(patch) > 0) {
-        char *text = json_dumps(patch, JSON_COMPACT);
-        if (text == NULL)
-            goto err;
-        b64 = agent_webhook_base64((const unsigned char *)text, strlen(text));
-        free(text);
-        if (b64 == NULL || json_object_set_new(resp, "patchType", json_string("JSONPatch")) != 0 ||
-            json_object_set_new(resp, "patch", json_string(b64)) != 0)
-            goto err;
-    }
-    if (warnings != NULL && json_array_size(warnings) > 0 &&
-        json_object_set(resp, "warnings", warnings) != 0)
-        goto err;
-    doc = json_pack("{s:s, s:s, s:o}", "apiVersion", REVIEW_API_VERSION, "kind", REVIEW_KIND,
-                    "response", resp);
-    resp = NULL;
-    free(b64);
-    free(msg);
-    json_decref(patch);
-    json_decref(warnings);
-    return dump_reply(doc, 200, reply);
-err:
-    free(msg);
-    free(b64);
-    json_decref(resp);
-    json_decref(patch);
-    json_decref(warnings);
-    return -1;
-}
-
 static void pod_label(const json_t *pod, const char *ns, char *buf, size_t len)
 {
     const json_t *meta = json_object_get(pod, "metadata");
@@ -713,12 +605,12 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
         if (root == NULL)
             snprintf(msg, sizeof(msg),
                      "request body is not valid JSON (line %d, column %d: %s); send an "
-                     "AdmissionReview " REVIEW_API_VERSION,
+                     "AdmissionReview " AGENT_WEBHOOK_REVIEW_API_VERSION,
                      jerr.line, jerr.column, jerr.text);
         else
             snprintf(msg, sizeof(msg),
                      "request body is not a JSON object; send an "
-                     "AdmissionReview " REVIEW_API_VERSION);
+                     "AdmissionReview " AGENT_WEBHOOK_REVIEW_API_VERSION);
         json_decref(root);
         agent_warn("AGENT-WEBHOOK-BAD-REVIEW", "%s", msg);
         return agent_webhook_error_reply(400, msg, reply);
@@ -729,10 +621,11 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
     const char *kind = str_at(root, "kind");
     int rc;
 
-    if (!streq(api, REVIEW_API_VERSION) || !streq(kind, REVIEW_KIND)) {
+    if (!streq(api, AGENT_WEBHOOK_REVIEW_API_VERSION) || !streq(kind, AGENT_WEBHOOK_REVIEW_KIND)) {
         snprintf(msg, sizeof(msg),
-                 "unsupported review apiVersion=%s kind=%s; this webhook speaks " REVIEW_KIND
-                 " " REVIEW_API_VERSION " (admissionReviewVersions: [v1])",
+                 "unsupported review apiVersion=%s kind=%s; this webhook "
+                 "speaks " AGENT_WEBHOOK_REVIEW_KIND " " AGENT_WEBHOOK_REVIEW_API_VERSION
+                 " (admissionReviewVersions: [v1])",
                  api ? api : "(none)", kind ? kind : "(none)");
         goto malformed;
     }
@@ -761,7 +654,7 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
                     "uid=%s kind=%s operation=%s: not a pod "
                     "creation",
                     uid, str_at(rkind, "kind") ? str_at(rkind, "kind") : "?", op);
-        rc = review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
+        rc = agent_webhook_review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
         json_decref(root);
         return rc;
     }
@@ -778,7 +671,7 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
     const char *label = str_at(json_object_get(meta, "labels"), AGENT_WEBHOOK_INJECT_LABEL);
     if (json_object_get(json_object_get(meta, "annotations"), AGENT_WEBHOOK_INJECTED_ANNOT)) {
         agent_info("AGENT-WEBHOOK-ALREADY-INJECTED", "uid=%s pod=%s", uid, who);
-        rc = review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
+        rc = agent_webhook_review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
         json_decref(root);
         return rc;
     }
@@ -786,7 +679,7 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
     if (!opted_in) {
         agent_debug("AGENT-WEBHOOK-NOT-OPTED-IN", "uid=%s pod=%s label=%s", uid, who,
                     label ? label : "(none)");
-        rc = review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
+        rc = agent_webhook_review_reply(uid, 1, 0, NULL, NULL, NULL, reply);
         json_decref(root);
         return rc;
     }
@@ -805,11 +698,11 @@ int agent_webhook_review(const struct agent_webhook_config *cfg, enum agent_webh
     if (m.deny[0] != '\0') {
         agent_warn("AGENT-WEBHOOK-DENY", "uid=%s pod=%s: %s", uid, who, m.deny);
         json_decref(m.ops);
-        rc = review_reply(uid, 0, 403, m.deny, NULL, m.warnings, reply);
+        rc = agent_webhook_review_reply(uid, 0, 403, m.deny, NULL, m.warnings, reply);
     } else {
         agent_info("AGENT-WEBHOOK-INJECT", "uid=%s pod=%s image=%s lib=%s ops=%zu", uid, who,
                    cfg->agent_image, cfg->lib_version, json_array_size(m.ops));
-        rc = review_reply(uid, 1, 0, NULL, m.ops, m.warnings, reply);
+        rc = agent_webhook_review_reply(uid, 1, 0, NULL, m.ops, m.warnings, reply);
     }
     json_decref(root);
     return rc;
@@ -821,7 +714,7 @@ malformed:
         json_decref(root);
         if (uidcopy == NULL)
             return -1;
-        rc = review_reply(uidcopy, 0, 400, msg, NULL, NULL, reply);
+        rc = agent_webhook_review_reply(uidcopy, 0, 400, msg, NULL, NULL, reply);
         free(uidcopy);
         return rc;
     }
