@@ -9,6 +9,7 @@
  * counted in kcoll_agent_events_dropped_total and logged once per agent. */
 #define _GNU_SOURCE
 #include "kube.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,7 @@ void agent_events_add(agent_events_t *q, const char *type, const char *reason, c
     snprintf(k.type, sizeof(k.type), "%s", type);
     snprintf(k.reason, sizeof(k.reason), "%s", reason);
     snprintf(k.message, sizeof(k.message), "%s", message);
+    agent_utf8_clean(k.message); /* cut by the buffer, or quoting a parser */
     snprintf(k.kind, sizeof(k.kind), "%s", kind);
     snprintf(k.api, sizeof(k.api), "%s", api);
     snprintf(k.name, sizeof(k.name), "%s", name);

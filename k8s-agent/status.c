@@ -5,6 +5,7 @@
  * failed before its facts were ready. */
 #define _GNU_SOURCE
 #include "health_state.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,10 @@ static json_t *with_local(agent_health_t *h, json_t *o, int rank)
 
 static json_t *member_json(agent_health_t *h, const member_t *m, const char *now)
 {
-    json_t *o = json_pack("{si ss ss}", "rank", m->rank, "message", m->message, "time", now);
+    char msg[sizeof m->message];
+    snprintf(msg, sizeof(msg), "%s", m->message);
+    agent_utf8_clean(msg); /* the library's text, cut to the buffer */
+    json_t *o = json_pack("{si ss ss}", "rank", m->rank, "message", msg, "time", now);
     if (o && m->pod[0])
         json_object_set_new(o, "pod", json_string(m->pod));
     if (o && m->node[0])
@@ -103,13 +107,16 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
         }
         const cond_t *nc = &u->conds[c];
         if (nc->status[0]) {
+            char msg[sizeof nc->message]; /* cut to the buffer, or quoting a parser */
+            snprintf(msg, sizeof(msg), "%s", nc->message);
+            agent_utf8_clean(msg);
             const char *ots = json_string_value(json_object_get(old, "status"));
             const char *olt = json_string_value(json_object_get(old, "lastTransitionTime"));
             json_array_append_new(
                 conditions,
                 json_pack("{ss ss ss ss ss}", "type", colli_proto_cond_name((colli_proto_cond_t)c),
                           "status", nc->status, "reason", nc->reason[0] ? nc->reason : nc->status,
-                          "message", nc->message, "lastTransitionTime",
+                          "message", msg, "lastTransitionTime",
                           (ots && olt && strcmp(ots, nc->status) == 0) ? olt : now));
         } else if (old) {
             json_array_append(conditions, old);

@@ -146,12 +146,6 @@ int agent_webhook_api_open(const char *kubeconfig, const char *sa_dir,
                            struct agent_webhook_config *cfg);
 void agent_webhook_api_close(struct agent_webhook_config *cfg);
 
-/* s made valid UTF-8 in place, as a JSON string must be (json_string and json_pack refuse it
- * otherwise, which reads as out of memory): jansson's error text quotes the input's bytes (a
- * character cut short, or any byte at all), and snprintf may cut a message inside a character.
- * Each byte that does not begin a whole, valid sequence becomes '?'. */
-void agent_webhook_utf8_clean(char *s);
-
 /* The one review version the webhook speaks (admissionReviewVersions: [v1]) */
 #define AGENT_WEBHOOK_REVIEW_API_VERSION "admission.k8s.io/v1"
 #define AGENT_WEBHOOK_REVIEW_KIND        "AdmissionReview"

@@ -8,6 +8,8 @@
 #endif
 #include "webhook.h"
 
+#include "text.h"
+
 #include "annotations.h"
 #include "pod_ranks.h"
 
@@ -95,8 +97,8 @@ static int set_error(json_t *annots, json_t *warnings, const char *key, const ch
     snprintf(full, sizeof(full), "%s: %s", type, msg);
     snprintf(warn, sizeof(warn), "kcoll: %s (annotation %s)", full, key);
     /* an API error quotes its answer's bytes, and each snprintf may cut a character */
-    agent_webhook_utf8_clean(full);
-    agent_webhook_utf8_clean(warn);
+    agent_utf8_clean(full);
+    agent_utf8_clean(warn);
     agent_warn("AGENT-WEBHOOK-FACTS-FAIL", "%s", full);
     if (set_str(annots, key, full) != 0)
         return -1;

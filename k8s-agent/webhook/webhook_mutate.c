@@ -8,6 +8,8 @@
 #endif
 #include "webhook.h"
 
+#include "text.h"
+
 #include "annotations.h"
 #include "pod_ranks.h"
 
@@ -124,7 +126,7 @@ int agent_webhook_quantity_valid(const char *s)
 /* A JSON string of text (a local buffer made by snprintf), cleaned first. */
 static json_t *text_json(char *text)
 {
-    agent_webhook_utf8_clean(text);
+    agent_utf8_clean(text);
     return json_string(text);
 }
 
@@ -138,7 +140,7 @@ static void set_deny(struct mutation *m, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(m->deny, sizeof(m->deny), fmt, ap);
     va_end(ap);
-    agent_webhook_utf8_clean(m->deny);
+    agent_utf8_clean(m->deny);
 }
 
 /* Appends {"op": op, "path": path, "value": value}; steals value. */

@@ -5,33 +5,11 @@
 #endif
 #include "webhook.h"
 
+#include "text.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-void agent_webhook_utf8_clean(char *s)
-{
-    unsigned char *p = (unsigned char *)s;
-    while (*p != '\0') {
-        size_t n = *p < 0x80                  ? 1
-                   : *p >= 0xC2 && *p <= 0xDF ? 2
-                   : *p >= 0xE0 && *p <= 0xEF ? 3
-                   : *p >= 0xF0 && *p <= 0xF4 ? 4
-                                              : 0;
-        size_t k = 1;
-        while (k < n && (p[k] & 0xC0) == 0x80)
-            k++;
-        /* no overlong forms, UTF-16 surrogates or code points past U+10FFFF */
-        const int bad_second =
-            (p[0] == 0xE0 && k > 1 && p[1] < 0xA0) || (p[0] == 0xED && k > 1 && p[1] > 0x9F) ||
-            (p[0] == 0xF0 && k > 1 && p[1] < 0x90) || (p[0] == 0xF4 && k > 1 && p[1] > 0x8F);
-        if (n == 0 || k < n || bad_second) {
-            *p++ = '?';
-            continue;
-        }
-        p += n;
-    }
-}
 
 static int dump_reply(json_t *doc, unsigned int status, struct agent_webhook_reply *reply)
 {
@@ -52,7 +30,7 @@ int agent_webhook_error_reply(unsigned int http_status, const char *message,
     char *text = strdup(message);
     if (text == NULL)
         return -1;
-    agent_webhook_utf8_clean(text);
+    agent_utf8_clean(text);
     const char *reason = http_status == 413   ? "RequestEntityTooLarge"
                          : http_status == 404 ? "NotFound"
                          : http_status == 405 ? "MethodNotAllowed"
@@ -76,7 +54,7 @@ int agent_webhook_review_reply(const char *uid, int allowed, int code, const cha
     if (resp == NULL || (message != NULL && msg == NULL))
         goto err;
     if (msg != NULL)
-        agent_webhook_utf8_clean(msg);
+        agent_utf8_clean(msg);
     if (!allowed &&
         json_object_set_new(resp, "status",
                             json_pack("{s:i, s:s, s:s}", "code", code, "message", msg ? msg : "",

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "kube.h"
 #include "pod_ranks.h"
+#include "text.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -138,6 +139,33 @@ static void test_kubeconfig(void)
     EXPECT(strstr(err, "exec") != NULL);
     unlink(path);
     rmdir(dir);
+}
+
+/* agent_utf8_clean: what json_string takes afterwards, and valid text left as it was */
+static void test_utf8_clean(void)
+{
+    struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain ascii", "plain ascii"},
+        {"\xce\xa6 and \xe2\x82\xac and \xf0\x9f\x98\x80",
+         "\xce\xa6 and \xe2\x82\xac and \xf0\x9f\x98\x80"},
+        {"near '\"4b\\\xce'", "near '\"4b\\?'"}, /* jansson's error, a character cut short */
+        {"cut \xe2\x82", "cut ??"},
+        {"\xc0\xaf overlong", "?? overlong"},
+        {"\xed\xa0\x80 surrogate", "??? surrogate"},
+        {"\xf4\x90\x80\x80 past U+10FFFF", "???? past U+10FFFF"},
+        {"\xff\xfe", "??"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[64];
+        snprintf(buf, sizeof(buf), "%s", cases[i].in);
+        agent_utf8_clean(buf);
+        EXPECT(strcmp(buf, cases[i].want) == 0);
+        json_t *j = json_string(buf);
+        EXPECT(j != NULL);
+        json_decref(j);
+    }
 }
 
 static void test_helpers(void)
@@ -511,6 +539,7 @@ int main(void)
     test_proto();
     test_local_ranks();
     test_pod_ranks();
+    test_utf8_clean();
     test_events_queue();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
