@@ -371,7 +371,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
         const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions())
     {
-        TORCH_CHECK(outputs.size() == inputs.size() && !outputs.empty(),
+        TORCH_CHECK(outputs.size() == inputs.size(),
                     "kcoll: reduce_scatter_tensor (coalesced): one output per input");
         for (size_t k = 0; k < inputs.size(); k++) {
             check_world_times(getSize(), inputs[k], "input", outputs[k],
