@@ -126,7 +126,7 @@ int main(int argc, char **argv)
     coll_datatype_t dt = COLL_FLOAT32;
     coll_op_t op = COLL_SUM;
     const char *json = NULL;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* each option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = v == NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -168,7 +168,6 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        i++;
     }
     int ndev = 0, device = 0;
     cudaError_t err = cudaGetDeviceCount(&ndev);

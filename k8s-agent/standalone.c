@@ -12,8 +12,8 @@
 
 /* A fatal condition; with f (this rank's facts, root endpoint and secret known) the processes it
  * serves tell the job's other ranks through the bootstrap root, which fails them within seconds. */
-static int vfail(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt,
-                 va_list ap)
+__attribute__((format(printf, 4, 0))) static int
+vfail(agent_ctx_t *ctx, const agent_facts_t *f, const char *type, const char *fmt, va_list ap)
 {
     agent_condition_t c;
     memset(&c, 0, sizeof(c));

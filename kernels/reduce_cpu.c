@@ -4,22 +4,36 @@
  * reduce_cpu_avx2.c); the best table the CPU supports is chosen on first use.
  */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include "coll_kernels.h"
 #include "fp8.h"
 #include "reduce_cpu_internal.h"
+#if defined(COLLI_KERNELS_HAVE_AVX2)
+#include <cpuid.h>
+#endif
 
 /* The dispatch table in use: a process-wide, read-only choice made once (like an ifunc), replaced
  * only by colli_kernels_select_isa. */
 static _Atomic(const struct colli_kernel_table *) active_table;
 
+#if defined(COLLI_KERNELS_HAVE_AVX2)
+/* AVX2 (which __builtin_cpu_supports checks with the OS's saving of the AVX registers) and F16C
+ * (CPUID leaf 1, ECX bit 29: read directly, clang before 16 has no "f16c" for the builtin) */
+static bool have_avx2_f16c(void)
+{
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 static const struct colli_kernel_table *best_table(void)
 {
 #if defined(COLLI_KERNELS_HAVE_AVX2)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    if (have_avx2_f16c())
         return &colli_kernels_avx2;
 #endif
     return &colli_kernels_generic;
@@ -49,8 +63,7 @@ int colli_kernels_select_isa(const char *name)
     }
 #if defined(COLLI_KERNELS_HAVE_AVX2)
     else if (strcmp(name, colli_kernels_avx2.isa) == 0) {
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+        if (have_avx2_f16c())
             t = &colli_kernels_avx2;
     }
 #endif

@@ -4,7 +4,9 @@
 #   2. build/ + ctest (with label image: the agent image built with buildah and run)
 #   3. build-asan/ (ASan + UBSan) + ctest
 #   4. build-fuzz/ (clang, libFuzzer) + every fuzz target for KCOLL_FUZZ_SECONDS (20) each
-#   5. clang-format --dry-run --Werror on every tracked *.c / *.h file
+#   5. build-clang/ (clang, -Wall -Wextra -Werror as in build/; compiled, not run: a user may
+#      build with CC=clang, and clang warns where gcc does not)
+#   6. clang-format --dry-run --Werror on every tracked *.c / *.h file
 # Every stage runs even when an earlier one failed; the exit status is non-zero if any failed.
 # KCOLL_SKIP_SETUP=1 skips stage 1 (for a machine that is known to be set up).
 set -euo pipefail
@@ -40,6 +42,16 @@ build_and_ctest() {
     local dir=$1
     shift
     "$ROOT/scripts/build.sh" "$@" && run_ctest "$dir"
+}
+
+# Every target compiled by clang (the C; nvcc keeps its own host compiler) with the warnings
+# build/ has, as errors. The tests run in build/ and build-asan/.
+clang_build() {
+    local dir="$ROOT/build-clang"
+    local generator=()
+    [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
+    CC=clang cmake -S "$ROOT" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+        cmake --build "$dir" --parallel "${JOBS:-$(nproc)}"
 }
 
 format_check() {
@@ -92,6 +104,7 @@ fi
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 stage "ASan+UBSan build + ctest" build_and_ctest "$ROOT/build-asan" --asan
 stage "fuzz (${KCOLL_FUZZ_SECONDS:-20} s per target)" fuzz_budget
+stage "clang -Werror build" clang_build
 stage "clang-format check" format_check
 
 echo

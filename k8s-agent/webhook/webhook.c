@@ -94,7 +94,7 @@ static const char *log_level_from_env(void)
                                                                                      : "info";
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[1024];
     (void)cls;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fp8_ref.h"
+#include "half_ref.h"
 #include "nccl_test.h"
 
 /* ---- values: small integers, exact in every datatype and under every operator ---- */
@@ -57,7 +58,7 @@ void put(ncclDataType_t dt, void *buf, size_t i, double v)
         ((uint64_t *)buf)[i] = (uint64_t)v;
         break;
     case ncclFloat16:
-        ((_Float16 *)buf)[i] = (_Float16)v;
+        ((uint16_t *)buf)[i] = ref_f2h((float)v);
         break;
     case ncclFloat32:
         ((float *)buf)[i] = (float)v;
@@ -97,7 +98,7 @@ double get(ncclDataType_t dt, const void *buf, size_t i)
     case ncclUint64:
         return (double)((const uint64_t *)buf)[i];
     case ncclFloat16:
-        return (double)((const _Float16 *)buf)[i];
+        return (double)ref_h2f(((const uint16_t *)buf)[i]);
     case ncclFloat32:
         return ((const float *)buf)[i];
     case ncclFloat64:

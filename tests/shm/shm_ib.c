@@ -60,8 +60,8 @@ static void ib_fault_case(targs_t *a, const char *const want[], int nwant)
 void test_ib_wc_error(void)
 {
     static const char *const want[] = {
-        "InfiniBand work completion error on rank 1: transport retry counter exceeded "
-        "(status 12, vendor error 0x81) for an RDMA write to rank 0 (pid ",
+        ("InfiniBand work completion error on rank 1: transport retry counter exceeded "
+         "(status 12, vendor error 0x81) for an RDMA write to rank 0 (pid "),
         "on fake_roce0 port 1", "Check the link of both hosts"};
     targs_t a = {.name = "ib_wc_error",
                  .victim = 1,

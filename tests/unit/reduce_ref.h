@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fp8_ref.h"
+#include "half_ref.h"
 #include "kernel_check.h"
 
 /* ---- operations ---- */
@@ -85,22 +86,6 @@ static uint64_t f64_bits(double f)
     uint64_t u;
     memcpy(&u, &f, 8);
     return u;
-}
-
-/* float16 reference: the compiler's IEEE conversions (GCC 12 _Float16, round to nearest even). */
-static float ref_h2f(uint16_t b)
-{
-    _Float16 h;
-    memcpy(&h, &b, 2);
-    return (float)h;
-}
-
-static uint16_t ref_f2h(float f)
-{
-    _Float16 h = (_Float16)f;
-    uint16_t b;
-    memcpy(&b, &h, 2);
-    return b;
 }
 
 /* bfloat16 reference: exact value from the bits, rounding done in double with rint(). */

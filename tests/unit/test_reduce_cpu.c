@@ -1,7 +1,7 @@
 /*
  * Unit test of the CPU reduction kernels (kernels/reduce_cpu.c) against the references of
  * reduce_ref.h, computed independently of the kernels: integers in wider types then truncated,
- * float16 with the compiler's _Float16 conversions, bfloat16 and the float8 types with
+ * float16 with half_ref.h (the compiler's _Float16, or F16C), bfloat16 and the float8 types with
  * double-based roundings, float32 and float64 in the type. Every instruction set built in and
  * supported by this CPU is tested.
  */
