@@ -6,7 +6,7 @@
 #   4. build-fuzz/ (clang, libFuzzer) + every fuzz target for KCOLL_FUZZ_SECONDS (20) each
 #   5. build-clang/ (clang, -Wall -Wextra -Werror as in build/; compiled, not run: a user may
 #      build with CC=clang, and clang warns where gcc does not)
-#   6. clang-format --dry-run --Werror on every tracked *.c / *.h file
+#   6. clang-format --dry-run --Werror on every tracked C, C++ and CUDA file
 # Every stage runs even when an earlier one failed; the exit status is non-zero if any failed.
 # KCOLL_SKIP_SETUP=1 skips stage 1 (for a machine that is known to be set up).
 set -euo pipefail
@@ -56,9 +56,9 @@ clang_build() {
 
 format_check() {
     local files=()
-    mapfile -t files < <(git -C "$ROOT" ls-files -- '*.c' '*.h')
+    mapfile -t files < <(git -C "$ROOT" ls-files -- '*.c' '*.h' '*.cpp' '*.cu' '*.cuh')
     if [ ${#files[@]} -eq 0 ]; then
-        echo "format: no tracked C files"
+        echo "format: no tracked C, C++ or CUDA files"
         return 1
     fi
     clang-format --dry-run --Werror "${files[@]}" &&
