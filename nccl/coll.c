@@ -45,6 +45,11 @@ static ncclResult_t args(ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t *
                          coll_comm_t *c, coll_datatype_t *kdt, coll_op_t *kop)
 {
     ncclResult_t rc = nccl_comm(comm, fn, c);
+    if (rc == ncclSuccess && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE))
+        rc = nccl_error(ncclInvalidUsage,
+                        "%s: the communicator was revoked (ncclCommRevoke): only ncclCommShrink, "
+                        "ncclCommDestroy and ncclCommAbort remain",
+                        fn);
     if (rc == ncclSuccess)
         rc = nccl_datatype(dt, fn, kdt);
     if (rc == ncclSuccess && op != NULL)
@@ -253,13 +258,18 @@ KCOLL_NCCL_ALIAS(ncclScatter);
 
 KCOLL_NCCL_API ncclResult_t ncclGroupStart(void)
 {
-    return nccl_result(coll_group_start());
+    ncclResult_t rc = nccl_result(coll_group_start());
+    if (rc == ncclSuccess)
+        nccl_group_started();
+    return rc;
 }
 KCOLL_NCCL_ALIAS(ncclGroupStart);
 
 KCOLL_NCCL_API ncclResult_t ncclGroupEnd(void)
 {
-    return nccl_result(coll_group_end());
+    ncclResult_t rc = nccl_result(coll_group_end());
+    nccl_group_ended(rc);
+    return rc;
 }
 KCOLL_NCCL_ALIAS(ncclGroupEnd);
 
@@ -270,6 +280,7 @@ KCOLL_NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
     (void)simInfo;
     const coll_result_t r = coll_group_discard();
+    nccl_group_ended(nccl_result(r));
     if (r != COLL_SUCCESS)
         return nccl_result(r);
     return nccl_error(ncclInvalidUsage,

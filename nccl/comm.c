@@ -102,16 +102,26 @@ KCOLL_NCCL_ALIAS(ncclGetUniqueId);
 
 /* ---- creation ---- */
 
-/* What a caller's config asks for (NULL: the defaults). Callers built against any 2.x header
- * pass a config of their own size: only the fields within it are read. */
+/* The config of the creations NCCL makes whole before it returns, whatever NCCL_COMM_BLOCKING
+ * says: ncclCommInitRank outside a group (NCCL runs a creation at once at group depth 0; only
+ * the ones that open a group of their own, ncclCommInitRankConfig and ncclCommInitRankScalable,
+ * return ncclInProgress) and ncclCommInitAll (its ranks are made together in this thread). */
+static const ncclConfig_t always_blocking;
+#define ALWAYS_BLOCKING (&always_blocking)
+
+/* What a caller's config asks for (NULL: the defaults, and NCCL_COMM_BLOCKING). Callers built
+ * against any 2.x header pass a config of their own size: only the fields within it are read. */
 static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, int *blocking)
 {
     *blocking = 1;
     const char *env = getenv("NCCL_COMM_BLOCKING");
     if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
         *blocking = env[0] == '1';
-    if (config == NULL)
+    if (config == NULL || config == ALWAYS_BLOCKING) {
+        if (config == ALWAYS_BLOCKING)
+            *blocking = 1;
         return ncclSuccess;
+    }
     if (config->magic != CONFIG_MAGIC || config->size < offsetof(ncclConfig_t, blocking))
         return nccl_error(ncclInvalidArgument,
                           "%s: config is not initialized (magic 0x%x, size %zu); set it to "
@@ -246,6 +256,15 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *c
     int blocking = 1;
     struct ncclComm *comm = NULL;
     ncclResult_t rc = read_config(config, fn, &blocking);
+    if (rc == ncclSuccess && (nranks < 1 || rank < 0 || rank >= nranks)) {
+        if (out != NULL)
+            *out = NULL;
+        /* at once, also for a non-blocking config (NCCL checks before it starts the creation) */
+        return nccl_error(ncclInvalidArgument,
+                          "%s: rank %d of %d ranks: nranks must be at least 1 and rank in "
+                          "[0, nranks)",
+                          fn, rank, nranks);
+    }
     if (rc == ncclSuccess)
         rc = new_comm(out, fn, &comm);
     if (rc != ncclSuccess)
@@ -273,7 +292,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *c
 KCOLL_NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                              int rank)
 {
-    return init_rank(comm, nranks, &commId, rank, NULL, "ncclCommInitRank");
+    return init_rank(comm, nranks, &commId, rank, ALWAYS_BLOCKING, "ncclCommInitRank");
 }
 KCOLL_NCCL_ALIAS(ncclCommInitRank);
 
@@ -291,17 +310,19 @@ KCOLL_NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nr
                                                      int nId, ncclUniqueId *commIds,
                                                      ncclConfig_t *config)
 {
-    if (nId < 1 || commIds == NULL)
+    if (nId < 1 || nId > nranks || commIds == NULL)
         return nccl_error(ncclInvalidArgument,
-                          "ncclCommInitRankScalable: nId is %d and commIds %p; pass at least one "
-                          "unique id",
-                          nId, (void *)commIds);
+                          "ncclCommInitRankScalable: nId is %d (nranks %d) and commIds %p; pass "
+                          "from one to nranks unique ids",
+                          nId, nranks, (void *)commIds);
     return init_rank(newcomm, nranks, &commIds[0], myrank, config, "ncclCommInitRankScalable");
 }
 KCOLL_NCCL_ALIAS(ncclCommInitRankScalable);
 
 /* Every rank of a new communicator in this process, one per device (devlist NULL: 0..ndev-1),
- * created at once through a group. */
+ * created at once through a group, blocking whatever NCCL_COMM_BLOCKING says (a non-blocking
+ * rank would start a creation of its own, which waits for the ranks after it, and they are
+ * made in this thread only after it returns). */
 KCOLL_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 {
     if (comms == NULL || ndev < 1)
@@ -315,7 +336,7 @@ KCOLL_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const i
         comms[i] = NULL;
     coll_group_start();
     for (int i = 0; i < ndev && rc == ncclSuccess; i++) {
-        rc = init_rank(&comms[i], ndev, &id, i, NULL, "ncclCommInitAll");
+        rc = init_rank(&comms[i], ndev, &id, i, ALWAYS_BLOCKING, "ncclCommInitAll");
         if (rc == ncclSuccess)
             comms[i]->cuda_device = devlist != NULL ? devlist[i] : i;
     }
@@ -332,6 +353,57 @@ KCOLL_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const i
 }
 KCOLL_NCCL_ALIAS(ncclCommInitAll);
 
+/* ---- communicators made from others inside a group ---- */
+
+/* This thread's group (NCCL's groups are per thread): its depth, and the splits and shrinks
+ * made in it, whose kcoll communicators are written at its end. */
+static _Thread_local struct {
+    int depth;
+    struct pending {
+        struct ncclComm *child;
+        ncclComm_t *newcomm; /* the caller's, valid until the group ends (as in NCCL) */
+    } * pending;
+    int n, cap;
+} group;
+
+void nccl_group_started(void)
+{
+    group.depth++;
+}
+
+void nccl_group_ended(ncclResult_t rc)
+{
+    if (group.depth == 0 || --group.depth > 0)
+        return;
+    for (int i = 0; i < group.n; i++) {
+        struct ncclComm *child = group.pending[i].child;
+        if (child->coll != NULL)
+            continue;
+        if (rc == ncclSuccess) { /* NCCL_SPLIT_NOCOLOR: no communicator, as NCCL says */
+            *group.pending[i].newcomm = NULL;
+            free_comm(child);
+        } else { /* the group failed: the handle says why (destroy or abort it) */
+            snprintf(child->init_msg, sizeof(child->init_msg), "%s", ncclGetLastError(NULL));
+        }
+    }
+    free(group.pending);
+    memset(&group, 0, sizeof(group));
+}
+
+/* Room for one more child made in this group; false when memory is short. */
+static bool group_room(void)
+{
+    if (group.n < group.cap)
+        return true;
+    const int cap = group.cap > 0 ? 2 * group.cap : 8;
+    struct pending *p = realloc(group.pending, (size_t)cap * sizeof(*p));
+    if (p == NULL)
+        return false;
+    group.pending = p;
+    group.cap = cap;
+    return true;
+}
+
 /* A communicator made from comm (split, shrink): its config checked, comm's kcoll communicator
  * and a fresh child on comm's device. The child is made ready when the creation returns (also
  * for a non-blocking config: ncclCommGetAsyncError then says ncclSuccess at once). */
@@ -342,6 +414,8 @@ static ncclResult_t child_start(ncclComm_t comm, ncclConfig_t *config, ncclComm_
     ncclResult_t rc = read_config(config, fn, &blocking);
     if (rc == ncclSuccess)
         rc = nccl_comm(comm, fn, parent);
+    if (rc == ncclSuccess && group.depth > 0 && !group_room())
+        rc = nccl_error(ncclSystemError, "%s: out of memory", fn);
     if (rc == ncclSuccess)
         rc = new_comm(newcomm, fn, child);
     if (rc == ncclSuccess)
@@ -350,13 +424,18 @@ static ncclResult_t child_start(ncclComm_t comm, ncclConfig_t *config, ncclComm_
 }
 
 /* The child becomes *newcomm when its creation made one; else (an error, NCCL_SPLIT_NOCOLOR)
- * it is freed and *newcomm stays NULL. */
+ * it is freed and *newcomm stays NULL. Inside a group the creation runs at ncclGroupEnd, which
+ * writes child->coll: the child is *newcomm until then (NULL after it for NOCOLOR). */
 static ncclResult_t child_finish(ncclResult_t rc, struct ncclComm *child, ncclComm_t *newcomm)
 {
-    if (rc == ncclSuccess && child->coll != NULL)
+    if (rc == ncclSuccess && group.depth > 0) {
+        group.pending[group.n++] = (struct pending){child, newcomm}; /* room: child_start */
         *newcomm = child;
-    else
+    } else if (rc == ncclSuccess && child->coll != NULL) {
+        *newcomm = child;
+    } else {
         free_comm(child);
+    }
     return rc;
 }
 
@@ -382,6 +461,11 @@ KCOLL_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksLis
                           "ncclCommShrink: shrinkFlags 0x%x: only NCCL_SHRINK_DEFAULT and "
                           "NCCL_SHRINK_ABORT exist",
                           (unsigned)shrinkFlags);
+    if (excludeRanksCount <= 0)
+        return nccl_error(ncclInvalidArgument,
+                          "ncclCommShrink: excludeRanksCount is %d: list at least one rank to "
+                          "leave out (to copy a communicator, use ncclCommSplit with one color)",
+                          excludeRanksCount);
     coll_comm_t parent = NULL;
     struct ncclComm *child = NULL;
     ncclResult_t rc = child_start(comm, config, newcomm, "ncclCommShrink", &parent, &child);
@@ -394,17 +478,28 @@ KCOLL_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksLis
 }
 KCOLL_NCCL_ALIAS(ncclCommShrink);
 
+/* As nccl.h says: once revoked (and quiescent: kcoll's revoke returns when the operations in
+ * flight have stopped), ncclCommGetAsyncError says ncclSuccess, collectives and sends are
+ * ncclInvalidUsage, and shrink, destroy or abort follow. A NULL communicator is nothing to
+ * revoke; a second revoke, or one after ncclCommFinalize, is ncclInvalidArgument. */
 KCOLL_NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 {
-    coll_comm_t c = NULL;
-    ncclResult_t rc = nccl_comm(comm, "ncclCommRevoke", &c);
-    if (rc != ncclSuccess)
-        return rc;
+    if (comm == NULL)
+        return ncclSuccess;
     if (revokeFlags != 0)
         return nccl_error(ncclInvalidArgument,
                           "ncclCommRevoke: revokeFlags 0x%x: NCCL 2.28 defines none (pass 0)",
                           (unsigned)revokeFlags);
-    return nccl_result(coll_comm_revoke(c));
+    if (comm->revoked || comm->finalized)
+        return nccl_error(ncclInvalidArgument, "ncclCommRevoke: the communicator was already %s",
+                          comm->revoked ? "revoked" : "finalized (ncclCommFinalize)");
+    coll_comm_t c = NULL;
+    ncclResult_t rc = nccl_comm(comm, "ncclCommRevoke", &c);
+    if (rc == ncclSuccess)
+        rc = nccl_result(coll_comm_revoke(c));
+    if (rc == ncclSuccess)
+        __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
+    return rc;
 }
 KCOLL_NCCL_ALIAS(ncclCommRevoke);
 
@@ -417,7 +512,16 @@ KCOLL_NCCL_ALIAS(ncclCommRevoke);
 KCOLL_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     coll_comm_t c = NULL;
-    return comm == NULL ? ncclSuccess : nccl_comm(comm, "ncclCommFinalize", &c);
+    if (comm == NULL)
+        return ncclSuccess;
+    if (comm->finalized) /* as NCCL: a second finalize is a caller's mistake */
+        return nccl_error(ncclInvalidArgument,
+                          "ncclCommFinalize: the communicator was already finalized; destroy "
+                          "it with ncclCommDestroy");
+    ncclResult_t rc = nccl_comm(comm, "ncclCommFinalize", &c);
+    if (rc == ncclSuccess)
+        comm->finalized = 1;
+    return rc;
 }
 KCOLL_NCCL_ALIAS(ncclCommFinalize);
 
@@ -468,6 +572,10 @@ KCOLL_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t 
     coll_comm_t c = NULL;
     if (nccl_comm(comm, "ncclCommGetAsyncError", &c) != ncclSuccess) {
         *asyncError = comm->init_rc != ncclSuccess ? comm->init_rc : ncclInternalError;
+        return ncclSuccess;
+    }
+    if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) { /* quiescent (ncclCommRevoke) */
+        *asyncError = ncclSuccess;
         return ncclSuccess;
     }
     coll_result_t async = COLL_SUCCESS;

@@ -67,6 +67,10 @@ KCOLL_NCCL_API ncclResult_t ncclMemAlloc(void **ptr, size_t size)
     __typeof__(cudaMalloc) *alloc = (__typeof__(cudaMalloc) *)cudart("cudaMalloc");
     CUresult (*dalloc)(CUdeviceptr *, size_t) =
         alloc == NULL ? (CUresult(*)(CUdeviceptr *, size_t))driver("cuMemAlloc_v2") : NULL;
+    if (alloc == NULL && dalloc == NULL && ptr != NULL && size == 0) {
+        *ptr = NULL; /* as cudaMalloc of 0 bytes, where NCCL falls back to it */
+        return ncclSuccess;
+    }
     if (alloc == NULL && dalloc == NULL)
         return nccl_result(coll_mem_alloc(ptr, size));
     if (ptr == NULL)

@@ -41,7 +41,13 @@ struct ncclComm {
     pthread_mutex_t state_lock;
     int abandoned;
     int pid; /* the process that made it: a child forked while its creation ran has no creator */
+    int revoked, finalized; /* by ncclCommRevoke, ncclCommFinalize: neither may come again */
 };
+
+/* comm.c: ncclGroupStart and ncclGroupEnd (rc: its result) tell the communicators made inside
+ * a group: a split with NCCL_SPLIT_NOCOLOR gives a NULL communicator at the group's end. */
+void nccl_group_started(void);
+void nccl_group_ended(ncclResult_t rc);
 
 /* kcoll's result as the NCCL result a framework expects. */
 ncclResult_t nccl_result(coll_result_t r);

@@ -246,7 +246,8 @@ COLL_API coll_result_t coll_comm_init_env(coll_comm_t *comm);
 
 /**
  * Split comm into disjoint communicators, like ncclCommSplit and MPI_Comm_split. Collective over
- * comm: every rank calls it (outside a group). Ranks that pass the same color form one new
+ * comm: every rank calls it (in a group: made at coll_group_end, see there). Ranks that pass the
+ * same color form one new
  * communicator, ranked by key (ties: by rank in comm); a rank passing COLL_SPLIT_NOCOLOR joins
  * none and gets NULL. The new communicators need no unique id: they bootstrap through comm, and
  * take comm's configuration (the pinned network and transport policy, tuning, timeouts) and
@@ -405,9 +406,12 @@ COLL_API coll_result_t coll_recv_tagged(void *recvbuf, size_t count, coll_dataty
  * several communicators run concurrently, one thread per communicator whose calls use host
  * buffers (calls on device buffers are queued on their streams by the calling thread), so one
  * thread may drive several ranks of one job (one per GPU, as with ncclCommInitAll).
- * coll_comm_init_rank inside a group returns at once: every communicator it queued is created at
- * coll_group_end, all at the same time, and written to its coll_comm_t then (which must stay valid
- * until then); if one fails, none is created and coll_group_end returns that error.
+ * coll_comm_init_rank, coll_comm_split and coll_comm_shrink inside a group return at once (their
+ * arguments checked): every communicator they queued is created at coll_group_end, all at the
+ * same time (the splits and shrinks of one parent in issue order), and written to its coll_comm_t
+ * then (which must stay valid until then; NULL for COLL_SPLIT_NOCOLOR); if one fails, none is
+ * created and coll_group_end returns that error. So one thread holding several ranks (one per
+ * GPU) can split all of them, as XLA does through ncclCommSplit.
  * A call that fails inside a group (its error returned at once) fails the whole group, as in
  * NCCL: coll_group_end runs none of its calls and returns that error again, so that no rank runs
  * part of a group its peers run whole.

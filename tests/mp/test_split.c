@@ -108,9 +108,29 @@ static void split_body(mp_ctx_t *ctx)
     CHECK_RC(coll_comm_split(ctx->comm, -2, 0, &none), COLL_ERR_INVALID_ARGUMENT, "color -2");
     CHECK(none == NULL, "a refused split leaves newcomm NULL");
     CHECK(mp_contains(coll_get_last_error(), "COLL_SPLIT_NOCOLOR"), "the message says what to use");
+    /* in a group (as XLA splits all its communicators): made at the group's end, in issue
+     * order with a second split of the same parent; a refused split fails the group */
+    coll_comm_t same_order = NULL, reversed = NULL;
     coll_group_start();
-    CHECK_RC(coll_comm_split(ctx->comm, 0, 0, &none), COLL_ERR_INVALID_USAGE, "split in a group");
-    coll_group_end();
+    ok(ctx, coll_comm_split(ctx->comm, 0, r, &same_order), "split in a group");
+    ok(ctx, coll_comm_split(ctx->comm, 0, -r, &reversed), "a second split in the group");
+    CHECK(same_order == NULL && reversed == NULL, "made at the group's end, not before it");
+    if (ok(ctx, coll_group_end(), "the group of two splits") && same_order && reversed) {
+        for (int q = 0; q < n; q++)
+            order[q] = q;
+        check_child(ctx, same_order, n, r, expected_sum(n, 0, 0), order, "grouped split");
+        for (int q = 0; q < n; q++)
+            order[q] = n - 1 - q;
+        check_child(ctx, reversed, n, n - 1 - r, expected_sum(n, 0, 0), order, "reversed split");
+    }
+    if (same_order != NULL)
+        ok(ctx, coll_comm_destroy(same_order), "destroy");
+    if (reversed != NULL)
+        ok(ctx, coll_comm_destroy(reversed), "destroy");
+    coll_group_start();
+    CHECK_RC(coll_comm_split(ctx->comm, -3, 0, &none), COLL_ERR_INVALID_ARGUMENT,
+             "color -3 in a group");
+    CHECK_RC(coll_group_end(), COLL_ERR_INVALID_ARGUMENT, "the group of a refused split fails");
 
     /* the parent still works */
     long mine = r + 1, sum = 0;

@@ -556,7 +556,7 @@ void case_shrink(void)
     /* wrong lists */
     if (rank_ == 0) {
         int self = 0, dup[2] = {last, last}, out = nranks_;
-        expect(ncclCommShrink(comm, &self, 1, &child, NULL, 0), ncclInvalidUsage, "exclude self",
+        expect(ncclCommShrink(comm, &self, 1, &child, NULL, 0), ncclInvalidArgument, "exclude self",
                "only the ranks that remain");
         expect(ncclCommShrink(comm, dup, 2, &child, NULL, 0), ncclInvalidArgument, "twice",
                "listed twice");

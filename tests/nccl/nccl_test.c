@@ -186,6 +186,8 @@ static void run_case(const char *name)
         case_shrink();
     else if (strcmp(name, "graph") == 0)
         case_graph();
+    else if (strcmp(name, "group") == 0)
+        case_group();
 }
 
 int main(int argc, char **argv)
@@ -195,13 +197,16 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: nccl_test "
                 "conformance|split|many|initfail|forkdeath|forkuse|nonblocking|errors|abort|shrink|"
-                "graph|initall N\n");
+                "graph|group|initall|initall_split N\n");
         return 2;
     }
-    if (strcmp(argv[1], "initall") == 0) {
+    if (strcmp(argv[1], "initall") == 0 || strcmp(argv[1], "initall_split") == 0) {
         rank_ = 0;
         gpu_open();
-        case_initall(nranks_);
+        if (strcmp(argv[1], "initall") == 0)
+            case_initall(nranks_);
+        else
+            case_initall_split(nranks_);
         printf("%ld passed, %ld failed\n", passed, failed);
         return failed ? 1 : 0;
     }

@@ -1,5 +1,6 @@
 /* The nccl_test program's shared parts (nccl_test.c: the harness and driver; nccl_values.c: the
- * inputs and the reference; nccl_conformance.c and nccl_comm_cases.c: the cases). */
+ * inputs and the reference; nccl_conformance.c, nccl_comm_cases.c, nccl_life_cases.c and
+ * nccl_group_cases.c: the cases). */
 #ifndef KCOLL_NCCL_TEST_H
 #define KCOLL_NCCL_TEST_H
 
@@ -68,5 +69,7 @@ void case_abort(void);
 void case_initall(int n);
 void case_shrink(void);
 void case_graph(void); /* fake GPU only */
+void case_group(void); /* nccl_group_cases.c */
+void case_initall_split(int n);
 
 #endif

@@ -68,6 +68,16 @@ coll_result_t colli_group_enqueue(const colli_item_t *it);
  * thread each), so that one thread can create several ranks of one communicator; *out is
  * written then. */
 coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out);
+/* A split or shrink of parent made inside a group: checked by the caller, queued, and run at
+ * coll_group_end with the group's other creations (the exclude list is copied). */
+typedef struct {
+    coll_comm_t parent;
+    bool shrink;
+    int color, key;     /* split */
+    const int *exclude; /* shrink */
+    int nexclude, flags;
+} colli_group_child_t;
+coll_result_t colli_group_enqueue_child(const colli_group_child_t *c, coll_comm_t *out);
 
 /* Bytes a staged buffer of `bytes` takes in the pinned staging of a device call (each buffer
  * starts on a 64-byte boundary). */

@@ -1,11 +1,12 @@
 /* Groups: calls between coll_group_start and coll_group_end are checked at once and queued per
  * thread (as the API defines it). A call that fails its checks fails the whole group, as in NCCL:
  * coll_group_end runs nothing and returns that error (a rank that ran part of a group would
- * desert its peers in the rest). At the outermost end, queued communicator creations run first,
- * all at once (one thread each: one thread may create several ranks of one communicator, as
- * ncclCommInitAll does); then each communicator's collectives in issue order and its sends and
- * receives as one concurrent operation. A group that spans several communicators runs each one
- * on a thread of its own, so that ranks of one job driven by one thread all make progress. */
+ * desert its peers in the rest). At the outermost end, queued communicator creations (from
+ * unique ids, splits and shrinks) run first, all at once (one thread each: one thread may create
+ * several ranks of one communicator, as ncclCommInitAll does); then each communicator's collectives
+ * in issue order and its sends and receives as one concurrent operation. A group that spans several
+ * communicators runs each one on a thread of its own, so that ranks of one job driven by one thread
+ * all make progress. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,9 @@
 #include "core/core.h"
 
 typedef struct {
-    colli_create_t create;
+    colli_create_t create;     /* a creation from a unique id (child.parent NULL) */
+    colli_group_child_t child; /* or a split or shrink of child.parent */
+    int *exclude;              /* child.exclude: the copy of a shrink's list */
     colli_proto_facts_t facts; /* the agent's, when create.agent_socket is set */
     char agent_socket[108];
     coll_comm_t *out;
@@ -75,16 +78,48 @@ coll_result_t colli_group_enqueue(const colli_item_t *it)
     return COLL_SUCCESS;
 }
 
+/* a new item at the end of the queued creations, zeroed; NULL when memory is short */
+static init_item_t *new_init(void)
+{
+    init_item_t *inits = grow(group.inits, group.ninit, &group.init_cap, sizeof(*inits));
+    if (inits == NULL)
+        return NULL;
+    group.inits = inits;
+    init_item_t *it = &group.inits[group.ninit++];
+    memset(it, 0, sizeof(*it));
+    return it;
+}
+
+coll_result_t colli_group_enqueue_child(const colli_group_child_t *c, coll_comm_t *out)
+{
+    int *exclude = NULL;
+    if (c->nexclude > 0) {
+        exclude = malloc((size_t)c->nexclude * sizeof(*exclude));
+        if (exclude == NULL)
+            return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a shrink");
+        memcpy(exclude, c->exclude, (size_t)c->nexclude * sizeof(*exclude));
+    }
+    init_item_t *it = new_init();
+    if (it == NULL) {
+        free(exclude);
+        return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a communicator creation");
+    }
+    it->child = *c;
+    it->exclude = exclude; /* the caller's list need not outlive the call */
+    it->child.exclude = exclude;
+    it->out = out;
+    return COLL_SUCCESS;
+}
+
 coll_result_t colli_group_enqueue_init(const colli_create_t *c, coll_comm_t *out)
 {
     if (c->parent != NULL)
         return COLLI_ERR(INIT, COLL_ERR_INTERNAL, "only unique-id creations are queued");
-    init_item_t *inits = grow(group.inits, group.ninit, &group.init_cap, sizeof(*inits));
-    if (inits == NULL)
+    init_item_t *it = new_init();
+    if (it == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "out of memory queueing a communicator creation");
-    group.inits = inits;
-    init_item_t *it = &group.inits[group.ninit++];
-    *it = (init_item_t){.create = *c, .out = out};
+    it->create = *c;
+    it->out = out;
     /* the agent's facts travel with the item (the array may move: pointers are set when the
      * creation runs) */
     if (c->agent != NULL)
@@ -102,9 +137,18 @@ coll_result_t coll_group_start(void)
 
 /* ---- creations ---- */
 
-static void *init_thread(void *arg)
+static void create_one(init_item_t *it)
 {
-    init_item_t *it = arg;
+    if (it->child.parent != NULL) { /* outside any group on this thread, or past its end */
+        it->status =
+            it->child.shrink
+                ? coll_comm_shrink(it->child.parent, it->child.exclude, it->child.nexclude,
+                                   it->child.flags, &it->made)
+                : coll_comm_split(it->child.parent, it->child.color, it->child.key, &it->made);
+        if (it->status != COLL_SUCCESS)
+            snprintf(it->msg, sizeof(it->msg), "%s", colli_last_error());
+        return;
+    }
     if (it->create.agent != NULL)
         it->create.agent = &it->facts;
     if (it->create.agent_socket != NULL)
@@ -113,6 +157,23 @@ static void *init_thread(void *arg)
     colli_agent_created(&it->create, it->made, it->status);
     if (it->status != COLL_SUCCESS)
         snprintf(it->msg, sizeof(it->msg), "%s", colli_last_error());
+}
+
+/* A chain of creations run in order on one thread: the splits and shrinks of one parent (each
+ * a collective over it, issued in the same order on every rank), or one unique-id creation. */
+typedef struct {
+    init_item_t *first;
+    int n; /* items from first on: those whose child.parent is first's */
+} chain_t;
+
+static void *chain_thread(void *arg)
+{
+    chain_t *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        init_item_t *it = &c->first[i];
+        if (i == 0 || (it->child.parent != NULL && it->child.parent == c->first->child.parent))
+            create_one(it);
+    }
     return NULL;
 }
 
@@ -142,13 +203,28 @@ static coll_result_t run_at_once(void *(*fn)(void *), void *items, size_t size, 
     return COLL_SUCCESS;
 }
 
-/* Run every queued creation at once. All or nothing: when one fails, the others are destroyed
- * and every output stays NULL; the first failure is returned, with its message. */
+/* Run every queued creation at once (splits and shrinks too: each is a collective over its
+ * parent, and one thread may hold several ranks of the parents; those of one parent run in
+ * issue order, on one thread). All or nothing: when one
+ * fails, the others are destroyed and every output stays NULL; the first failure is returned,
+ * with its message. A split with COLL_SPLIT_NOCOLOR makes nothing and leaves its output NULL. */
 static coll_result_t run_inits(init_item_t *inits, int n)
 {
     for (int i = 0; i < n; i++)
         *inits[i].out = NULL;
-    coll_result_t status = run_at_once(init_thread, inits, sizeof(*inits), n);
+    chain_t *chains = calloc((size_t)n, sizeof(*chains));
+    if (chains == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory starting %d creations", n);
+    int nchains = 0;
+    for (int i = 0; i < n; i++) {
+        bool later = false; /* a split or shrink of a parent an earlier chain runs */
+        for (int j = 0; j < i && !later; j++)
+            later = inits[i].child.parent != NULL && inits[j].child.parent == inits[i].child.parent;
+        if (!later)
+            chains[nchains++] = (chain_t){&inits[i], inits[i].child.parent != NULL ? n - i : 1};
+    }
+    coll_result_t status = run_at_once(chain_thread, chains, sizeof(*chains), nchains);
+    free(chains);
     if (status != COLL_SUCCESS)
         return status;
     int failed = -1;
@@ -158,7 +234,7 @@ static coll_result_t run_inits(init_item_t *inits, int n)
     for (int i = 0; i < n; i++) {
         if (failed < 0)
             *inits[i].out = inits[i].made;
-        else if (inits[i].status == COLL_SUCCESS)
+        else if (inits[i].status == COLL_SUCCESS && inits[i].made != NULL)
             (void)coll_comm_destroy(inits[i].made);
     }
     if (failed < 0)
@@ -292,6 +368,8 @@ static coll_result_t group_end(const char *fn, bool run)
                      ? run_calls(group.items, group.n, NULL)
                      : run_calls_concurrently(group.items, group.n);
     free(group.items);
+    for (int i = 0; i < group.ninit; i++)
+        free(group.inits[i].exclude);
     free(group.inits);
     memset(&group, 0, sizeof(group));
     return status;

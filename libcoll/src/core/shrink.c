@@ -34,7 +34,7 @@ static coll_result_t check_list(const struct coll_comm *comm, const int *exclude
         excluded[r] = true;
     }
     if (excluded[comm->rank])
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
+        return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
                          "coll_comm_shrink: this rank (%d) is in the exclude list; only the ranks "
                          "that remain call it (an excluded rank destroys or aborts its "
                          "communicator)",
@@ -53,8 +53,8 @@ static void derive_secret(const struct coll_comm *comm, uint32_t epoch, const bo
     colli_siphash128(key, excluded, (size_t)comm->nranks * sizeof(bool), out);
 }
 
-coll_result_t coll_comm_shrink(coll_comm_t handle, const int *exclude, int nexclude, int flags,
-                               coll_comm_t *newcomm)
+static coll_result_t shrink(coll_comm_t handle, const int *exclude, int nexclude, int flags,
+                            coll_comm_t *newcomm)
 {
     if (newcomm == NULL)
         return COLLI_ERR(INIT, COLL_ERR_INVALID_ARGUMENT,
@@ -69,16 +69,21 @@ coll_result_t coll_comm_shrink(coll_comm_t handle, const int *exclude, int nexcl
                          "coll_comm_shrink: flags 0x%x: only COLL_SHRINK_DEFAULT (0) and "
                          "COLL_SHRINK_ABORT (1) exist",
                          (unsigned)flags);
-    if (colli_group_active())
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
-                         "coll_comm_shrink inside coll_group_start/coll_group_end is not "
-                         "supported; call it outside a group");
     bool *excluded = calloc((size_t)comm->nranks, sizeof(bool));
     if (excluded == NULL)
         return COLLI_ERR(INIT, COLL_ERR_SYSTEM, "coll_comm_shrink: out of memory");
     status = check_list(comm, exclude, nexclude, excluded);
     if (status != COLL_SUCCESS)
         goto out;
+    if (colli_group_active()) { /* made at coll_group_end, with the group's other creations */
+        const colli_group_child_t c = {.parent = handle,
+                                       .shrink = true,
+                                       .exclude = exclude,
+                                       .nexclude = nexclude,
+                                       .flags = flags};
+        status = colli_group_enqueue_child(&c, newcomm);
+        goto out;
+    }
     if (flags & COLL_SHRINK_ABORT) {
         char why[128];
         snprintf(why, sizeof(why), "rank %d shrank the communicator with COLL_SHRINK_ABORT",
@@ -130,4 +135,10 @@ coll_result_t coll_comm_shrink(coll_comm_t handle, const int *exclude, int nexcl
 out:
     free(excluded);
     return status;
+}
+
+coll_result_t coll_comm_shrink(coll_comm_t handle, const int *exclude, int nexclude, int flags,
+                               coll_comm_t *newcomm)
+{
+    return colli_group_note(shrink(handle, exclude, nexclude, flags, newcomm)); /* in a group */
 }

@@ -130,10 +130,6 @@ static coll_result_t check_split_args(coll_comm_t handle, int color, coll_comm_t
                          "coll_comm_split: color %d is negative; use a color >= 0, or "
                          "COLL_SPLIT_NOCOLOR (-1) for a rank that joins no new communicator",
                          color);
-    if (colli_group_active())
-        return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
-                         "coll_comm_split inside coll_group_start/coll_group_end is not "
-                         "supported; call it outside a group");
     return COLL_SUCCESS;
 }
 
@@ -159,7 +155,11 @@ coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_
     struct coll_comm *comm;
     coll_result_t status = check_split_args(handle, color, newcomm, &comm);
     if (status != COLL_SUCCESS)
-        return status;
+        return colli_group_note(status); /* in a group: fails it */
+    if (colli_group_active()) { /* made at coll_group_end, with the group's other creations */
+        const colli_group_child_t c = {.parent = handle, .color = color, .key = key};
+        return colli_group_note(colli_group_enqueue_child(&c, newcomm));
+    }
     const int n = comm->nranks;
     split_req_t mine = {color, key}, *req = calloc((size_t)n, sizeof(*req));
     split_root_t root = {0}, *roots = calloc((size_t)n, sizeof(*roots));
