@@ -57,21 +57,6 @@ static ncclResult_t args(ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t *
     return rc;
 }
 
-/* A call that the layer's own checks refused (a bad communicator, datatype, operator, count):
- * inside a group it fails the group, as a refused kcoll call does and as in NCCL, so that
- * ncclGroupEnd runs none of the group's calls and returns the error again. */
-static ncclResult_t refused(ncclResult_t rc)
-{
-    const coll_result_t code = rc == ncclInvalidArgument      ? COLL_ERR_INVALID_ARGUMENT
-                               : rc == ncclInvalidUsage       ? COLL_ERR_INVALID_USAGE
-                               : rc == ncclRemoteError        ? COLL_ERR_REMOTE
-                               : rc == ncclUnhandledCudaError ? COLL_ERR_CUDA
-                               : rc == ncclSystemError        ? COLL_ERR_SYSTEM
-                                                              : COLL_ERR_INTERNAL;
-    (void)coll_group_fail(code, ncclGetLastError(NULL)); /* returns code: rc is the answer */
-    return rc;
-}
-
 KCOLL_NCCL_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                           cudaStream_t stream)
@@ -81,7 +66,7 @@ KCOLL_NCCL_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, 
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclAllReduce", &c, &dt, &kop);
     return rc != ncclSuccess
-               ? refused(rc)
+               ? nccl_refused(rc)
                : nccl_result(coll_all_reduce(sendbuff, recvbuff, count, dt, kop, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclAllReduce);
@@ -94,7 +79,7 @@ KCOLL_NCCL_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, 
     coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclBroadcast", &c, &dt, NULL);
     return rc != ncclSuccess
-               ? refused(rc)
+               ? nccl_refused(rc)
                : nccl_result(coll_broadcast(sendbuff, recvbuff, count, dt, root, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclBroadcast);
@@ -116,7 +101,7 @@ KCOLL_NCCL_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, siz
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclReduce", &c, &dt, &kop);
     return rc != ncclSuccess
-               ? refused(rc)
+               ? nccl_refused(rc)
                : nccl_result(coll_reduce(sendbuff, recvbuff, count, dt, kop, root, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclReduce);
@@ -129,7 +114,7 @@ KCOLL_NCCL_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, 
     coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclAllGather", &c, &dt, NULL);
     return rc != ncclSuccess
-               ? refused(rc)
+               ? nccl_refused(rc)
                : nccl_result(coll_all_gather(sendbuff, recvbuff, sendcount, dt, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclAllGather);
@@ -142,7 +127,7 @@ KCOLL_NCCL_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbu
     coll_datatype_t dt = COLL_INT8;
     coll_op_t kop = COLL_SUM;
     ncclResult_t rc = args(comm, datatype, &op, "ncclReduceScatter", &c, &dt, &kop);
-    return rc != ncclSuccess ? refused(rc)
+    return rc != ncclSuccess ? nccl_refused(rc)
                              : nccl_result(coll_reduce_scatter(sendbuff, recvbuff, recvcount, dt,
                                                                kop, c, stream));
 }
@@ -156,7 +141,7 @@ KCOLL_NCCL_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, s
     coll_datatype_t dt = COLL_INT8;
     ncclResult_t rc = args(comm, datatype, NULL, "ncclAlltoAll", &c, &dt, NULL);
     return rc != ncclSuccess
-               ? refused(rc)
+               ? nccl_refused(rc)
                : nccl_result(coll_all_to_all(sendbuff, recvbuff, count, dt, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclAlltoAll);
@@ -186,7 +171,7 @@ KCOLL_NCCL_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDat
     coll_comm_t c = NULL;
     size_t bytes = 0;
     ncclResult_t rc = p2p_bytes(comm, count, datatype, "ncclSend", &c, &bytes);
-    return rc != ncclSuccess ? refused(rc)
+    return rc != ncclSuccess ? nccl_refused(rc)
                              : nccl_result(coll_send(sendbuff, bytes, COLL_UINT8, peer, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclSend);
@@ -197,7 +182,7 @@ KCOLL_NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_
     coll_comm_t c = NULL;
     size_t bytes = 0;
     ncclResult_t rc = p2p_bytes(comm, count, datatype, "ncclRecv", &c, &bytes);
-    return rc != ncclSuccess ? refused(rc)
+    return rc != ncclSuccess ? nccl_refused(rc)
                              : nccl_result(coll_recv(recvbuff, bytes, COLL_UINT8, peer, c, stream));
 }
 KCOLL_NCCL_ALIAS(ncclRecv);
@@ -217,10 +202,10 @@ static ncclResult_t rooted(bool gather, const void *sendbuff, void *recvbuff, si
     if (rc == ncclSuccess)
         rc = nccl_result(coll_comm_user_rank(c, &rank));
     if (rc != ncclSuccess)
-        return refused(rc);
+        return nccl_refused(rc);
     if (root < 0 || root >= nranks)
-        return refused(nccl_error(ncclInvalidArgument, "%s: root %d is out of range [0, %d)", fn,
-                                  root, nranks));
+        return nccl_refused(nccl_error(ncclInvalidArgument, "%s: root %d is out of range [0, %d)",
+                                       fn, root, nranks));
     const size_t block = count * nccl_datatype_size(datatype);
     coll_group_start();
     coll_result_t r = COLL_SUCCESS;

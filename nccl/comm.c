@@ -292,7 +292,8 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *c
 KCOLL_NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                              int rank)
 {
-    return init_rank(comm, nranks, &commId, rank, ALWAYS_BLOCKING, "ncclCommInitRank");
+    return nccl_refused(
+        init_rank(comm, nranks, &commId, rank, ALWAYS_BLOCKING, "ncclCommInitRank"));
 }
 KCOLL_NCCL_ALIAS(ncclCommInitRank);
 
@@ -300,7 +301,7 @@ KCOLL_NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
                                                    ncclUniqueId commId, int rank,
                                                    ncclConfig_t *config)
 {
-    return init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig");
+    return nccl_refused(init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig"));
 }
 KCOLL_NCCL_ALIAS(ncclCommInitRankConfig);
 
@@ -311,11 +312,13 @@ KCOLL_NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nr
                                                      ncclConfig_t *config)
 {
     if (nId < 1 || nId > nranks || commIds == NULL)
-        return nccl_error(ncclInvalidArgument,
-                          "ncclCommInitRankScalable: nId is %d (nranks %d) and commIds %p; pass "
-                          "from one to nranks unique ids",
-                          nId, nranks, (void *)commIds);
-    return init_rank(newcomm, nranks, &commIds[0], myrank, config, "ncclCommInitRankScalable");
+        return nccl_refused(
+            nccl_error(ncclInvalidArgument,
+                       "ncclCommInitRankScalable: nId is %d (nranks %d) and commIds %p; pass "
+                       "from one to nranks unique ids",
+                       nId, nranks, (void *)commIds));
+    return nccl_refused(
+        init_rank(newcomm, nranks, &commIds[0], myrank, config, "ncclCommInitRankScalable"));
 }
 KCOLL_NCCL_ALIAS(ncclCommInitRankScalable);
 
@@ -446,7 +449,7 @@ KCOLL_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
     struct ncclComm *child = NULL;
     ncclResult_t rc = child_start(comm, config, newcomm, "ncclCommSplit", &parent, &child);
     if (rc != ncclSuccess)
-        return rc;
+        return nccl_refused(rc);
     return child_finish(nccl_result(coll_comm_split(parent, color, key, &child->coll)), child,
                         newcomm);
 }
@@ -457,20 +460,22 @@ KCOLL_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksLis
                                            ncclConfig_t *config, int shrinkFlags)
 {
     if ((shrinkFlags & ~NCCL_SHRINK_ABORT) != 0)
-        return nccl_error(ncclInvalidArgument,
-                          "ncclCommShrink: shrinkFlags 0x%x: only NCCL_SHRINK_DEFAULT and "
-                          "NCCL_SHRINK_ABORT exist",
-                          (unsigned)shrinkFlags);
+        return nccl_refused(
+            nccl_error(ncclInvalidArgument,
+                       "ncclCommShrink: shrinkFlags 0x%x: only NCCL_SHRINK_DEFAULT and "
+                       "NCCL_SHRINK_ABORT exist",
+                       (unsigned)shrinkFlags));
     if (excludeRanksCount <= 0)
-        return nccl_error(ncclInvalidArgument,
-                          "ncclCommShrink: excludeRanksCount is %d: list at least one rank to "
-                          "leave out (to copy a communicator, use ncclCommSplit with one color)",
-                          excludeRanksCount);
+        return nccl_refused(
+            nccl_error(ncclInvalidArgument,
+                       "ncclCommShrink: excludeRanksCount is %d: list at least one rank to "
+                       "leave out (to copy a communicator, use ncclCommSplit with one color)",
+                       excludeRanksCount));
     coll_comm_t parent = NULL;
     struct ncclComm *child = NULL;
     ncclResult_t rc = child_start(comm, config, newcomm, "ncclCommShrink", &parent, &child);
     if (rc != ncclSuccess)
-        return rc;
+        return nccl_refused(rc);
     rc = nccl_result(coll_comm_shrink(
         parent, excludeRanksList, excludeRanksCount,
         (shrinkFlags & NCCL_SHRINK_ABORT) ? COLL_SHRINK_ABORT : COLL_SHRINK_DEFAULT, &child->coll));

@@ -62,6 +62,21 @@ ncclResult_t nccl_error(ncclResult_t code, const char *fmt, ...)
     return code;
 }
 
+/* nccl_compat.h */
+ncclResult_t nccl_refused(ncclResult_t rc)
+{
+    if (rc == ncclSuccess || rc == ncclInProgress)
+        return rc;
+    const coll_result_t code = rc == ncclInvalidArgument      ? COLL_ERR_INVALID_ARGUMENT
+                               : rc == ncclInvalidUsage       ? COLL_ERR_INVALID_USAGE
+                               : rc == ncclRemoteError        ? COLL_ERR_REMOTE
+                               : rc == ncclUnhandledCudaError ? COLL_ERR_CUDA
+                               : rc == ncclSystemError        ? COLL_ERR_SYSTEM
+                                                              : COLL_ERR_INTERNAL;
+    (void)coll_group_fail(code, ncclGetLastError(NULL)); /* returns code: rc is the answer */
+    return rc;
+}
+
 KCOLL_NCCL_API const char *ncclGetLastError(ncclComm_t comm)
 {
     (void)comm;

@@ -55,6 +55,10 @@ ncclResult_t nccl_result(coll_result_t r);
  * code. */
 ncclResult_t nccl_error(ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* rc, a call this layer refused (its own checks, or a creation that failed): inside a group it
+ * fails the group, as a refused kcoll call does and as in NCCL, so that ncclGroupEnd runs none
+ * of the group's calls and returns the error again. ncclSuccess and ncclInProgress pass. */
+ncclResult_t nccl_refused(ncclResult_t rc);
 /* The kcoll communicator behind comm, or an error (NULL comm, creation still running or failed). */
 ncclResult_t nccl_comm(ncclComm_t comm, const char *fn, coll_comm_t *out);
 /* NCCL's datatype as kcoll's; an error naming fn for float8 and out-of-range values. */

@@ -159,6 +159,16 @@ void case_group(void)
     expect(ncclCommSplit(comm, -5, 0, &bad, NULL), ncclInvalidArgument, "color -5", "color -5");
     expect(ncclGroupEnd(), ncclInvalidArgument, "the group of a refused split", "color -5");
     CHECK(all == -1 && bad == NULL, "nothing of the failed group ran: %lld", (long long)all);
+    /* ... and so does a creation this layer refuses itself (an uninitialized config) */
+    ncclConfig_t junk;
+    memset(&junk, 0, sizeof(junk));
+    CHECK_OK(ncclGroupStart(), "ncclGroupStart");
+    CHECK_OK(ncclAllReduce(&one, &all, 1, ncclInt64, ncclSum, comm, NULL), "queued");
+    expect(ncclCommSplit(comm, 0, 0, &bad, &junk), ncclInvalidArgument, "a junk config",
+           "NCCL_CONFIG_INITIALIZER");
+    expect(ncclGroupEnd(), ncclInvalidArgument, "the group of a refused config",
+           "NCCL_CONFIG_INITIALIZER");
+    CHECK(all == -1 && bad == NULL, "nothing of that group ran either: %lld", (long long)all);
     sum_of(comm, nranks_, rank_, "the parent after a failed group");
     /* 4. arguments NCCL refuses before it starts anything */
     ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
