@@ -114,14 +114,13 @@ static const ncclConfig_t always_blocking;
 static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, int *blocking)
 {
     *blocking = 1;
+    if (config == ALWAYS_BLOCKING)
+        return ncclSuccess;
     const char *env = getenv("NCCL_COMM_BLOCKING");
     if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
         *blocking = env[0] == '1';
-    if (config == NULL || config == ALWAYS_BLOCKING) {
-        if (config == ALWAYS_BLOCKING)
-            *blocking = 1;
+    if (config == NULL)
         return ncclSuccess;
-    }
     if (config->magic != CONFIG_MAGIC || config->size < offsetof(ncclConfig_t, blocking))
         return nccl_error(ncclInvalidArgument,
                           "%s: config is not initialized (magic 0x%x, size %zu); set it to "
@@ -495,9 +494,10 @@ KCOLL_NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
         return nccl_error(ncclInvalidArgument,
                           "ncclCommRevoke: revokeFlags 0x%x: NCCL 2.28 defines none (pass 0)",
                           (unsigned)revokeFlags);
-    if (comm->revoked || comm->finalized)
+    const bool revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) != 0;
+    if (revoked || comm->finalized)
         return nccl_error(ncclInvalidArgument, "ncclCommRevoke: the communicator was already %s",
-                          comm->revoked ? "revoked" : "finalized (ncclCommFinalize)");
+                          revoked ? "revoked" : "finalized (ncclCommFinalize)");
     coll_comm_t c = NULL;
     ncclResult_t rc = nccl_comm(comm, "ncclCommRevoke", &c);
     if (rc == ncclSuccess)

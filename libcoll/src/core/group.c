@@ -1,12 +1,13 @@
 /* Groups: calls between coll_group_start and coll_group_end are checked at once and queued per
  * thread (as the API defines it). A call that fails its checks fails the whole group, as in NCCL:
  * coll_group_end runs nothing and returns that error (a rank that ran part of a group would
- * desert its peers in the rest). At the outermost end, queued communicator creations (from
- * unique ids, splits and shrinks) run first, all at once (one thread each: one thread may create
- * several ranks of one communicator, as ncclCommInitAll does); then each communicator's collectives
- * in issue order and its sends and receives as one concurrent operation. A group that spans several
- * communicators runs each one on a thread of its own, so that ranks of one job driven by one thread
- * all make progress. */
+ * desert its peers in the rest). At the outermost end, queued communicator creations run first,
+ * all at once: one thread per creation from a unique id, one per parent for splits and shrinks
+ * (in issue order), since one thread may hold several ranks of one communicator, as
+ * ncclCommInitAll makes them. Then each communicator's collectives run in issue order and its
+ * sends and receives as one concurrent operation. A group that spans several communicators runs
+ * each one on a thread of its own, so that ranks of one job driven by one thread all make
+ * progress. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,11 +204,9 @@ static coll_result_t run_at_once(void *(*fn)(void *), void *items, size_t size, 
     return COLL_SUCCESS;
 }
 
-/* Run every queued creation at once (splits and shrinks too: each is a collective over its
- * parent, and one thread may hold several ranks of the parents; those of one parent run in
- * issue order, on one thread). All or nothing: when one
- * fails, the others are destroyed and every output stays NULL; the first failure is returned,
- * with its message. A split with COLL_SPLIT_NOCOLOR makes nothing and leaves its output NULL. */
+/* Run every queued creation at once, as chains (chain_t). All or nothing: when one fails, the
+ * others are destroyed and every output stays NULL; the first failure is returned, with its
+ * message. A split with COLL_SPLIT_NOCOLOR makes nothing and leaves its output NULL. */
 static coll_result_t run_inits(init_item_t *inits, int n)
 {
     for (int i = 0; i < n; i++)
