@@ -47,8 +47,8 @@ static ncclResult_t args(ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t *
     ncclResult_t rc = nccl_comm(comm, fn, c);
     if (rc == ncclSuccess && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE))
         rc = nccl_error(ncclInvalidUsage,
-                        "%s: the communicator was revoked (ncclCommRevoke): only ncclCommShrink, "
-                        "ncclCommDestroy and ncclCommAbort remain",
+                        "%s: the communicator was revoked (ncclCommRevoke): only ncclCommSplit, "
+                        "ncclCommShrink, ncclCommDestroy and ncclCommAbort remain",
                         fn);
     if (rc == ncclSuccess)
         rc = nccl_datatype(dt, fn, kdt);

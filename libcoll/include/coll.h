@@ -272,8 +272,9 @@ COLL_API coll_result_t coll_comm_shrink(coll_comm_t comm, const int *exclude, in
                                         int flags, coll_comm_t *newcomm);
 
 /** Stop comm (ncclCommRevoke): an operation in progress in another thread ends with
- *  COLL_ERR_ABORTED and every later operation fails; comm can still be shrunk, destroyed or
- *  aborted. Local: the other ranks see their pending operations with this rank fail. */
+ *  COLL_ERR_ABORTED and every later operation fails; comm can still be split (once every rank
+ *  revoked it: the ranks make a fresh copy to split), shrunk, destroyed or aborted. Local: the
+ *  other ranks see their pending operations with this rank fail. */
 COLL_API coll_result_t coll_comm_revoke(coll_comm_t comm);
 
 /** Free the communicator after its operations completed. The handle is invalid afterwards. */

@@ -186,7 +186,7 @@ void case_group(void)
     CHECK(ncclMemAlloc(&p, 0) == ncclSuccess && p == NULL, "ncclMemAlloc of 0 bytes: NULL");
     /* 5. revoke: NULL is nothing; then collectives are ncclInvalidUsage (even of 0 elements),
      * the state is ncclSuccess (quiescent), a second revoke is ncclInvalidArgument, and a
-     * shrink still follows */
+     * split and a shrink still follow */
     CHECK(ncclCommRevoke(NULL, 0) == ncclSuccess, "revoke of a NULL communicator");
     ncclComm_t dup = NULL;
     CHECK_OK(ncclCommSplit(comm, 0, rank_, &dup, NULL), "a copy to revoke");
@@ -202,6 +202,14 @@ void case_group(void)
         expect(ncclSend(&one, 1, ncclInt64, (rank_ + 1) % nranks_, dup, NULL), ncclInvalidUsage,
                "send on a revoked communicator", "was revoked");
         expect(ncclCommRevoke(dup, 0), ncclInvalidArgument, "a second revoke", "already revoked");
+        /* nccl.h: once quiescent, a revoked communicator can still be split */
+        ncclComm_t half = NULL;
+        CHECK_OK(ncclCommSplit(dup, rank_ % 2, rank_, &half, NULL),
+                 "split of the revoked communicator");
+        if (half != NULL) {
+            sum_of(half, (nranks_ - rank_ % 2 + 1) / 2, rank_ / 2, "split after the revoke");
+            CHECK_OK(ncclCommDestroy(half), "destroy");
+        }
         if (rank_ != last) {
             ncclComm_t shrunk = NULL;
             excl = last;

@@ -399,8 +399,8 @@ coll_result_t coll_comm_revoke(coll_comm_t handle)
                          "a group");
     char why[160];
     snprintf(why, sizeof(why),
-             "rank %d revoked the communicator (coll_comm_revoke / ncclCommRevoke): only shrink, "
-             "destroy or abort remain",
+             "rank %d revoked the communicator (coll_comm_revoke / ncclCommRevoke): only split, "
+             "shrink, destroy or abort remain",
              comm->rank);
     int saved = colli_log_get_rank();
     colli_log_set_rank(comm->rank);

@@ -6,6 +6,7 @@
  * network, transport policy, tuning and timeouts), test seams, agent and pod names. */
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,30 @@ static coll_result_t create_child(struct coll_comm *comm, const split_root_t *ro
     return colli_comm_create(&c, newcomm);
 }
 
+/* A stopped parent (coll_comm_revoke, a shrink with COLL_SHRINK_ABORT) has no connections left
+ * to exchange colors on, yet nccl.h lets a revoked communicator be split. Every rank first makes a
+ * whole copy of it on fresh connections (a shrink that leaves nobody out: no exchange on the
+ * parent), splits the copy, and drops it. Every rank of the parent must have stopped it: one
+ * that has not waits in the parent's exchange and fails at its timeout. */
+static coll_result_t split_stopped(coll_comm_t handle, int color, int key, coll_comm_t *newcomm)
+{
+    coll_comm_t copy = NULL;
+    coll_info(INIT, "coll_comm_split: the communicator was stopped (revoked); splitting a fresh "
+                    "copy of it");
+    coll_result_t status = coll_comm_shrink(handle, NULL, 0, COLL_SHRINK_DEFAULT, &copy);
+    if (status != COLL_SUCCESS)
+        return status;
+    status = coll_comm_split(copy, color, key, newcomm);
+    char why[2048];
+    snprintf(why, sizeof(why), "%s", colli_last_error());
+    if (coll_comm_destroy(copy) != COLL_SUCCESS) /* the child is whole: only a warning */
+        coll_warn(INIT, "coll_comm_split: dropping the copy of the stopped communicator: %s",
+                  colli_last_error());
+    if (status != COLL_SUCCESS)
+        colli_set_last_error(why); /* the split's error, not the copy's destroy's */
+    return status;
+}
+
 coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_t *newcomm)
 {
     struct coll_comm *comm;
@@ -160,6 +185,8 @@ coll_result_t coll_comm_split(coll_comm_t handle, int color, int key, coll_comm_
         const colli_group_child_t c = {.parent = handle, .color = color, .key = key};
         return colli_group_note(colli_group_enqueue_child(&c, newcomm));
     }
+    if (__atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE))
+        return split_stopped(handle, color, key, newcomm);
     const int n = comm->nranks;
     split_req_t mine = {color, key}, *req = calloc((size_t)n, sizeof(*req));
     split_root_t root = {0}, *roots = calloc((size_t)n, sizeof(*roots));
