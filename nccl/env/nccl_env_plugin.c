@@ -38,12 +38,19 @@ enum { PIN_IFNAME = 0, PIN_IB_HCA, PIN_NET, NPIN };
 
 static const char *const pin_names[NPIN] = {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET"};
 
+/* What the agent's answer pins. An init builds them aside and swaps them in under the lock, so a
+ * second init (two NCCL copies in one process) never shows readers half-built or unpinned
+ * values. */
 typedef struct {
-    pthread_mutex_t mu;
-    _Atomic int active; /* the pins apply (init succeeded with an agent) */
     colli_proto_nccl_facts_t facts;
     char value[NPIN][80]; /* NCCL's syntax: "=net1", "=mlx5_0", "IB" ("" = not pinned) */
     char why[NPIN][1024]; /* the reason a pin wins, for the override warning */
+} pins_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    _Atomic int active; /* the pins apply (init succeeded with an agent) */
+    pins_t pins;
     _Atomic int warned[NPIN];
 } plugin_state_t;
 
@@ -111,30 +118,37 @@ static int cuda_driver_version(void)
     return v;
 }
 
-/* NCCL_NET from the transport policy: 0 with plugin.value set, -1 with msg when RequireIB finds
+/* NCCL_NET from the transport policy: 0 with p->value set, -1 with msg when RequireIB finds
  * no usable InfiniBand. */
-static int choose_net(const colli_proto_nccl_facts_t *f, char *msg, size_t msglen)
+static int choose_net(const colli_proto_nccl_facts_t *f, pins_t *p, char *msg, size_t msglen)
 {
     colli_ib_probe_t probe;
     char hca[72] = "";
     if (strcmp(f->transport, COLLI_PROTO_TRANSPORT_SOCKET) == 0) {
-        snprintf(plugin.value[PIN_NET], sizeof(plugin.value[PIN_NET]), "Socket");
-        snprintf(plugin.why[PIN_NET], sizeof(plugin.why[PIN_NET]),
+        snprintf(p->value[PIN_NET], sizeof(p->value[PIN_NET]), "Socket");
+        snprintf(p->why[PIN_NET], sizeof(p->why[PIN_NET]),
                  "CollectiveTopology %s pins transport Socket", f->topology);
         return 0;
     }
     if (f->ib_device[0])
         snprintf(hca, sizeof(hca), "=%s", f->ib_device);
     colli_ib_probe(secure_getenv("COLL_TEST_IB_VERBS_LIB"), hca, &probe);
+    if (probe.usable && !probe.nccl_usable) { /* EFA: NCCL_NET=IB would leave NCCL no network */
+        probe.usable = false;
+        snprintf(probe.reason, sizeof(probe.reason),
+                 "the active RDMA ports (%s) report no InfiniBand or Ethernet link layer (as AWS "
+                 "EFA's do), and NCCL's IB transport skips such ports: a net plugin such as "
+                 "aws-ofi-nccl drives them",
+                 probe.devices);
+    }
     if (probe.usable) {
-        snprintf(plugin.value[PIN_NET], sizeof(plugin.value[PIN_NET]), "IB");
-        snprintf(plugin.why[PIN_NET], sizeof(plugin.why[PIN_NET]),
+        snprintf(p->value[PIN_NET], sizeof(p->value[PIN_NET]), "IB");
+        snprintf(p->why[PIN_NET], sizeof(p->why[PIN_NET]),
                  "CollectiveTopology %s pins transport %s and InfiniBand works here (%s)",
                  f->topology, f->transport, probe.devices);
         if (f->ib_device[0]) {
-            snprintf(plugin.value[PIN_IB_HCA], sizeof(plugin.value[PIN_IB_HCA]), "=%s",
-                     f->ib_device);
-            snprintf(plugin.why[PIN_IB_HCA], sizeof(plugin.why[PIN_IB_HCA]),
+            snprintf(p->value[PIN_IB_HCA], sizeof(p->value[PIN_IB_HCA]), "=%s", f->ib_device);
+            snprintf(p->why[PIN_IB_HCA], sizeof(p->why[PIN_IB_HCA]),
                      "CollectiveTopology %s pins RDMA device %s for pod %s", f->topology,
                      f->ib_device, f->pod);
         }
@@ -150,18 +164,20 @@ static int choose_net(const colli_proto_nccl_facts_t *f, char *msg, size_t msgle
         return -1;
     }
     say("WARN",
-        "rank %d (pod %s): InfiniBand is not usable (%s); NCCL uses sockets (transport "
-        "PreferIB)",
+        "rank %d (pod %s): InfiniBand is not usable here (%s); under transport PreferIB NCCL "
+        "picks its network itself (a net plugin if one is installed, else sockets) and "
+        "NCCL_NET=IB is answered with Socket",
         f->rank, f->pod, probe.reason);
-    snprintf(plugin.value[PIN_NET], sizeof(plugin.value[PIN_NET]), "Socket");
-    snprintf(plugin.why[PIN_NET], sizeof(plugin.why[PIN_NET]),
+    snprintf(p->value[PIN_NET], sizeof(p->value[PIN_NET]), "Socket");
+    snprintf(p->why[PIN_NET], sizeof(p->why[PIN_NET]),
              "CollectiveTopology %s prefers InfiniBand, which is not usable here", f->topology);
     return 0;
 }
 
-/* Asks the agent; returns NCCL's result (KCOLL_NCCL_SUCCESS also when it passes everything
- * through). */
-static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix)
+/* Asks the agent and fills *p (zeroed by the caller); returns NCCL's result (KCOLL_NCCL_SUCCESS
+ * also when it passes everything through: then nothing is pinned). */
+static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix,
+                                 pins_t *p)
 {
     const char *sock = secure_getenv(COLL_ENV_AGENT_SOCKET);
     const char *on_no_agent = secure_getenv("COLL_NCCL_ENV_ON_NO_AGENT");
@@ -220,41 +236,50 @@ static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, co
     }
     json_decref(reply);
 
-    memset(plugin.value, 0, sizeof(plugin.value));
-    memset(plugin.why, 0, sizeof(plugin.why));
-    snprintf(plugin.value[PIN_IFNAME], sizeof(plugin.value[PIN_IFNAME]), "=%s", f.ifname);
-    snprintf(plugin.why[PIN_IFNAME], sizeof(plugin.why[PIN_IFNAME]),
+    snprintf(p->value[PIN_IFNAME], sizeof(p->value[PIN_IFNAME]), "=%s", f.ifname);
+    snprintf(p->why[PIN_IFNAME], sizeof(p->why[PIN_IFNAME]),
              "CollectiveTopology %s pins the network whose interface in pod %s is %s (%s)",
              f.topology, f.pod, f.ifname, f.address);
-    if (choose_net(&f, msg, sizeof(msg)) != 0) {
+    if (choose_net(&f, p, msg, sizeof(msg)) != 0) {
         say("WARN", "%s", msg);
         if (colli_agent_report(sock, 2000, COLLI_PROTO_PHASE_FAILED, msg) != COLL_SUCCESS)
             say("WARN", "could not report this to the agent: %s", colli_agent_last_error());
         return KCOLL_NCCL_SYSTEM_ERROR;
     }
-    plugin.facts = f;
+    p->facts = f;
     if (info_wanted())
         say("INFO",
-            "rank %d of %d (pod %s): NCCL %s%s%s; NCCL_SOCKET_IFNAME=%s NCCL_NET=%s%s%s from "
+            "rank %d of %d (pod %s): NCCL %s%s%s; NCCL_SOCKET_IFNAME=%s NCCL_NET=%s%s%s%s from "
             "CollectiveTopology %s",
             f.rank, f.nranks, f.pod, in.version, f.reference[0] ? " agrees with " : "", f.reference,
-            plugin.value[PIN_IFNAME], plugin.value[PIN_NET],
-            plugin.value[PIN_IB_HCA][0] ? " NCCL_IB_HCA=" : "", plugin.value[PIN_IB_HCA],
-            f.topology);
+            p->value[PIN_IFNAME], p->value[PIN_NET],
+            strcmp(f.transport, COLLI_PROTO_TRANSPORT_PREFER_IB) == 0
+                ? " (PreferIB: only over an NCCL_NET of IB or Socket; unset is NCCL's choice)"
+                : "",
+            p->value[PIN_IB_HCA][0] ? " NCCL_IB_HCA=" : "", p->value[PIN_IB_HCA], f.topology);
     return KCOLL_NCCL_SUCCESS;
 }
 
 static kcoll_nccl_result_t plugin_init(uint8_t major, uint8_t minor, uint8_t patch,
                                        const char *suffix)
 {
+    static pins_t fresh; /* under plugin.mu; too large for NCCL's thread stack */
     kcoll_nccl_result_t res;
     pthread_mutex_lock(&plugin.mu);
-    atomic_store(&plugin.active, 0);
-    for (int i = 0; i < NPIN; i++)
-        atomic_store(&plugin.warned[i], 0);
-    res = start(major, minor, patch, suffix);
-    if (res == KCOLL_NCCL_SUCCESS && plugin.value[PIN_IFNAME][0])
+    memset(&fresh, 0, sizeof(fresh));
+    res = start(major, minor, patch, suffix, &fresh);
+    const int pinned = res == KCOLL_NCCL_SUCCESS && fresh.value[PIN_IFNAME][0];
+    if (!pinned) {
+        atomic_store(&plugin.active, 0);
+    } else if (!atomic_load(&plugin.active) ||
+               memcmp(plugin.pins.value, fresh.value, sizeof(fresh.value)) != 0) {
+        /* readers see the old pins or none while they change, never a half-written value */
+        atomic_store(&plugin.active, 0);
+        plugin.pins = fresh;
+        for (int i = 0; i < NPIN; i++)
+            atomic_store(&plugin.warned[i], 0);
         atomic_store(&plugin.active, 1);
+    } /* else the same pins stand, and readers kept them throughout */
     pthread_mutex_unlock(&plugin.mu);
     return res;
 }
@@ -263,7 +288,7 @@ static kcoll_nccl_result_t plugin_finalize(void)
 {
     pthread_mutex_lock(&plugin.mu);
     atomic_store(&plugin.active, 0);
-    memset(plugin.value, 0, sizeof(plugin.value));
+    memset(&plugin.pins, 0, sizeof(plugin.pins));
     pthread_mutex_unlock(&plugin.mu);
     return KCOLL_NCCL_SUCCESS;
 }
@@ -276,6 +301,20 @@ static int same_setting(int pin, const char *user, const char *value)
     return strcmp(user, value) == 0 || strcmp(user, value + 1) == 0;
 }
 
+/* Is NCCL_NET the user's (or, unset, NCCL's own choice)? A net plugin the user named for
+ * InfiniBand (SHARP's IBext, a vendor's) is kept under an IB pin: only "Socket" contradicts it.
+ * Under PreferIB only a contradiction is answered ("IB" where it does not work, "Socket" where
+ * it does): unset stays unset, so NCCL takes an installed net plugin (SHARP, aws-ofi-nccl, TCPX)
+ * before IB before sockets, as it does on its own. */
+static int net_left_to_user(const pins_t *p, const char *user)
+{
+    const int named =
+        user != NULL && (strcasecmp(user, "IB") == 0 || strcasecmp(user, "Socket") == 0);
+    if (strcmp(p->facts.transport, COLLI_PROTO_TRANSPORT_PREFER_IB) == 0 && !named)
+        return 1;
+    return user != NULL && strcmp(p->value[PIN_NET], "IB") == 0 && strcasecmp(user, "Socket") != 0;
+}
+
 static const char *plugin_get_env(const char *name)
 {
     const char *user;
@@ -284,19 +323,17 @@ static const char *plugin_get_env(const char *name)
     user = getenv(name);
     if (!atomic_load(&plugin.active))
         return user;
+    const pins_t *p = &plugin.pins;
     for (int i = 0; i < NPIN; i++) {
-        if (strcmp(name, pin_names[i]) != 0 || !plugin.value[i][0])
+        if (strcmp(name, pin_names[i]) != 0 || !p->value[i][0])
             continue;
-        /* InfiniBand through a net plugin the user chose (SHARP's IBext, a vendor's): kept, as
-         * it is InfiniBand too; only "Socket" contradicts an IB pin */
-        if (i == PIN_NET && user && strcmp(plugin.value[i], "IB") == 0 &&
-            strcasecmp(user, "Socket") != 0)
+        if (i == PIN_NET && net_left_to_user(p, user))
             return user;
-        if (user && !same_setting(i, user, plugin.value[i]) &&
+        if (user && !same_setting(i, user, p->value[i]) &&
             atomic_exchange(&plugin.warned[i], 1) == 0)
             say("WARN", "%s=%s in the environment is overridden with %s: %s", name, user,
-                plugin.value[i], plugin.why[i]);
-        return plugin.value[i];
+                p->value[i], p->why[i]);
+        return p->value[i];
     }
     return user;
 }

@@ -27,7 +27,10 @@
  *                ENABLED), and a memory registration before that aborts: whoever registers
  *                memory must have asked for fork protection first
  *   unneeded     the kernel copies registered pages at fork (IBV_FORK_UNNEEDED)
- *   late         ibv_fork_init fails with EINVAL (as when called after the first registration) */
+ *   late         ibv_fork_init fails with EINVAL (as when called after the first registration)
+ *
+ * FAKE_VERBS_LINK_LAYER=unspecified (read at each call): port 1 reports
+ * IBV_LINK_LAYER_UNSPECIFIED, as AWS EFA's ports do (NCCL's own IB transport skips them). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -405,7 +408,9 @@ EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ib
     a->active_mtu = IBV_MTU_4096;
     a->gid_tbl_len = 2;
     a->lid = 0;
-    a->link_layer = IBV_LINK_LAYER_ETHERNET;
+    const char *ll = getenv("FAKE_VERBS_LINK_LAYER");
+    a->link_layer = ll != NULL && strcmp(ll, "unspecified") == 0 ? IBV_LINK_LAYER_UNSPECIFIED
+                                                                 : IBV_LINK_LAYER_ETHERNET;
     return 0;
 }
 

@@ -214,20 +214,43 @@ def case_uid_require_ib(_):
         print("note: tests/ib's fake verbs provider is not built: the IB-usable answers are not "
               "checked")
         return
+    # PreferIB answers NCCL_NET only over a contradicting "IB" or "Socket": unset stays unset,
+    # so NCCL takes an installed net plugin (SHARP, aws-ofi-nccl) before IB, as on its own.
+    # Ports whose link layer is UNSPECIFIED (AWS EFA) are not IB to NCCL, which skips them:
+    # NCCL_NET=IB there would leave NCCL without a network.
     venv = {"COLL_TEST_IB_VERBS_LIB": ARGS.fake_verbs}
-    for i, (policy, user, want_net, warned) in enumerate((
-            ("RequireIB", None, "IB", False), ("PreferIB", "Socket", "IB", True),
-            ("PreferIB", "IBext_v8", "IBext_v8", False))):
+    efa = dict(venv, FAKE_VERBS_LINK_LAYER="unspecified")
+    for i, (policy, e, user, want_net, want_hca, warned) in enumerate((
+            ("RequireIB", venv, None, "IB", "=fake_roce0", False),
+            ("PreferIB", venv, None, "(null)", "=fake_roce0", False),
+            ("PreferIB", venv, "IB", "IB", "=fake_roce0", False),
+            ("PreferIB", venv, "Socket", "IB", "=fake_roce0", True),
+            ("PreferIB", venv, "IBext_v8", "IBext_v8", "=fake_roce0", False),
+            ("PreferIB", efa, None, "(null)", "(null)", False),
+            ("PreferIB", efa, "IB", "Socket", "(null)", True),
+            ("PreferIB", efa, "aws-ofi", "aws-ofi", "(null)", False))):
         sock = os.path.join(d, "ok%d.sock" % i)
         srv = fake_agent(sock, [frame(good_reply(transport=policy, ib_device="fake_roce0"))])
         try:
-            e = dict(venv, **({"NCCL_NET": user} if user else {}))
+            e = dict(e, **({"NCCL_NET": user} if user else {}))
             rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_NET", "NCCL_IB_HCA"], env=e)
-            check(rc == 0 and vals["NCCL_NET"] == want_net and
-                  vals["NCCL_IB_HCA"] == "=fake_roce0" and ("overridden" in err) == warned,
-                  "%s with verbs, NCCL_NET=%s: %s %s" % (policy, user, vals, err))
+            check(rc == 0 and vals["NCCL_NET"] == want_net and vals["NCCL_IB_HCA"] == want_hca and
+                  ("overridden" in err) == warned and
+                  ("EFA" in err) == ("FAKE_VERBS_LINK_LAYER" in e),
+                  "%s with verbs%s, NCCL_NET=%s: %s %s" % (
+                      policy, " (EFA)" if "FAKE_VERBS_LINK_LAYER" in e else "", user, vals, err))
         finally:
             srv.close()
+    # RequireIB on EFA ports: NCCL's init fails with kcoll's message, naming the link layer
+    sock = os.path.join(d, "efa.sock")
+    srv = fake_agent(sock, [frame(good_reply(transport="RequireIB", ib_device="fake_roce0")),
+                            ack])
+    try:
+        rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_NET"], env=efa)
+        check(rc == 2 and "RequireIB" in err and "no InfiniBand or Ethernet link layer" in err and
+              vals["NCCL_NET"] == "(null)", "RequireIB on EFA: %d %s %s" % (rc, vals, err))
+    finally:
+        srv.close()
 
 
 def case_versions(_):
@@ -479,6 +502,22 @@ def case_hostile_agent(_):
             check(time.time() - t0 < 10, "%s: took %.1f s" % (what, time.time() - t0))
         finally:
             srv.close()
+    # a second init in one process (two NCCL copies loading this plugin) with the same answer:
+    # a reader in another thread sees the pin throughout, never the user's value or a half-built
+    # one (before 28 Nov 2026 each init unpinned everything for its agent round trip)
+    sock = os.path.join(d, "reinit.sock")
+    srv = fake_agent(sock, [frame(good_reply())] * 6)
+    try:
+        rc, vals, err, _ = run_direct("2.28.9", sock, ["NCCL_SOCKET_IFNAME"],
+                                      {"NCCL_SOCKET_IFNAME": "eth7", "NCCLENV_DIRECT_REINIT": "5"})
+        m = re.match(r"(\d+) failed=(\d+) reads=(\d+) changed=(\d+)", vals.get("reinit", ""))
+        print("re-init:", vals.get("reinit"))
+        check(rc == 0 and vals["NCCL_SOCKET_IFNAME"] == "=lo" and m is not None and
+              m.group(2) == "0" and int(m.group(3)) > 0 and m.group(4) == "0",
+              "re-init: %s %s" % (vals, err))
+        check(err.count("overridden") == 1, "re-init warned again: " + err)
+    finally:
+        srv.close()
     # a name longer than any buffer, and the good reply: the pin is "=lo" and fits NCCL
     sock = os.path.join(d, "good.sock")
     srv = fake_agent(sock, [frame(good_reply())])

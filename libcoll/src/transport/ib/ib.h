@@ -80,6 +80,8 @@ typedef struct ib_port {
     char dev[64];
     int port;
     int link_layer; /* IBV_LINK_LAYER_* */
+    bool nccl_ok;   /* reported as InfiniBand or Ethernet: NCCL's IB transport skips the rest
+                     * (EFA's UNSPECIFIED), which this library drives as InfiniBand */
     int mtu;        /* enum ibv_mtu, active */
     uint16_t lid;
 } ib_port_t;

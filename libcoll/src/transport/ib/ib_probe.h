@@ -13,6 +13,8 @@
 
 typedef struct colli_ib_probe {
     bool usable;       /* a device with an active port matches the HCA list */
+    bool nccl_usable;  /* one of those ports says InfiniBand or Ethernet, which NCCL's own IB
+                        * transport requires (it skips EFA's UNSPECIFIED link layer) */
     char reason[512];  /* why not, when !usable */
     char devices[256]; /* "mlx5_0:1, mlx5_1:1" active ports found */
 } colli_ib_probe_t;
