@@ -586,6 +586,33 @@ def worker(rank, world):
         ck(False, "int16 is refused")
     except RuntimeError as e:
         ck("not supported" in str(e), "int16 refusal message: %s" % e)
+    # dtypes kcoll does not compute on still move where nothing is computed (as Gloo moves
+    # them): complex64, complex128 and int16 through send/recv, broadcast, all_gather and
+    # all_to_all_single, bit for bit; and a recv's Work names its source (both refused before
+    # 28 Nov 2026)
+    for dt in (torch.complex64, torch.complex128, torch.int16):
+        def val(r, n=6):
+            v = torch.arange(n, dtype=torch.float64) * (r + 1) - 7
+            return torch.complex(v, -v).to(dt) if dt.is_complex else v.to(dt)
+        b = val(0) if rank == 0 else torch.zeros(6, dtype=dt)
+        dist.broadcast(b, 0)
+        ck(torch.equal(b, val(0)), "broadcast %s: %s" % (dt, b.tolist()[:3]))
+        outs = [torch.zeros(6, dtype=dt) for _ in range(world)]
+        dist.all_gather(outs, val(rank))
+        ck(all(torch.equal(o, val(r)) for r, o in enumerate(outs)), "all_gather %s" % dt)
+        a2a = torch.zeros(2 * world, dtype=dt)
+        dist.all_to_all_single(a2a, val(rank, 2 * world))
+        ck(torch.equal(a2a, torch.cat([val(r, 2 * world)[2 * rank:2 * rank + 2]
+                                       for r in range(world)])), "all_to_all_single %s" % dt)
+        if world > 1 and rank < 2:
+            if rank == 0:
+                dist.send(val(0), 1)
+            else:
+                got = torch.zeros(6, dtype=dt)
+                w = dist.irecv(got, 0)
+                w.wait()
+                ck(torch.equal(got, val(0)) and w.source_rank() == 0,
+                   "send/recv %s: %s, source_rank %s" % (dt, got.tolist()[:3], w.source_rank()))
     # tags out of order: Gloo matches by tag; kcoll matches in issue order (as NCCL does), so the
     # first recv meets the tag-1 message and must raise naming both tags, not return its data
     # (it returned it, silently, before the tag went with the message). On a group of its own:

@@ -119,7 +119,8 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return submit(c10d::OpType::BROADCAST, "broadcast", {t}, [this, t, root] {
             Staging s("broadcast");
             at::Tensor b = s.out(t);
-            check(coll_broadcast(b.data_ptr(), b.data_ptr(), b.numel(), dtype_of(b), root, comm(),
+            const Moved m = moved(b, b.numel());
+            check(coll_broadcast(b.data_ptr(), b.data_ptr(), m.count, m.dt, root, comm(),
                                  stream_of(b)),
                   "coll_broadcast");
             s.finish();
@@ -405,8 +406,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, [this, in, out] {
                 Staging s("all_to_all_single");
                 at::Tensor i = s.in(in), o = s.out(out, false);
-                check(coll_all_to_all(i.data_ptr(), o.data_ptr(), i.numel() / getSize(),
-                                      dtype_of(i), comm(), stream_of(i)),
+                const Moved m = moved(i, i.numel() / getSize());
+                check(coll_all_to_all(i.data_ptr(), o.data_ptr(), m.count, m.dt, comm(),
+                                      stream_of(i)),
                       "coll_all_to_all");
                 s.finish();
             });
@@ -474,8 +476,9 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override
     {
         at::Tensor t = one_tensor(tensors, "recv");
-        return p2p(c10d::OpType::RECV, "recv", t,
-                   [this, t, src, tag](Staging &s) { recv1(s, t, src, tag); });
+        return p2p(
+            c10d::OpType::RECV, "recv", t,
+            [this, t, src, tag](Staging &s) { recv1(s, t, src, tag); }, src);
     }
 
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
@@ -577,17 +580,17 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     void send1(Staging &st, const at::Tensor &t, int peer, int tag = 0)
     {
         at::Tensor b = st.in(t);
-        check(
-            coll_send_tagged(b.data_ptr(), b.numel(), dtype_of(b), peer, tag, comm(), stream_of(b)),
-            "coll_send to rank " + std::to_string(peer));
+        const Moved m = moved(b, b.numel());
+        check(coll_send_tagged(b.data_ptr(), m.count, m.dt, peer, tag, comm(), stream_of(b)),
+              "coll_send to rank " + std::to_string(peer));
     }
 
     void recv1(Staging &st, const at::Tensor &t, int peer, int tag = 0)
     {
         at::Tensor b = st.out(t, false);
-        check(
-            coll_recv_tagged(b.data_ptr(), b.numel(), dtype_of(b), peer, tag, comm(), stream_of(b)),
-            "coll_recv from rank " + std::to_string(peer));
+        const Moved m = moved(b, b.numel());
+        check(coll_recv_tagged(b.data_ptr(), m.count, m.dt, peer, tag, comm(), stream_of(b)),
+              "coll_recv from rank " + std::to_string(peer));
     }
 
     c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
@@ -596,16 +599,17 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return c10::make_intrusive<Work>(getRank(), type, std::move(outs), timeout_, comm_, name);
     }
 
+    /* source: the peer of a recv (Work.source_rank()), -1 for a send */
     c10::intrusive_ptr<c10d::Work> p2p(c10d::OpType type, const char *name, const at::Tensor &t,
-                                       std::function<void(Staging &)> fn)
+                                       std::function<void(Staging &)> fn, int source = -1)
     {
         std::lock_guard<std::mutex> lock(cmutex_);
+        auto w = make_work(type, name, {t});
+        w->set_source(source);
         if (!coalescing_) {
-            auto w = make_work(type, name, {t});
             worker_->enqueue_p2p({w}, std::move(fn), stream_for(t));
             return w;
         }
-        auto w = make_work(type, name, {t});
         pending_.push_back(Pending{w, std::move(fn)});
         return w;
     }

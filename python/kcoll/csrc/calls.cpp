@@ -23,8 +23,8 @@ void gather_list(const Comm &c, const at::Tensor &in, const std::vector<at::Tens
     at::Tensor flat = at::empty({c.size() * in.numel()}, in.options());
     Staging s("all_gather");
     at::Tensor b = s.in(in);
-    check(coll_all_gather(b.data_ptr(), flat.data_ptr(), b.numel(), dtype_of(b), c.get(),
-                          stream_of(b)),
+    const Moved m = moved(b, b.numel());
+    check(coll_all_gather(b.data_ptr(), flat.data_ptr(), m.count, m.dt, c.get(), stream_of(b)),
           "coll_all_gather");
     for (int i = 0; i < c.size(); i++)
         outs[i].copy_(flat.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
@@ -34,9 +34,9 @@ void gather_into(const Comm &c, const at::Tensor &in, const at::Tensor &out)
 {
     Staging s("all_gather_into_tensor");
     at::Tensor i = s.in(in), o = s.out(out, false);
-    check(
-        coll_all_gather(i.data_ptr(), o.data_ptr(), i.numel(), dtype_of(i), c.get(), stream_of(i)),
-        "coll_all_gather");
+    const Moved m = moved(i, i.numel());
+    check(coll_all_gather(i.data_ptr(), o.data_ptr(), m.count, m.dt, c.get(), stream_of(i)),
+          "coll_all_gather");
     s.finish();
 }
 

@@ -82,37 +82,66 @@ py::bytes broadcast_bytes(const std::shared_ptr<Comm> &comm, const std::string &
     return py::bytes(buf);
 }
 
-coll_datatype_t dtype_of(const at::Tensor &t)
+/* kcoll's datatype for t's, or false. */
+static bool known_dtype(const at::Tensor &t, coll_datatype_t *out)
 {
+    coll_datatype_t dt;
     switch (t.scalar_type()) {
     case at::kFloat:
-        return COLL_FLOAT32;
+        dt = COLL_FLOAT32;
+        break;
     case at::kDouble:
-        return COLL_FLOAT64;
+        dt = COLL_FLOAT64;
+        break;
     case at::kHalf:
-        return COLL_FLOAT16;
+        dt = COLL_FLOAT16;
+        break;
     case at::kBFloat16:
-        return COLL_BFLOAT16;
+        dt = COLL_BFLOAT16;
+        break;
     case at::kChar:
-        return COLL_INT8;
+        dt = COLL_INT8;
+        break;
     case at::kByte:
     case at::kBool: /* one byte, 0 or 1 */
-        return COLL_UINT8;
+        dt = COLL_UINT8;
+        break;
     case at::kInt:
-        return COLL_INT32;
+        dt = COLL_INT32;
+        break;
     case at::kLong:
-        return COLL_INT64;
+        dt = COLL_INT64;
+        break;
 #if KCOLL_TORCH_HAS_FLOAT8
     case c10::ScalarType::Float8_e4m3fn: /* OCP E4M3: no infinities, largest finite 448 */
-        return COLL_FLOAT8_E4M3;
+        dt = COLL_FLOAT8_E4M3;
+        break;
     case c10::ScalarType::Float8_e5m2:
-        return COLL_FLOAT8_E5M2;
+        dt = COLL_FLOAT8_E5M2;
+        break;
 #endif
     default:
-        TORCH_CHECK(false, "kcoll: dtype ", t.scalar_type(),
-                    " is not supported (kcoll has float16, bfloat16, float32, float64, int8, "
-                    "uint8, int32, int64 and bool)");
+        return false;
     }
+    *out = dt;
+    return true;
+}
+
+coll_datatype_t dtype_of(const at::Tensor &t)
+{
+    coll_datatype_t dt = COLL_UINT8;
+    TORCH_CHECK(known_dtype(t, &dt), "kcoll: dtype ", t.scalar_type(),
+                " is not supported in reductions (kcoll has float16, bfloat16, float32, float64, "
+                "int8, uint8, int32, int64 and bool)");
+    return dt;
+}
+
+Moved moved(const at::Tensor &t, size_t count)
+{
+    coll_datatype_t dt = COLL_UINT8;
+    if (known_dtype(t, &dt))
+        return {dt, count};
+    return {COLL_UINT8, count * t.element_size()};
 }
 
 coll_op_t op_of(const c10d::ReduceOp &op, const at::Tensor &t)

@@ -124,6 +124,14 @@ pybind11::bytes broadcast_bytes(const std::shared_ptr<Comm> &comm, const std::st
 double time_all_reduce(const std::shared_ptr<Comm> &comm, at::Tensor t, int iters);
 
 coll_datatype_t dtype_of(const at::Tensor &t);
+/* For an operation that only moves data (broadcast, gathers, all_to_all, send/recv): count
+ * elements of t in kcoll's datatype where it has one, else as bytes (complex, int16, ...:
+ * nothing computes on them, as Gloo moves them). */
+struct Moved {
+    coll_datatype_t dt;
+    size_t count;
+};
+Moved moved(const at::Tensor &t, size_t count);
 /* The coll op for rop on t's dtype (PREMUL_SUM: the base SUM; OpFor makes the real one). */
 coll_op_t op_of(const c10d::ReduceOp &rop, const at::Tensor &t);
 

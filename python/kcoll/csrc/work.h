@@ -95,6 +95,17 @@ class Work : public c10d::Work
     {
     }
 
+    /* A recv's peer, for Work.source_rank() (c10d's refuses on any other Work). */
+    void set_source(int rank)
+    {
+        source_ = rank;
+    }
+
+    int sourceRank() const override
+    {
+        return source_ >= 0 ? source_ : c10d::Work::sourceRank();
+    }
+
     void complete(std::exception_ptr e)
     {
         /* the future first: a DDP callback chained on it must see the result */
@@ -197,6 +208,7 @@ class Work : public c10d::Work
     std::chrono::milliseconds timeout_;
     std::shared_ptr<Comm> comm_;
     std::string name_;
+    int source_ = -1; /* set_source */
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     std::atomic<bool> done_{false};
 };
