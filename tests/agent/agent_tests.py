@@ -393,13 +393,16 @@ def case_failure_cost(cl):
 
 def case_event_outage(cl):
     """Events survive an API outage longer than one request's deadline: queued, retried with
-    back-off, delivered when the API server is back (15 s here)."""
+    back-off, delivered when the API server is back (25 s here)."""
     _, pods = cl.add_job("dark", 2)
     agents = [cl.start_agent(p) for p in pods]
     rc, out = hello(ARGS.hello, [a["sock"] for a in agents], check=2)
     check(rc == 0, "bootstrap failed:\n" + out)
     report(ARGS.hello, agents[1]["sock"], "Ready")
-    cl.control("/outage", {"seconds": 15})
+    # 25 s: longer than two requests' 10 s deadlines, so the Events' first try fails even when
+    # the status patch takes the first deadline (with 15 s an Event that started its first try
+    # 10 s in was answered within it, and no retry was logged: seen once in a CI run)
+    cl.control("/outage", {"seconds": 25})
     t0 = time.time()
     rc, out = report(ARGS.hello, agents[1]["sock"], "Failed", error="cuda error on rank 1")
     check(rc == 0, "report failed: " + out)
@@ -409,9 +412,9 @@ def case_event_outage(cl):
         return evs if len(evs) == 2 else None
     evs = wait_for(arrived, 90, "the Events after the outage")
     took = time.time() - t0
-    print("Events delivered %.1f s after they were raised (outage 15 s): %s" % (
+    print("Events delivered %.1f s after they were raised (outage 25 s): %s" % (
         took, [(e["involvedObject"]["kind"], e["reason"]) for e in evs]))
-    check(took >= 14, "delivered after the outage (%.1f s)" % took)
+    check(took >= 24, "delivered after the outage (%.1f s)" % took)
     check(sorted(e["involvedObject"]["kind"] for e in evs) == ["Communicator", "Pod"],
           "both Events arrive")
     st = wait_for(lambda: (comm(cl, "dark").get("status") or {}).get("lastError"), 30,
