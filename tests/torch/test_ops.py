@@ -575,6 +575,24 @@ def worker(rank, world):
                 ck(took < 1.5 and bool((x == 5.0).all()),
                    "an isend not waited for reaches its recv in %.3f s (the sender waits after "
                    "2 s)" % took)
+    # point-to-point runs apart from the collectives, as on Gloo and ProcessGroupNCCL: rank 0
+    # irecv then all_reduce, rank 1 all_reduce then send (4 MiB: past what a transport buffers).
+    # Before 29 Nov 2026 both were jobs of one worker, in issue order, and this raised a
+    # collective mismatch (recv against all_reduce).
+    if world > 1:
+        z = torch.full((4,), float(rank + 1))
+        got = torch.zeros(1 << 20)
+        if rank == 0:
+            req = dist.irecv(got, 1)
+            dist.all_reduce(z)
+            req.wait()
+            ck(bool((got == 7.0).all()), "irecv, all_reduce, wait: got %s" % got[:2].tolist())
+        else:
+            dist.all_reduce(z)
+            if rank == 1:
+                dist.send(torch.full((1 << 20,), 7.0), 0)
+        ck(bool((z == world * (world + 1) / 2).all()),
+           "all_reduce between an irecv and its send: %s" % z.tolist())
     # refusals carry a clear message
     try:
         dist.all_reduce(torch.zeros(4), op=R.BXOR)

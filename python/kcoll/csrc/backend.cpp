@@ -1,9 +1,12 @@
 /*
  * kcoll's torch.distributed backend: a thin layer over coll.h. Every operation becomes one job
- * on the process group's worker thread (worker.h: collectives of one group run in issue order,
- * the same on every rank), and its Work completes when the job's coll_* calls returned. A wait has
- * a deadline (the group's timeout unless the caller gives one); when it passes, the communicator is
- * aborted so that the worker and every peer stop too, and the wait raises.
+ * on one of the process group's two worker threads (worker.h): the collectives run in issue
+ * order on the group's communicator, the point-to-point calls in issue order on a twin of it
+ * (create), so that a send/recv need not sit at the same place among the collectives on both
+ * ranks (Gloo and ProcessGroupNCCL do not ask that either). A Work completes when its job's
+ * coll_* calls returned. A wait has a deadline (the group's timeout unless the caller gives one);
+ * when it passes, both communicators are aborted so that the workers and every peer stop too, and
+ * the wait raises.
  */
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
@@ -35,16 +38,20 @@ namespace kcoll
 class ProcessGroupKcoll : public KCOLL_TORCH_BASE
 {
   public:
-    ProcessGroupKcoll(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout)
-        : KCOLL_TORCH_BASE(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout),
-          worker_(std::make_unique<Worker>(comm_))
+    /* p2p: comm's twin, for the point-to-point calls (create) */
+    ProcessGroupKcoll(std::shared_ptr<Comm> comm, std::shared_ptr<Comm> p2p,
+                      std::chrono::milliseconds timeout)
+        : KCOLL_TORCH_BASE(comm->rank(), comm->size()), comm_(std::move(comm)),
+          p2p_comm_(std::move(p2p)), timeout_(timeout), worker_(std::make_unique<Worker>(comm_)),
+          p2p_worker_(std::make_unique<Worker>(p2p_comm_))
     {
     }
 
-    /* the worker is stopped (every queued job run) before the members its jobs use go */
+    /* the workers are stopped (every queued job run) before the members their jobs use go */
     ~ProcessGroupKcoll() override
     {
         worker_.reset();
+        p2p_worker_.reset();
     }
 
     /* The last strong reference went (destroy_process_group, the group's Python object freed)
@@ -54,15 +61,19 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     void release_resources() override
     {
         worker_.reset();
+        p2p_worker_.reset();
         comm_.reset();
+        p2p_comm_.reset();
     }
 
     /* The worker stops once the queued jobs ran, within grace (else the communicator is
      * aborted): the interpreter's exit. Without the GIL. */
     void stop(std::chrono::milliseconds grace)
     {
-        if (worker_)
-            worker_->stop(grace);
+        const auto end = std::chrono::steady_clock::now() + grace;
+        for (Worker *w : {worker_.get(), p2p_worker_.get()})
+            if (w)
+                w->stop(left_until(end));
     }
 
     /* The group ends while references to it remain (a DDP model holds one): PyTorch >= 2.7's
@@ -74,10 +85,14 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * (the same signature) call these. */
     void shutdown()
     {
-        worker_->close("shut down (destroy_process_group or kcoll.shutdown)");
-        worker_->stop_releasing_gil(timeout_);
-        if (comm_)
-            comm_->destroy(); /* the Work objects that share it see it gone */
+        const auto end = std::chrono::steady_clock::now() + timeout_;
+        for (Worker *w : {worker_.get(), p2p_worker_.get()})
+            w->close("shut down (destroy_process_group or kcoll.shutdown)");
+        for (Worker *w : {worker_.get(), p2p_worker_.get()})
+            w->stop_releasing_gil(left_until(end));
+        for (Comm *c : {comm_.get(), p2p_comm_.get()})
+            if (c)
+                c->destroy(); /* the Work objects that share it see it gone */
     }
 
     /* Every call of the group in progress or queued fails now, here and on the peers (their
@@ -85,17 +100,19 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
      * calls it) and kcoll.abort(group), safe from another thread while a collective waits. */
     void abort()
     {
-        worker_->close("aborted (kcoll.abort or Backend::abort)");
+        for (Worker *w : {worker_.get(), p2p_worker_.get()})
+            w->close("aborted (kcoll.abort or Backend::abort)");
         if (comm_)
-            comm_->abort();
-        worker_->stop_releasing_gil(std::chrono::milliseconds(0));
+            comm_->abort(); /* and its twin */
+        for (Worker *w : {worker_.get(), p2p_worker_.get()})
+            w->stop_releasing_gil(std::chrono::milliseconds(0));
     }
 
     /* a wait on this group's communicator was interrupted (Ctrl-C): at exit its call in
      * progress is not waited for */
     bool interrupted() const
     {
-        return comm_ && comm_->interrupted();
+        return (comm_ && comm_->interrupted()) || (p2p_comm_ && p2p_comm_->interrupted());
     }
 
     /* PyTorch >= 2.7's batch_isend_irecv coalesces (startCoalescing .. endCoalescing, one coll
@@ -470,7 +487,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor t = one_tensor(tensors, "send");
         return p2p(c10d::OpType::SEND, "send", t,
-                   [this, t, dst, tag](Staging &s) { send1(s, t, dst, tag); });
+                   [this, t, dst, tag](Staging &s) { send1(s, t, dst, tag, p2p_comm_->get()); });
     }
 
     c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override
@@ -478,7 +495,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         at::Tensor t = one_tensor(tensors, "recv");
         return p2p(
             c10d::OpType::RECV, "recv", t,
-            [this, t, src, tag](Staging &s) { recv1(s, t, src, tag); }, src);
+            [this, t, src, tag](Staging &s) { recv1(s, t, src, tag, p2p_comm_->get()); }, src);
     }
 
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
@@ -523,9 +540,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
             auto r = p.work->result();
             outs.insert(outs.end(), r.begin(), r.end());
         }
-        auto whole = make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs);
+        auto whole =
+            make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs, p2p_comm_);
         works.push_back(whole);
-        worker_->enqueue(
+        p2p_worker_->enqueue(
             works,
             [this, fns] {
                 in_group("coalesced send/recv", [&](Staging &s) {
@@ -576,27 +594,33 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         });
     }
 
-    /* In a group (st's copies of strided tensors live until it ends). */
-    void send1(Staging &st, const at::Tensor &t, int peer, int tag = 0)
+    /* In a group (st's copies of strided tensors live until it ends); on via, the group's
+     * communicator when null */
+    void send1(Staging &st, const at::Tensor &t, int peer, int tag = 0, coll_comm_t via = nullptr)
     {
         at::Tensor b = st.in(t);
         const Moved m = moved(b, b.numel());
-        check(coll_send_tagged(b.data_ptr(), m.count, m.dt, peer, tag, comm(), stream_of(b)),
+        check(coll_send_tagged(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(),
+                               stream_of(b)),
               "coll_send to rank " + std::to_string(peer));
     }
 
-    void recv1(Staging &st, const at::Tensor &t, int peer, int tag = 0)
+    void recv1(Staging &st, const at::Tensor &t, int peer, int tag = 0, coll_comm_t via = nullptr)
     {
         at::Tensor b = st.out(t, false);
         const Moved m = moved(b, b.numel());
-        check(coll_recv_tagged(b.data_ptr(), m.count, m.dt, peer, tag, comm(), stream_of(b)),
+        check(coll_recv_tagged(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(),
+                               stream_of(b)),
               "coll_recv from rank " + std::to_string(peer));
     }
 
+    /* on: the communicator its job runs on (the group's when null) */
     c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
-                                       std::vector<at::Tensor> outs)
+                                       std::vector<at::Tensor> outs,
+                                       const std::shared_ptr<Comm> &on = nullptr)
     {
-        return c10::make_intrusive<Work>(getRank(), type, std::move(outs), timeout_, comm_, name);
+        return c10::make_intrusive<Work>(getRank(), type, std::move(outs), timeout_,
+                                         on ? on : comm_, name);
     }
 
     /* source: the peer of a recv (Work.source_rank()), -1 for a send */
@@ -604,10 +628,10 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
                                        std::function<void(Staging &)> fn, int source = -1)
     {
         std::lock_guard<std::mutex> lock(cmutex_);
-        auto w = make_work(type, name, {t});
+        auto w = make_work(type, name, {t}, p2p_comm_);
         w->set_source(source);
         if (!coalescing_) {
-            worker_->enqueue_p2p({w}, std::move(fn), stream_for(t));
+            p2p_worker_->enqueue_p2p({w}, std::move(fn), stream_for(t));
             return w;
         }
         pending_.push_back(Pending{w, std::move(fn)});
@@ -638,13 +662,23 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         return c10::nullopt;
     }
 
+    /* time left until end, none once it passed */
+    static std::chrono::milliseconds left_until(std::chrono::steady_clock::time_point end)
+    {
+        const auto now = std::chrono::steady_clock::now();
+        return now >= end ? std::chrono::milliseconds(0)
+                          : std::chrono::duration_cast<std::chrono::milliseconds>(end - now);
+    }
+
     std::shared_ptr<Comm> comm_;
+    std::shared_ptr<Comm> p2p_comm_; /* send, recv and batch_isend_irecv */
     std::chrono::milliseconds timeout_;
     std::mutex cmutex_;
     bool coalescing_ = false;
     std::vector<Pending> pending_;
-    /* last: its thread starts in the constructor and runs jobs that use the members above */
-    std::unique_ptr<Worker> worker_;
+    /* last: their threads start in the constructor and run jobs that use the members above */
+    std::unique_ptr<Worker> worker_;     /* the collectives, on comm_ */
+    std::unique_ptr<Worker> p2p_worker_; /* the point-to-point calls, on p2p_comm_ */
 };
 
 /* The process's live groups, for shutdown_all (weak: a destroyed group leaves by itself); the
@@ -659,8 +693,24 @@ static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, d
      * under timeout=timedelta(hours=1) is waited for, not failed at COLL_TIMEOUT's 300 s */
     TORCH_CHECK(coll_comm_set_timeout(comm->get(), group_deadline(timeout_s)) == COLL_SUCCESS,
                 "kcoll: ", coll_get_last_error());
+    /* The point-to-point calls run on a twin of the communicator (a split that keeps every rank,
+     * with its configuration and deadline; its connections open when first used), on a worker
+     * of their own. */
+    coll_comm_t twin = nullptr;
+    coll_result_t r;
+    {
+        py::gil_scoped_release nogil;
+        r = coll_comm_split(comm->get(), 0, comm->rank(), &twin);
+    }
+    if (r != COLL_SUCCESS) {
+        comm->abort(); /* the peers that made theirs learn it, instead of waiting */
+        fail("coll_comm_split (the group's point-to-point communicator)", r);
+    }
+    auto p2p = std::make_shared<Comm>(twin);
+    comm->pair_with(p2p);
+    p2p->pair_with(comm);
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
-    auto pg = c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), ms);
+    auto pg = c10::make_intrusive<ProcessGroupKcoll>(std::move(comm), std::move(p2p), ms);
     std::lock_guard<std::mutex> lock(live_mutex);
     live.erase(std::remove_if(live.begin(), live.end(), [](const auto &w) { return w.expired(); }),
                live.end());

@@ -79,10 +79,21 @@ class Comm
     {
         return interrupted_.load();
     }
+    /* Abort it, and its twin (pair_with): whichever the wait that timed out was on, the group's
+     * calls of both kinds stop, here and on the peers. */
     void abort()
     {
-        if (getpid() == pid_ && !gone_.exchange(true))
-            (void)coll_comm_abort(comm_); /* the communicator is gone whatever it returns */
+        if (getpid() != pid_ || gone_.exchange(true))
+            return;
+        (void)coll_comm_abort(comm_); /* the communicator is gone whatever it returns */
+        if (auto t = twin_.lock())
+            t->abort();
+    }
+    /* The group's other communicator (its point-to-point one, or its collectives' one), which
+     * abort() aborts too. Set once, before either is used. */
+    void pair_with(const std::shared_ptr<Comm> &twin)
+    {
+        twin_ = twin;
     }
     /* Let the communicator go now, not when the last owner does (a group shut down); then
      * aborted() is true. */
@@ -99,6 +110,7 @@ class Comm
     int size_ = 0;
     std::atomic<bool> gone_{false};
     std::atomic<bool> interrupted_{false};
+    std::weak_ptr<Comm> twin_; /* weak: the two hold no cycle */
 };
 
 /* A group's timeout as kcoll's deadline or bound (seconds): PyTorch's "for ever"

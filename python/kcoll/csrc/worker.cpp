@@ -9,9 +9,11 @@
 namespace kcoll
 {
 
-Worker::Worker(std::shared_ptr<Comm> comm)
-    : comm_(std::move(comm)), thread_(std::make_unique<std::thread>([this] { run(); }))
+Worker::Worker(std::shared_ptr<Comm> comm) : comm_(std::move(comm)) {}
+
+bool Worker::on_worker() const
 {
+    return std::this_thread::get_id() == id_.load(std::memory_order_acquire);
 }
 
 Worker::~Worker()
@@ -33,7 +35,7 @@ void Worker::stop(std::chrono::milliseconds grace)
     std::unique_lock<std::mutex> lock(qmutex_);
     stop_ = true;
     cv_->job.notify_all();
-    if (!thread_ || !thread_->joinable() || std::this_thread::get_id() == thread_->get_id())
+    if (!thread_ || !thread_->joinable() || on_worker())
         return;
     const bool ran = cv_->exited.wait_for(lock, grace, [this] { return exited_; });
     lock.unlock();
@@ -94,7 +96,7 @@ void Worker::enqueue_p2p(std::vector<c10::intrusive_ptr<Work>> works,
     Job job;
     job.works = std::move(works);
     job.stream = stream;
-    if (std::this_thread::get_id() == thread_->get_id()) { /* a callback's: at once (push) */
+    if (on_worker()) { /* a callback's: at once (push) */
         job.fn = [part] { in_group("send/recv", part); };
     } else {
         job.part = std::move(part);
@@ -109,7 +111,7 @@ void Worker::push(Job job)
      * it would wait for the worker that waits for it. It runs here and now, right after the job
      * whose completion called it: that position is the same on every rank, as the issue order
      * is. */
-    if (std::this_thread::get_id() == thread_->get_id()) {
+    if (on_worker()) {
         {
             std::lock_guard<std::mutex> lock(qmutex_);
             refuse_if_closed();
@@ -125,6 +127,8 @@ void Worker::push(Job job)
             for (auto &w : job.works)
                 w->flush_on_wait(flush_, job.seq);
         }
+        if (!thread_ && !stop_) /* the first job starts the thread (which may throw) */
+            thread_ = std::make_unique<std::thread>([this] { run(); });
         queue_.push_back(std::move(job));
         queued_.fetch_add(1, std::memory_order_release);
     }
@@ -133,6 +137,7 @@ void Worker::push(Job job)
 
 void Worker::run()
 {
+    id_.store(std::this_thread::get_id(), std::memory_order_release);
     for (;;) {
         Job job;
         spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });

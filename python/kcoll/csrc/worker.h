@@ -1,7 +1,8 @@
 /*
- * The worker of a kcoll process group: one thread that runs the group's jobs (each one or more
- * coll_* calls) in the order they were issued, the same on every rank, and completes their Work
- * objects. A job on device tensors runs with the stream that was current where it was issued.
+ * A worker of a kcoll process group: one thread that runs the group's jobs of one kind (each one
+ * or more coll_* calls; collectives on one worker, point-to-point on another) in the order they
+ * were issued, the same on every rank, and completes their Work objects. A job on device tensors
+ * runs with the stream that was current where it was issued.
  */
 #ifndef KCOLL_TORCH_WORKER_H
 #define KCOLL_TORCH_WORKER_H
@@ -78,6 +79,7 @@ class Worker
     };
 
     void check_issuer(const c10::optional<c10::Stream> &stream) const;
+    bool on_worker() const; /* called on the worker's thread */
     void push(Job job);
     void run();
     void execute(Job &job);
@@ -105,8 +107,12 @@ class Worker
     };
     std::unique_ptr<Signals> cv_ = std::make_unique<Signals>(); /* leaked in a forked child */
     pid_t pid_ = getpid();                                      /* the process of the thread */
-    /* last: it starts in the constructor and uses the members above */
+    /* Started by the first job (under qmutex_): a group that never sends or receives has no
+     * point-to-point thread. A process forked from this one must not hold more threads than it
+     * needs: PyTorch 1.13's TCPStore joins its own threads in the child's exit, and glibc unmaps
+     * the parent's stacks there once they pass its 40 MiB stack cache (SIGSEGV, not exit 0). */
     std::unique_ptr<std::thread> thread_;
+    std::atomic<std::thread::id> id_{}; /* the thread's id, once it runs */
 };
 
 } // namespace kcoll
