@@ -368,6 +368,9 @@ void case_abort(void)
     void *ret = NULL;
     pthread_join(t, &ret);
     CHECK(rc != ncclSuccess, "the aborted all_reduce fails (%d)", (int)rc);
+    /* the ranks it still waited on, as a COLL_TIMEOUT failure names them (none before) */
+    CHECK(strstr(ncclGetLastError(NULL), "waiting on rank ") != NULL,
+          "the abort's message names a rank the call waited on: %s", ncclGetLastError(NULL));
     CHECK(took < 15, "it returns %.1f s after the start (abort after 1 s)", took);
     CHECK(ret != NULL && *(ncclResult_t *)ret == ncclSuccess, "ncclCommAbort from a thread");
     free(ret);

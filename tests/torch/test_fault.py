@@ -7,7 +7,8 @@ MASTER_PORT, the store path):
     sleeps 15 s: ranks 0 and 1 raise within FORK_LIMIT seconds naming rank 2 (the children
     inherited rank 2's sockets; before kcoll's fork handler, the others waited for them to end);
   * wait(timeout=2 s) on an all_reduce that the peer has not joined raises within WAIT_LIMIT
-    seconds naming the operation; the late peer then raises too instead of hanging;
+    seconds naming the operation and the rank it waited on (before 29 Nov 2026, no rank); the
+    late peer then raises too instead of hanging;
   * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
     late fails by itself within GROUP_LIMIT seconds, with kcoll's message naming the late rank:
     the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s);
@@ -24,7 +25,9 @@ MASTER_PORT, the store path):
     INTERRUPT_LIMIT seconds (before, it waited for the peer, or the group's timeout), and the
     group still works: the interrupted call completes in order; when the interrupted rank
     leaves instead, its communicator is aborted at once, and the peer's all_reduce 3 s later
-    raises naming rank 0 (before, the exit waited 5 s and the peer completed the call).
+    raises naming rank 0 (before, the exit waited 5 s and the peer completed the call); where
+    rank 0's part reached the peer before its abort did, the peer's first all_reduce completes
+    with the right sum and its next one raises.
 """
 import os
 import subprocess
@@ -138,7 +141,7 @@ def main():
     for mode, limit in (("kill", KILL_LIMIT), ("fork", FORK_LIMIT)):
         victim_killed(ck, mode, limit)
     outs = rank0_raised(ck, "wait", WAIT_LIMIT, "wait(timeout=2 s) raised",
-                        ("all_reduce", "2000 ms"))
+                        ("all_reduce", "2000 ms", "waiting on rank 1 (pid"))
     _, line1 = raised_after(outs[1][1])
     print("wait: rank 1: exit %s: %s" % (outs[1][0], line1 or outs[1][1][-1500:]))
     ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])

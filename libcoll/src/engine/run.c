@@ -71,6 +71,34 @@ static void liveness_warn(colli_op_t *op, double idle, double timeout)
                   idle, waits, until);
 }
 
+/* Stopped by coll_comm_abort (a program's own deadline, such as a torch Work's wait(timeout),
+ * aborts): the error names the ranks the op still waited on, as COLL_TIMEOUT's does. Waited on,
+ * not blamed: in a ring the rank waited on may itself wait for a later one. */
+static coll_result_t aborted_error(colli_op_t *op)
+{
+    struct coll_comm *comm = op->comm;
+    uint8_t *mask = calloc((size_t)comm->nranks, 1);
+    char waits[512] = "", who[200] = "";
+    if (mask != NULL)
+        colli_op_waits(op, mask, waits, sizeof(waits));
+    free(mask);
+    const size_t n = strcspn(waits, " ");
+    char first[16] = "";
+    long peer = -1;
+    if (n > 0 && n < sizeof(first)) {
+        memcpy(first, waits, n);
+        if (colli_parse_long(first, 0, comm->nranks - 1, &peer))
+            colli_member_desc(comm, (int)peer, who, sizeof(who));
+    }
+    if (who[0] == '\0')
+        return COLLI_ERR(COLL, COLL_ERR_ABORTED,
+                         "%s: coll_comm_abort was called while it was in progress", op->what);
+    return COLLI_ERR(COLL, COLL_ERR_ABORTED,
+                     "%s: coll_comm_abort was called while it was in progress, waiting on %s%s%s",
+                     op->what, who, waits[n] == ' ' ? " and on ranks " : "",
+                     waits[n] == ' ' ? waits + n + 1 : "");
+}
+
 static coll_result_t run_loop(colli_op_t *op)
 {
     struct coll_comm *comm = op->comm;
@@ -100,8 +128,7 @@ static coll_result_t run_loop(colli_op_t *op)
          * we wait for may have been placed on this core. */
         ++idle_passes;
         if (__atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE))
-            return COLLI_ERR(COLL, COLL_ERR_ABORTED,
-                             "%s: coll_comm_abort was called while it was in progress", op->what);
+            return aborted_error(op);
         if (comm->oversubscribed || (idle_passes & 255) == 0)
             sched_yield();
         else if ((idle_passes & 7) != 0)

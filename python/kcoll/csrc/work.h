@@ -156,9 +156,9 @@ class Work : public c10d::Work
                 lock.unlock();
                 comm_->abort();
                 TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_,
-                            " did not complete within ", limit.count(),
-                            " ms; the communicator is aborted (a peer that is late, "
-                            "stuck or did not call the same collective)");
+                            " did not complete within ", limit.count(), " ms", waited_on(),
+                            "; the communicator is aborted (a peer that is late, stuck or did "
+                            "not call the same collective)");
             }
             if (cv_.wait_for(lock,
                              std::min<std::chrono::steady_clock::duration>(end - now, kSignalPoll),
@@ -192,6 +192,25 @@ class Work : public c10d::Work
     }
 
   private:
+    /* After the abort in wait: whom the job's call still waited on, as its error says (", waiting
+     * on rank 1 (pid ... on host, address)"); the abort stopped the call already, and its Work
+     * completes within moments. Empty when the job had not started or did not say. */
+    std::string waited_on()
+    {
+        std::unique_lock<decltype(mutex_)> lock(mutex_);
+        if (!cv_.wait_for(lock, kSignalPoll, [this] { return completed_; }) || !exception_)
+            return "";
+        std::string msg;
+        try {
+            std::rethrow_exception(exception_);
+        } catch (const std::exception &e) {
+            msg = e.what();
+        }
+        const std::string mark = "in progress, ";
+        const size_t at = msg.find(mark + "waiting on ");
+        return at == std::string::npos ? "" : ", " + msg.substr(at + mark.size());
+    }
+
     void flush()
     {
         if (!mark_ || done_.load(std::memory_order_acquire))
