@@ -308,7 +308,8 @@ static coll_result_t create(const colli_create_t *c, coll_comm_t *out)
     COLL_CHECK_GOTO(alloc_peer_state(comm), err_free);
     COLL_CHECK_GOTO(injected_ready_failure(comm), err_free);
     COLL_CHECK_GOTO(colli_tp_ready(comm), err_free);
-    colli_config_log(&comm->cfg);
+    if (c->parent == NULL) /* a split's or shrink's is its parent's, logged with it */
+        colli_config_log(&comm->cfg);
     COLL_CHECK_GOTO(colli_comm_register(comm, out), err_free);
     coll_info(INIT, "communicator ready: rank %d of %d, %d on this host", c->rank, c->nranks,
               comm->local_ranks);
