@@ -18,6 +18,8 @@ MASTER_PORT, the store path):
   * kcoll.abort() from a second thread, 1 s into an all_reduce the peer never joins: the wait
     raises within ABORT_LIMIT seconds (not the group's 60 s), the next call is refused saying
     the group was aborted, and the peer's all_reduce raises naming the aborted rank;
+    the same 1 s into an irecv whose send never comes: the peer's recv and all_reduce raise
+    naming the aborted rank (both communicators of the group are aborted);
     kcoll.shutdown() with the group still referenced closes its communicator's sockets and
     makes a later call raise saying so (PyTorch >= 2.7 calls both from destroy_process_group
     and Backend::abort; 1.13 here calls them through the package);
@@ -122,6 +124,16 @@ def abort_and_shutdown(ck):
     ck(outs[0][0] == 3 and line0 is not None and "rank 1" in line0,
        "abort: rank 0's all_reduce raised naming rank 1 (the first may complete with the right "
        "sum: rank 1 sent its part before the abort)\n%s" % outs[0][1][-2000:])
+    # the same during an irecv: the point-to-point communicator goes with the group's
+    outs, took = job("abort_p2p", 2)
+    secs, line = raised_after(outs[1][1])
+    print("abort_p2p: job ended in %.1f s; rank 1: exit %s: %s"
+          % (took, outs[1][0], line or outs[1][1][-1500:]))
+    ck(outs[1][0] == 3 and secs is not None and secs <= ABORT_LIMIT and "abort" in line,
+       "abort_p2p: rank 1's irecv raised within %.0f s, naming the abort\n%s"
+       % (ABORT_LIMIT, outs[1][1][-2000:]))
+    ck(outs[0][0] == 3, "abort_p2p: rank 0's recv and all_reduce both raised naming rank 1\n%s"
+       % outs[0][1][-2000:])
     outs, took = job("shutdown", 2)
     print("shutdown: job ended in %.1f s" % took)
     for rank, (rc, out) in enumerate(outs):

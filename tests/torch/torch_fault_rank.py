@@ -162,6 +162,32 @@ def abort_mode(rank):
     return 1
 
 
+def abort_p2p_mode(rank):
+    """kcoll.abort() 1 s into an irecv whose send never comes: the point-to-point communicator
+    is aborted with the group's, so the peer's recv and its all_reduce both raise naming rank 1."""
+    t0 = time.time()
+    if rank == 1:
+        threading.Timer(1.0, kcoll.abort).start()
+        try:
+            dist.irecv(torch.zeros(4), 0).wait()
+        except RuntimeError as e:
+            print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+            return 3
+        print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+        return 1
+    time.sleep(4)
+    raised = 0
+    for name, call in (("recv", lambda: dist.recv(torch.zeros(4), 1)),
+                       ("all_reduce", lambda: dist.all_reduce(torch.ones(4)))):
+        try:
+            call()
+            print("NOT RAISED: %s" % name, flush=True)
+        except RuntimeError as e:
+            print("%s RAISED after %.1f s: %s" % (name.upper(), time.time() - t0, e), flush=True)
+            raised += "rank 1" in str(e)
+    return 3 if raised == 2 else 1
+
+
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
@@ -256,7 +282,7 @@ def main():
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
           "group": group_mode, "interrupt": interrupt_mode, "abort": abort_mode,
-          "shutdown": shutdown_mode,
+          "shutdown": shutdown_mode, "abort_p2p": abort_p2p_mode,
           "interrupt_exit": interrupt_exit_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for
