@@ -502,8 +502,17 @@ def worker(rank, world):
                 vs_local += 1
                 src = "local"
                 gloo_lacks.add(name + " " + str(dt).split(".")[-1])
+            # AVG of float16 multiplies each input by 1/n before the sum, as NCCL does
+            # (docs/nccl.md): where 1/n is not a power of two, it may miss the exactly rounded
+            # average (3 ranks: -0.3330078125 for -1/3, one ulp below -0.333251953125). Bound:
+            # 2 * eps(float16) * max(|average|, 1); exact everywhere else
+            ulps = 2 if name == "all_reduce AVG" and dt == torch.float16 and \
+                world & (world - 1) else 0
             same = len(got) == len(want) and all(
-                a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want))
+                a.dtype == b.dtype and (torch.equal(a, b) if not ulps else bool(
+                    ((a.double() - b.double()).abs() <=
+                     ulps * torch.finfo(dt).eps * b.double().abs().clamp(min=1)).all()))
+                for a, b in zip(got, want))
             ck(same, "%s %s: kcoll %s, %s %s" % (name, dt, [t.tolist()[:6] for t in got], src,
                                                  [t.tolist()[:6] for t in want]))
     # random float32: sums in different orders, within the bound
@@ -673,4 +682,4 @@ def worker(rank, world):
 
 
 if __name__ == "__main__":
-    sys.exit(tc.main_worlds(worker, "1,2,4"))
+    sys.exit(tc.main_worlds(worker, "1,2,3,4"))
