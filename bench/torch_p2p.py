@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Point-to-point and strided tensors through the kcoll backend beside Gloo, in the same
 processes: the ring of PyTorch's tutorial (isend to the right, recv from the left, wait), a
-synchronous ping-pong, isend + irecv then both waits, each for message sizes given with -s; and
+synchronous ping-pong, isend + irecv then both waits, a pipeline step (isend to the right, an
+8-byte all_reduce, recv from the left, wait), each for message sizes given with -s; and
 dist.all_reduce of a 4-d float32 tensor, contiguous and channels_last (kcoll copies a strided
 tensor to a contiguous one and back). Times are per iteration on rank 0, the best of -r rounds.
 
@@ -22,7 +23,9 @@ def size_arg(text):
 
 
 def p2p_round(dist, pattern, rank, world, send, recv, group, iters):
+    import torch
     right, left = (rank + 1) % world, (rank - 1) % world
+    loss = torch.zeros(2)
     dist.barrier(group=group)
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -37,6 +40,11 @@ def p2p_round(dist, pattern, rank, world, send, recv, group, iters):
             elif rank == 1:
                 dist.recv(recv, 0, group=group)
                 dist.send(send, 0, group=group)
+        elif pattern == "isend+all_reduce":
+            q = dist.isend(send, right, group=group)
+            dist.all_reduce(loss, group=group)
+            dist.recv(recv, left, group=group)
+            q.wait()
         else:
             a = dist.isend(send, right, group=group)
             b = dist.irecv(recv, left, group=group)
@@ -58,7 +66,7 @@ def bench(rank, world, args):
         n = max(1, size // 4)
         send, recv = torch.full((n,), float(rank)), torch.empty(n)
         iters = max(3, min(200, (64 << 20) // (size * max(world, 2))))
-        for pattern in ("ring", "ping-pong", "isend+irecv"):
+        for pattern in ("ring", "ping-pong", "isend+irecv", "isend+all_reduce"):
             best = {}
             for _ in range(args.rounds):
                 for name, g in groups.items():

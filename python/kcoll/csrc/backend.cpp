@@ -486,7 +486,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int tag) override
     {
         at::Tensor t = one_tensor(tensors, "send");
-        return p2p(c10d::OpType::SEND, "send", t,
+        return p2p(c10d::OpType::SEND, "send to rank " + std::to_string(dst), t,
                    [this, t, dst, tag](Staging &s) { send1(s, t, dst, tag, p2p_comm_->get()); });
     }
 
@@ -494,7 +494,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor t = one_tensor(tensors, "recv");
         return p2p(
-            c10d::OpType::RECV, "recv", t,
+            c10d::OpType::RECV, "recv from rank " + std::to_string(src), t,
             [this, t, src, tag](Staging &s) { recv1(s, t, src, tag, p2p_comm_->get()); }, src);
     }
 
@@ -615,7 +615,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     }
 
     /* on: the communicator its job runs on (the group's when null) */
-    c10::intrusive_ptr<Work> make_work(c10d::OpType type, const char *name,
+    c10::intrusive_ptr<Work> make_work(c10d::OpType type, const std::string &name,
                                        std::vector<at::Tensor> outs,
                                        const std::shared_ptr<Comm> &on = nullptr)
     {
@@ -624,14 +624,16 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     }
 
     /* source: the peer of a recv (Work.source_rank()), -1 for a send */
-    c10::intrusive_ptr<c10d::Work> p2p(c10d::OpType type, const char *name, const at::Tensor &t,
-                                       std::function<void(Staging &)> fn, int source = -1)
+    c10::intrusive_ptr<c10d::Work> p2p(c10d::OpType type, const std::string &name,
+                                       const at::Tensor &t, std::function<void(Staging &)> fn,
+                                       int source = -1)
     {
         std::lock_guard<std::mutex> lock(cmutex_);
         auto w = make_work(type, name, {t}, p2p_comm_);
         w->set_source(source);
         if (!coalescing_) {
-            p2p_worker_->enqueue_p2p({w}, std::move(fn), stream_for(t));
+            p2p_worker_->enqueue_p2p({w}, std::move(fn), stream_for(t),
+                                     type == c10d::OpType::SEND && t.nbytes() <= kSmallSend);
             return w;
         }
         pending_.push_back(Pending{w, std::move(fn)});
@@ -646,6 +648,7 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         auto stream = stream_for(outs.empty() ? ref : outs[0]);
         auto w = make_work(type, name, std::move(outs));
         worker_->enqueue({w}, std::move(fn), stream);
+        p2p_worker_->release_held(); /* the small sends held before it go */
         return w;
     }
 

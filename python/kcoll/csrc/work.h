@@ -194,7 +194,8 @@ class Work : public c10d::Work
   private:
     /* After the abort in wait: whom the job's call still waited on, as its error says (", waiting
      * on rank 1 (pid ... on host, address)"); the abort stopped the call already, and its Work
-     * completes within moments. Empty when the job had not started or did not say. */
+     * completes within moments. Empty when the job had not started, did not say, or failed on a
+     * peer's report first. */
     std::string waited_on()
     {
         std::unique_lock<decltype(mutex_)> lock(mutex_);
@@ -206,9 +207,13 @@ class Work : public c10d::Work
         } catch (const std::exception &e) {
             msg = e.what();
         }
+        /* this rank's own call's words, not a peer's report quoted in them ("rank 0 reported:
+         * ... waiting on rank 1"), which would name this very rank when both time out at once */
         const std::string mark = "in progress, ";
         const size_t at = msg.find(mark + "waiting on ");
-        return at == std::string::npos ? "" : ", " + msg.substr(at + mark.size());
+        if (at == std::string::npos || msg.rfind(" reported: ", at) != std::string::npos)
+            return "";
+        return ", " + msg.substr(at + mark.size());
     }
 
     void flush()

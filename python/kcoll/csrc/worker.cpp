@@ -3,6 +3,7 @@
 
 #include <c10/core/StreamGuard.h>
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -90,18 +91,29 @@ void Worker::enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<
 }
 
 void Worker::enqueue_p2p(std::vector<c10::intrusive_ptr<Work>> works,
-                         std::function<void(Staging &)> part, c10::optional<c10::Stream> stream)
+                         std::function<void(Staging &)> part, c10::optional<c10::Stream> stream,
+                         bool small_send)
 {
     check_issuer(stream);
     Job job;
     job.works = std::move(works);
     job.stream = stream;
+    job.small_send = small_send;
     if (on_worker()) { /* a callback's: at once (push) */
         job.fn = [part] { in_group("send/recv", part); };
     } else {
         job.part = std::move(part);
     }
     push(std::move(job));
+}
+
+void Worker::release_held()
+{
+    {
+        std::lock_guard<std::mutex> lock(qmutex_);
+        released_.store(seq_, std::memory_order_release);
+    }
+    cv_->job.notify_all();
 }
 
 void Worker::push(Job job)
@@ -169,6 +181,7 @@ void Worker::run_p2p(Job first)
     for (;;) {
         /* read before the queue: a wait is made after its job was queued */
         const bool waited = flush_->load(std::memory_order_acquire) >= from;
+        const bool released = released_.load(std::memory_order_acquire) >= from;
         std::unique_lock<std::mutex> lock(qmutex_);
         while (!queue_.empty() && queue_.front().part && queue_.front().stream == batch[0].stream) {
             batch.push_back(std::move(queue_.front()));
@@ -176,7 +189,9 @@ void Worker::run_p2p(Job first)
             queued_.fetch_sub(1, std::memory_order_relaxed);
         }
         const auto held = std::chrono::steady_clock::now() - start;
-        if (waited || !queue_.empty() || stop_ || held >= kLinger)
+        if (waited || !queue_.empty() || stop_ || held >= kLinger ||
+            (released &&
+             std::all_of(batch.begin(), batch.end(), [](const Job &j) { return j.small_send; })))
             break;
         if (held < kSpin) { /* the wait that ends it usually comes within microseconds */
             lock.unlock();

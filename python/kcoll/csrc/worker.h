@@ -32,6 +32,10 @@ namespace kcoll
 
 /* How long a point-to-point job is held for the ones after it when nobody waits (enqueue_p2p) */
 inline constexpr std::chrono::milliseconds kLinger{10};
+/* A send this small goes into the transports' buffers without its recv (shared memory: 512 KiB of
+ * ring; sockets: the kernel's buffers): run alone, it cannot wait on an operation issued after it
+ * (release_held) */
+inline constexpr size_t kSmallSend = 64 * 1024;
 
 class Worker
 {
@@ -57,7 +61,17 @@ class Worker
      * wait for a recv its neighbour has queued behind its own send. part runs inside the
      * group, its strided tensors staged in the group's Staging. */
     void enqueue_p2p(std::vector<c10::intrusive_ptr<Work>> works,
-                     std::function<void(Staging &)> part, c10::optional<c10::Stream> stream);
+                     std::function<void(Staging &)> part, c10::optional<c10::Stream> stream,
+                     bool small_send = false);
+
+    /* The group issued a collective (which runs on its other worker): the jobs held so far go
+     * now if each is a send of at most kSmallSend bytes (small_send), which cannot wait on an
+     * operation issued after it. Before point-to-point had a worker of its own, the collective's
+     * job ended every hold, and an isend followed by an all_reduce went at once; with no release
+     * it waited the whole kLinger (10 ms a step). A held recv, or a large send, stays held: run
+     * alone, it would wait for a peer whose matching operation may come after the collective,
+     * behind this one (irecv, all_reduce, send on both ranks). */
+    void release_held();
 
     /* Stop once the queued jobs ran; if they have not within grace (a job waits on peers that
      * are gone or exiting), abort the communicator so that they fail now. Idempotent. Called
@@ -75,6 +89,7 @@ class Worker
         std::function<void()> fn;
         c10::optional<c10::Stream> stream;   /* device jobs: the caller's current stream */
         std::function<void(Staging &)> part; /* a held point-to-point job (fn empty) */
+        bool small_send = false;             /* part is a send of at most kSmallSend bytes */
         uint64_t seq = 0;                    /* its number, from 1 */
     };
 
@@ -97,7 +112,8 @@ class Worker
     std::deque<Job> queue_;
     uint64_t seq_ = 0; /* the last point-to-point job's number (under qmutex_) */
     FlushMark flush_ = std::make_shared<std::atomic<uint64_t>>(0);
-    std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
+    std::atomic<uint64_t> released_{0}; /* seq_ when a collective was last issued */
+    std::atomic<size_t> queued_{0};     /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
     std::string closed_;  /* why new work is refused: shut down or aborted ("": open) */
     bool exited_ = false; /* the thread left run() (under qmutex_) */
