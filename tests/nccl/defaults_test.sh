@@ -14,7 +14,7 @@ run() { env -u COLL_TIMEOUT -u COLL_BOOTSTRAP_TIMEOUT -u COLL_DEBUG -u COLL_DEBU
 out=$(run NCCL_DEBUG=INFO "$prog" abort 2)
 rc=$?
 expect "NCCL's defaults" "$out" "COLL_TIMEOUT = 0 (no deadline) (default)" \
-    "COLL_BOOTSTRAP_TIMEOUT = 1800 (default)" "abort: 5 passed, 0 failed"
+    "COLL_BOOTSTRAP_TIMEOUT = 1800 (default)" "abort: 6 passed, 0 failed"
 [ $rc = 0 ] || { failed=$((failed + 1)); echo "FAIL abort 2 without a deadline: rc $rc"; }
 out=$(run "$prog" shrink 4)
 rc=$?

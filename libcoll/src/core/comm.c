@@ -419,7 +419,7 @@ coll_result_t coll_comm_abort(coll_comm_t handle)
     if (status != COLL_SUCCESS)
         return status;
     /* no new call gets the communicator; one in progress on another thread stops at its next
-     * idle pass (within about a second) and fails with COLL_ERR_ABORTED */
+     * idle pass (within about 0.1 s) and fails with COLL_ERR_ABORTED */
     colli_comm_unregister(handle);
     int saved = colli_log_get_rank();
     colli_log_set_rank(comm->rank);

@@ -162,8 +162,10 @@ static coll_result_t run_loop(colli_op_t *op)
                 return colli_engine_stall_error(op, idle);
             }
         }
+        /* at most 0.1 s asleep: coll_comm_abort from another thread (a program's own deadline)
+         * is seen within that, not a second later */
         double left = grace_end > 0 ? grace_end - now : timeout - idle;
-        int ms = left > 1.0 ? 1000 : left <= 0 ? 1 : (int)(left * 1000.0) + 1;
+        int ms = left > 0.1 ? 100 : left <= 0 ? 1 : (int)(left * 1000.0) + 1;
         status = colli_tp_wait(comm, op, ms);
         if (status != COLL_SUCCESS)
             return status;

@@ -83,6 +83,14 @@ inline std::vector<c10::Device> cuda_devices(const std::vector<at::Tensor> &ts)
  * highest sequence number of a held job somebody waits for. */
 using FlushMark = std::shared_ptr<std::atomic<uint64_t>>;
 
+/* What a worker is running now ("recv from rank 2"; empty between jobs), for the timeout message
+ * of a Work queued behind it. Shared: a Work may outlive its worker. */
+struct Running {
+    std::mutex m;
+    std::string what;
+};
+using RunningNow = std::shared_ptr<Running>;
+
 class Work : public c10d::Work
 {
   public:
@@ -125,6 +133,21 @@ class Work : public c10d::Work
         seq_ = seq;
     }
 
+    /* Queued on a worker that says what it runs in running (before the job is run) */
+    void queued_on(RunningNow running)
+    {
+        running_ = std::move(running);
+    }
+    /* The worker began this Work's job */
+    void mark_started()
+    {
+        started_.store(true, std::memory_order_release);
+    }
+    const std::string &name() const
+    {
+        return name_;
+    }
+
     bool isCompleted() override
     {
         flush();
@@ -154,9 +177,11 @@ class Work : public c10d::Work
             const auto now = std::chrono::steady_clock::now();
             if (now >= end) {
                 lock.unlock();
+                const std::string behind = queued_behind(); /* before the abort ends it */
                 comm_->abort();
                 TORCH_CHECK(false, "kcoll: ", name_, " on rank ", rank_,
-                            " did not complete within ", limit.count(), " ms", waited_on(),
+                            " did not complete within ", limit.count(), " ms",
+                            behind.empty() ? waited_on() : behind,
                             "; the communicator is aborted (a peer that is late, stuck or did "
                             "not call the same collective)");
             }
@@ -192,6 +217,23 @@ class Work : public c10d::Work
     }
 
   private:
+    /* A job not begun: what its worker runs instead, which it waits behind (a held recv that runs
+     * alone keeps the sends issued after it waiting: docs/torch.md) */
+    std::string queued_behind()
+    {
+        if (started_.load(std::memory_order_acquire) || !running_)
+            return "";
+        std::lock_guard<std::mutex> lock(running_->m);
+        const std::string &w = running_->what;
+        if (w.empty())
+            return "";
+        const bool p2p = w.rfind("send to", 0) == 0 || w.rfind("recv from", 0) == 0;
+        return "; it had not started: it was queued behind " + w + ", still in progress" +
+               (p2p ? " (a send or recv that runs alone waits for its peer before the ones "
+                      "issued after it; issue such an exchange as one batch_isend_irecv)"
+                    : "");
+    }
+
     /* After the abort in wait: whom the job's call still waited on, as its error says (", waiting
      * on rank 1 (pid ... on host, address)"); the abort stopped the call already, and its Work
      * completes within moments. Empty when the job had not started, did not say, or failed on a
@@ -233,6 +275,8 @@ class Work : public c10d::Work
     std::shared_ptr<Comm> comm_;
     std::string name_;
     int source_ = -1; /* set_source */
+    RunningNow running_;
+    std::atomic<bool> started_{false};
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     std::atomic<bool> done_{false};
 };

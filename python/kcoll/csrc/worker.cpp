@@ -139,6 +139,8 @@ void Worker::push(Job job)
             for (auto &w : job.works)
                 w->flush_on_wait(flush_, job.seq);
         }
+        for (auto &w : job.works)
+            w->queued_on(running_);
         if (!thread_ && !stop_) /* the first job starts the thread (which may throw) */
             thread_ = std::make_unique<std::thread>([this] { run(); });
         queue_.push_back(std::move(job));
@@ -226,6 +228,16 @@ void Worker::complete_after(const c10::optional<c10::Stream> &stream,
     /* the works complete with the job's stream current: a CUDA-aware future records its event
      * there, after the call's gate, so that a then() callback waits for the result */
     c10::OptionalStreamGuard on_stream(stream);
+    {
+        std::string what;
+        for (auto &w : works) {
+            w->mark_started();
+            if (w->name() != "coalesced send/recv") /* its parts are named */
+                what += (what.empty() ? "" : ", ") + w->name();
+        }
+        std::lock_guard<std::mutex> lock(running_->m);
+        running_->what = std::move(what);
+    }
     try {
         at::NoGradGuard no_grad;
         if (comm_->aborted())
@@ -233,6 +245,10 @@ void Worker::complete_after(const c10::optional<c10::Stream> &stream,
         fn();
     } catch (...) {
         e = std::current_exception();
+    }
+    {
+        std::lock_guard<std::mutex> lock(running_->m);
+        running_->what.clear();
     }
     for (auto &w : works)
         w->complete(e);

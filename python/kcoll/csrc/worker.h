@@ -112,8 +112,9 @@ class Worker
     std::deque<Job> queue_;
     uint64_t seq_ = 0; /* the last point-to-point job's number (under qmutex_) */
     FlushMark flush_ = std::make_shared<std::atomic<uint64_t>>(0);
-    std::atomic<uint64_t> released_{0}; /* seq_ when a collective was last issued */
-    std::atomic<size_t> queued_{0};     /* queue_.size(), read without the lock while spinning */
+    std::atomic<uint64_t> released_{0};                /* seq_ when a collective was last issued */
+    RunningNow running_ = std::make_shared<Running>(); /* the job in progress, for messages */
+    std::atomic<size_t> queued_{0}; /* queue_.size(), read without the lock while spinning */
     bool stop_ = false;
     std::string closed_;  /* why new work is refused: shut down or aborted ("": open) */
     bool exited_ = false; /* the thread left run() (under qmutex_) */
