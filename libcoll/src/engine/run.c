@@ -44,11 +44,8 @@ coll_result_t colli_op_run(colli_op_t *op)
 static void liveness_warn(colli_op_t *op, double idle, double timeout)
 {
     struct coll_comm *comm = op->comm;
-    uint8_t *mask = calloc((size_t)comm->nranks, 1);
-    char waits[512] = "", d[160];
-    if (mask != NULL)
-        colli_op_waits(op, mask, waits, sizeof(waits));
-    free(mask);
+    char waits[512], d[160];
+    colli_op_waits(op, NULL, waits, sizeof(waits));
     char until[160];
     if (isinf(timeout)) /* COLL_TIMEOUT 0, libnccl.so.2's default */
         snprintf(until, sizeof(until),
@@ -76,27 +73,20 @@ static void liveness_warn(colli_op_t *op, double idle, double timeout)
  * not blamed: in a ring the rank waited on may itself wait for a later one. */
 static coll_result_t aborted_error(colli_op_t *op)
 {
-    struct coll_comm *comm = op->comm;
-    uint8_t *mask = calloc((size_t)comm->nranks, 1);
-    char waits[512] = "", who[200] = "";
-    if (mask != NULL)
-        colli_op_waits(op, mask, waits, sizeof(waits));
-    free(mask);
-    const size_t n = strcspn(waits, " ");
-    char first[16] = "";
-    long peer = -1;
-    if (n > 0 && n < sizeof(first)) {
-        memcpy(first, waits, n);
-        if (colli_parse_long(first, 0, comm->nranks - 1, &peer))
-            colli_member_desc(comm, (int)peer, who, sizeof(who));
-    }
-    if (who[0] == '\0')
+    int first = -1; /* the peer of the first unfinished lane: the first rank in waits */
+    for (int i = 0; i < op->nlanes && first < 0; i++)
+        if (op->lanes[i].done != op->lanes[i].n)
+            first = op->lanes[i].peer;
+    if (first < 0)
         return COLLI_ERR(COLL, COLL_ERR_ABORTED,
                          "%s: coll_comm_abort was called while it was in progress", op->what);
+    char waits[512], who[200];
+    colli_op_waits(op, NULL, waits, sizeof(waits));
+    colli_member_desc(op->comm, first, who, sizeof(who));
+    const char *rest = strchr(waits, ' '); /* the ranks after the first */
     return COLLI_ERR(COLL, COLL_ERR_ABORTED,
                      "%s: coll_comm_abort was called while it was in progress, waiting on %s%s%s",
-                     op->what, who, waits[n] == ' ' ? " and on ranks " : "",
-                     waits[n] == ' ' ? waits + n + 1 : "");
+                     op->what, who, rest != NULL ? " and on ranks" : "", rest != NULL ? rest : "");
 }
 
 static coll_result_t run_loop(colli_op_t *op)
@@ -150,11 +140,8 @@ static coll_result_t run_loop(colli_op_t *op)
         if (idle >= timeout) {
             if (grace_end == 0) {
                 /* Tell everyone whom we wait on, then keep going briefly to hear the others. */
-                uint8_t *mask = calloc((size_t)comm->nranks, 1);
-                char waits[512] = "";
-                if (mask != NULL)
-                    colli_op_waits(op, mask, waits, sizeof(waits));
-                free(mask);
+                char waits[512];
+                colli_op_waits(op, NULL, waits, sizeof(waits));
                 colli_tp_notify_stuck(comm, waits);
                 double grace = timeout / 4 < 0.5 ? 0.5 : timeout / 4 > 1.0 ? 1.0 : timeout / 4;
                 grace_end = colli_now() + grace;

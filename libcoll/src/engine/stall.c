@@ -18,11 +18,8 @@ coll_result_t colli_engine_stall_error(colli_op_t *op, double idle)
     /* A rank cut off by its own link hears nobody: say so instead of blaming the peers. */
     const char *ifname = comm->members[comm->rank].ifname;
     if (colli_netif_link_down(ifname) == 1) {
-        char w[512] = "";
-        uint8_t *m = calloc((size_t)comm->nranks, 1);
-        if (m != NULL)
-            colli_op_waits(op, m, w, sizeof(w));
-        free(m);
+        char w[512];
+        colli_op_waits(op, NULL, w, sizeof(w));
         return COLLI_ERR(COLL, COLL_ERR_NETWORK,
                          "%s #%llu on rank %d made no progress for %.0f s (COLL_TIMEOUT): this "
                          "rank's link %s is down (not up, or no carrier), so it is cut off from "

@@ -1,5 +1,6 @@
 /* Describing operations for messages: a fingerprint, an op, the ranks it waits on. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "plan/op.h"
 
@@ -60,6 +61,13 @@ void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
+    if (mask == NULL) {
+        uint8_t *own = calloc((size_t)op->comm->nranks, 1);
+        if (own != NULL)
+            colli_op_waits(op, own, buf, len);
+        free(own);
+        return;
+    }
     for (int i = 0; i < op->nlanes; i++) {
         const colli_lane_t *l = &op->lanes[i];
         if (l->done == l->n || mask[l->peer])

@@ -135,7 +135,8 @@ void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane);
  * from its own buffers). */
 void colli_op_unit_complete(colli_op_t *op, colli_lane_t *lane);
 
-/* Ranks the unfinished lanes of op wait on, as "1 3 ..." (also marks them in mask[nranks]). */
+/* Ranks the unfinished lanes of op wait on, as "1 3 ..." (also marks them in mask[nranks]; NULL:
+ * a mask of its own, and "" if it cannot have one). */
 void colli_op_waits(const colli_op_t *op, uint8_t *mask, char *buf, size_t len);
 
 /* Describe the message of a unit for error messages: "all_reduce(count 1024, float32, sum)". */

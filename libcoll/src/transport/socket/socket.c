@@ -249,10 +249,8 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
             /* Answer at once with whom we wait on, so that the asking rank can tell a live but
              * waiting rank from a silent one. */
             char waits[512] = "";
-            uint8_t *mask = calloc((size_t)comm->nranks, 1);
-            if (mask != NULL && comm->cur_op != NULL)
-                colli_op_waits(comm->cur_op, mask, waits, sizeof(waits));
-            free(mask);
+            if (comm->cur_op != NULL)
+                colli_op_waits(comm->cur_op, NULL, waits, sizeof(waits));
             send_notices(comm, s, COLLI_HELLO_STATUS, waits, h->from_rank);
         }
         if (comm->stuck_reported != NULL) {
