@@ -88,6 +88,7 @@ using FlushMark = std::shared_ptr<std::atomic<uint64_t>>;
 struct Running {
     std::mutex m;
     std::string what;
+    bool p2p = false; /* it is a send or recv */
 };
 using RunningNow = std::shared_ptr<Running>;
 
@@ -224,12 +225,12 @@ class Work : public c10d::Work
         if (started_.load(std::memory_order_acquire) || !running_)
             return "";
         std::lock_guard<std::mutex> lock(running_->m);
-        const std::string &w = running_->what;
-        if (w.empty())
+        if (running_->what.empty())
             return "";
-        const bool p2p = w.rfind("send to", 0) == 0 || w.rfind("recv from", 0) == 0;
-        return "; it had not started: it was queued behind " + w + ", still in progress" +
-               (p2p ? " (a send or recv that runs alone waits for its peer before the ones "
+        return "; it had not started: it was queued behind " + running_->what +
+               ", still in progress" +
+               (running_->p2p
+                    ? " (a send or recv that runs alone waits for its peer before the ones "
                       "issued after it; issue such an exchange as one batch_isend_irecv)"
                     : "");
     }

@@ -230,13 +230,18 @@ void Worker::complete_after(const c10::optional<c10::Stream> &stream,
     c10::OptionalStreamGuard on_stream(stream);
     {
         std::string what;
+        bool p2p = false;
         for (auto &w : works) {
             w->mark_started();
-            if (w->name() != "coalesced send/recv") /* its parts are named */
-                what += (what.empty() ? "" : ", ") + w->name();
+            const auto type = w->retrieveOpType();
+            if (type == KCOLL_TORCH_OPTYPE_COALESCED) /* a batch's whole: its parts are named */
+                continue;
+            what += (what.empty() ? "" : ", ") + w->name();
+            p2p = p2p || type == c10d::OpType::SEND || type == c10d::OpType::RECV;
         }
         std::lock_guard<std::mutex> lock(running_->m);
         running_->what = std::move(what);
+        running_->p2p = p2p;
     }
     try {
         at::NoGradGuard no_grad;
