@@ -38,19 +38,21 @@ enum { PIN_IFNAME = 0, PIN_IB_HCA, PIN_NET, NPIN };
 
 static const char *const pin_names[NPIN] = {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET"};
 
-/* What the agent's answer pins. An init builds them aside and swaps them in under the lock, so a
- * second init (two NCCL copies in one process) never shows readers half-built or unpinned
- * values. */
-typedef struct {
+/* What the agent's answer pins. An init builds them aside and publishes them whole; published
+ * pins are not changed or freed before finalize, since NCCL may keep a value getEnv returned: a
+ * second init (two NCCL copies in one process) that pins something else publishes a new set and
+ * leaves the old one to its readers (a few KiB, only when the pins change). */
+typedef struct pins {
+    struct pins *older; /* the set published before this one (freed at finalize) */
     colli_proto_nccl_facts_t facts;
     char value[NPIN][80]; /* NCCL's syntax: "=net1", "=mlx5_0", "IB" ("" = not pinned) */
     char why[NPIN][1024]; /* the reason a pin wins, for the override warning */
 } pins_t;
 
 typedef struct {
-    pthread_mutex_t mu;
-    _Atomic int active; /* the pins apply (init succeeded with an agent) */
-    pins_t pins;
+    pthread_mutex_t mu;         /* one init or finalize at a time */
+    const pins_t *_Atomic pins; /* the pins that apply; NULL: none (no agent, not init) */
+    pins_t *published;          /* every set published, newest first (under mu) */
     _Atomic int warned[NPIN];
 } plugin_state_t;
 
@@ -263,23 +265,26 @@ static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, co
 static kcoll_nccl_result_t plugin_init(uint8_t major, uint8_t minor, uint8_t patch,
                                        const char *suffix)
 {
-    static pins_t fresh; /* under plugin.mu; too large for NCCL's thread stack */
-    kcoll_nccl_result_t res;
+    pins_t *fresh = calloc(1, sizeof(*fresh)); /* too large for NCCL's thread stack */
+    if (fresh == NULL) {
+        say("WARN", "out of memory for the pins; NCCL's init fails");
+        return KCOLL_NCCL_SYSTEM_ERROR;
+    }
     pthread_mutex_lock(&plugin.mu);
-    memset(&fresh, 0, sizeof(fresh));
-    res = start(major, minor, patch, suffix, &fresh);
-    const int pinned = res == KCOLL_NCCL_SUCCESS && fresh.value[PIN_IFNAME][0];
-    if (!pinned) {
-        atomic_store(&plugin.active, 0);
-    } else if (!atomic_load(&plugin.active) ||
-               memcmp(plugin.pins.value, fresh.value, sizeof(fresh.value)) != 0) {
-        /* readers see the old pins or none while they change, never a half-written value */
-        atomic_store(&plugin.active, 0);
-        plugin.pins = fresh;
+    kcoll_nccl_result_t res = start(major, minor, patch, suffix, fresh);
+    const pins_t *cur = atomic_load(&plugin.pins);
+    if (res != KCOLL_NCCL_SUCCESS || !fresh->value[PIN_IFNAME][0]) {
+        atomic_store(&plugin.pins, NULL);
+        free(fresh);
+    } else if (cur != NULL && memcmp(cur->value, fresh->value, sizeof(fresh->value)) == 0) {
+        free(fresh); /* the same pins stand, and readers kept them throughout */
+    } else {
         for (int i = 0; i < NPIN; i++)
             atomic_store(&plugin.warned[i], 0);
-        atomic_store(&plugin.active, 1);
-    } /* else the same pins stand, and readers kept them throughout */
+        fresh->older = plugin.published; /* cur, if any, stays for its readers */
+        plugin.published = fresh;
+        atomic_store(&plugin.pins, fresh);
+    }
     pthread_mutex_unlock(&plugin.mu);
     return res;
 }
@@ -287,8 +292,13 @@ static kcoll_nccl_result_t plugin_init(uint8_t major, uint8_t minor, uint8_t pat
 static kcoll_nccl_result_t plugin_finalize(void)
 {
     pthread_mutex_lock(&plugin.mu);
-    atomic_store(&plugin.active, 0);
-    memset(&plugin.pins, 0, sizeof(plugin.pins));
+    atomic_store(&plugin.pins, NULL);
+    /* NCCL is done with its environment (it unloads the plugin next) */
+    while (plugin.published != NULL) {
+        pins_t *p = plugin.published;
+        plugin.published = p->older;
+        free(p);
+    }
     pthread_mutex_unlock(&plugin.mu);
     return KCOLL_NCCL_SUCCESS;
 }
@@ -321,9 +331,9 @@ static const char *plugin_get_env(const char *name)
     if (!name)
         return NULL;
     user = getenv(name);
-    if (!atomic_load(&plugin.active))
+    const pins_t *p = atomic_load(&plugin.pins);
+    if (p == NULL)
         return user;
-    const pins_t *p = &plugin.pins;
     for (int i = 0; i < NPIN; i++) {
         if (strcmp(name, pin_names[i]) != 0 || !p->value[i][0])
             continue;
