@@ -706,8 +706,12 @@ static c10::intrusive_ptr<KCOLL_TORCH_BASE> create(std::shared_ptr<Comm> comm, d
         r = coll_comm_split(comm->get(), 0, comm->rank(), &twin);
     }
     if (r != COLL_SUCCESS) {
+        const std::string why = coll_get_last_error(); /* before the abort's own messages */
         comm->abort(); /* the peers that made theirs learn it, instead of waiting */
-        fail("coll_comm_split (the group's point-to-point communicator)", r);
+        TORCH_CHECK(false,
+                    "kcoll: coll_comm_split (the group's point-to-point communicator) "
+                    "failed: ",
+                    coll_get_error_string(r), ": ", why);
     }
     auto p2p = std::make_shared<Comm>(twin);
     comm->pair_with(p2p);
