@@ -83,12 +83,13 @@ inline std::vector<c10::Device> cuda_devices(const std::vector<at::Tensor> &ts)
  * highest sequence number of a held job somebody waits for. */
 using FlushMark = std::shared_ptr<std::atomic<uint64_t>>;
 
-/* What a worker is running now ("recv from rank 2"; empty between jobs), for the timeout message
- * of a Work queued behind it. Shared: a Work may outlive its worker. */
+class Work;
+
+/* The Works of the job a worker runs now (null between jobs), for the timeout message of a Work
+ * queued behind it; only such a message reads them. Shared: a Work may outlive its worker. */
 struct Running {
     std::mutex m;
-    std::string what;
-    bool p2p = false; /* it is a send or recv */
+    const std::vector<c10::intrusive_ptr<Work>> *works = nullptr;
 };
 using RunningNow = std::shared_ptr<Running>;
 
@@ -143,10 +144,6 @@ class Work : public c10d::Work
     void mark_started()
     {
         started_.store(true, std::memory_order_release);
-    }
-    const std::string &name() const
-    {
-        return name_;
     }
 
     bool isCompleted() override
@@ -224,13 +221,23 @@ class Work : public c10d::Work
     {
         if (started_.load(std::memory_order_acquire) || !running_)
             return "";
-        std::lock_guard<std::mutex> lock(running_->m);
-        if (running_->what.empty())
+        std::string what;
+        bool p2p = false;
+        {
+            std::lock_guard<std::mutex> lock(running_->m);
+            for (size_t i = 0; running_->works && i < running_->works->size(); i++) {
+                Work &w = *(*running_->works)[i];
+                const auto type = w.retrieveOpType();
+                if (type == KCOLL_TORCH_OPTYPE_COALESCED) /* a batch's whole: its parts are named */
+                    continue;
+                what += (what.empty() ? "" : ", ") + w.name_;
+                p2p = p2p || type == c10d::OpType::SEND || type == c10d::OpType::RECV;
+            }
+        }
+        if (what.empty())
             return "";
-        return "; it had not started: it was queued behind " + running_->what +
-               ", still in progress" +
-               (running_->p2p
-                    ? " (a send or recv that runs alone waits for its peer before the ones "
+        return "; it had not started: it was queued behind " + what + ", still in progress" +
+               (p2p ? " (a send or recv that runs alone waits for its peer before the ones "
                       "issued after it; issue such an exchange as one batch_isend_irecv)"
                     : "");
     }

@@ -228,20 +228,11 @@ void Worker::complete_after(const c10::optional<c10::Stream> &stream,
     /* the works complete with the job's stream current: a CUDA-aware future records its event
      * there, after the call's gate, so that a then() callback waits for the result */
     c10::OptionalStreamGuard on_stream(stream);
+    for (auto &w : works)
+        w->mark_started();
     {
-        std::string what;
-        bool p2p = false;
-        for (auto &w : works) {
-            w->mark_started();
-            const auto type = w->retrieveOpType();
-            if (type == KCOLL_TORCH_OPTYPE_COALESCED) /* a batch's whole: its parts are named */
-                continue;
-            what += (what.empty() ? "" : ", ") + w->name();
-            p2p = p2p || type == c10d::OpType::SEND || type == c10d::OpType::RECV;
-        }
         std::lock_guard<std::mutex> lock(running_->m);
-        running_->what = std::move(what);
-        running_->p2p = p2p;
+        running_->works = &works;
     }
     try {
         at::NoGradGuard no_grad;
@@ -253,7 +244,7 @@ void Worker::complete_after(const c10::optional<c10::Stream> &stream,
     }
     {
         std::lock_guard<std::mutex> lock(running_->m);
-        running_->what.clear();
+        running_->works = nullptr;
     }
     for (auto &w : works)
         w->complete(e);
