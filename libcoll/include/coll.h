@@ -401,6 +401,42 @@ COLL_API coll_result_t coll_recv_tagged(void *recvbuf, size_t count, coll_dataty
                                         int peer, int tag, coll_comm_t comm, coll_stream_t stream);
 
 /**
+ * Non-blocking send and receive on host buffers: coll_isend and coll_irecv start a message and
+ * return at once with a request; the buffer must stay untouched (send) or unread (recv) until the
+ * request is complete. Messages are matched as coll_send_tagged's are (in issue order per peer and
+ * direction, the tag checked), with the blocking calls' too, and move concurrently: a recv
+ * posted early never holds back a send posted after it, so any order of posts completes (a ring
+ * that posts its recv, then, much later, its send). They move while a call on their communicator
+ * runs: coll_test, coll_wait, coll_comm_progress, and the next coll_isend/coll_irecv, which also
+ * make one pass over every outstanding request; a blocking send or recv on the communicator joins
+ * them. A collective on a communicator with requests outstanding fails with
+ * COLL_ERR_INVALID_USAGE (their messages would cross): make point-to-point calls on a communicator
+ * of their own (coll_comm_split with every rank). Not inside a group, not to this rank itself,
+ * not on device buffers (use coll_send/coll_recv in a group, on a stream). COLL_TIMEOUT counts the
+ * time without progress across calls; a request that fails fails the communicator, as a blocking
+ * call does, and every test of its requests returns that error.
+ */
+typedef struct coll_request *coll_request_t;
+
+COLL_API coll_result_t coll_isend(const void *sendbuf, size_t count, coll_datatype_t datatype,
+                                  int peer, int tag, coll_comm_t comm, coll_request_t *request);
+COLL_API coll_result_t coll_irecv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
+                                  int tag, coll_comm_t comm, coll_request_t *request);
+/** One pass over the communicator's outstanding requests, unless request is complete already;
+ *  *done is 1 once it is (its result read: test it no more, free it). */
+COLL_API coll_result_t coll_test(coll_request_t request, int *done);
+/** Until request is complete, or the communicator fails (COLL_TIMEOUT without progress, a peer
+ *  gone, coll_comm_abort from another thread). */
+COLL_API coll_result_t coll_wait(coll_request_t request);
+/** Move every outstanding request of comm forward until one completes, wake_fd (>= 0, e.g. an
+ *  eventfd another thread writes to) is readable (it is not read), or timeout_ms (0: one pass,
+ *  at most 600000) passed. Returns COLL_SUCCESS unless the communicator failed. */
+COLL_API coll_result_t coll_comm_progress(coll_comm_t comm, int timeout_ms, int wake_fd);
+/** Free the handle (NULL: nothing). A request not complete yet still completes, as its
+ *  communicator's calls move it; its buffer is in use until then. */
+COLL_API void coll_request_free(coll_request_t request);
+
+/**
  * Group calls: operations issued between coll_group_start and coll_group_end (per thread,
  * nestable) are deferred and run concurrently at the outermost coll_group_end, so any pattern of
  * sends and receives (an all-to-all-v, a ring exchange) completes without deadlock. Calls on

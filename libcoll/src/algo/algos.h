@@ -55,8 +55,45 @@ typedef struct colli_p2p {
  * once the arguments are checked; a failure fails the communicator. */
 coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args_t *a);
 /* Run the sends and receives of one communicator (in issue order) as one op, so that they
- * progress concurrently; sends to self are matched in order with receives from self. */
+ * progress concurrently; sends to self are matched in order with receives from self. With
+ * coll_isend/coll_irecv requests outstanding, they join those (algo/pending.c). */
 coll_result_t colli_run_p2p(struct coll_comm *comm, const colli_p2p_t *msgs, int n);
+/* Add the messages to op, numbered in issue order per peer and direction; sends to self are
+ * copied now. Checked first: on an error nothing was added or numbered. */
+coll_result_t colli_p2p_add(struct coll_comm *comm, colli_op_t *op, const colli_p2p_t *msgs, int n);
+
+/* Take comm for one call (a failed or busy one is refused), and give it back: an error other
+ * than a caller's mistake (or COLL_IN_PROGRESS) fails the communicator. Returns status. */
+coll_result_t colli_call_begin(struct coll_comm *comm);
+coll_result_t colli_call_end(struct coll_comm *comm, coll_result_t status);
+
+/* ---- the pending point-to-point op (algo/pending.c): coll_isend / coll_irecv ---- */
+
+/* A request: its slot in the pending op, and the slot's generation when it was taken. */
+typedef struct colli_req_ref {
+    int idx;
+    uint32_t gen;
+} colli_req_ref_t;
+
+/* Requests of comm not complete yet (0 without a pending op). */
+int colli_p2p_outstanding(const struct coll_comm *comm);
+/* Add one message (not to self) as a new request and move it as far as it goes at once. Takes
+ * the communicator itself. */
+coll_result_t colli_p2p_post(struct coll_comm *comm, const colli_p2p_t *m, colli_req_ref_t *ref);
+/* Move every request forward, for at most timeout_ms (0: one pass), until one completes or
+ * wake_fd (>= 0) is readable. COLL_SUCCESS unless the communicator failed. */
+coll_result_t colli_p2p_progress(struct coll_comm *comm, int timeout_ms, int wake_fd);
+/* Is the request complete (*done), after one pass when it is not (wait: after driving every
+ * request until it is)? A complete request's slot is given back. Its error, when the
+ * communicator failed before it completed. */
+coll_result_t colli_p2p_test(struct coll_comm *comm, colli_req_ref_t ref, bool wait, bool *done);
+/* The request's handle was freed: its slot goes once it completes (at once when it has). */
+void colli_p2p_detach(struct coll_comm *comm, colli_req_ref_t ref);
+/* msgs as colli_run_p2p runs them, joined to the pending op: returns once they completed (the
+ * communicator taken by the caller). */
+coll_result_t colli_p2p_run_pending(struct coll_comm *comm, const colli_p2p_t *msgs, int n);
+/* Free comm's pending op (communicator teardown). */
+void colli_p2p_pending_free(struct coll_comm *comm);
 
 /* Add a's fingerprint (its outer call's, for a step of a device call) to op, with flag
  * (COLLI_COLL_DIRECT or 0) on its code; returns its index. */

@@ -10,7 +10,7 @@
 #include "engine/engine.h"
 
 /* Take the communicator for one operation: rejects a failed or busy communicator. */
-static coll_result_t op_begin(struct coll_comm *comm)
+coll_result_t colli_call_begin(struct coll_comm *comm)
 {
     if (comm->async_error != COLL_SUCCESS)
         return COLLI_ERR(COLL, comm->async_error,
@@ -27,25 +27,39 @@ static coll_result_t op_begin(struct coll_comm *comm)
     return COLL_SUCCESS;
 }
 
-static coll_result_t op_end(struct coll_comm *comm, colli_op_t *op, coll_result_t status)
+coll_result_t colli_call_end(struct coll_comm *comm, coll_result_t status)
 {
-    if (status == COLL_SUCCESS && op != NULL)
-        status = colli_op_run(op);
     if (status != COLL_SUCCESS && status != COLL_ERR_INVALID_ARGUMENT &&
-        status != COLL_ERR_INVALID_USAGE)
+        status != COLL_ERR_INVALID_USAGE && status != COLL_IN_PROGRESS)
         colli_comm_fail(comm, status, colli_last_error());
-    if (op != NULL)
-        colli_op_free(op);
     __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
     colli_log_set_rank(-1);
     return status;
 }
 
+static coll_result_t op_end(struct coll_comm *comm, colli_op_t *op, coll_result_t status)
+{
+    if (status == COLL_SUCCESS && op != NULL)
+        status = colli_op_run(op);
+    if (op != NULL)
+        colli_op_free(op);
+    return colli_call_end(comm, status);
+}
+
 coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args_t *a)
 {
-    coll_result_t status = op_begin(comm);
+    coll_result_t status = colli_call_begin(comm);
     if (status != COLL_SUCCESS)
         return status;
+    if (colli_p2p_outstanding(comm) > 0)
+        return colli_call_end(
+            comm, COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                            "rank %d: %s on a communicator with %d coll_isend/coll_irecv requests "
+                            "not complete: their messages and the collective's would cross on "
+                            "the same connections. Complete them first (coll_wait), or make the "
+                            "point-to-point calls on a communicator of their own (coll_comm_split "
+                            "with every rank)",
+                            comm->rank, colli_coll_name(a->coll), colli_p2p_outstanding(comm)));
     uint64_t seq = ++comm->coll_seq;
     if (a->count == 0)
         return op_end(comm, NULL, COLL_SUCCESS);
@@ -96,46 +110,61 @@ static coll_result_t self_copy(const struct coll_comm *comm, const colli_p2p_t *
     return COLL_SUCCESS;
 }
 
-coll_result_t colli_run_p2p(struct coll_comm *comm, const colli_p2p_t *msgs, int n)
+coll_result_t colli_p2p_add(struct coll_comm *comm, colli_op_t *op, const colli_p2p_t *msgs, int n)
 {
-    coll_result_t status = op_begin(comm);
-    if (status != COLL_SUCCESS)
-        return status;
-    colli_op_t op;
-    status = colli_op_init(&op, comm, "send/recv", COLL_INT8, COLL_SUM);
-    if (status != COLL_SUCCESS)
-        return op_end(comm, NULL, status);
     int self_sends = 0, self_recvs = 0;
-    for (int i = 0; i < n && status == COLL_SUCCESS; i++) {
-        const colli_p2p_t *m = &msgs[i];
-        if (m->peer == comm->rank) {
-            if (m->send)
-                status = self_copy(comm, msgs, n, m, self_sends++);
-            else
-                self_recvs++;
+    for (int i = 0; i < n; i++)
+        if (msgs[i].peer == comm->rank && msgs[i].send)
+            self_sends++;
+        else if (msgs[i].peer == comm->rank)
+            self_recvs++;
+    if (self_sends != self_recvs)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                         "rank %d: %d sends to itself but %d receives from itself in one group; "
+                         "each send to self needs a matching recv in the same group",
+                         comm->rank, self_sends, self_recvs);
+    self_sends = 0;
+    for (int i = 0; i < n; i++) { /* checked before anything is added or numbered */
+        if (msgs[i].peer != comm->rank || !msgs[i].send)
             continue;
-        }
+        coll_result_t status = self_copy(comm, msgs, n, &msgs[i], self_sends++);
+        if (status != COLL_SUCCESS)
+            return status;
+    }
+    for (int i = 0; i < n; i++) {
+        const colli_p2p_t *m = &msgs[i];
+        if (m->peer == comm->rank)
+            continue;
         const size_t esize = coll_datatype_size(m->dt), chunk = colli_chunk_elems(comm, esize);
         uint64_t seq = m->send ? comm->p2p_send_seq[m->peer]++ : comm->p2p_recv_seq[m->peer]++;
-        colli_op_add_fp(&op, COLLI_COLL_SEND_RECV, m->dt, COLL_SUM, m->tag, m->count, seq);
-        colli_op_reset_msg(&op, m->peer, m->send);
+        colli_op_add_fp(op, COLLI_COLL_SEND_RECV, m->dt, COLL_SUM, m->tag, m->count, seq);
+        colli_op_reset_msg(op, m->peer, m->send);
         size_t off = 0;
         do { /* a zero-length message still sends its header, so mismatches are caught */
             size_t len = m->count - off < chunk ? m->count - off : chunk;
             if (m->send)
-                colli_op_send(&op, m->peer, (const char *)m->buf + off * esize, len * esize,
+                colli_op_send(op, m->peer, (const char *)m->buf + off * esize, len * esize,
                               COLLI_NO_DEP);
             else
-                colli_op_recv(&op, m->peer, (char *)m->buf + off * esize, len * esize,
-                              COLLI_NO_DEP);
+                colli_op_recv(op, m->peer, (char *)m->buf + off * esize, len * esize, COLLI_NO_DEP);
             off += len;
         } while (off < m->count);
     }
-    if (status == COLL_SUCCESS && self_sends != self_recvs)
-        status = COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                           "rank %d: %d sends to itself but %d receives from itself in one group; "
-                           "each send to self needs a matching recv in the same group",
-                           comm->rank, self_sends, self_recvs);
+    return COLL_SUCCESS;
+}
+
+coll_result_t colli_run_p2p(struct coll_comm *comm, const colli_p2p_t *msgs, int n)
+{
+    coll_result_t status = colli_call_begin(comm);
+    if (status != COLL_SUCCESS)
+        return status;
+    if (colli_p2p_outstanding(comm) > 0) /* joins the requests' op, and waits for its own */
+        return colli_call_end(comm, colli_p2p_run_pending(comm, msgs, n));
+    colli_op_t op;
+    status = colli_op_init(&op, comm, "send/recv", COLL_INT8, COLL_SUM);
+    if (status != COLL_SUCCESS)
+        return op_end(comm, NULL, status);
+    status = colli_p2p_add(comm, &op, msgs, n);
     if (status != COLL_SUCCESS) {
         colli_op_free(&op);
         return op_end(comm, NULL, status);

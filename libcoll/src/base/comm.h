@@ -70,6 +70,9 @@ struct coll_comm {
     /* The last finished op with its arrays: the next op reuses the arrays, and the next call of
      * the same all_reduce reuses the op itself (nothing built, nothing allocated). */
     struct colli_op *spare_op;
+    /* The op of coll_isend/coll_irecv requests, driven by the calls that test or wait on them
+     * (algo/pending.c); NULL until the first. */
+    struct colli_pending *pending;
 
     uint64_t coll_seq;      /* collectives issued so far */
     uint64_t *p2p_send_seq; /* [nranks] messages sent to each peer */

@@ -218,10 +218,14 @@ coll_result_t coll_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
 
 /* ---- point-to-point and groups ---- */
 
+/* req: a coll_isend/coll_irecv's request (NULL: the blocking call) */
 static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll_datatype_t dt,
-                         int peer, int tag, coll_comm_t handle, coll_stream_t stream)
+                         int peer, int tag, coll_comm_t handle, coll_stream_t stream,
+                         coll_request_t *req)
 {
     struct coll_comm *comm;
+    if (req != NULL)
+        *req = NULL;
     coll_result_t status = colli_comm_lookup(handle, &comm);
     if (status != COLL_SUCCESS)
         return status;
@@ -234,17 +238,17 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
                          peer, comm->nranks);
     /* count 0 on both sides (a send's count is its recv's): nothing to match or move, on any
      * stream (an empty tensor's data pointer is NULL; a zero split of an all_to_all_v) */
-    if (count == 0)
-        return COLL_SUCCESS;
     int device = -1;
-    if ((status = check_memory(fn, comm, "buffer", buf, true, NULL, false, stream, &device)) !=
-        COLL_SUCCESS)
+    if (count == 0 && req == NULL)
+        return COLL_SUCCESS;
+    if (count > 0 && (status = check_memory(fn, comm, "buffer", buf, true, NULL, false, stream,
+                                            &device)) != COLL_SUCCESS)
         return status;
     if (count > (SIZE_MAX >> 1) / coll_datatype_size(dt))
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT,
                          "%s: count %zu of %s overflows the addressable size", fn, count,
                          coll_datatype_name(dt));
-    if (buf == NULL)
+    if (buf == NULL && count > 0)
         return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "%s: buffer is NULL with count %zu", fn,
                          count);
     colli_coll_args_t a = {COLLI_COLL_SEND_RECV,
@@ -262,6 +266,8 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
                              .tag = tag,
                              .device = device,
                              .stream = stream};
+    if (req != NULL)
+        return colli_request_start(comm, &it, req);
     if (colli_group_active())
         return colli_group_enqueue(&it);
     if (peer == comm->rank)
@@ -275,27 +281,45 @@ static coll_result_t p2p(const char *fn, int kind, void *buf, size_t count, coll
 coll_result_t coll_send(const void *sendbuf, size_t count, coll_datatype_t datatype, int peer,
                         coll_comm_t comm, coll_stream_t stream)
 {
-    return colli_group_note(
-        p2p("coll_send", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype, peer, 0, comm, stream));
+    return colli_group_note(p2p("coll_send", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype,
+                                peer, 0, comm, stream, NULL));
 }
 
 coll_result_t coll_recv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
                         coll_comm_t comm, coll_stream_t stream)
 {
     return colli_group_note(
-        p2p("coll_recv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, 0, comm, stream));
+        p2p("coll_recv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, 0, comm, stream, NULL));
 }
 
 coll_result_t coll_send_tagged(const void *sendbuf, size_t count, coll_datatype_t datatype,
                                int peer, int tag, coll_comm_t comm, coll_stream_t stream)
 {
     return colli_group_note(p2p("coll_send_tagged", COLLI_ITEM_SEND, (void *)sendbuf, count,
-                                datatype, peer, tag, comm, stream));
+                                datatype, peer, tag, comm, stream, NULL));
 }
 
 coll_result_t coll_recv_tagged(void *recvbuf, size_t count, coll_datatype_t datatype, int peer,
                                int tag, coll_comm_t comm, coll_stream_t stream)
 {
     return colli_group_note(p2p("coll_recv_tagged", COLLI_ITEM_RECV, recvbuf, count, datatype, peer,
-                                tag, comm, stream));
+                                tag, comm, stream, NULL));
+}
+
+coll_result_t coll_isend(const void *sendbuf, size_t count, coll_datatype_t datatype, int peer,
+                         int tag, coll_comm_t comm, coll_request_t *request)
+{
+    if (request == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "coll_isend: request is NULL");
+    return p2p("coll_isend", COLLI_ITEM_SEND, (void *)sendbuf, count, datatype, peer, tag, comm,
+               NULL, request);
+}
+
+coll_result_t coll_irecv(void *recvbuf, size_t count, coll_datatype_t datatype, int peer, int tag,
+                         coll_comm_t comm, coll_request_t *request)
+{
+    if (request == NULL)
+        return COLLI_ERR(COLL, COLL_ERR_INVALID_ARGUMENT, "coll_irecv: request is NULL");
+    return p2p("coll_irecv", COLLI_ITEM_RECV, recvbuf, count, datatype, peer, tag, comm, NULL,
+               request);
 }

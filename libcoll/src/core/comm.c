@@ -28,6 +28,7 @@ static void comm_free(struct coll_comm *comm)
     colli_dev_fini(comm, true); /* done already unless creation failed */
     colli_tp_fini(comm);
     colli_op_cache_free(comm);
+    colli_p2p_pending_free(comm);
     if (comm->staging) {
         size_t n = (size_t)comm->nranks * (comm->members ? comm->members[0].nstreams : 1);
         for (size_t i = 0; i < n; i++)

@@ -27,6 +27,11 @@ typedef struct colli_item {
     struct colli_premul pm;
 } colli_item_t;
 
+/* request.c: a checked coll_isend/coll_irecv (outside a group, host buffers, not to self) as a
+ * new request in *out. */
+coll_result_t colli_request_start(struct coll_comm *comm, const colli_item_t *it,
+                                  coll_request_t *out);
+
 /* What creating a communicator member takes (every init path ends in colli_comm_create). */
 typedef struct colli_create {
     int nranks;

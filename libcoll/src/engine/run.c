@@ -23,16 +23,24 @@ static bool local_copy_step(colli_op_t *op, size_t piece)
     return true;
 }
 
-static coll_result_t run_loop(colli_op_t *op);
+static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_until_t *until);
 
-coll_result_t colli_op_run(colli_op_t *op)
+coll_result_t colli_op_drive(colli_op_t *op, colli_drive_t *d, const colli_until_t *until)
 {
     struct coll_comm *comm = op->comm;
     if (op->oom)
         return COLLI_ERR(COLL, COLL_ERR_SYSTEM, "out of memory building %s", op->what);
     comm->cur_op = op;
-    coll_result_t status = run_loop(op);
+    coll_result_t status = run_loop(op, d, until);
     comm->cur_op = NULL;
+    return status;
+}
+
+coll_result_t colli_op_run(colli_op_t *op)
+{
+    colli_drive_t d = {0};
+    const colli_until_t forever = {.wake_fd = -1};
+    coll_result_t status = colli_op_drive(op, &d, &forever);
     if (status == COLL_SUCCESS)
         while (local_copy_step(op, SIZE_MAX))
             ;
@@ -89,73 +97,94 @@ static coll_result_t aborted_error(colli_op_t *op)
                      op->what, who, rest != NULL ? " and on ranks" : "", rest != NULL ? rest : "");
 }
 
-static coll_result_t run_loop(colli_op_t *op)
+static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_until_t *until)
 {
     struct coll_comm *comm = op->comm;
     const double spin = comm->cfg.spin_us * 1e-6;
     const double timeout = comm->cfg.timeout;
     /* a line every 30 s of waiting (every third of a short COLL_TIMEOUT), never at 0 */
     const double every = timeout / 3 < 1.0 ? 1.0 : (timeout / 3 > 30.0 ? 30.0 : timeout / 3);
-    double next_warn = every;
-    double last = 0, grace_end = 0;
+    if (d->last == 0) {
+        d->last = colli_now();
+        d->next_warn = every;
+        d->grace_end = 0;
+    }
     unsigned idle_passes = 0;
-    bool stamp = true; /* progress (or the start) since the clock was last read */
+    bool stamp = false; /* progress since the clock was last read */
+    coll_result_t status = COLL_SUCCESS;
     while (op->lanes_left > 0) {
         bool progressed = false;
-        coll_result_t status = colli_tp_progress(comm, op, &progressed);
-        if (status != COLL_SUCCESS)
-            return status;
-        if (op->lanes_left == 0)
+        status = colli_tp_progress(comm, op, &progressed);
+        if (status != COLL_SUCCESS || op->lanes_left == 0)
             break;
+        if (until->stop != NULL && until->stop(op, until->ctx)) {
+            status = COLL_IN_PROGRESS;
+            break;
+        }
+        if (until->deadline > 0 && colli_now() >= until->deadline) {
+            status = COLL_IN_PROGRESS;
+            break;
+        }
         if (progressed || local_copy_step(op, (size_t)comm->members[0].chunk_size)) {
             stamp = true;
             idle_passes = 0;
-            next_warn = every;
+            d->next_warn = every;
+            d->grace_end = 0;
             continue;
         }
         /* Read the clock only every few idle passes: a pass over shared memory is much
          * shorter than a clock read. Yield now and then even with a core per rank: the peer
          * we wait for may have been placed on this core. */
         ++idle_passes;
-        if (__atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE))
-            return aborted_error(op);
+        if (__atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE)) {
+            status = aborted_error(op);
+            break;
+        }
         if (comm->oversubscribed || (idle_passes & 255) == 0)
             sched_yield();
         else if ((idle_passes & 7) != 0)
             continue;
         double now = colli_now();
         if (stamp) {
-            last = now;
+            d->last = now;
             stamp = false;
         }
-        double idle = now - last;
+        double idle = now - d->last;
         if (idle < spin)
             continue;
-        if (idle >= next_warn && idle < timeout) {
+        if (idle >= d->next_warn && idle < timeout) {
             liveness_warn(op, idle, timeout);
             /* without a deadline, waits of many minutes are expected (a peer saving a
              * checkpoint): the interval doubles, up to 10 minutes */
-            next_warn += isinf(timeout) ? next_warn < 600.0 ? next_warn : 600.0 : every;
+            d->next_warn += isinf(timeout) ? d->next_warn < 600.0 ? d->next_warn : 600.0 : every;
         }
         if (idle >= timeout) {
-            if (grace_end == 0) {
+            if (d->grace_end == 0) {
                 /* Tell everyone whom we wait on, then keep going briefly to hear the others. */
                 char waits[512];
                 colli_op_waits(op, NULL, waits, sizeof(waits));
                 colli_tp_notify_stuck(comm, waits);
                 double grace = timeout / 4 < 0.5 ? 0.5 : timeout / 4 > 1.0 ? 1.0 : timeout / 4;
-                grace_end = colli_now() + grace;
-            } else if (now >= grace_end) {
-                return colli_engine_stall_error(op, idle);
+                d->grace_end = colli_now() + grace;
+            } else if (now >= d->grace_end) {
+                status = colli_engine_stall_error(op, idle);
+                break;
             }
         }
         /* at most 0.1 s asleep: coll_comm_abort from another thread (a program's own deadline)
          * is seen within that, not a second later */
-        double left = grace_end > 0 ? grace_end - now : timeout - idle;
+        double left = d->grace_end > 0 ? d->grace_end - now : timeout - idle;
+        if (until->deadline > 0 && until->deadline - now < left)
+            left = until->deadline - now;
         int ms = left > 0.1 ? 100 : left <= 0 ? 1 : (int)(left * 1000.0) + 1;
-        status = colli_tp_wait(comm, op, ms);
+        bool woken = false;
+        status = colli_tp_wait(comm, op, ms, until->wake_fd, &woken);
+        if (status == COLL_SUCCESS && woken)
+            status = COLL_IN_PROGRESS;
         if (status != COLL_SUCCESS)
-            return status;
+            break;
     }
-    return COLL_SUCCESS;
+    if (stamp)
+        d->last = colli_now();
+    return status;
 }

@@ -78,6 +78,7 @@ colli_op_t *colli_op_reuse(struct coll_comm *comm, const colli_op_key_t *key, ui
 
 static void free_arrays(colli_op_t *op)
 {
+    free(op->recs);
     for (int i = 0; i < op->cap; i++)
         free(op->lanes[i].units);
     free(op->lanes);
@@ -101,6 +102,12 @@ void colli_op_free(colli_op_t *op)
     } else {
         free_arrays(op);
     }
+    memset(op, 0, sizeof(*op));
+}
+
+void colli_op_destroy(colli_op_t *op)
+{
+    free_arrays(op);
     memset(op, 0, sizeof(*op));
 }
 
@@ -173,7 +180,6 @@ static int lane_for(colli_op_t *op, int peer, int stream, bool send)
     l->send = send;
     l->tp = op->comm->peer_tp[peer];
     op->tp_lanes[l->tp]++;
-    op->lanes_left++;
     return op->nlanes++;
 }
 
@@ -183,6 +189,7 @@ static colli_dep_t add_unit(colli_op_t *op, int peer, bool send, colli_unit_t u)
     uint32_t *ctr = send ? &op->send_ctr[peer] : &op->recv_ctr[peer];
     u.msg_unit = (*ctr)++;
     u.fp = op->cur_fp;
+    u.req = op->cur_req;
     /* Streams spread units over several TCP connections; a shared-memory peer has one ring. */
     const uint32_t nstreams = comm->tp_streams[comm->peer_tp[peer]];
     int stream = nstreams > 1 ? (int)(u.msg_unit % nstreams) : 0;
@@ -202,6 +209,10 @@ static colli_dep_t add_unit(colli_op_t *op, int peer, bool send, colli_unit_t u)
         l->units = n;
         l->cap = cap;
     }
+    if (l->done == l->n) /* a new lane, or one of a pending op that had finished */
+        op->lanes_left++;
+    if (u.req != 0)
+        op->recs[u.req - 1].left++;
     l->units[l->n] = u;
     return (colli_dep_t){li, l->n++};
 }
@@ -245,6 +256,9 @@ void colli_op_unit_done(colli_op_t *op, colli_lane_t *lane)
 
 void colli_op_unit_complete(colli_op_t *op, colli_lane_t *lane)
 {
+    const uint32_t req = lane->units[lane->done].req;
+    if (req != 0 && --op->recs[req - 1].left == 0)
+        op->completions++;
     lane->staged = false;
     lane->hdr_off = 0;
     lane->pay_off = 0;
@@ -258,4 +272,57 @@ void colli_op_local_copy(colli_op_t *op, void *dst, const void *src, size_t byte
     op->lc_src = src;
     op->lc_bytes = bytes;
     op->lc_done = 0;
+}
+
+int colli_op_req_new(colli_op_t *op)
+{
+    for (int i = 0; i < op->nrecs; i++)
+        if (op->recs[i].left < 0) {
+            op->recs[i].left = 0;
+            op->recs[i].gen++;
+            op->recs[i].detached = false;
+            return i;
+        }
+    if (op->nrecs == op->reccap) {
+        int cap = op->reccap ? op->reccap * 2 : 16;
+        colli_req_rec_t *n = realloc(op->recs, (size_t)cap * sizeof(*n));
+        if (n == NULL)
+            return -1;
+        op->recs = n;
+        op->reccap = cap;
+    }
+    op->recs[op->nrecs] = (colli_req_rec_t){.left = 0, .gen = 1, .detached = false};
+    return op->nrecs++;
+}
+
+void colli_op_req_release(colli_op_t *op, int idx)
+{
+    op->recs[idx].left = -1;
+    while (op->nrecs > 0 && op->recs[op->nrecs - 1].left < 0)
+        op->nrecs--;
+}
+
+void colli_op_compact(colli_op_t *op)
+{
+    int lowest = op->nfps; /* the lowest fingerprint a unit still to complete refers to */
+    for (int i = 0; i < op->nlanes; i++) {
+        colli_lane_t *l = &op->lanes[i];
+        if (l->done == l->n) {
+            l->done = l->n = 0;
+            continue;
+        }
+        for (int k = l->done; k < l->n && l->units[k].fp < lowest; k++)
+            lowest = l->units[k].fp;
+    }
+    if (lowest > 0 && lowest >= op->nfps / 2) { /* each fingerprint moves O(1) times */
+        memmove(op->fps, op->fps + lowest, (size_t)(op->nfps - lowest) * sizeof(*op->fps));
+        op->nfps -= lowest;
+        op->cur_fp -= lowest;
+        for (int i = 0; i < op->nlanes; i++)
+            for (int k = op->lanes[i].done; k < op->lanes[i].n; k++)
+                op->lanes[i].units[k].fp -= lowest;
+    }
+    for (int i = op->nrecs - 1; i >= 0; i--)
+        if (op->recs[i].detached && op->recs[i].left == 0)
+            colli_op_req_release(op, i);
 }

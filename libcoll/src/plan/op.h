@@ -41,6 +41,7 @@ typedef struct colli_unit {
     colli_dep_t dep;
     uint8_t kind;
     uint8_t final_div; /* COLL_AVG: this reduction completes the sum: divide by nranks */
+    uint32_t req;      /* 1 + index in op->recs of the request it belongs to; 0: none */
 } colli_unit_t;
 
 typedef struct colli_lane {
@@ -72,6 +73,14 @@ typedef struct colli_op_key {
     void *recvbuf;
 } colli_op_key_t;
 
+/* A request of a pending point-to-point op (coll_isend, coll_irecv): a message whose units carry
+ * its index, done when none is left. */
+typedef struct colli_req_rec {
+    int32_t left;  /* units not complete yet; -1: the slot is free */
+    uint32_t gen;  /* changes each time the slot is taken, so a stale handle is told apart */
+    bool detached; /* its request was freed before it completed: the slot frees itself then */
+} colli_req_rec_t;
+
 typedef struct colli_op {
     struct coll_comm *comm;
     colli_lane_t *lanes;
@@ -87,7 +96,12 @@ typedef struct colli_op {
     coll_op_t redop;
     const char *what; /* "all_reduce", "group" */
     bool oom;
-    colli_op_key_t key; /* set by the caller when the op may be reused (colli_op_reuse) */
+    /* requests (the pending point-to-point op alone): units added now belong to cur_req */
+    colli_req_rec_t *recs;
+    int nrecs, reccap;
+    uint32_t cur_req;
+    uint64_t completions; /* requests completed so far */
+    colli_op_key_t key;   /* set by the caller when the op may be reused (colli_op_reuse) */
     /* One local copy (a root's own copy, an own block) done in pieces while the network is
      * busy, instead of before the first byte is sent. */
     char *lc_dst;
@@ -108,6 +122,8 @@ coll_result_t colli_op_init(colli_op_t *op, struct coll_comm *comm, const char *
 colli_op_t *colli_op_reuse(struct coll_comm *comm, const colli_op_key_t *key, uint64_t seq);
 /* Give the op (arrays, and the op itself when its key is valid) to comm->spare_op. */
 void colli_op_free(colli_op_t *op);
+/* Free op's arrays, never keeping them as comm->spare_op (an op that lives on its own). */
+void colli_op_destroy(colli_op_t *op);
 /* Free comm->spare_op (communicator teardown). */
 void colli_op_cache_free(struct coll_comm *comm);
 
@@ -127,6 +143,17 @@ static inline bool colli_dep_done(const colli_op_t *op, colli_dep_t d)
 {
     return d.lane < 0 || op->lanes[d.lane].done > d.unit;
 }
+
+/* A free request slot (its units counted by add_unit while cur_req is 1 + its index); -1 when
+ * memory is short. */
+int colli_op_req_new(colli_op_t *op);
+/* Give the slot back (a completed request was read, or a detached one completed). */
+void colli_op_req_release(colli_op_t *op, int idx);
+/* After a run of a pending op: lanes whose units are all complete start again at unit 0, and
+ * fingerprints no unit refers to any more are dropped, so that an op that is never idle as a
+ * whole (a recv always posted ahead) does not grow. Detached requests that completed free their
+ * slots. */
+void colli_op_compact(colli_op_t *op);
 
 /* Apply a staged REDUCE unit (the transport calls this when the payload is complete and the
  * dependency is satisfied), then mark it done. */

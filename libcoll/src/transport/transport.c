@@ -266,7 +266,8 @@ coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *pr
     return COLL_SUCCESS;
 }
 
-coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms)
+coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms, int wake_fd,
+                            bool *woken)
 {
     colli_pollset_t set = {comm->pfds, 0, comm->pfd_cap, false};
     bool ready = false;
@@ -278,6 +279,7 @@ coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_
         armed[i] = true;
         ready |= comm->tp[i].ops->wait_arm(comm, i, op, &set);
     }
+    const int wake = wake_fd >= 0 ? colli_pollset_add(&set, wake_fd, POLLIN) : -1;
     comm->pfds = set.fds;
     comm->pfd_cap = set.cap;
     coll_result_t status = COLL_SUCCESS;
@@ -286,6 +288,8 @@ coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_
     } else if (poll(set.fds, (nfds_t)set.n, ready ? 0 : timeout_ms) < 0 && errno != EINTR) {
         status = COLLI_ERR(NET, COLL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
     }
+    if (status == COLL_SUCCESS && wake >= 0 && (set.fds[wake].revents & (POLLIN | POLLHUP)))
+        *woken = true;
     /* every armed transport disarms, even after an error */
     for (int i = 0; i < (int)NTRANSPORTS; i++) {
         if (!armed[i])

@@ -121,9 +121,11 @@ coll_result_t colli_tp_init(struct coll_comm *comm, const colli_netif_t *nif, co
  * the transports nobody uses, then make the others ready. */
 coll_result_t colli_tp_ready(struct coll_comm *comm);
 coll_result_t colli_tp_progress(struct coll_comm *comm, colli_op_t *op, bool *progressed);
-/* Block until a lane of op (NULL: any notice) may progress, or timeout_ms passed: one poll()
- * over every transport's descriptors. */
-coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms);
+/* Block until a lane of op (NULL: any notice) may progress, wake_fd (>= 0) is readable (then
+ * *woken is set; the descriptor is not read), or timeout_ms passed: one poll() over every
+ * transport's descriptors. */
+coll_result_t colli_tp_wait(struct coll_comm *comm, colli_op_t *op, int timeout_ms, int wake_fd,
+                            bool *woken);
 /* The listening socket at comm->members[comm->rank].addr, or -1 (transport.h: listener_fd). */
 int colli_tp_listener_fd(struct coll_comm *comm);
 /* Hand a connection the listener accepted to the transport that owns its hello kind. */

@@ -316,7 +316,7 @@ static coll_result_t shm_comm_ready(struct coll_comm *comm, int tp)
                              comm->rank, nmissing > 1 ? "s" : "", missing,
                              nmissing > 8 ? " and more" : "", comm->cfg.bootstrap_timeout,
                              nmissing > 1 ? "they" : "it");
-        coll_result_t status = colli_tp_wait(comm, NULL, 20);
+        coll_result_t status = colli_tp_wait(comm, NULL, 20, -1, NULL);
         if (status != COLL_SUCCESS)
             return status;
     }
