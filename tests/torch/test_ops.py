@@ -560,16 +560,16 @@ def worker(rank, world):
            "16 MiB exchange with both neighbours in one batch: %s %s"
            % (left[:2].tolist(), right[:2].tolist()))
         # the ring of PyTorch's tutorial ("Writing Distributed Applications"): isend to the
-        # right, recv from the left, then wait. Gloo's isend does not wait for its recv; kcoll's
-        # worker holds the isend until the recv joins it in one group (before: every rank's
-        # send waited for a recv queued behind it, and the ring timed out at 1 MiB and more)
+        # right, recv from the left, then wait. Gloo's isend does not wait for its recv; kcoll
+        # posts both as requests (before 28 Nov 2026: every rank's send waited for a recv queued
+        # behind it, and the ring timed out at 1 MiB and more)
         left.zero_()
         req = dist.isend(mine, (rank + 1) % world)
         dist.recv(left, (rank - 1) % world)
         req.wait()
         ck(bool((left == (rank - 1) % world).all()), "16 MiB tutorial ring (isend, recv, wait): "
            "%s" % left[:2].tolist())
-        # an isend nobody waits for yet still goes (after kcoll's 10 ms hold): the receiver
+        # an isend nobody waits for yet still goes: the receiver
         # gets it while the sender sleeps, long before its wait
         if rank < 2:
             x = torch.full((1 << 18,), 5.0)
@@ -584,6 +584,29 @@ def worker(rank, world):
                 ck(took < 1.5 and bool((x == 5.0).all()),
                    "an isend not waited for reaches its recv in %.3f s (the sender waits after "
                    "2 s)" % took)
+    # exchanges whose operations are far apart complete, as on Gloo (before 29 Nov 2026 each hung
+    # until a timeout: the operation issued first ran alone on the worker, and the later one, on
+    # which its peer waited, queued behind it): every rank posts its irecv, works 0.1 s, then
+    # sends, in a ring; and a 4 MiB isend (past what a transport buffers), 0.1 s of work, then
+    # the irecv of the reverse ring
+    if world > 1:
+        got = torch.zeros(4)
+        t0 = time.monotonic()
+        req = dist.irecv(got, (rank - 1) % world)
+        time.sleep(0.1)
+        dist.send(torch.full((4,), float(rank)), (rank + 1) % world)
+        req.wait()
+        ck(bool((got == (rank - 1) % world).all()),
+           "irecv, 0.1 s, send (ring): got %s in %.2f s" % (got.tolist(), time.monotonic() - t0))
+        big = torch.full((1 << 20,), float(rank))
+        got = torch.zeros(1 << 20)
+        req = dist.isend(big, (rank + 1) % world)
+        time.sleep(0.1)
+        req2 = dist.irecv(got, (rank - 1) % world)
+        req2.wait()
+        req.wait()
+        ck(bool((got == (rank - 1) % world).all()),
+           "4 MiB isend, 0.1 s, irecv (ring): got %s" % got[:2].tolist())
     # point-to-point runs apart from the collectives, as on Gloo and ProcessGroupNCCL: rank 0
     # irecv then all_reduce, rank 1 all_reduce then send (4 MiB: past what a transport buffers).
     # Before 29 Nov 2026 both were jobs of one worker, in issue order, and this raised a

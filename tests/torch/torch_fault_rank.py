@@ -188,23 +188,6 @@ def abort_p2p_mode(rank):
     return 3 if raised == 2 else 1
 
 
-def queued_mode(rank):
-    """Each rank posts an irecv, works 0.1 s (past the 10 ms hold: the irecv runs alone), then
-    isends: the isend waits behind the irecv, on both ranks (Gloo completes this; docs/torch.md
-    says why kcoll does not). The isend's wait(timeout=2 s) must say what it waited behind."""
-    t0 = time.time()
-    r = dist.irecv(torch.zeros(4), rank ^ 1)
-    time.sleep(0.1)
-    try:
-        dist.isend(torch.ones(4), rank ^ 1).wait(timeout=timedelta(seconds=2))
-        r.wait()
-    except RuntimeError as e:
-        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
-        return 3
-    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
-    return 1
-
-
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
@@ -299,7 +282,7 @@ def main():
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
           "group": group_mode, "interrupt": interrupt_mode, "abort": abort_mode,
-          "shutdown": shutdown_mode, "abort_p2p": abort_p2p_mode, "queued": queued_mode,
+          "shutdown": shutdown_mode, "abort_p2p": abort_p2p_mode,
           "interrupt_exit": interrupt_exit_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for

@@ -92,6 +92,9 @@ void colli_p2p_detach(struct coll_comm *comm, colli_req_ref_t ref);
 /* msgs as colli_run_p2p runs them, joined to the pending op: returns once they completed (the
  * communicator taken by the caller). */
 coll_result_t colli_p2p_run_pending(struct coll_comm *comm, const colli_p2p_t *msgs, int n);
+/* What comm's pending op holds (tests: it must not grow while requests keep coming): units
+ * (done or not) in its lanes, fingerprints, request slots in use or free. */
+void colli_p2p_footprint(const struct coll_comm *comm, int *units, int *fps, int *slots);
 /* Free comm's pending op (communicator teardown). */
 void colli_p2p_pending_free(struct coll_comm *comm);
 

@@ -183,3 +183,15 @@ coll_result_t colli_p2p_run_pending(struct coll_comm *comm, const colli_p2p_t *m
     colli_op_req_release(&p->op, idx);
     return status;
 }
+
+void colli_p2p_footprint(const struct coll_comm *comm, int *units, int *fps, int *slots)
+{
+    const struct colli_pending *p = comm->pending;
+    *units = *fps = *slots = 0;
+    for (int i = 0; p != NULL && i < p->op.nlanes; i++)
+        *units += p->op.lanes[i].n;
+    if (p != NULL) {
+        *fps = p->op.nfps;
+        *slots = p->op.nrecs;
+    }
+}

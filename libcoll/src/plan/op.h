@@ -149,8 +149,9 @@ static inline bool colli_dep_done(const colli_op_t *op, colli_dep_t d)
 int colli_op_req_new(colli_op_t *op);
 /* Give the slot back (a completed request was read, or a detached one completed). */
 void colli_op_req_release(colli_op_t *op, int idx);
-/* After a run of a pending op: lanes whose units are all complete start again at unit 0, and
- * fingerprints no unit refers to any more are dropped, so that an op that is never idle as a
+/* After a run of a pending op (whose units depend on none): lanes whose units are all complete
+ * start again at unit 0, completed units leave a lane once they are half of it, and fingerprints
+ * no unit refers to any more are dropped, so that an op that is never idle as a
  * whole (a recv always posted ahead) does not grow. Detached requests that completed free their
  * slots. */
 void colli_op_compact(colli_op_t *op);

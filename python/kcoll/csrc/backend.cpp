@@ -543,15 +543,25 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         auto whole =
             make_work(KCOLL_TORCH_OPTYPE_COALESCED, "coalesced send/recv", outs, p2p_comm_);
         works.push_back(whole);
-        p2p_worker_->enqueue(
-            works,
-            [this, fns] {
-                in_group("coalesced send/recv", [&](Staging &s) {
+        const auto stream = stream_for(outs.empty() ? at::Tensor() : outs[0]);
+        if (!stream) /* host tensors: posted together, as requests */
+            p2p_worker_->enqueue_p2p(
+                works,
+                [fns](Staging &s) {
                     for (const auto &f : fns)
                         f(s);
-                });
-            },
-            stream_for(outs.empty() ? at::Tensor() : outs[0]));
+                },
+                stream);
+        else
+            p2p_worker_->enqueue(
+                works,
+                [this, fns] {
+                    in_group("coalesced send/recv", [&](Staging &s) {
+                        for (const auto &f : fns)
+                            f(s);
+                    });
+                },
+                stream);
 #if TORCH_VERSION_MAJOR >= 2
         return whole;
 #else
@@ -600,6 +610,13 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor b = st.in(t);
         const Moved m = moved(b, b.numel());
+        if (st.posting()) {
+            coll_request_t q = nullptr;
+            check(coll_isend(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(), &q),
+                  "coll_isend to rank " + std::to_string(peer));
+            st.add_request(q);
+            return;
+        }
         check(coll_send_tagged(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(),
                                stream_of(b)),
               "coll_send to rank " + std::to_string(peer));
@@ -609,6 +626,13 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
     {
         at::Tensor b = st.out(t, false);
         const Moved m = moved(b, b.numel());
+        if (st.posting()) {
+            coll_request_t q = nullptr;
+            check(coll_irecv(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(), &q),
+                  "coll_irecv from rank " + std::to_string(peer));
+            st.add_request(q);
+            return;
+        }
         check(coll_recv_tagged(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(),
                                stream_of(b)),
               "coll_recv from rank " + std::to_string(peer));

@@ -223,6 +223,12 @@ at::Tensor Staging::out(const at::Tensor &t, bool keep)
     return back_.back().second;
 }
 
+Staging::~Staging()
+{
+    for (coll_request_t r : requests_)
+        coll_request_free(r); /* complete, or its communicator failed (Worker::settle) */
+}
+
 void Staging::finish()
 {
     for (auto &b : back_)

@@ -184,6 +184,9 @@ class Staging
 {
   public:
     explicit Staging(const char *op) : op_(op) {}
+    ~Staging();
+    Staging(const Staging &) = delete;
+    Staging &operator=(const Staging &) = delete;
     /* t's elements in order: t itself when contiguous */
     at::Tensor in(const at::Tensor &t);
     /* the buffer for t's result, holding t's elements where keep (an in-place call); written
@@ -193,10 +196,31 @@ class Staging
     /* every output's copy into its tensor, once the calls that fill them returned */
     void finish();
 
+    /* A point-to-point job on host tensors: its sends and receives are posted as coll_isend /
+     * coll_irecv requests, kept here (freed with this object), not made inside a group. */
+    void post_requests()
+    {
+        posting_ = true;
+    }
+    bool posting() const
+    {
+        return posting_;
+    }
+    void add_request(coll_request_t r)
+    {
+        requests_.push_back(r);
+    }
+    const std::vector<coll_request_t> &requests() const
+    {
+        return requests_;
+    }
+
   private:
     const char *op_;
     std::vector<at::Tensor> keep_;                        /* the copies of inputs */
     std::vector<std::pair<at::Tensor, at::Tensor>> back_; /* (tensor, its copy) */
+    bool posting_ = false;
+    std::vector<coll_request_t> requests_;
 };
 /* The one tensor of a one-element list, checked. */
 at::Tensor one_tensor(const std::vector<at::Tensor> &ts, const char *op);

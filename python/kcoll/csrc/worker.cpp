@@ -4,8 +4,11 @@
 #include <c10/core/StreamGuard.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <exception>
 #include <utility>
+
+#include <sys/eventfd.h>
 
 namespace kcoll
 {
@@ -20,6 +23,19 @@ bool Worker::on_worker() const
 Worker::~Worker()
 {
     stop_releasing_gil(); /* every queued job runs, as before */
+    const int fd = wake_fd_.load();
+    if (fd >= 0 && getpid() == pid_)
+        (void)::close(fd);
+}
+
+/* Wake the worker from coll_comm_progress (nothing to do before its first posted job) */
+static void wake(const std::atomic<int> &fd)
+{
+    const int f = fd.load(std::memory_order_acquire);
+    const uint64_t one = 1;
+    if (f >= 0 && write(f, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+        /* nothing to report: the worker's poll ends within kPollMs anyway */
+    }
 }
 
 void Worker::stop(std::chrono::milliseconds grace)
@@ -36,6 +52,7 @@ void Worker::stop(std::chrono::milliseconds grace)
     std::unique_lock<std::mutex> lock(qmutex_);
     stop_ = true;
     cv_->job.notify_all();
+    wake(wake_fd_);
     if (!thread_ || !thread_->joinable() || on_worker())
         return;
     const bool ran = cv_->exited.wait_for(lock, grace, [this] { return exited_; });
@@ -99,7 +116,8 @@ void Worker::enqueue_p2p(std::vector<c10::intrusive_ptr<Work>> works,
     job.works = std::move(works);
     job.stream = stream;
     job.small_send = small_send;
-    if (on_worker()) { /* a callback's: at once (push) */
+    job.post = !stream.has_value();
+    if (on_worker() && !job.post) { /* a callback's: at once (push) */
         job.fn = [part] { in_group("send/recv", part); };
     } else {
         job.part = std::move(part);
@@ -128,13 +146,22 @@ void Worker::push(Job job)
             std::lock_guard<std::mutex> lock(qmutex_);
             refuse_if_closed();
         }
-        execute(job);
+        if (!job.post) {
+            execute(job);
+            return;
+        }
+        /* its Works complete before this returns, as a job run at once would: the caller may
+         * wait for them here, on the one thread that moves them */
+        const uint64_t id = post(job);
+        while (std::any_of(posted_.begin(), posted_.end(),
+                           [id](const Posted &p) { return p.id == id; }))
+            progress();
         return;
     }
     {
         std::lock_guard<std::mutex> lock(qmutex_);
         refuse_if_closed(); /* checked where it is queued: none is queued after the stop */
-        if (job.part) {
+        if (job.part && !job.post) {
             job.seq = ++seq_;
             for (auto &w : job.works)
                 w->flush_on_wait(flush_, job.seq);
@@ -144,9 +171,11 @@ void Worker::push(Job job)
         if (!thread_ && !stop_) /* the first job starts the thread (which may throw) */
             thread_ = std::make_unique<std::thread>([this] { run(); });
         queue_.push_back(std::move(job));
-        queued_.fetch_add(1, std::memory_order_release);
+        queued_.fetch_add(1); /* seq_cst: against polling_ (progress) */
     }
     cv_->job.notify_one();
+    if (polling_.load())
+        wake(wake_fd_);
 }
 
 void Worker::run()
@@ -154,10 +183,17 @@ void Worker::run()
     id_.store(std::this_thread::get_id(), std::memory_order_release);
     for (;;) {
         Job job;
-        spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
+        if (posted_.empty())
+            spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
         {
             std::unique_lock<std::mutex> lock(qmutex_);
-            cv_->job.wait(lock, [this] { return stop_ || !queue_.empty(); });
+            if (posted_.empty())
+                cv_->job.wait(lock, [this] { return stop_ || !queue_.empty(); });
+            if (queue_.empty() && !posted_.empty()) {
+                lock.unlock(); /* requests out, no new job: drive them (a job wakes it) */
+                progress();
+                continue;
+            }
             if (queue_.empty()) { /* stopping, and every queued job ran */
                 exited_ = true;
                 cv_->exited.notify_all();
@@ -167,11 +203,127 @@ void Worker::run()
             queue_.pop_front();
             queued_.fetch_sub(1, std::memory_order_relaxed);
         }
-        if (job.part)
+        if (job.post)
+            post(job);
+        else if (job.part)
             run_p2p(std::move(job));
         else
             execute(job);
     }
+}
+
+uint64_t Worker::post(Job &job)
+{
+    if (wake_fd_.load() < 0) {
+        const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        wake_fd_.store(fd); /* -1 when none could be made: each wait then lasts kPollMs */
+    }
+    Posted p;
+    const uint64_t id = p.id = ++posts_;
+    p.works = std::move(job.works);
+    p.staging = std::make_unique<Staging>("send/recv");
+    p.staging->post_requests();
+    for (auto &w : p.works)
+        w->mark_started();
+    try {
+        at::NoGradGuard no_grad;
+        if (comm_->aborted())
+            TORCH_CHECK(false, "kcoll: the communicator of this process group was ", why_gone());
+        job.part(*p.staging);
+    } catch (...) {
+        p.error = std::current_exception();
+    }
+    if (settle(p)) /* a small send is usually complete already */
+        finish(p);
+    else
+        posted_.push_back(std::move(p));
+    return id;
+}
+
+void Worker::progress()
+{
+    const int fd = wake_fd_.load();
+    /* push() counts its job, then wakes the worker if polling_ is set; the worker sets polling_,
+     * then looks at the count: one of them sees the other (both seq_cst) */
+    polling_.store(true);
+    if (queued_.load() > 0) {
+        polling_.store(false);
+        return; /* a job first */
+    }
+    const coll_result_t r = coll_comm_progress(comm_->get(), kPollMs, fd);
+    polling_.store(false);
+    uint64_t n = 0;
+    if (fd >= 0 && read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN) {
+        /* nothing was written: nothing to clear */
+    }
+    if (r == COLL_ERR_INVALID_USAGE) { /* a device call of this communicator runs elsewhere */
+        std::this_thread::yield();
+        return;
+    }
+    std::vector<Posted> done; /* completed outside the loop: a callback may post again */
+    if (r != COLL_SUCCESS) {
+        std::exception_ptr e;
+        try {
+            /* aborted while no call ran (the handle is gone): the group's own account */
+            if (comm_->aborted() && r == COLL_ERR_INVALID_ARGUMENT)
+                TORCH_CHECK(false, "kcoll: the communicator of this process group was ",
+                            why_gone());
+            fail("send/recv", r);
+        } catch (...) {
+            e = std::current_exception();
+        }
+        for (auto &p : posted_) {
+            p.error = e;
+            done.push_back(std::move(p));
+        }
+        posted_.clear();
+    } else {
+        for (auto it = posted_.begin(); it != posted_.end();) {
+            if (!settle(*it)) {
+                ++it;
+                continue;
+            }
+            done.push_back(std::move(*it));
+            it = posted_.erase(it);
+        }
+    }
+    for (auto &p : done)
+        finish(p);
+}
+
+bool Worker::settle(Posted &p)
+{
+    const auto &reqs = p.staging->requests();
+    for (; p.next < reqs.size(); p.next++) {
+        int done = 0;
+        const coll_result_t r = coll_test(reqs[p.next], &done);
+        if (r == COLL_ERR_INVALID_USAGE) /* busy in another thread: later */
+            return false;
+        if (r != COLL_SUCCESS) { /* the communicator failed: no request of it moves again */
+            try {
+                fail("send/recv", r);
+            } catch (...) {
+                p.error = std::current_exception();
+            }
+            return true;
+        }
+        if (!done)
+            return false;
+    }
+    if (!p.error) {
+        try {
+            p.staging->finish(); /* the strided outputs */
+        } catch (...) {
+            p.error = std::current_exception();
+        }
+    }
+    return true;
+}
+
+void Worker::finish(Posted &p)
+{
+    for (auto &w : p.works)
+        w->complete(p.error);
 }
 
 void Worker::run_p2p(Job first)

@@ -2,7 +2,10 @@
  * A worker of a kcoll process group: one thread that runs the group's jobs of one kind (each one
  * or more coll_* calls; collectives on one worker, point-to-point on another) in the order they
  * were issued, the same on every rank, and completes their Work objects. A job on device tensors
- * runs with the stream that was current where it was issued.
+ * runs with the stream that was current where it was issued. Point-to-point jobs on host tensors
+ * are posted as coll_isend/coll_irecv requests the moment the worker takes them; it then drives
+ * every posted request at once (coll_comm_progress) and completes each job when its requests
+ * have, in whatever order that happens, as Gloo does.
  */
 #ifndef KCOLL_TORCH_WORKER_H
 #define KCOLL_TORCH_WORKER_H
@@ -36,6 +39,8 @@ inline constexpr std::chrono::milliseconds kLinger{10};
  * ring; sockets: the kernel's buffers): run alone, it cannot wait on an operation issued after it
  * (release_held) */
 inline constexpr size_t kSmallSend = 64 * 1024;
+/* The longest one coll_comm_progress call waits (a new job or a stop wakes it earlier) */
+inline constexpr int kPollMs = 100;
 
 class Worker
 {
@@ -53,8 +58,10 @@ class Worker
     void enqueue(std::vector<c10::intrusive_ptr<Work>> works, std::function<void()> fn,
                  c10::optional<c10::Stream> stream);
 
-    /* A send or recv issued alone (isend, irecv, send, recv outside batch_isend_irecv): the
-     * worker holds it back, and the ones issued after it on the same stream join it in one
+    /* A send or recv, or a batch_isend_irecv's (part issues them). On host tensors (no stream)
+     * it is posted at once as requests (post()), and completes when they have. On device
+     * tensors a send or recv issued alone (isend, irecv, send, recv outside batch_isend_irecv):
+     * the worker holds it back, and the ones issued after it on the same stream join it in one
      * coll group, until a wait on (or a look at) one of them, a job of another kind, or
      * kLinger. Gloo's isend does not wait for its recv: in the ring of PyTorch's tutorial
      * (isend to the right, recv from the left, then wait), each rank's send would otherwise
@@ -88,10 +95,31 @@ class Worker
         std::vector<c10::intrusive_ptr<Work>> works;
         std::function<void()> fn;
         c10::optional<c10::Stream> stream;   /* device jobs: the caller's current stream */
-        std::function<void(Staging &)> part; /* a held point-to-point job (fn empty) */
+        std::function<void(Staging &)> part; /* a point-to-point job (fn empty) */
+        bool post = false;                   /* part posts requests (host tensors) */
         bool small_send = false;             /* part is a send of at most kSmallSend bytes */
         uint64_t seq = 0;                    /* its number, from 1 */
     };
+
+    /* A host point-to-point job whose requests are out: its Works complete once every request
+     * has (or the communicator failed). */
+    struct Posted {
+        std::vector<c10::intrusive_ptr<Work>> works;
+        std::unique_ptr<Staging> staging; /* the requests, and the strided tensors' copies */
+        std::exception_ptr error;         /* part threw, maybe after posting some requests */
+        size_t next = 0;                  /* requests before it are complete */
+        uint64_t id = 0;
+    };
+    /* On the worker: part's requests out now, the job among posted_ until they complete;
+     * returns its id */
+    uint64_t post(Job &job);
+    /* Every posted request forward, for at most kPoll or until one completes or a job is
+     * queued; then the jobs whose requests are all complete complete. */
+    void progress();
+    /* Test p's requests: true once all completed, or one failed (p.error set then). */
+    bool settle(Posted &p);
+    /* p's works complete (with p.error): their callbacks run here */
+    void finish(Posted &p);
 
     void check_issuer(const c10::optional<c10::Stream> &stream) const;
     bool on_worker() const; /* called on the worker's thread */
@@ -130,6 +158,12 @@ class Worker
      * the parent's stacks there once they pass its 40 MiB stack cache (SIGSEGV, not exit 0). */
     std::unique_ptr<std::thread> thread_;
     std::atomic<std::thread::id> id_{}; /* the thread's id, once it runs */
+    std::deque<Posted> posted_;         /* the worker's thread alone */
+    uint64_t posts_ = 0;                /* the last Posted's id (the worker's thread alone) */
+    /* An eventfd that push() and stop() write to, so that the worker, waiting in
+     * coll_comm_progress, takes a new job at once; made with the first posted job. */
+    std::atomic<int> wake_fd_{-1};
+    std::atomic<bool> polling_{false}; /* the worker is in (or entering) coll_comm_progress */
 };
 
 } // namespace kcoll
