@@ -604,38 +604,35 @@ class ProcessGroupKcoll : public KCOLL_TORCH_BASE
         });
     }
 
-    /* In a group (st's copies of strided tensors live until it ends); on via, the group's
-     * communicator when null */
+    /* In a group (st's copies of strided tensors live until it ends), or posted as a request
+     * kept in st (st.posting()); on via, the group's communicator when null */
     void send1(Staging &st, const at::Tensor &t, int peer, int tag = 0, coll_comm_t via = nullptr)
     {
-        at::Tensor b = st.in(t);
-        const Moved m = moved(b, b.numel());
-        if (st.posting()) {
-            coll_request_t q = nullptr;
-            check(coll_isend(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(), &q),
-                  "coll_isend to rank " + std::to_string(peer));
-            st.add_request(q);
-            return;
-        }
-        check(coll_send_tagged(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(),
-                               stream_of(b)),
-              "coll_send to rank " + std::to_string(peer));
+        one_way(st, st.in(t), true, peer, tag, via ? via : comm());
     }
 
     void recv1(Staging &st, const at::Tensor &t, int peer, int tag = 0, coll_comm_t via = nullptr)
     {
-        at::Tensor b = st.out(t, false);
+        one_way(st, st.out(t, false), false, peer, tag, via ? via : comm());
+    }
+
+    static void one_way(Staging &st, const at::Tensor &b, bool send, int peer, int tag,
+                        coll_comm_t c)
+    {
         const Moved m = moved(b, b.numel());
+        const std::string what =
+            std::string(send ? "send to rank " : "recv from rank ") + std::to_string(peer);
         if (st.posting()) {
             coll_request_t q = nullptr;
-            check(coll_irecv(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(), &q),
-                  "coll_irecv from rank " + std::to_string(peer));
+            check(send ? coll_isend(b.data_ptr(), m.count, m.dt, peer, tag, c, &q)
+                       : coll_irecv(b.data_ptr(), m.count, m.dt, peer, tag, c, &q),
+                  "coll_i" + what);
             st.add_request(q);
             return;
         }
-        check(coll_recv_tagged(b.data_ptr(), m.count, m.dt, peer, tag, via ? via : comm(),
-                               stream_of(b)),
-              "coll_recv from rank " + std::to_string(peer));
+        check(send ? coll_send_tagged(b.data_ptr(), m.count, m.dt, peer, tag, c, stream_of(b))
+                   : coll_recv_tagged(b.data_ptr(), m.count, m.dt, peer, tag, c, stream_of(b)),
+              "coll_" + what);
     }
 
     /* on: the communicator its job runs on (the group's when null) */
