@@ -42,6 +42,17 @@ static size_t wrong(const unsigned char *p, size_t n, int from, int msg)
     return bad;
 }
 
+/* Every rank reached point `at` (shared memory; the collectives cannot serve while requests are
+ * out), or 20 s passed. */
+static void arrive(mp_ctx_t *ctx, int at)
+{
+    long *count = (long *)ctx->shared + at;
+    mp_add(count, 1);
+    const double end = mp_now() + 20;
+    while (mp_load(count) < ctx->nranks && mp_now() < end)
+        mp_sleep(0.001);
+}
+
 static int ok(coll_result_t rc, const char *what)
 {
     return CHECK_RC(rc, COLL_SUCCESS, "%s", what);
@@ -252,6 +263,25 @@ static void body_ok(mp_ctx_t *ctx)
     coll_result_t ae = COLL_ERR_INTERNAL;
     ok(coll_comm_get_async_error(ctx->comm, &ae), "coll_comm_get_async_error");
     CHECK(ae == COLL_SUCCESS, "async error after the requests: %s", mp_result_name(ae));
+    /* a recv nobody sends: a split is refused, saying why; then the communicator is destroyed
+     * under it, and the request, which outlives it, says so */
+    const int left = (ctx->rank + ctx->nranks - 1) % ctx->nranks;
+    char x[8];
+    coll_request_t late = NULL;
+    coll_comm_t child = NULL;
+    int d = 0;
+    ok(coll_irecv(x, sizeof(x), COLL_UINT8, left, 9, ctx->comm, &late), "irecv never sent");
+    CHECK_RC(coll_comm_split(ctx->comm, 0, ctx->rank, &child), COLL_ERR_INVALID_USAGE,
+             "coll_comm_split with a request outstanding");
+    CHECK(mp_contains(coll_get_last_error(), "coll_comm_split on a communicator with 1"),
+          "the split's refusal: %s", coll_get_last_error());
+    arrive(ctx, 0); /* no rank closes its connections before every one posted its recv */
+    ok(coll_comm_destroy(ctx->comm), "destroy with a request outstanding");
+    ctx->comm = NULL;
+    CHECK_RC(coll_test(late, &d), COLL_ERR_ABORTED, "test of a request whose communicator is gone");
+    CHECK(d == 1 && mp_contains(coll_get_last_error(), "destroyed or aborted before the request"),
+          "done %d: %s", d, coll_get_last_error());
+    coll_request_free(late);
 }
 
 static void *abort_later(void *arg)
@@ -281,12 +311,14 @@ static void body_fail(mp_ctx_t *ctx, const char *mode)
             CHECK(mp_contains(coll_get_last_error(), "tag"), "the mismatch names the tags: %s",
                   coll_get_last_error());
         }
+        arrive(ctx, 1); /* rank 1 aborts (fatal) only once rank 0 has seen the mismatch */
         ctx->fatal = 1;
         coll_request_free(rr);
         coll_request_free(rs);
         return;
     }
     ok(coll_irecv(buf, sizeof(buf), COLL_UINT8, peer, 0, ctx->comm, &rr), "irecv");
+    arrive(ctx, 2); /* both recvs are posted before anything fails */
     pthread_t t;
     const bool aborter = strcmp(mode, "abort") == 0 && ctx->rank == 0;
     if (aborter && pthread_create(&t, NULL, abort_later, ctx->comm) != 0) {
