@@ -8,7 +8,8 @@ MASTER_PORT, the store path):
     inherited rank 2's sockets; before kcoll's fork handler, the others waited for them to end);
   * wait(timeout=2 s) on an all_reduce that the peer has not joined raises within WAIT_LIMIT
     seconds naming the operation and the rank it waited on (before 29 Nov 2026, no rank); the
-    late peer then raises too instead of hanging;
+    late peer then raises too instead of hanging; the same for an irecv whose send comes 4 s
+    late (a posted request; before its fix on 29 Nov 2026 the message named no rank);
   * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
     late fails by itself within GROUP_LIMIT seconds, with kcoll's message naming the late rank:
     the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s);
@@ -157,6 +158,8 @@ def main():
     _, line1 = raised_after(outs[1][1])
     print("wait: rank 1: exit %s: %s" % (outs[1][0], line1 or outs[1][1][-1500:]))
     ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])
+    rank0_raised(ck, "wait_p2p", WAIT_LIMIT, "an irecv's wait(timeout=2 s) raised",
+                 ("recv from rank 1", "2000 ms", "waiting on rank 1 (pid"))
     rank0_raised(ck, "group", GROUP_LIMIT,
                  "all_reduce failed by itself (the group's 2 s timeout is kcoll's deadline)",
                  ("COLL_TIMEOUT", "rank 1"))

@@ -119,6 +119,23 @@ def wait_mode(rank):
     return late_peer(rank, lambda w, t0: w.wait(timeout=timedelta(seconds=2)))
 
 
+def wait_p2p_mode(rank):
+    """Rank 0's irecv from rank 1, which sends 4 s late: its wait(timeout=2 s) must name rank 1
+    (the posted recv's abort, before 29 Nov 2026: a message without the rank)."""
+    t0 = time.time()
+    try:
+        if rank == 0:
+            dist.irecv(torch.zeros(4), 1).wait(timeout=timedelta(seconds=2))
+        else:
+            time.sleep(4)
+            dist.send(torch.ones(4), 0)
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        return 3
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    return 1 if rank == 0 else 0
+
+
 def group_mode(rank):
     def poll_then_wait(w, t0):
         while not w.is_completed() and time.time() - t0 < 30:
@@ -282,7 +299,7 @@ def main():
     rank = dist.get_rank()
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
           "group": group_mode, "interrupt": interrupt_mode, "abort": abort_mode,
-          "shutdown": shutdown_mode, "abort_p2p": abort_p2p_mode,
+          "shutdown": shutdown_mode, "abort_p2p": abort_p2p_mode, "wait_p2p": wait_p2p_mode,
           "interrupt_exit": interrupt_exit_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for

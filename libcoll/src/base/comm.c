@@ -254,6 +254,13 @@ static struct coll_comm *registry_find(coll_comm_t handle, bool *inherited)
     return c;
 }
 
+struct coll_comm *colli_comm_find(coll_comm_t handle)
+{
+    bool inherited = false;
+    struct coll_comm *c = handle != NULL ? registry_find(handle, &inherited) : NULL;
+    return inherited ? NULL : c;
+}
+
 coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm)
 {
     if (handle == NULL)

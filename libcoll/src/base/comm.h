@@ -118,6 +118,9 @@ struct coll_comm {
  * handle is detected. Lookup returns the comm or an error naming the problem. */
 coll_result_t colli_comm_register(struct coll_comm *comm, coll_comm_t *handle);
 coll_result_t colli_comm_lookup(coll_comm_t handle, struct coll_comm **comm);
+/* The live communicator of handle in this process, or NULL, saying nothing (for cleanup paths
+ * where a handle that is gone is expected). */
+struct coll_comm *colli_comm_find(coll_comm_t handle);
 void colli_comm_unregister(coll_comm_t handle);
 /* In a process forked after handle's communicator was made (lookup refuses it there): unregister
  * the handle without touching the communicator (its threads, locks and connections are the

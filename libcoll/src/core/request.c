@@ -151,8 +151,8 @@ void coll_request_free(coll_request_t r)
 {
     if (r == NULL)
         return;
-    struct coll_comm *comm;
-    if (!r->done && r->ref.idx >= 0 && colli_comm_lookup(r->handle, &comm) == COLL_SUCCESS)
+    struct coll_comm *comm = r->done || r->ref.idx < 0 ? NULL : colli_comm_find(r->handle);
+    if (comm != NULL) /* a communicator destroyed or aborted since took the request along */
         colli_p2p_detach(comm, r->ref);
     free(r->msg);
     free(r);

@@ -122,7 +122,10 @@ static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_unti
             break;
         }
         if (until->deadline > 0 && colli_now() >= until->deadline) {
-            status = COLL_IN_PROGRESS;
+            /* an abort that came while it slept is this call's to report: the next call would
+             * find the communicator gone, without the ranks it waited on */
+            status = __atomic_load_n(&comm->abort_req, __ATOMIC_ACQUIRE) ? aborted_error(op)
+                                                                         : COLL_IN_PROGRESS;
             break;
         }
         if (progressed || local_copy_step(op, (size_t)comm->members[0].chunk_size)) {

@@ -301,6 +301,10 @@ bool Worker::settle(Posted &p)
             return false;
         if (r != COLL_SUCCESS) { /* the communicator failed: no request of it moves again */
             try {
+                /* aborted between two calls: the handle is gone, the group knows why */
+                if (comm_->aborted())
+                    TORCH_CHECK(false, "kcoll: the communicator of this process group was ",
+                                why_gone());
                 fail("send/recv", r);
             } catch (...) {
                 p.error = std::current_exception();
