@@ -7,7 +7,9 @@
  *            collective refused while requests are outstanding, and the argument errors;
  *   abort:   rank 0 waits on a recv rank 1 never sends; another thread aborts rank 0's
  *            communicator: the wait ends with COLL_ERR_ABORTED naming rank 1, and rank 1's
- *            request fails naming rank 0;
+ *            request fails naming rank 0; abort_progress: the same with rank 0 in
+ *            coll_comm_progress calls of 50 ms (the abort must end the call it comes in, not
+ *            be left to the next one, which would find the communicator gone);
  *   timeout: the same recv under COLL_TIMEOUT: COLL_ERR_TIMEOUT naming rank 1, in time;
  *   tag:     a recv whose tag differs from its send's: COLL_ERR_MISMATCH naming both tags.
  * Without requests, the first ring deadlocks: each rank's recv would hold back its send.
@@ -320,7 +322,7 @@ static void body_fail(mp_ctx_t *ctx, const char *mode)
     ok(coll_irecv(buf, sizeof(buf), COLL_UINT8, peer, 0, ctx->comm, &rr), "irecv");
     arrive(ctx, 2); /* both recvs are posted before anything fails */
     pthread_t t;
-    const bool aborter = strcmp(mode, "abort") == 0 && ctx->rank == 0;
+    const bool aborts = strncmp(mode, "abort", 5) == 0, aborter = aborts && ctx->rank == 0;
     if (aborter && pthread_create(&t, NULL, abort_later, ctx->comm) != 0) {
         mp_fail("pthread_create");
         return;
@@ -332,7 +334,12 @@ static void body_fail(mp_ctx_t *ctx, const char *mode)
         ctx->fatal = 1;
         return;
     }
-    coll_result_t rc = coll_wait(rr);
+    coll_result_t rc = COLL_SUCCESS;
+    if (aborter && strcmp(mode, "abort_progress") == 0) /* calls that each sleep up to 50 ms */
+        while (rc == COLL_SUCCESS && mp_now() - t0 < 10)
+            rc = coll_comm_progress(ctx->comm, 50, -1);
+    else
+        rc = coll_wait(rr);
     const double took = mp_now() - t0;
     const char *msg = coll_get_last_error();
     if (aborter) {
@@ -344,7 +351,7 @@ static void body_fail(mp_ctx_t *ctx, const char *mode)
         int d = 0; /* the communicator is gone: the request says so */
         CHECK_RC(coll_test(rr, &d), COLL_ERR_ABORTED, "test after the abort");
         CHECK(d == 1, "a request of an aborted communicator is not done");
-    } else if (strcmp(mode, "abort") == 0) {
+    } else if (aborts) {
         CHECK(rc == COLL_ERR_REMOTE || rc == COLL_ERR_ABORTED,
               "rank 1's request after rank 0 aborted: %s", mp_result_name(rc));
         CHECK(mp_mentions_rank(msg, 0), "rank 1's error names rank 0: %s", msg);
@@ -372,7 +379,7 @@ int main(int argc, char **argv)
 {
     mp_init();
     if (argc < 3) {
-        fprintf(stderr, "usage: %s ok|abort|timeout|tag <nranks>\n", argv[0]);
+        fprintf(stderr, "usage: %s ok|abort|abort_progress|timeout|tag <nranks>\n", argv[0]);
         return 2;
     }
     g_mode = argv[1];
