@@ -119,19 +119,29 @@ void colli_op_cache_free(struct coll_comm *comm)
     comm->spare_op = NULL;
 }
 
+/* arr (n used of *cap elements of elt bytes) with room for one more: arr itself, or a copy
+ * twice its size (first elements when empty; *cap updated); NULL, arr unchanged, when memory is
+ * short */
+static void *room_for_one(void *arr, int n, int *cap, size_t elt, int first)
+{
+    if (n < *cap)
+        return arr;
+    int ncap = *cap ? *cap * 2 : first;
+    void *p = realloc(arr, (size_t)ncap * elt);
+    if (p != NULL)
+        *cap = ncap;
+    return p;
+}
+
 int colli_op_add_fp(colli_op_t *op, int coll, coll_datatype_t dt, coll_op_t redop, int root,
                     uint64_t count, uint64_t seq)
 {
-    if (op->nfps == op->fpcap) {
-        int cap = op->fpcap ? op->fpcap * 2 : 4;
-        colli_fp_t *n = realloc(op->fps, (size_t)cap * sizeof(*n));
-        if (n == NULL) {
-            op->oom = true;
-            return op->cur_fp;
-        }
-        op->fps = n;
-        op->fpcap = cap;
+    colli_fp_t *fps = room_for_one(op->fps, op->nfps, &op->fpcap, sizeof(*fps), 4);
+    if (fps == NULL) {
+        op->oom = true;
+        return op->cur_fp;
     }
+    op->fps = fps;
     op->fps[op->nfps] = (colli_fp_t){.coll = (uint8_t)coll,
                                      .dtype = (uint8_t)dt,
                                      .op = (uint8_t)redop,
@@ -157,18 +167,15 @@ static int lane_for(colli_op_t *op, int peer, int stream, bool send)
         if (l->peer == peer && l->stream == stream && l->send == send)
             return i;
     }
-    if (op->nlanes == op->cap) {
-        int cap = op->cap ? op->cap * 2 : 8;
-        colli_lane_t *n = realloc(op->lanes, (size_t)cap * sizeof(*n));
-        if (n == NULL)
-            return -1;
-        for (int i = op->cap; i < cap; i++) {
-            n[i].units = NULL;
-            n[i].cap = 0;
-        }
-        op->lanes = n;
-        op->cap = cap;
+    const int old = op->cap;
+    colli_lane_t *lanes = room_for_one(op->lanes, op->nlanes, &op->cap, sizeof(*lanes), 8);
+    if (lanes == NULL)
+        return -1;
+    for (int i = old; i < op->cap; i++) { /* new room: no unit arrays yet */
+        lanes[i].units = NULL;
+        lanes[i].cap = 0;
     }
+    op->lanes = lanes;
     colli_lane_t *l = &op->lanes[op->nlanes];
     colli_unit_t *units = l->units; /* kept from an earlier op */
     int ucap = l->cap;
@@ -199,16 +206,12 @@ static colli_dep_t add_unit(colli_op_t *op, int peer, bool send, colli_unit_t u)
         return COLLI_NO_DEP;
     }
     colli_lane_t *l = &op->lanes[li];
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 8;
-        colli_unit_t *n = realloc(l->units, (size_t)cap * sizeof(*n));
-        if (n == NULL) {
-            op->oom = true;
-            return COLLI_NO_DEP;
-        }
-        l->units = n;
-        l->cap = cap;
+    colli_unit_t *units = room_for_one(l->units, l->n, &l->cap, sizeof(*units), 8);
+    if (units == NULL) {
+        op->oom = true;
+        return COLLI_NO_DEP;
     }
+    l->units = units;
     if (l->done == l->n) /* a new lane, or one of a pending op that had finished */
         op->lanes_left++;
     if (u.req != 0)
@@ -283,14 +286,10 @@ int colli_op_req_new(colli_op_t *op)
             op->recs[i].detached = false;
             return i;
         }
-    if (op->nrecs == op->reccap) {
-        int cap = op->reccap ? op->reccap * 2 : 16;
-        colli_req_rec_t *n = realloc(op->recs, (size_t)cap * sizeof(*n));
-        if (n == NULL)
-            return -1;
-        op->recs = n;
-        op->reccap = cap;
-    }
+    colli_req_rec_t *recs = room_for_one(op->recs, op->nrecs, &op->reccap, sizeof(*recs), 16);
+    if (recs == NULL)
+        return -1;
+    op->recs = recs;
     op->recs[op->nrecs] = (colli_req_rec_t){.left = 0, .gen = 1, .detached = false};
     return op->nrecs++;
 }
