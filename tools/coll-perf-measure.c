@@ -87,6 +87,16 @@ static void run_once(struct ctx *c, enum kind k, const struct shape *s, coll_dat
     case K_ALL_TO_ALL:
         CHECK(c, coll_all_to_all(send, recv, s->count, dt, c->comm, st));
         break;
+    case K_ISENDRECV: {
+        coll_request_t out = NULL, in = NULL;
+        CHECK(c, coll_isend(send, s->count, dt, next, 0, c->comm, &out));
+        CHECK(c, coll_irecv(recv, s->count, dt, prev, 0, c->comm, &in));
+        CHECK(c, coll_wait(in));
+        CHECK(c, coll_wait(out));
+        coll_request_free(in);
+        coll_request_free(out);
+        break;
+    }
     default:
         CHECK(c, coll_group_start());
         CHECK(c, coll_send(send, s->count, dt, next, c->comm, st));

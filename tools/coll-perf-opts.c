@@ -18,6 +18,7 @@ const struct perf_kind perf_kinds[K_NUM] = {
     [K_REDUCE] = {"reduce", 1, 1, 1},
     [K_ALL_TO_ALL] = {"all_to_all", 0, 0, 0},
     [K_SENDRECV] = {"sendrecv", 0, 0, 0},
+    [K_ISENDRECV] = {"isendrecv", 0, 0, 0},
 };
 
 const char *const perf_dt_names[COLL_NUM_DATATYPES] = {
@@ -95,7 +96,9 @@ static void usage(FILE *f, const char *prog)
         f,
         "usage: coll-run -n N [--agent] %s [options]\n"
         "  -C, --collective NAME   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
-        "                          all_to_all, sendrecv or all (default all_reduce)\n"
+        "                          all_to_all, sendrecv, isendrecv (sendrecv's exchange as\n"
+        "                          non-blocking requests; host buffers) or all (default\n"
+        "                          all_reduce)\n"
         "  -b, --minbytes SIZE     smallest total size, K/M/G suffixes (default 32M)\n"
         "  -e, --maxbytes SIZE     largest total size (default 32M)\n"
         "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"

@@ -21,6 +21,7 @@ enum kind {
     K_REDUCE,
     K_ALL_TO_ALL,
     K_SENDRECV,
+    K_ISENDRECV, /* the same ring exchange as coll_isend + coll_irecv requests (host buffers) */
     K_NUM
 };
 
