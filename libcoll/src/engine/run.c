@@ -104,13 +104,14 @@ static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_unti
     const double timeout = comm->cfg.timeout;
     /* a line every 30 s of waiting (every third of a short COLL_TIMEOUT), never at 0 */
     const double every = timeout / 3 < 1.0 ? 1.0 : (timeout / 3 > 30.0 ? 30.0 : timeout / 3);
-    if (d->last == 0) {
-        d->last = colli_now();
+    /* progress (or the start) since the clock was last read: a fresh drive reads it only when
+     * it first waits, as a blocking call that never waits need not */
+    bool stamp = d->last == 0;
+    if (stamp) {
         d->next_warn = every;
         d->grace_end = 0;
     }
     unsigned idle_passes = 0;
-    bool stamp = false; /* progress since the clock was last read */
     coll_result_t status = COLL_SUCCESS;
     while (op->lanes_left > 0) {
         bool progressed = false;
@@ -187,7 +188,7 @@ static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_unti
         if (status != COLL_SUCCESS)
             break;
     }
-    if (stamp)
+    if (stamp && status == COLL_IN_PROGRESS) /* driven again later: keep when it last moved */
         d->last = colli_now();
     return status;
 }
