@@ -607,6 +607,37 @@ def worker(rank, world):
         req.wait()
         ck(bool((got == (rank - 1) % world).all()),
            "4 MiB isend, 0.1 s, irecv (ring): got %s" % got[:2].tolist())
+    # a then() callback on a recv's future (it runs on the point-to-point worker) receives again
+    # and waits, while the main thread issues an exchange with rank 2: the callback's recv must
+    # complete (the worker drives it itself, inside the callback) and the exchange after it
+    if world >= 3 and rank < 3:
+        if rank == 0:
+            got, late, x = torch.zeros(4), {}, torch.zeros(4)
+
+            def again(fut):
+                out = torch.zeros(4)
+                dist.irecv(out, 1, tag=5).wait()
+                late["v"] = out
+                return out
+            fut = dist.irecv(got, 1).get_future().then(again)
+            time.sleep(0.1)
+            q = dist.irecv(x, 2)
+            dist.send(torch.full((4,), 7.0), 2)
+            q.wait()
+            fut.wait()
+            ck(bool((got == 1).all()) and bool((late["v"] == 11).all()) and bool((x == 2).all()),
+               "a callback's recv with an exchange queued behind it: %s %s %s"
+               % (got.tolist(), late["v"].tolist(), x.tolist()))
+        elif rank == 1:
+            dist.send(torch.full((4,), 1.0), 0)
+            time.sleep(0.4)
+            dist.send(torch.full((4,), 11.0), 0, tag=5)
+        else:
+            y = torch.zeros(4)
+            r = dist.irecv(y, 0)
+            dist.send(torch.full((4,), 2.0), 0)
+            r.wait()
+            ck(bool((y == 7).all()), "the exchange queued behind a callback: %s" % y.tolist())
     # point-to-point runs apart from the collectives, as on Gloo and ProcessGroupNCCL: rank 0
     # irecv then all_reduce, rank 1 all_reduce then send (4 MiB: past what a transport buffers).
     # Before 29 Nov 2026 both were jobs of one worker, in issue order, and this raised a

@@ -155,7 +155,7 @@ void Worker::push(Job job)
         const uint64_t id = post(job);
         while (std::any_of(posted_.begin(), posted_.end(),
                            [id](const Posted &p) { return p.id == id; }))
-            progress();
+            progress(false); /* the queued jobs wait for this callback to return */
         return;
     }
     {
@@ -240,13 +240,13 @@ uint64_t Worker::post(Job &job)
     return id;
 }
 
-void Worker::progress()
+void Worker::progress(bool jobs_first)
 {
     const int fd = wake_fd_.load();
     /* push() counts its job, then wakes the worker if polling_ is set; the worker sets polling_,
      * then looks at the count: one of them sees the other (both seq_cst) */
     polling_.store(true);
-    if (queued_.load() > 0) {
+    if (jobs_first && queued_.load() > 0) {
         polling_.store(false);
         return; /* a job first */
     }

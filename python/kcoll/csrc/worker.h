@@ -113,9 +113,10 @@ class Worker
     /* On the worker: part's requests out now, the job among posted_ until they complete;
      * returns its id */
     uint64_t post(Job &job);
-    /* Every posted request forward, for at most kPoll or until one completes or a job is
-     * queued; then the jobs whose requests are all complete complete. */
-    void progress();
+    /* Every posted request forward, for at most kPollMs or until one completes or a job is
+     * queued (jobs_first: at once when one is queued already); then the jobs whose requests are
+     * all complete complete. */
+    void progress(bool jobs_first = true);
     /* Test p's requests: true once all completed, or one failed (p.error set then). */
     bool settle(Posted &p);
     /* p's works complete (with p.error): their callbacks run here */
