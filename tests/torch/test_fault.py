@@ -10,6 +10,9 @@ MASTER_PORT, the store path):
     seconds naming the operation and the rank it waited on (before 29 Nov 2026, no rank); the
     late peer then raises too instead of hanging; the same for an irecv whose send comes 4 s
     late (a posted request; before its fix on 29 Nov 2026 the message named no rank);
+  * kcoll.abort() while the point-to-point worker runs a completion callback, with an irecv
+    posted: its wait raises within ABORT_LIMIT seconds saying the group was aborted (before
+    its fix on 29 Nov 2026 the worker spun on the gone communicator, writing a warning per try);
   * with the group's timeout at 2 s and COLL_TIMEOUT unset, an all_reduce the peer joins 6 s
     late fails by itself within GROUP_LIMIT seconds, with kcoll's message naming the late rank:
     the group's timeout is kcoll's deadline (before, COLL_TIMEOUT's 300 s);
@@ -160,6 +163,11 @@ def main():
     ck(outs[1][0] == 3, "the late rank 1 raised instead of hanging\n%s" % outs[1][1][-2000:])
     rank0_raised(ck, "wait_p2p", WAIT_LIMIT, "an irecv's wait(timeout=2 s) raised",
                  ("recv from rank 1", "2000 ms", "waiting on rank 1 (pid"))
+    outs = rank0_raised(ck, "abort_idle", ABORT_LIMIT,
+                        "a posted irecv's wait raised after kcoll.abort() during a callback",
+                        ("this process group was aborted",))
+    ck(len(outs[0][1]) < 20000, "abort_idle: rank 0 wrote %d bytes (a worker spinning on the "
+       "gone communicator logs a line per try)" % len(outs[0][1]))
     rank0_raised(ck, "group", GROUP_LIMIT,
                  "all_reduce failed by itself (the group's 2 s timeout is kcoll's deadline)",
                  ("COLL_TIMEOUT", "rank 1"))

@@ -205,6 +205,31 @@ def abort_p2p_mode(rank):
     return 3 if raised == 2 else 1
 
 
+def abort_idle_mode(rank):
+    """kcoll.abort() while the point-to-point worker is in a completion callback, not in a call,
+    with an irecv still posted: that irecv's wait must raise at once, saying the group was
+    aborted (before its fix on 29 Nov 2026 the worker spun on the gone communicator and the
+    wait ran to its timeout)."""
+    t0 = time.time()
+    if rank == 1:
+        time.sleep(0.2)  # rank 0 has posted both irecvs by then
+        dist.send(torch.ones(4), 0)
+        time.sleep(4)
+        return 0
+    first = dist.irecv(torch.zeros(4), 1)
+    first.get_future().then(lambda f: time.sleep(1.0))  # the worker sits here for 1 s
+    second = dist.irecv(torch.zeros(4), 1)  # never sent
+    time.sleep(0.5)
+    kcoll.abort()
+    try:
+        second.wait(timeout=timedelta(seconds=5))
+    except RuntimeError as e:
+        print("RAISED after %.1f s: %s" % (time.time() - t0, e), flush=True)
+        return 3
+    print("NOT RAISED after %.1f s" % (time.time() - t0), flush=True)
+    return 1
+
+
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
@@ -300,6 +325,7 @@ def main():
     rc = {"kill": kill_mode, "fork": lambda r: kill_mode(r, forked=True), "wait": wait_mode,
           "group": group_mode, "interrupt": interrupt_mode, "abort": abort_mode,
           "shutdown": shutdown_mode, "abort_p2p": abort_p2p_mode, "wait_p2p": wait_p2p_mode,
+          "abort_idle": abort_idle_mode,
           "interrupt_exit": interrupt_exit_mode}[mode](rank)
     sys.stdout.flush()
     os._exit(rc)  # the group is broken on purpose: no orderly teardown to wait for

@@ -250,13 +250,18 @@ void Worker::progress(bool jobs_first)
         polling_.store(false);
         return; /* a job first */
     }
-    const coll_result_t r = coll_comm_progress(comm_->get(), kPollMs, fd);
+    /* let go of already (abort, shutdown while a callback ran): no call on the gone handle */
+    const coll_result_t r =
+        comm_->aborted() ? COLL_ERR_INVALID_USAGE : coll_comm_progress(comm_->get(), kPollMs, fd);
     polling_.store(false);
     uint64_t n = 0;
     if (fd >= 0 && read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN) {
         /* nothing was written: nothing to clear */
     }
-    if (r == COLL_ERR_INVALID_USAGE) { /* a device call of this communicator runs elsewhere */
+    /* the group let go of the communicator (abort, shutdown) while no call ran: the handle is
+     * gone, and every call on it fails at once; never try again */
+    const bool gone = r != COLL_SUCCESS && r != COLL_ERR_ABORTED && comm_->aborted();
+    if (r == COLL_ERR_INVALID_USAGE && !gone) { /* a device call of this communicator runs */
         std::this_thread::yield();
         return;
     }
@@ -264,8 +269,7 @@ void Worker::progress(bool jobs_first)
     if (r != COLL_SUCCESS) {
         std::exception_ptr e;
         try {
-            /* aborted while no call ran (the handle is gone): the group's own account */
-            if (comm_->aborted() && r == COLL_ERR_INVALID_ARGUMENT)
+            if (gone)
                 TORCH_CHECK(false, "kcoll: the communicator of this process group was ",
                             why_gone());
             fail("send/recv", r);
