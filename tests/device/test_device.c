@@ -34,6 +34,7 @@
 #include "dev_test.h"
 
 #define HOLD_FLAG(r) (&ctx->sh->user[8 + (r)]) /* set: the hold on rank r's stream ends */
+#define PAST_BARRIER (&ctx->sh->user[40])      /* ranks whose barrier all_reduce returned */
 
 /* Does this run take CUDA IPC between the ranks (COLL_CUDA_IPC, default 1; not with one
  * hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1)? */
@@ -588,6 +589,11 @@ static void abort_body(dh_ctx_t *ctx)
     int one = 1, sum = 0;
     CHECK_RC(coll_all_reduce(&one, &sum, 1, COLL_INT32, COLL_SUM, comm, NULL), COLL_SUCCESS,
              coll_get_last_error(), "rank %d: all created", me);
+    /* and every rank's all_reduce returned: a rank whose part ended first and aborted at once
+     * failed a peer still reading that all_reduce (seen once in CI, 29 Nov 2026) */
+    dh_add(PAST_BARRIER, 1);
+    for (double end = dh_now() + 30; dh_load(PAST_BARRIER) < ctx->nranks && dh_now() < end;)
+        dh_sleep(0.001);
     float *d2 = dev_filled(o, count, me, s), *h;
     long bad;
     hold_t hold = {HOLD_FLAG(me), 30.0};
