@@ -61,13 +61,15 @@ def torchrun(ck, nodes, per_node):
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env, stdin=subprocess.DEVNULL) for _ in range(nodes)]
     out = ""
+    end = time.time() + 60  # 8-11 s idle; a CI run once passed 90 s here (07:18 UTC, 29 Nov)
     for p in procs:
         try:
-            out += p.communicate(timeout=150)[0]
+            out += p.communicate(timeout=max(end - time.time(), 1))[0]
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            out += p.communicate()[0]
+            out += p.communicate()[0] + "\n(HUNG: killed after 60 s)"
+            print("%s: hung; its output:\n%s" % (how, out[-6000:]))
     shutil.rmtree(tmp, ignore_errors=True)
     print("%s: exit %s in %.1f s" % (how, [p.returncode for p in procs], time.time() - t0))
     ck(all(p.returncode == 0 for p in procs), "%s: every torchrun exits 0\n%s" % (how, out[-4000:]))
