@@ -433,7 +433,8 @@ COLL_API coll_result_t coll_wait(coll_request_t request);
  *  at most 600000) passed. Returns COLL_SUCCESS unless the communicator failed. */
 COLL_API coll_result_t coll_comm_progress(coll_comm_t comm, int timeout_ms, int wake_fd);
 /** Free the handle (NULL: nothing). A request not complete yet still completes, as its
- *  communicator's calls move it; its buffer is in use until then. */
+ *  communicator's calls move it; its buffer is in use until then. A collective or split with
+ *  only freed requests outstanding first drives them until they complete. */
 COLL_API void coll_request_free(coll_request_t request);
 
 /**

@@ -181,7 +181,8 @@ static void joined(mp_ctx_t *ctx)
     ok(coll_wait(rr), "the request the send joined");
     CHECK(wrong(r, B, left, 90) == 0, "recv joined by a blocking send: wrong data");
     coll_request_free(rr);
-    /* a recv whose handle is freed at once still lands; the next message proves it arrived */
+    /* a recv whose handle is freed at once still lands: a collective completes it first (the
+     * next message's completion does not prove it, on several streams) */
     memset(r, 0, B);
     ok(coll_irecv(r, B, COLL_UINT8, left, 0, ctx->comm, &rr), "irecv then free");
     coll_request_free(rr);
@@ -189,11 +190,39 @@ static void joined(mp_ctx_t *ctx)
     ok(coll_send(s, B, COLL_UINT8, right, ctx->comm, NULL), "send to the freed recv");
     ok(coll_send_tagged(s, 16, COLL_UINT8, right, 1, ctx->comm, NULL), "send after it");
     ok(coll_wait(rr2), "the recv after a freed one");
+    int v = 1;
+    ok(coll_all_reduce(&v, &v, 1, COLL_INT32, COLL_SUM, ctx->comm, NULL),
+       "all_reduce after a freed request");
+    CHECK(v == n, "all_reduce after a freed request: %d, not %d", v, n);
     CHECK(wrong(r, B, left, 90) == 0, "a freed recv request: wrong data");
     coll_request_free(rr2);
     free(s);
     free(r);
     free(r2);
+}
+
+/* Rank 1 sends 32 MiB to rank 0 and both free their requests before either completes: the
+ * all_reduce that follows completes them first (a freed request cannot be waited on). */
+static void freed_then_collective(mp_ctx_t *ctx)
+{
+    enum { B = 32 << 20 };
+    unsigned char *buf = calloc(1, B);
+    coll_request_t rq = NULL;
+    if (ctx->rank == 1)
+        fill(buf, B, 1, 95);
+    if (ctx->rank == 0)
+        ok(coll_irecv(buf, B, COLL_UINT8, 1, 0, ctx->comm, &rq), "irecv to be freed");
+    arrive(ctx, 4); /* the send cannot have completed before its recv was freed */
+    if (ctx->rank == 1)
+        ok(coll_isend(buf, B, COLL_UINT8, 0, 0, ctx->comm, &rq), "isend to be freed");
+    coll_request_free(rq);
+    int v = 1;
+    ok(coll_all_reduce(&v, &v, 1, COLL_INT32, COLL_SUM, ctx->comm, NULL),
+       "all_reduce after freed requests");
+    CHECK(v == ctx->nranks, "all_reduce after freed requests: %d, not %d", v, ctx->nranks);
+    if (ctx->rank == 0)
+        CHECK(wrong(buf, B, 1, 95) == 0, "a freed 32 MiB recv: wrong data");
+    free(buf);
 }
 
 /* A collective while a request is outstanding is refused, and runs once it completed; the
@@ -261,6 +290,7 @@ static void body_ok(mp_ctx_t *ctx)
     if (ctx->fatal)
         return;
     joined(ctx);
+    freed_then_collective(ctx);
     refusals(ctx);
     coll_result_t ae = COLL_ERR_INTERNAL;
     ok(coll_comm_get_async_error(ctx->comm, &ae), "coll_comm_get_async_error");
@@ -303,10 +333,13 @@ static void body_fail(mp_ctx_t *ctx, const char *mode)
         return;
     if (strcmp(mode, "tag") == 0) {
         coll_request_t rs = NULL;
+        /* The recv is posted before the send leaves, so the mismatch is found by the wait (a
+         * send already there would fail the irecv itself: a CI run once saw that). */
+        if (ctx->rank == 0)
+            ok(coll_irecv(buf, sizeof(buf), COLL_UINT8, 1, 6, ctx->comm, &rr), "irecv tag 6");
+        arrive(ctx, 3);
         if (ctx->rank == 1)
             ok(coll_isend(buf, sizeof(buf), COLL_UINT8, 0, 5, ctx->comm, &rs), "isend tag 5");
-        else
-            ok(coll_irecv(buf, sizeof(buf), COLL_UINT8, 1, 6, ctx->comm, &rr), "irecv tag 6");
         coll_result_t rc = coll_wait(ctx->rank == 0 ? rr : rs);
         if (ctx->rank == 0) {
             CHECK_RC(rc, COLL_ERR_MISMATCH, "recv of tag 6 from a send of tag 5");

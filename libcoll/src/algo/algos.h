@@ -75,8 +75,12 @@ typedef struct colli_req_ref {
     uint32_t gen;
 } colli_req_ref_t;
 
-/* Requests of comm not complete yet (0 without a pending op). */
-int colli_p2p_outstanding(const struct coll_comm *comm);
+/* Requests of comm not complete yet (0 without a pending op); held: only those whose handle
+ * was not freed. */
+int colli_p2p_outstanding(const struct coll_comm *comm, bool held);
+/* When every request not complete had its handle freed, drive them until they complete (a
+ * collective needs the connections); nothing when one is still held. Takes the communicator. */
+coll_result_t colli_p2p_finish_freed(struct coll_comm *comm);
 /* Add one message (not to self) as a new request and move it as far as it goes at once. Takes
  * the communicator itself. */
 coll_result_t colli_p2p_post(struct coll_comm *comm, const colli_p2p_t *m, colli_req_ref_t *ref);

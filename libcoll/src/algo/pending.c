@@ -16,12 +16,12 @@ struct colli_pending {
     colli_drive_t drive;
 };
 
-int colli_p2p_outstanding(const struct coll_comm *comm)
+int colli_p2p_outstanding(const struct coll_comm *comm, bool held)
 {
     const struct colli_pending *p = comm->pending;
     int n = 0;
     for (int i = 0; p != NULL && i < p->op.nrecs; i++)
-        n += p->op.recs[i].left > 0;
+        n += p->op.recs[i].left > 0 && !(held && p->op.recs[i].detached);
     return n;
 }
 
@@ -70,14 +70,18 @@ static coll_result_t add_request(struct coll_comm *comm, const colli_p2p_t *msgs
     return COLL_SUCCESS;
 }
 
+enum { STOP_ANY = -1, STOP_NEVER = -2 };
+
 typedef struct {
-    int idx;       /* stop once this slot's request completed (-1: any request) */
+    int idx;       /* stop once this slot's request completed (or STOP_ANY, STOP_NEVER) */
     uint64_t from; /* op->completions when the drive began */
 } stop_at_t;
 
 static bool stop_when(const colli_op_t *op, const void *ctx)
 {
     const stop_at_t *s = ctx;
+    if (s->idx == STOP_NEVER)
+        return false;
     return s->idx >= 0 ? op->recs[s->idx].left == 0 : op->completions != s->from;
 }
 
@@ -118,7 +122,8 @@ coll_result_t colli_p2p_progress(struct coll_comm *comm, int timeout_ms, int wak
     coll_result_t status = colli_call_begin(comm);
     if (status != COLL_SUCCESS || comm->pending == NULL)
         return colli_call_end(comm, status);
-    return colli_call_end(comm, drive(comm, (stop_at_t){.idx = -1}, timeout_ms / 1000.0, wake_fd));
+    return colli_call_end(comm,
+                          drive(comm, (stop_at_t){.idx = STOP_ANY}, timeout_ms / 1000.0, wake_fd));
 }
 
 /* The slot of ref, or NULL with an error when ref is not a live request of comm. */
@@ -167,6 +172,13 @@ void colli_p2p_detach(struct coll_comm *comm, colli_req_ref_t ref)
         colli_op_req_release(&comm->pending->op, ref.idx);
     else
         rec->detached = true;
+}
+
+coll_result_t colli_p2p_finish_freed(struct coll_comm *comm)
+{
+    if (colli_p2p_outstanding(comm, false) == 0 || colli_p2p_outstanding(comm, true) > 0)
+        return COLL_SUCCESS;
+    return drive(comm, (stop_at_t){.idx = STOP_NEVER}, INFINITY, -1);
 }
 
 coll_result_t colli_p2p_run_pending(struct coll_comm *comm, const colli_p2p_t *msgs, int n)

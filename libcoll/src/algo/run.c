@@ -51,15 +51,19 @@ coll_result_t colli_run_collective(struct coll_comm *comm, const colli_coll_args
     coll_result_t status = colli_call_begin(comm);
     if (status != COLL_SUCCESS)
         return status;
-    if (colli_p2p_outstanding(comm) > 0)
+    status = colli_p2p_finish_freed(comm);
+    if (status != COLL_SUCCESS)
+        return colli_call_end(comm, status);
+    if (colli_p2p_outstanding(comm, false) > 0)
         return colli_call_end(
-            comm, COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
-                            "rank %d: %s on a communicator with %d coll_isend/coll_irecv requests "
-                            "not complete: their messages and the collective's would cross on "
-                            "the same connections. Complete them first (coll_wait), or make the "
-                            "point-to-point calls on a communicator of their own (coll_comm_split "
-                            "with every rank)",
-                            comm->rank, colli_coll_name(a->coll), colli_p2p_outstanding(comm)));
+            comm,
+            COLLI_ERR(COLL, COLL_ERR_INVALID_USAGE,
+                      "rank %d: %s on a communicator with %d coll_isend/coll_irecv requests "
+                      "not complete: their messages and the collective's would cross on "
+                      "the same connections. Complete them first (coll_wait), or make the "
+                      "point-to-point calls on a communicator of their own (coll_comm_split "
+                      "with every rank)",
+                      comm->rank, colli_coll_name(a->coll), colli_p2p_outstanding(comm, false)));
     uint64_t seq = ++comm->coll_seq;
     if (a->count == 0)
         return op_end(comm, NULL, COLL_SUCCESS);
@@ -158,7 +162,7 @@ coll_result_t colli_run_p2p(struct coll_comm *comm, const colli_p2p_t *msgs, int
     coll_result_t status = colli_call_begin(comm);
     if (status != COLL_SUCCESS)
         return status;
-    if (colli_p2p_outstanding(comm) > 0) /* joins the requests' op, and waits for its own */
+    if (colli_p2p_outstanding(comm, false) > 0) /* joins the requests' op, and waits for its own */
         return colli_call_end(comm, colli_p2p_run_pending(comm, msgs, n));
     colli_op_t op;
     status = colli_op_init(&op, comm, "send/recv", COLL_INT8, COLL_SUM);

@@ -41,12 +41,12 @@ static coll_result_t gather(struct coll_comm *comm, const void *mine, void *all,
     coll_result_t status = colli_dev_drain(comm, "coll_comm_split");
     if (status != COLL_SUCCESS)
         return status;
-    if (colli_p2p_outstanding(comm) > 0)
+    if (colli_p2p_outstanding(comm, true) > 0) /* freed ones: the all_gather completes them */
         return COLLI_ERR(INIT, COLL_ERR_INVALID_USAGE,
                          "rank %d: coll_comm_split on a communicator with %d coll_isend/coll_irecv "
                          "requests not complete: the split's messages would cross theirs. "
                          "Complete them first (coll_wait)",
-                         comm->rank, colli_p2p_outstanding(comm));
+                         comm->rank, colli_p2p_outstanding(comm, true));
     return colli_run_collective(comm, &a);
 }
 
