@@ -14,7 +14,9 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402
+from free_port import free_port  # noqa: E402
 from harness import Cluster, hello, report, wait_for, parse_ok  # noqa: E402
 
 ARGS = None
@@ -732,10 +734,7 @@ ranks:
 
 def case_health_http(cl):
     """/healthz, /readyz and /metrics."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     _, pods = cl.add_job("probe", 2)
     a1 = cl.start_agent(pods[1], extra_args=["--health-port", str(port), "--health-addr",
                                              "127.0.0.1"])

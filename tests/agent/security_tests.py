@@ -19,13 +19,13 @@ Exit 0 pass, 1 fail, 77 skipped."""
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_tests  # noqa: E402
+from free_port import free_port  # noqa: E402  (agent_tests put tests/ on the path)
 import harness  # noqa: E402
 from agent_tests import check, comm  # noqa: E402
 from harness import hello, report, wait_for  # noqa: E402
@@ -223,11 +223,6 @@ def case_ipc_peer(cl):
     check(r.get("code") == "PeerPidMismatch" and "secret" not in r,
           "a hello that names another process's pid is refused")
     check(a["proc"].poll() is None, "the agent lives")
-
-
-def free_port():
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
 
 
 def answers(host, port):

@@ -31,14 +31,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "agent"))
+sys.path.insert(0, os.path.dirname(HERE))
 import harness  # noqa: E402
+from free_port import free_port  # noqa: E402
 
 SKIP = 77
 ARGS = None
@@ -661,10 +662,7 @@ def case_iface_missing(ck, cl):
     rank fails within seconds naming that rank, its pod or host and the interface."""
     n, bad = 3, 1
     d = cl.dir
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()
     topo = {"job": "iface", "port": port, "secret": "0123456789abcdef0123456789abcdef",
             "transport": "Socket", "bootstrapTimeoutSeconds": 60, "timeoutSeconds": 60,
             "nranks": n,

@@ -14,7 +14,7 @@ agent=${3:-}
 # shellcheck source=tests/unit/expect.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../unit/expect.sh"
 S1=00112233445566778899aabbccddeeff S2=ffeeddccbbaa99887766554433221100
-port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+port=$(python3 "$(dirname "${BASH_SOURCE[0]}")/../free_port.py")
 clean() { env -u COLL_DEBUG -u NCCL_DEBUG COLL_SOCKET_IFNAME=lo "$@"; }
 # job SECRET: ranks 2, 1, then 0 one second later, all with SECRET; every rank's output
 job() {

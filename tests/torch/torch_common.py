@@ -1,6 +1,5 @@
 """Shared by the torch tests: skip when PyTorch is missing, start ranks, free ports, checks."""
 import os
-import socket
 import sys
 import traceback
 
@@ -31,9 +30,10 @@ def need_torch():
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a store or rendezvous endpoint (tests/free_port.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from free_port import free_port as pick
+    return pick()
 
 
 def spawn(fn, world, *args, start_method="fork"):
@@ -41,9 +41,16 @@ def spawn(fn, world, *args, start_method="fork"):
     rendezvousing through env:// (MASTER_ADDR/MASTER_PORT: the store path). Raises when any rank
     raised."""
     import torch.multiprocessing as mp
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    mp.start_processes(_entry, args=(fn, world, env, args), nprocs=world, join=True,
-                       start_method=start_method)
+    for attempt in range(3):
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        try:
+            mp.start_processes(_entry, args=(fn, world, env, args), nprocs=world, join=True,
+                               start_method=start_method)
+            return
+        except Exception as e:  # the store's port taken meanwhile: nothing ran yet, go again
+            if attempt == 2 or "errno: 98 - Address already in use" not in str(e):
+                raise
+            print("spawn: the store's port %s was taken; again with another" % env["MASTER_PORT"])
 
 
 def main_worlds(worker, default, *args):

@@ -12,7 +12,7 @@ prog=$1
 collrun=${2:-}
 # shellcheck source=tests/unit/expect.sh
 . "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../free_port.py"; }
 clean() { env -u COLL_UNIQUE_ID -u COLL_AGENT_SOCKET -u COLL_RANK -u COLL_NRANKS -u MASTER_ADDR \
     -u MASTER_PORT -u RANK -u WORLD_SIZE -u COLL_JOB_SECRET -u COLL_MASTER_PORT \
     COLL_SOCKET_IFNAME=lo COLL_BOOTSTRAP_TIMEOUT=${BT:-20} "$@"; }
