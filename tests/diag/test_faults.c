@@ -11,6 +11,10 @@
  *   test_faults fdlimit   16 ranks all_to_all; rank 0 runs with a descriptor limit of 24
  *   test_faults fdfull    8 ranks all_to_all; rank 0 takes every descriptor it may open after
  *                         init, so it has none left when it fails: its notices must still go
+ *   test_faults killed_root  4 ranks over sockets; rank 0 is killed after init, before any
+ *                         transfer; the others broadcast from it. Nobody sends to rank 0, so no
+ *                         connection breaks: a probe of its listener must find it gone, long
+ *                         before COLL_TIMEOUT=20 (which took the whole timeout before)
  * The others must fail within the timeout plus a margin, with the code and a message that names
  * the rank at fault.
  */
@@ -29,8 +33,8 @@
 #define COUNT  (256 * 1024) /* float32: 1 MiB, the ring algorithm */
 #define MARGIN 3.0          /* seconds of slack on a busy (or sanitized) 2-core machine */
 
-enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT, M_FDFULL };
-enum { U_DONE = 0 }; /* dh_shared.user[] slots */
+enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT, M_FDFULL, M_KILLED_ROOT };
+enum { U_DONE = 0, U_INIT = 1 }; /* dh_shared.user[] slots */
 
 typedef struct fargs {
     int mode;
@@ -474,6 +478,58 @@ static void test_fdfull(fargs_t *a)
     dh_free(j);
 }
 
+static void killed_root_body(dh_ctx_t *ctx)
+{
+    const fargs_t *a = ctx->arg;
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init"))
+        return;
+    dh_add(&ctx->sh->user[U_INIT], 1); /* every rank has its communicator before the kill */
+    double end = dh_now() + 30;
+    while (dh_load(&ctx->sh->user[U_INIT]) < ctx->nranks && dh_now() < end)
+        dh_sleep(0.005);
+    if (ctx->rank == a->victim)
+        kill(getpid(), SIGKILL);
+    float *b = calloc(COUNT, sizeof(float));
+    dh_begin(ctx, ctx->rank);
+    rc = coll_broadcast(b, b, COUNT, COLL_FLOAT32, a->victim, comm, NULL);
+    dh_record(ctx, "broadcast", rc);
+    free(b);
+    coll_comm_abort(comm);
+}
+
+static void test_killed_root(fargs_t *a)
+{
+    dh_setenv("COLL_TIMEOUT", "20");
+    dh_opts_t o = {.name = "the root of a broadcast killed after init, before any transfer",
+                   .nranks = NRANKS,
+                   .deadline_s = 60,
+                   .body = killed_root_body,
+                   .arg = a};
+    dh_log("--- %s (sockets, COLL_TIMEOUT=20)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_expect_signal(j, a->victim, SIGKILL);
+    dh_wait(j);
+    char victim[64];
+    snprintf(victim, sizeof(victim), "rank %d (pid %d on ", a->victim, (int)dh_pid(j, a->victim));
+    for (int r = 0; r < NRANKS; r++) {
+        if (r == a->victim)
+            continue;
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        dh_log("rank %d: %s after %.2f s: %s", r, dh_rc_name(out->rc), out->t - out->t0, out->msg);
+        CHECK_RC(out->rc, COLL_ERR_REMOTE, out->msg, "rank %d: broadcast from a dead root", r);
+        CHECK_HAS(out->msg, victim, "rank %d: names rank %d with its pid", r, a->victim);
+        CHECK_HAS(out->msg, "is gone", "rank %d: says it is gone, not stopped", r);
+        CHECK(out->t - out->t0 < 1.0 + MARGIN,
+              "rank %d failed after %.1f s (want about 1 s; COLL_TIMEOUT is 20)", r,
+              out->t - out->t0);
+    }
+    dh_free(j);
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
@@ -510,9 +566,13 @@ int main(int argc, char **argv)
         a.mode = M_FDFULL;
         a.victim = 0;
         test_fdfull(&a);
+    } else if (strcmp(m, "killed_root") == 0) {
+        a.mode = M_KILLED_ROOT;
+        a.victim = 0;
+        test_killed_root(&a);
     } else {
-        printf("usage: test_faults "
-               "noinit|rootgone|rootgone_forked|stopped|stopped_far|abort|fdlimit|fdfull\n");
+        printf("usage: test_faults noinit|rootgone|rootgone_forked|stopped|stopped_far|abort|"
+               "fdlimit|fdfull|killed_root\n");
         return 2;
     }
     return dh_finish();

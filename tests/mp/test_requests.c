@@ -11,13 +11,19 @@
  *            coll_comm_progress calls of 50 ms (the abort must end the call it comes in, not
  *            be left to the next one, which would find the communicator gone);
  *   timeout: the same recv under COLL_TIMEOUT: COLL_ERR_TIMEOUT naming rank 1, in time;
- *   tag:     a recv whose tag differs from its send's: COLL_ERR_MISMATCH naming both tags.
+ *   tag:     a recv whose tag differs from its send's: COLL_ERR_MISMATCH naming both tags;
+ *   dead:    rank 0 is killed (SIGKILL) with its recv posted, before it sent anything: rank 1's
+ *            wait on a recv from it fails with COLL_ERR_REMOTE naming rank 0 within COLL_TIMEOUT
+ *            (2 s): over shared memory its link ends; over sockets and InfiniBand no connection
+ *            from it exists, and a probe of its listener finds it gone.
  * Without requests, the first ring deadlocks: each rank's recv would hold back its send.
  */
 #define _GNU_SOURCE
 #include "harness.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +358,27 @@ static void body_fail(mp_ctx_t *ctx, const char *mode)
         coll_request_free(rs);
         return;
     }
+    if (strcmp(mode, "dead") == 0) {
+        /* rank 0 dies before it sent anything to rank 1 or posted anything at all, so no
+         * connection from it exists to break (sockets: the sender connects; InfiniBand: the
+         * lower rank does) */
+        if (ctx->rank == 1)
+            ok(coll_irecv(buf, sizeof(buf), COLL_UINT8, 0, 0, ctx->comm, &rr), "irecv from 0");
+        arrive(ctx, 2);
+        if (ctx->rank == 0)
+            kill(getpid(), SIGKILL);
+        const double t0 = mp_now();
+        coll_result_t rc = coll_wait(rr);
+        const double took = mp_now() - t0;
+        /* COLL_ERR_TIMEOUT would be COLL_TIMEOUT's finding ("sent no data and no status") */
+        CHECK_RC(rc, COLL_ERR_REMOTE, "recv from a rank killed meanwhile");
+        CHECK(mp_mentions_rank(coll_get_last_error(), 0), "the error names rank 0: %s",
+              coll_get_last_error());
+        mp_log("the wait failed after %.2f s: %s", took, coll_get_last_error());
+        ctx->fatal = 1;
+        coll_request_free(rr);
+        return;
+    }
     ok(coll_irecv(buf, sizeof(buf), COLL_UINT8, peer, 0, ctx->comm, &rr), "irecv");
     arrive(ctx, 2); /* both recvs are posted before anything fails */
     pthread_t t;
@@ -412,7 +439,7 @@ int main(int argc, char **argv)
 {
     mp_init();
     if (argc < 3) {
-        fprintf(stderr, "usage: %s ok|abort|abort_progress|timeout|tag <nranks>\n", argv[0]);
+        fprintf(stderr, "usage: %s ok|abort|abort_progress|timeout|tag|dead <nranks>\n", argv[0]);
         return 2;
     }
     g_mode = argv[1];
@@ -421,7 +448,7 @@ int main(int argc, char **argv)
     o.name = "requests";
     o.nranks = atoi(argv[2]);
     o.deadline_s = mp_env_int("MP_DEADLINE", 100);
-    o.expect_sigkill_rank = -1;
+    o.expect_sigkill_rank = strcmp(g_mode, "dead") == 0 ? 0 : -1;
     o.body = body;
     mp_run(&o);
     return mp_finish();

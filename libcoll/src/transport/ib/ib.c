@@ -467,6 +467,8 @@ static coll_result_t link_step(struct coll_comm *comm, ib_state_t *st, int p)
     coll_result_t status;
     if (pp->link == IBL_NONE && !pp->acceptor && p > comm->rank && colli_now() >= pp->retry_at)
         return link_start(comm, st, p);
+    if (pp->link == IBL_NONE && p < comm->rank) /* it opens the link: is it still there? */
+        return colli_probe_step(comm, &pp->probe, p, &st->bind_addr);
     if (pp->link == IBL_CONNECTING) {
         struct pollfd pf = {.fd = pp->fd, .events = POLLOUT};
         if (poll(&pf, 1, 0) <= 0)
@@ -574,6 +576,7 @@ static coll_result_t ib_adopt(struct coll_comm *comm, int tp, const colli_hello_
         return COLL_SUCCESS;
     }
     ib_peer_t *pp = &st->peers[p];
+    colli_probe_reset(&pp->probe);
     pp->fd = fd;
     pp->acceptor = true;
     pp->link = IBL_RECV;
@@ -688,6 +691,7 @@ static void ib_comm_fini(struct coll_comm *comm, int tp)
         }
         if (pp->fd >= 0)
             close(pp->fd);
+        colli_probe_reset(&pp->probe);
         for (int q = 0; q < IB_MAX_QPS; q++)
             if (pp->qp[q] != NULL)
                 st->v.destroy_qp(pp->qp[q]);

@@ -28,6 +28,7 @@
 #include "base/handshake.h"
 #include "transport/ib/ib_probe.h"
 #include "transport/ib/ib_verbs.h"
+#include "transport/probe.h"
 #include "transport/transport.h"
 
 /* ---- registration cache (ib_mr.c; no verbs types, so it is unit-tested with fakes) ---- */
@@ -144,6 +145,7 @@ typedef struct ib_peer {
     int gone_err;
     double since, retry_at;
     int pfd;
+    colli_probe_t probe; /* a lower rank that has not opened its link to this one yet */
     /* queue pairs */
     struct ibv_qp *qp[IB_MAX_QPS];
     uint32_t psn[IB_MAX_QPS];

@@ -76,7 +76,8 @@ static coll_result_t sock_comm_ready(struct coll_comm *comm, int tp)
     size_t n = (size_t)comm->nranks * (size_t)s->nstreams;
     s->out = calloc(n, sizeof(sock_conn_t));
     s->in = calloc(n, sizeof(sock_conn_t));
-    if (s->out == NULL || s->in == NULL)
+    s->probe = calloc((size_t)comm->nranks, sizeof(colli_probe_t));
+    if (s->out == NULL || s->in == NULL || s->probe == NULL)
         return COLLI_ERR(NET, COLL_ERR_SYSTEM, "out of memory for %zu connections", 2 * n);
     for (size_t i = 0; i < n; i++)
         s->out[i].fd = s->in[i].fd = -1;
@@ -107,6 +108,9 @@ static void sock_comm_fini(struct coll_comm *comm, int tp)
         close(s->listen_fd);
     if (s->spare_fd >= 0)
         close(s->spare_fd);
+    for (int i = 0; s->probe && i < comm->nranks; i++)
+        colli_probe_reset(&s->probe[i]);
+    free(s->probe);
     free(s->out);
     free(s->in);
     free(s->pend);
@@ -310,6 +314,7 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
     c->state = SOCK_READY;
     c->frames = 0;
     colli_conn_key(comm->secret, h, &p->chal, c->hs.key);
+    colli_probe_reset(&s->probe[h->from_rank]);
     p->fd = -1;
     return COLL_SUCCESS;
 }

@@ -7,6 +7,7 @@
 
 #include "base/handshake.h"
 #include "base/sockutil.h"
+#include "transport/probe.h"
 #include "transport/transport.h"
 
 /* An outgoing connection: TCP connect, then the handshake (hello sent, challenge awaited,
@@ -56,7 +57,8 @@ typedef struct sock_state {
     double warn_at;
     uint8_t notice_seen[64][16]; /* nonces of the last notices accepted (replays are dropped) */
     unsigned notices;
-    bool aborted; /* a peer's abort notice arrived */
+    colli_probe_t *probe; /* [nranks]: peers a receive waits on that have not connected */
+    bool aborted;         /* a peer's abort notice arrived */
     char abort_msg[1300];
 } sock_state_t;
 

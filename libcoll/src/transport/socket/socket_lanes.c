@@ -85,9 +85,9 @@ static coll_result_t recv_lane(struct coll_comm *comm, sock_state_t *s, colli_op
                                colli_lane_t *l, bool *progressed, bool *need_accept)
 {
     sock_conn_t *c = conn_of(s, l);
-    if (c->fd < 0) {
+    if (c->fd < 0) { /* the peer has not connected yet: is it still there? */
         *need_accept = true;
-        return COLL_SUCCESS;
+        return colli_probe_step(comm, &s->probe[l->peer], l->peer, &s->bind_addr);
     }
     while (l->done < l->n) {
         colli_unit_t *u = &l->units[l->done];
