@@ -12,10 +12,10 @@
  *            be left to the next one, which would find the communicator gone);
  *   timeout: the same recv under COLL_TIMEOUT: COLL_ERR_TIMEOUT naming rank 1, in time;
  *   tag:     a recv whose tag differs from its send's: COLL_ERR_MISMATCH naming both tags;
- *   dead:    rank 0 is killed (SIGKILL) with its recv posted, before it sent anything: rank 1's
- *            wait on a recv from it fails with COLL_ERR_REMOTE naming rank 0 within COLL_TIMEOUT
- *            (2 s): over shared memory its link ends; over sockets and InfiniBand no connection
- *            from it exists, and a probe of its listener finds it gone.
+ *   dead:    rank 0 is killed (SIGKILL) before it posted or sent anything; rank 1 waits on a
+ *            recv from it: COLL_ERR_REMOTE naming rank 0, not COLL_TIMEOUT's finding. Over
+ *            shared memory its link ends; over sockets and InfiniBand no connection from it
+ *            exists, and a probe of its listener finds it gone.
  * Without requests, the first ring deadlocks: each rank's recv would hold back its send.
  */
 #define _GNU_SOURCE
