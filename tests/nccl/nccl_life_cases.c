@@ -196,6 +196,42 @@ void case_forkdeath(void)
         waitpid(child, NULL, 0);
 }
 
+/* ---- a root that dies before its first transfer ---- */
+
+/* Rank 0 ends right after the creation, without a word to its peers (the kernel closes its
+ * descriptors, as for a killed rank), before it sent anything; the others broadcast from it.
+ * Across hosts nobody has a connection from rank 0 that could break (the sender opens them), and
+ * under NCCL's defaults (no COLL_TIMEOUT) they waited for ever. A probe of rank 0's listener
+ * must fail them within seconds, naming it. */
+void case_deadroot(void)
+{
+    ncclComm_t comm = init_comm();
+    if (comm == NULL)
+        return;
+    sh->stage[rank_] = 1; /* every rank has its communicator before rank 0 goes */
+    for (double end = now() + 30; now() < end; usleep(1000)) {
+        int all = 1;
+        for (int r = 0; r < nranks_; r++)
+            all &= sh->stage[r] == 1;
+        if (all)
+            break;
+    }
+    if (rank_ == 0) {
+        publish();
+        _exit(0);
+    }
+    int64_t v = 0;
+    double t0 = now();
+    ncclResult_t rc = ncclBroadcast(&v, &v, 1, ncclInt64, 0, comm, NULL);
+    double took = now() - t0;
+    CHECK(rc == ncclRemoteError && strstr(ncclGetLastError(NULL), "rank 0 (pid ") != NULL &&
+              strstr(ncclGetLastError(NULL), "is gone") != NULL,
+          "rank %d: a broadcast from a root that died gave %d: %s", rank_, (int)rc,
+          ncclGetLastError(NULL));
+    CHECK(took < 5, "rank %d learnt that the root died after %.1f s", rank_, took);
+    (void)ncclCommAbort(comm);
+}
+
 /* The child forked (child: fork's result) ran its checks and exited 0. */
 static void child_passed(pid_t child, const char *which)
 {

@@ -174,6 +174,8 @@ static void run_case(const char *name)
         case_initfail();
     else if (strcmp(name, "forkdeath") == 0)
         case_forkdeath();
+    else if (strcmp(name, "deadroot") == 0)
+        case_deadroot();
     else if (strcmp(name, "forkuse") == 0)
         case_forkuse();
     else if (strcmp(name, "nonblocking") == 0)
@@ -194,10 +196,12 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || (nranks_ = atoi(argv[2])) < 1 || nranks_ > MAX_RANKS) {
-        fprintf(stderr,
-                "usage: nccl_test "
-                "conformance|split|many|initfail|forkdeath|forkuse|nonblocking|errors|abort|shrink|"
-                "graph|group|initall|initall_split N\n");
+        fprintf(
+            stderr,
+            "usage: nccl_test "
+            "conformance|split|many|initfail|forkdeath|deadroot|forkuse|nonblocking|errors|abort|"
+            "shrink|"
+            "graph|group|initall|initall_split N\n");
         return 2;
     }
     if (strcmp(argv[1], "initall") == 0 || strcmp(argv[1], "initall_split") == 0) {

@@ -62,6 +62,7 @@ void case_split(void);       /* nccl_comm_cases.c */
 void case_many(void);        /* nccl_life_cases.c */
 void case_initfail(void);
 void case_forkdeath(void);
+void case_deadroot(void);
 void case_forkuse(void);
 void case_nonblocking(void);
 void case_errors(void);
