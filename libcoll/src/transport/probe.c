@@ -60,7 +60,7 @@ coll_result_t colli_probe_step(struct coll_comm *comm, colli_probe_t *p, int pee
     const double now = colli_now();
     if (p->since == 0) {
         const double quarter = comm->cfg.timeout / 4;
-        p->every = quarter < PROBE_AFTER ? quarter : PROBE_AFTER;
+        p->every = quarter < PROBE_AFTER ? quarter > 0.05 ? quarter : 0.05 : PROBE_AFTER;
         p->since = now;
         p->next_at = now + p->every;
         return COLL_SUCCESS;
