@@ -1,7 +1,7 @@
 /*
  * Startup diagnostics over loopback: interface choice (COLL_SOCKET_IFNAME, COLL_SOCKET_FAMILY)
- * and transport policy (COLL_TRANSPORT).
- *   test_startup ifname | transport
+ * and transport policy (COLL_TRANSPORT); one data address on two machines (sameaddr).
+ *   test_startup ifname | transport | sameaddr
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -306,6 +306,63 @@ static void test_transport(void)
     dh_free(j);
 }
 
+/* An interface that is up with an IPv4 address other than loopback, in name/addr; 0: none. */
+static int first_ipv4_not_lo(char *name, size_t nlen, char *addr, size_t alen)
+{
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0)
+        return 0;
+    int found = 0;
+    for (struct ifaddrs *a = list; a && !found; a = a->ifa_next) {
+        if (!a->ifa_addr || !(a->ifa_flags & IFF_UP) || (a->ifa_flags & IFF_LOOPBACK) ||
+            a->ifa_addr->sa_family != AF_INET)
+            continue;
+        snprintf(name, nlen, "%s", a->ifa_name);
+        inet_ntop(AF_INET, &((struct sockaddr_in *)a->ifa_addr)->sin_addr, addr, (socklen_t)alen);
+        found = 1;
+    }
+    freeifaddrs(list);
+    return found;
+}
+
+/* Ranks on two machines (COLL_TEST_BOOT_ID) with one data address, as host-local IPAM or a
+ * docker0 pinned gives them: every rank's creation fails at once naming two of them and the
+ * fix. Ranks of one machine with one address (pods with hostNetwork, each in an IPC namespace of
+ * its own: other "hosts" for kcoll) still work. */
+static void test_sameaddr(void)
+{
+    char ifname[IF_NAMESIZE + 1], addr[INET_ADDRSTRLEN];
+    if (!first_ipv4_not_lo(ifname, sizeof(ifname), addr, sizeof(addr)))
+        dh_skip("no interface other than loopback is up with an IPv4 address");
+    char pin[64];
+    snprintf(pin, sizeof(pin), "COLL_SOCKET_IFNAME=%s", ifname);
+    scase_t two = {.env = {pin, "COLL_TEST_BOOT_ID=m0,m1,m0"}};
+    dh_job_t *j = run("ranks 0 and 2 on one machine, rank 1 on another, one address", 3, &two);
+    char want[160];
+    for (int r = 0; j != NULL && r < 3; r++) {
+        const dh_out_t *o = &dh_shared(j)->out[r];
+        dh_log("rank %d: %s", r, o->msg);
+        CHECK_RC(o->rc, COLL_ERR_NETWORK, o->msg, "rank %d: coll_comm_init_rank", r);
+        CHECK_HAS(o->msg, "are on different machines but have the same data address",
+                  "rank %d: says what is wrong", r);
+        snprintf(want, sizeof(want), "rank 0 (pid %d on ", (int)dh_pid(j, 0));
+        CHECK_HAS(o->msg, want, "rank %d: names rank 0", r);
+        snprintf(want, sizeof(want), " and rank 1 (pid %d on ", (int)dh_pid(j, 1));
+        CHECK_HAS(o->msg, want, "rank %d: names rank 1, of the other machine", r);
+        CHECK_HAS(o->msg, addr, "rank %d: names the address", r);
+        CHECK_HAS(o->msg, "whereabouts", "rank %d: says what to change", r);
+    }
+    dh_free(j);
+    scase_t one = {.env = {pin, "COLL_TEST_BOOT_ID=m0", "COLL_TEST_HOST_ID_SUFFIX=a,b,c"}};
+    j = run("three IPC namespaces of one machine, one address (hostNetwork pods)", 3, &one);
+    for (int r = 0; j != NULL && r < 3; r++) {
+        const dh_out_t *o = &dh_shared(j)->out[r];
+        CHECK_RC(o->rc, COLL_SUCCESS, o->msg, "rank %d: coll_comm_init_rank", r);
+        CHECK(o->checked, "rank %d: no checked all_reduce", r);
+    }
+    dh_free(j);
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
@@ -313,8 +370,10 @@ int main(int argc, char **argv)
         test_ifname();
     else if (argc == 2 && strcmp(argv[1], "transport") == 0)
         test_transport();
+    else if (argc == 2 && strcmp(argv[1], "sameaddr") == 0)
+        test_sameaddr();
     else {
-        printf("usage: test_startup ifname|transport\n");
+        printf("usage: test_startup ifname|transport|sameaddr\n");
         return 2;
     }
     return dh_finish();

@@ -43,6 +43,7 @@ void colli_testhook_load(colli_testhook_t *t)
     read_str("COLL_TEST_IB_VERBS_LIB", t->ib_verbs_lib, sizeof(t->ib_verbs_lib));
     read_str("COLL_TEST_IB_QP_ERROR", t->ib_qp_error, sizeof(t->ib_qp_error));
     read_str("COLL_TEST_FAIL_READY", t->fail_ready, sizeof(t->fail_ready));
+    read_str("COLL_TEST_BOOT_ID", t->boot_id, sizeof(t->boot_id));
     t->dev_fail_copy = read_count("COLL_TEST_DEV_FAIL_COPY");
     t->frame_replay = read_count("COLL_TEST_FRAME_REPLAY");
     t->dev_ipc_fallback = read_count("COLL_TEST_DEV_IPC_FALLBACK");

@@ -30,6 +30,9 @@ typedef struct colli_testhook {
     /* COLL_TEST_FAIL_READY: "1" for a rank (list: by rank) makes its creation fail after the
      * exchange, before it opens its links, as a rank that runs out of ports or descriptors there */
     char fail_ready[64];
+    /* COLL_TEST_BOOT_ID: the boot id in the host identity (list: by rank), so that ranks of one
+     * machine count as different machines, kernels and all (the root's address check) */
+    char boot_id[128];
 } colli_testhook_t;
 
 /* Read the COLL_TEST_* variables (all empty in a build without test hooks). A malformed value

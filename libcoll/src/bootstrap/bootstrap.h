@@ -74,6 +74,12 @@ coll_result_t colli_bootstrap_exchange(struct coll_comm *comm, const struct sock
 coll_result_t colli_versions_check(const colli_wire_member_t *const *recs, int n, char *msg,
                                    size_t len, char *notice, size_t nlen);
 
+/* The root's address check (bootstrap/addrs.c): COLL_ERR_NETWORK with msg when ranks on
+ * different machines (boot ids) have one data address that is not loopback (host-local IPAM, a
+ * docker0 pinned), naming two of them and what to change; else COLL_SUCCESS. */
+coll_result_t colli_addrs_check(const colli_wire_member_t *const *recs, int n, char *msg,
+                                size_t len);
+
 /* The root's network check (bootstrap/reach.c), once every rank checked in: where the ranks'
  * data addresses are on several networks, ranks of the main one probe the others' (over their
  * open bootstrap connections, a few seconds at most); COLL_ERR_NETWORK with msg naming an

@@ -374,6 +374,8 @@ static void check_versions(root_t *r)
     char msg[ROOT_MSG_MAX];
     coll_result_t st =
         colli_versions_check(recs, r->nranks, msg, sizeof(msg), r->notice, sizeof(r->notice));
+    if (st == COLL_SUCCESS) /* one build everywhere: then one address per machine */
+        st = colli_addrs_check(recs, r->nranks, msg, sizeof(msg));
     free(recs);
     if (st != COLL_SUCCESS)
         fail_all(r, st, msg);

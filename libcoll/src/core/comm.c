@@ -65,6 +65,23 @@ static void apply_host_id_suffix(const struct coll_comm *comm, colli_member_t *s
     coll_info(INIT, "COLL_TEST_HOST_ID_SUFFIX: host identity %s", self->host_id);
 }
 
+/* COLL_TEST_BOOT_ID: "x" for every rank, or "x,y" by rank, in place of the boot id of the host
+ * identity ("hostname/boot id/IPC namespace"), so that ranks of one machine count as different
+ * machines. */
+static void apply_boot_id(const struct coll_comm *comm, colli_member_t *self)
+{
+    size_t n = 0;
+    const char *p = colli_testhook_rank_entry(comm->test.boot_id, comm->rank, &n);
+    char *a = p != NULL ? strchr(self->host_id, '/') : NULL;
+    char *b = a != NULL ? strchr(a + 1, '/') : NULL;
+    if (b == NULL)
+        return;
+    char rest[sizeof(self->host_id)];
+    snprintf(rest, sizeof(rest), "%s", b);
+    const size_t at = (size_t)(a - self->host_id);
+    snprintf(a, sizeof(self->host_id) - at, "/%.*s%s", (int)(n > 36 ? 36 : n), p, rest);
+}
+
 /* COLL_TEST_FAIL_READY: this rank's creation fails after the exchange (tests only). */
 static coll_result_t injected_ready_failure(const struct coll_comm *comm)
 {
@@ -171,6 +188,7 @@ static void describe_self(const struct coll_comm *comm, const colli_create_t *c,
     self->prefix = nif->prefix;
     self->how = nif->how;
     colli_member_fill_host(self);
+    apply_boot_id(comm, self);
     apply_host_id_suffix(comm, self);
     /* the names the agent gave this rank; a split child keeps its parent's */
     const colli_member_t *pm = c->parent != NULL ? &c->parent->members[c->parent->rank] : NULL;
