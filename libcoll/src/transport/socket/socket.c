@@ -314,7 +314,8 @@ static coll_result_t admit(struct coll_comm *comm, sock_state_t *s, sock_pending
     c->state = SOCK_READY;
     c->frames = 0;
     colli_conn_key(comm->secret, h, &p->chal, c->hs.key);
-    colli_probe_reset(&s->probe[h->from_rank]);
+    if (s->probe != NULL) /* the peer is there: no more probes of it */
+        colli_probe_reset(&s->probe[h->from_rank]);
     p->fd = -1;
     return COLL_SUCCESS;
 }
