@@ -135,8 +135,7 @@ static int choose_net(const colli_proto_nccl_facts_t *f, pins_t *p, char *msg, s
     if (f->ib_device[0])
         snprintf(hca, sizeof(hca), "=%s", f->ib_device);
     colli_ib_probe(secure_getenv("COLL_TEST_IB_VERBS_LIB"), hca, &probe);
-    if (probe.usable && !probe.nccl_usable) { /* EFA: NCCL_NET=IB would leave NCCL no network */
-        probe.usable = false;
+    if (probe.no_rc) { /* EFA: NCCL_NET=IB would leave NCCL no network */
         snprintf(probe.reason, sizeof(probe.reason),
                  "the active RDMA ports (%s) report no InfiniBand or Ethernet link layer (as AWS "
                  "EFA's do), and NCCL's IB transport skips such ports: a net plugin such as "

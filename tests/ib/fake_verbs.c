@@ -30,7 +30,8 @@
  *   late         ibv_fork_init fails with EINVAL (as when called after the first registration)
  *
  * FAKE_VERBS_LINK_LAYER=unspecified (read at each call): port 1 reports
- * IBV_LINK_LAYER_UNSPECIFIED, as AWS EFA's ports do (NCCL's own IB transport skips them). */
+ * IBV_LINK_LAYER_UNSPECIFIED, as AWS EFA's ports do (NCCL's own IB transport skips them), and
+ * ibv_create_qp refuses every type but UD with EOPNOTSUPP, as rdma-core's efa provider does. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -576,6 +577,11 @@ EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n) {}
 
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
+    const char *ll = getenv("FAKE_VERBS_LINK_LAYER");
+    if (ll != NULL && strcmp(ll, "unspecified") == 0 && a->qp_type != IBV_QPT_UD) {
+        errno = EOPNOTSUPP; /* as rdma-core's efa provider: UD (and its own SRD) only */
+        return NULL;
+    }
     for (int i = 0; i < MAXQ; i++) {
         if (fv.qps[i] != NULL)
             continue;

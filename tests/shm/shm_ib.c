@@ -14,7 +14,13 @@
  *                the fake's three kinds of kernel (FAKE_VERBS_FORK): where the kernel needs it,
  *                ibv_fork_init comes before the first registration (the fake aborts otherwise);
  *                where it does not, rdma-core's answer is logged; where ibv_fork_init fails, a
- *                WARN says what a fork risks and what to do, and the communicator still works */
+ *                WARN says what a fork risks and what to do, and the communicator still works
+ *   ib_efa       2 ranks on two hosts whose only RDMA port reports an unspecified link layer and
+ *                refuses RC queue pairs, as AWS EFA's do (FAKE_VERBS_LINK_LAYER=unspecified):
+ *                COLL_TRANSPORT=auto and PreferIB run over sockets, saying why; RequireIB fails
+ *                the creation naming the ports and the reason (before, the port was taken
+ *                for InfiniBand: RequireIB asked whether a subnet manager runs, and a port with
+ *                a LID would have failed the first transfer creating its RC queue pair) */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdio.h>
@@ -241,4 +247,73 @@ void test_ib_fork(void)
     debug_off();
     dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
     check_no_segments("ib_fork");
+}
+
+static void efa_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    const size_t n = 1u << 18; /* 1 MiB: past the small-message path */
+    float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+    long bad = 0;
+    for (size_t i = 0; i < n; i++)
+        s[i] = value(i, ctx->rank);
+    for (int it = 0; it < 3 && rc == COLL_SUCCESS; it++) {
+        rc = coll_all_reduce(s, r, n, COLL_FLOAT32, COLL_SUM, comm, NULL);
+        if (rc == COLL_SUCCESS)
+            bad += wrong_sums(r, n, ctx->nranks);
+    }
+    dh_record(ctx, "creation and 3 all_reduces", rc);
+    ctx->sh->out[ctx->rank].bad = bad;
+    if (comm != NULL)
+        CHECK_RC(coll_comm_destroy(comm), COLL_SUCCESS, coll_get_last_error(), "destroy");
+    free(s);
+    free(r);
+}
+
+void test_ib_efa(void)
+{
+    static const char *const policies[] = {"auto", "PreferIB", "RequireIB"};
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", "a,b");
+    dh_setenv("FAKE_VERBS_LINK_LAYER", "unspecified");
+    debug_on("IB");
+    for (size_t c = 0; c < sizeof(policies) / sizeof(policies[0]); c++) {
+        const bool required = strcmp(policies[c], "RequireIB") == 0;
+        dh_setenv("COLL_TRANSPORT", policies[c]);
+        dh_opts_t o = {
+            .name = "ib_efa", .nranks = 2, .deadline_s = 60, .body = efa_body, .quiet = 1};
+        dh_log("--- 2 ranks on two hosts, EFA-like ports only, COLL_TRANSPORT=%s", policies[c]);
+        dh_job_t *j = dh_start(&o);
+        if (j == NULL)
+            continue;
+        dh_wait(j);
+        for (int r = 0; r < 2; r++) {
+            const dh_out_t *out = &dh_shared(j)->out[r];
+            const char *log = dh_output(j, r);
+            dh_log("%s: rank %d: %s %s", policies[c], r, dh_rc_name(out->rc), out->msg);
+            if (required) {
+                CHECK_RC(out->rc, COLL_ERR_NETWORK, out->msg, "RequireIB: rank %d", r);
+                CHECK_HAS(out->msg, "COLL_TRANSPORT=RequireIB, but InfiniBand is not usable",
+                          "RequireIB: rank %d names the policy", r);
+                CHECK_HAS(out->msg, "report no InfiniBand or Ethernet link layer, as AWS EFA's",
+                          "RequireIB: rank %d says why", r);
+                CHECK_HAS(out->msg, "fake_roce0:1", "RequireIB: rank %d names the port", r);
+                continue;
+            }
+            CHECK_RC(out->rc, COLL_SUCCESS, out->msg, "%s: rank %d", policies[c], r);
+            CHECK(out->bad == 0, "%s: rank %d: %ld wrong elements", policies[c], r, out->bad);
+            const char *says = strcmp(policies[c], "auto") == 0
+                                   ? "offers no InfiniBand (sockets between hosts): the active "
+                                     "RDMA ports (fake_roce0:1) report no InfiniBand"
+                                   : "using sockets because the active RDMA ports (fake_roce0:1) "
+                                     "report no InfiniBand";
+            CHECK(dh_count_lines(log, says, "as AWS EFA's do") == 1,
+                  "%s: rank %d says once that it uses sockets, and why", policies[c], r);
+        }
+        dh_free(j);
+    }
+    dh_setenv("COLL_TRANSPORT", NULL);
+    debug_off();
+    dh_setenv("FAKE_VERBS_LINK_LAYER", NULL);
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", NULL);
 }

@@ -50,5 +50,6 @@ void test_ib_port_down(void);
 void test_ib_qp_error(void);
 void test_ib_lazy(void);
 void test_ib_fork(void);
+void test_ib_efa(void);
 
 #endif

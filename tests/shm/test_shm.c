@@ -288,6 +288,7 @@ static const struct {
     {"sweep", test_sweep},
     {"ib_lazy", test_ib_lazy},
     {"ib_fork", test_ib_fork},
+    {"ib_efa", test_ib_efa},
 };
 
 int main(int argc, char **argv)

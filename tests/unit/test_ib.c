@@ -141,10 +141,10 @@ static void test_ports(void)
           ndev);
     if (n == 2) {
         CHECK(strcmp(ports[0].dev, "mlx5_0") == 0 && ports[0].port == 1 && ports[0].lid == 7 &&
-                  ports[0].link_layer == IBV_LINK_LAYER_INFINIBAND && ports[0].nccl_ok,
+                  ports[0].link_layer == IBV_LINK_LAYER_INFINIBAND && ports[0].rc,
               "mlx5_0:1 IB");
         CHECK(strcmp(ports[1].dev, "mlx5_1") == 0 && ports[1].port == 1 &&
-                  ports[1].link_layer == IBV_LINK_LAYER_ETHERNET && ports[1].nccl_ok,
+                  ports[1].link_layer == IBV_LINK_LAYER_ETHERNET && ports[1].rc,
               "mlx5_1:1 RoCE");
     }
     n = ib_port_list(&v, "^mlx5_0", ports, 8, &ndev, &nmatch);
@@ -167,7 +167,7 @@ static void test_ports(void)
 
     colli_ib_probe_t pr;
     colli_ib_probe(IB_STUB_FULL, "", &pr);
-    CHECK(pr.usable && pr.nccl_usable && strcmp(pr.devices, "mlx5_0:1, mlx5_1:1") == 0, "probe: %s",
+    CHECK(pr.usable && !pr.no_rc && strcmp(pr.devices, "mlx5_0:1, mlx5_1:1") == 0, "probe: %s",
           pr.devices);
     colli_ib_probe(IB_STUB_FULL, "=mlx5", &pr);
     CHECK(!pr.usable && HAS(pr.reason, "2 RDMA device(s) found but no port matches the HCA list") &&

@@ -221,10 +221,16 @@ static coll_result_t ib_comm_init(struct coll_comm *comm, int tp, const colli_ne
     fork_protect(comm, st);
     ib_port_t ports[16];
     int ndev = 0, nmatch = 0;
-    int n = ib_port_list(&st->v, comm->cfg.ib_hca, ports, 16, &ndev, &nmatch);
-    if (n == 0)
-        return init_failed(comm, st, "no active port matches COLL_IB_HCA=\"%s\" (%d devices)",
-                           comm->cfg.ib_hca, ndev);
+    int n = ib_port_list(&st->v, comm->cfg.ib_hca, ports, 16, &ndev, &nmatch), nrc = 0;
+    for (int k = 0; k < n; k++) /* only ports with RC queue pairs (not EFA's) */
+        if (ports[k].rc)
+            ports[nrc++] = ports[k];
+    if (nrc == 0)
+        return init_failed(comm, st,
+                           "no active InfiniBand or RoCE port matches COLL_IB_HCA=\"%s\" (%d "
+                           "devices, %d active ports of another link layer)",
+                           comm->cfg.ib_hca, ndev, n);
+    n = nrc;
     st->nqps = comm->cfg.ib_nqps;
     st->bind_addr = nif->addr;
     st->pfd_ch = st->pfd_async = -1;

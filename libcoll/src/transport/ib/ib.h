@@ -81,8 +81,9 @@ typedef struct ib_port {
     char dev[64];
     int port;
     int link_layer; /* IBV_LINK_LAYER_* */
-    bool nccl_ok;   /* reported as InfiniBand or Ethernet: NCCL's IB transport skips the rest
-                     * (EFA's UNSPECIFIED), which this library drives as InfiniBand */
+    bool rc;        /* reported as InfiniBand or Ethernet (RoCE): it has reliable-connected
+                     * queue pairs, which this transport and NCCL's IB transport need; AWS
+                     * EFA's ports (link layer UNSPECIFIED) create UD and SRD QPs only */
     int mtu;        /* enum ibv_mtu, active */
     uint16_t lid;
 } ib_port_t;

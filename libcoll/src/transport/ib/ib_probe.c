@@ -40,7 +40,7 @@ int ib_port_list(const colli_ib_verbs_t *v, const char *spec, ib_port_t *out, in
                 memset(o, 0, sizeof(*o));
                 snprintf(o->dev, sizeof(o->dev), "%s", name);
                 o->port = p;
-                o->nccl_ok = pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED;
+                o->rc = pa.link_layer != IBV_LINK_LAYER_UNSPECIFIED;
                 o->link_layer = pa.link_layer == IBV_LINK_LAYER_ETHERNET
                                     ? IBV_LINK_LAYER_ETHERNET
                                     : IBV_LINK_LAYER_INFINIBAND;
@@ -147,15 +147,21 @@ void colli_ib_probe(const char *lib, const char *hca_spec, colli_ib_probe_t *out
                         : "no port matches the HCA list",
                  hca_spec ? hca_spec : "");
     } else {
-        out->usable = true;
         size_t used = 0;
         for (int i = 0; i < n; i++) {
-            out->nccl_usable = out->nccl_usable || ports[i].nccl_ok;
+            out->usable = out->usable || ports[i].rc;
             int w = snprintf(out->devices + used, sizeof(out->devices) - used, "%s%s:%d",
                              used ? ", " : "", ports[i].dev, ports[i].port);
             if (w > 0 && (size_t)w < sizeof(out->devices) - used)
                 used += (size_t)w;
         }
+        out->no_rc = !out->usable;
+        if (out->no_rc)
+            snprintf(out->reason, sizeof(out->reason),
+                     "the active RDMA ports (%s) report no InfiniBand or Ethernet link layer, as "
+                     "AWS EFA's do: they have no reliable-connected queue pairs, which kcoll's "
+                     "InfiniBand transport needs (sockets carry the data between hosts)",
+                     out->devices);
     }
 #endif
     colli_ib_verbs_close(&v);

@@ -12,9 +12,10 @@
 #include "coll.h"
 
 typedef struct colli_ib_probe {
-    bool usable;       /* a device with an active port matches the HCA list */
-    bool nccl_usable;  /* one of those ports says InfiniBand or Ethernet, which NCCL's own IB
-                        * transport requires (it skips EFA's UNSPECIFIED link layer) */
+    bool usable;       /* a device with an active InfiniBand or RoCE port matches the HCA list */
+    bool no_rc;        /* active ports match, but none says InfiniBand or Ethernet (AWS EFA's say
+                        * UNSPECIFIED): no reliable-connected QPs, which kcoll's InfiniBand transport
+                        * and NCCL's IB transport need */
     char reason[512];  /* why not, when !usable */
     char devices[256]; /* "mlx5_0:1, mlx5_1:1" active ports found */
 } colli_ib_probe_t;
