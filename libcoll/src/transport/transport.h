@@ -36,6 +36,15 @@
 #define COLLI_TPF_STREAMS 0x4u /* spreads a peer's units over COLL_SOCKET_NSTREAMS connections */
 #define COLLI_TPF_QUIET   0x8u /* left out of the "peers over ..." INFO line when it has none */
 
+/* A TCP connect to a peer's listener that has had no answer at all for this long (neither
+ * accepted nor refused: its SYNs are dropped) fails, with COLLI_SILENT_ADVICE; the kernel would
+ * retry for about two minutes. Retransmissions after a lost SYN come at 1, 3 and 7 s. */
+#define COLLI_CONNECT_SILENT_S 10.0
+#define COLLI_SILENT_ADVICE                                                                        \
+    "the packets are dropped on the way: a firewall, or a Kubernetes NetworkPolicy that admits "   \
+    "only some ports (each rank listens on an ephemeral port, so TCP between the job's pods "      \
+    "must be allowed on every port), or the host is down"
+
 /* Descriptors collected from every transport for one poll(). */
 typedef struct colli_pollset {
     struct pollfd *fds;

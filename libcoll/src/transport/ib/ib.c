@@ -477,8 +477,18 @@ static coll_result_t link_step(struct coll_comm *comm, ib_state_t *st, int p)
         return colli_probe_step(comm, &pp->probe, p, &st->bind_addr);
     if (pp->link == IBL_CONNECTING) {
         struct pollfd pf = {.fd = pp->fd, .events = POLLOUT};
-        if (poll(&pf, 1, 0) <= 0)
-            return COLL_SUCCESS;
+        if (poll(&pf, 1, 0) <= 0) {
+            const double waited = colli_now() - pp->since;
+            if (waited < COLLI_CONNECT_SILENT_S)
+                return COLL_SUCCESS;
+            close(pp->fd);
+            pp->fd = -1;
+            pp->link = IBL_CLOSED;
+            return peer_error(comm, st, p,
+                              "its listener gave no answer to the link's connection request for "
+                              "%.0f s (not accepted, not refused): " COLLI_SILENT_ADVICE,
+                              waited);
+        }
         int err = 0;
         socklen_t len = sizeof(err);
         if (getsockopt(pp->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)

@@ -154,6 +154,22 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
                      comm->rank, mine, peer, theirs, strerror(err));
 }
 
+/* A connect that had no answer for COLLI_CONNECT_SILENT_S: the pair, both addresses, why. */
+static coll_result_t silent(struct coll_comm *comm, sock_state_t *s, int peer, double waited)
+{
+    char mine[80], theirs[80];
+    colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
+    colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
+    char *colon = strrchr(mine, ':');
+    if (colon)
+        *colon = '\0';
+    colli_comm_blame(comm, peer);
+    return COLLI_ERR(NET, COLL_ERR_NETWORK,
+                     "rank %d (%s) cannot reach rank %d (%s): no answer to its connection "
+                     "request for %.0f s (not accepted, not refused): " COLLI_SILENT_ADVICE,
+                     comm->rank, mine, peer, theirs, waited);
+}
+
 /* Out of descriptors: say how many this communicator needs. */
 static coll_result_t fd_exhausted(struct coll_comm *comm, const char *what, int err)
 {
@@ -547,8 +563,14 @@ coll_result_t sock_connect_progress(struct coll_comm *comm, sock_state_t *s, int
     }
     if (c->state == SOCK_CONNECTING) {
         struct pollfd p = {.fd = c->fd, .events = POLLOUT};
-        if (poll(&p, 1, 0) <= 0)
-            return COLL_SUCCESS;
+        if (poll(&p, 1, 0) <= 0) {
+            const double waited = colli_now() - c->since;
+            if (waited < COLLI_CONNECT_SILENT_S)
+                return COLL_SUCCESS;
+            s->connecting--;
+            close_conn(c);
+            return silent(comm, s, peer, waited);
+        }
         int err = 0;
         socklen_t len = sizeof(err);
         if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
