@@ -270,6 +270,16 @@ const char *dh_id_string(dh_job_t *j)
     return j->meta->idstr;
 }
 
+int dh_id_port(dh_job_t *j)
+{
+    const char *id = dh_id_string(j);
+    const char *last = strrchr(id, ':');
+    const char *p = last;
+    while (p > id && p[-1] != ':')
+        p--;
+    return last ? atoi(p) : -1;
+}
+
 double dh_t_start(dh_job_t *j)
 {
     return j->meta->t_start;

@@ -102,6 +102,8 @@ int dh_exited(dh_job_t *j, int rank);
 const char *dh_output(dh_job_t *j, int rank);
 /* The id string of the job. */
 const char *dh_id_string(dh_job_t *j);
+/* The port of the bootstrap root in the unique id (kcoll1:ADDR:PORT:SECRET), -1 if none. */
+int dh_id_port(dh_job_t *j);
 double dh_t_start(dh_job_t *j); /* when the unique id was created */
 /* Mark a rank whose death by this signal is expected (not a failure). */
 void dh_expect_signal(dh_job_t *j, int rank, int sig);

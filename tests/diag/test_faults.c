@@ -554,12 +554,9 @@ static void dropped_body(dh_ctx_t *ctx)
 /* The firewall: connection requests (SYN) to any port but the bootstrap root's are dropped. */
 static void drop_but_root(dh_job_t *j, void *arg)
 {
-    const char *id = dh_id_string(j); /* kcoll1:127.0.0.1:PORT:SECRET */
-    const char *end = strrchr(id, ':'), *p = end;
-    while (p > id && p[-1] != ':')
-        p--;
     char cmd[160];
-    snprintf(cmd, sizeof(cmd), "iptables -A INPUT -p tcp --syn ! --dport %d -j DROP", atoi(p));
+    snprintf(cmd, sizeof(cmd), "iptables -A INPUT -p tcp --syn ! --dport %d -j DROP",
+             dh_id_port(j));
     dh_log("%s", cmd);
     if (system(cmd) != 0)
         dh_fail("%s failed", cmd);

@@ -181,22 +181,11 @@ static int listener_port(dh_job_t *j, int r)
     return atoi(p + strlen(pat));
 }
 
-static int id_port(dh_job_t *j)
-{
-    /* kcoll1:127.0.0.1:PORT:SECRET */
-    const char *id = dh_id_string(j);
-    const char *last = strrchr(id, ':');
-    const char *p = last;
-    while (p > id && p[-1] != ':')
-        p--;
-    return last ? atoi(p) : -1;
-}
-
 static int held_fd = -1, held_port;
 
 static void before_ranks(dh_job_t *j, void *arg)
 {
-    int port = id_port(j);
+    int port = dh_id_port(j);
     dh_log("bootstrap root at 127.0.0.1:%d", port);
     for (size_t i = 0; i < sizeof(root_visits) / sizeof(root_visits[0]); i++) {
         dh_log("stranger at the root: %s", root_visits[i].what);
@@ -229,7 +218,7 @@ static int flood_fd[FLOOD];
 
 static void before_ranks_flood(dh_job_t *j, void *arg)
 {
-    int port = id_port(j), lp;
+    int port = dh_id_port(j), lp;
     for (int i = 0; i < FLOOD; i++)
         flood_fd[i] = connect_to(port, &lp);
     dh_log("%d idle connections held open at the bootstrap root (127.0.0.1:%d)", FLOOD, port);

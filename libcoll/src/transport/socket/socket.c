@@ -135,18 +135,26 @@ static coll_result_t notice_first(struct coll_comm *comm, sock_state_t *s)
 }
 
 /* "rank A (addr) cannot reach rank B (addr)": the pair and both addresses. */
+/* This rank's address (without its port, meaningless here) and peer's, for a connection from
+ * this rank that failed; the failure is blamed on peer. */
+static void pair_of(struct coll_comm *comm, sock_state_t *s, int peer, char mine[80],
+                    char theirs[80])
+{
+    colli_sockaddr_str(&s->bind_addr, mine, 80);
+    colli_sockaddr_str(&comm->members[peer].addr, theirs, 80);
+    char *colon = strrchr(mine, ':');
+    if (colon)
+        *colon = '\0';
+    colli_comm_blame(comm, peer);
+}
+
 static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int peer, int err)
 {
     coll_result_t st = notice_first(comm, s);
     if (st != COLL_SUCCESS)
         return st;
     char mine[80], theirs[80];
-    colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
-    colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
-    char *colon = strrchr(mine, ':');
-    if (colon)
-        *colon = '\0'; /* the local port is meaningless here */
-    colli_comm_blame(comm, peer);
+    pair_of(comm, s, peer, mine, theirs);
     return COLLI_ERR(NET, COLL_ERR_NETWORK,
                      "rank %d (%s) cannot reach rank %d (%s): %s. The process died or destroyed "
                      "its communicator, or the two addresses are on networks that do not route to "
@@ -158,12 +166,7 @@ static coll_result_t unreachable(struct coll_comm *comm, sock_state_t *s, int pe
 static coll_result_t silent(struct coll_comm *comm, sock_state_t *s, int peer, double waited)
 {
     char mine[80], theirs[80];
-    colli_sockaddr_str(&s->bind_addr, mine, sizeof(mine));
-    colli_sockaddr_str(&comm->members[peer].addr, theirs, sizeof(theirs));
-    char *colon = strrchr(mine, ':');
-    if (colon)
-        *colon = '\0';
-    colli_comm_blame(comm, peer);
+    pair_of(comm, s, peer, mine, theirs);
     return COLLI_ERR(NET, COLL_ERR_NETWORK,
                      "rank %d (%s) cannot reach rank %d (%s): no answer to its connection "
                      "request for %.0f s (not accepted, not refused): " COLLI_SILENT_ADVICE,
