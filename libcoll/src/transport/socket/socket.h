@@ -79,6 +79,14 @@ coll_result_t sock_progress(struct coll_comm *comm, int tp, colli_op_t *op, bool
 bool sock_wait_arm(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
 coll_result_t sock_wait_done(struct coll_comm *comm, int tp, colli_op_t *op, colli_pollset_t *set);
 
+/* Close an outgoing or incoming connection (state SOCK_CLOSED). */
+void sock_close_conn(sock_conn_t *c);
+/* Read the abort notices that arrived (one still coming gets a few milliseconds): the error of
+ * one, so that a failure names the rank that really failed; else COLL_SUCCESS. */
+coll_result_t sock_notice_first(struct coll_comm *comm, sock_state_t *s);
+/* Out of descriptors doing `what` ("accept a connection"): how many this communicator needs. */
+coll_result_t sock_fd_exhausted(struct coll_comm *comm, const char *what, int err);
+
 /* Error for a broken connection to peer, preferring an abort notice that explains it. */
 coll_result_t sock_peer_error(struct coll_comm *comm, sock_state_t *s, colli_op_t *op, int peer,
                               const char *what, int io, int err);
