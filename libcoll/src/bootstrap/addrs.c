@@ -19,11 +19,12 @@
 
 /* The boot id of a host identity ("hostname/boot id/IPC namespace", base/member.c), in out;
  * "" when it has no such part. */
-static void boot_of(const char *host_id, char *out, size_t len)
+static void boot_of(const char *host_id, size_t size, char *out, size_t len)
 {
     out[0] = '\0';
-    const char *a = memchr(host_id, '/', strnlen(host_id, 96));
-    const char *b = a != NULL ? memchr(a + 1, '/', strnlen(a + 1, 95)) : NULL;
+    const size_t n = strnlen(host_id, size); /* a record's field need not end in a NUL */
+    const char *a = memchr(host_id, '/', n);
+    const char *b = a != NULL ? memchr(a + 1, '/', n - (size_t)(a + 1 - host_id)) : NULL;
     if (b == NULL || (size_t)(b - a - 1) >= len)
         return;
     memcpy(out, a + 1, (size_t)(b - a - 1));
@@ -82,8 +83,8 @@ coll_result_t colli_addrs_check(const colli_wire_member_t *const *recs, int n, c
             continue;
         }
         char b0[64], b1[64];
-        boot_of(s[start]->host_id, b0, sizeof(b0));
-        boot_of(s[i]->host_id, b1, sizeof(b1));
+        boot_of(s[start]->host_id, sizeof(s[start]->host_id), b0, sizeof(b0));
+        boot_of(s[i]->host_id, sizeof(s[i]->host_id), b1, sizeof(b1));
         if (b0[0] == '\0' || b1[0] == '\0' || strcmp(b0, b1) == 0)
             continue;
         if (pairs++ == 0) {
