@@ -94,10 +94,13 @@ static void *writer(void *arg)
         int due;
         for (;;) {
             int64_t wait = 1000, ev = agent_events_next_ms(h->events);
-            if (h->stop || h->task.active || status_due(h) || ev == 0)
+            int64_t cause = agent_cause_next_ms(h);
+            if (h->stop || h->task.active || status_due(h) || ev == 0 || cause == 0)
                 break;
             if (ev > 0 && ev < wait)
                 wait = ev;
+            if (cause > 0 && cause < wait)
+                wait = cause;
             if (h->pend.dirty && h->pend.due_ms - agent_now_ms() < wait)
                 wait = h->pend.due_ms - agent_now_ms();
             if (wait < 1)
@@ -119,6 +122,8 @@ static void *writer(void *arg)
         pthread_mutex_unlock(&h->mu);
         if (task.active && ctx->kube)
             agent_status_member_task(h, &task);
+        if (ctx->kube)
+            agent_cause_run(h); /* before the status: a cause found is written with it */
         /* Events, then the status: in an outage each costs one bounded try per pass (5 s for
          * all Events, 10 s for the status), and neither waits behind the other's retries */
         if (ctx->kube)
@@ -126,10 +131,13 @@ static void *writer(void *arg)
         if (due && ctx->kube)
             agent_status_write(h);
         pthread_mutex_lock(&h->mu);
-        if (h->stop &&
-            ((!status_due(h) && agent_events_next_ms(h->events) < 0) || agent_now_ms() >= stop_by))
+        /* at exit, a look at a blamed pod still due within stop_by is made */
+        int64_t cause = agent_cause_next_ms(h);
+        int looking = cause >= 0 && agent_now_ms() + cause < stop_by;
+        if (h->stop && ((!status_due(h) && agent_events_next_ms(h->events) < 0 && !looking) ||
+                        agent_now_ms() >= stop_by))
             break;
-        if (h->stop && !status_due(h) && agent_events_next_ms(h->events) > 0) {
+        if (h->stop && !status_due(h) && (agent_events_next_ms(h->events) > 0 || looking)) {
             pthread_mutex_unlock(&h->mu); /* a retry is due later: wait for it, up to stop_by */
             agent_sleep_ms(200);
             pthread_mutex_lock(&h->mu);
@@ -152,6 +160,7 @@ int agent_health_start(agent_ctx_t *ctx, agent_health_t **out)
         return -1;
     }
     agent_rfc3339_now(h->since, sizeof(h->since));
+    h->cause_since_s = (int64_t)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     if (pthread_create(&h->thread, NULL, writer, h) != 0) {
@@ -274,8 +283,10 @@ void agent_health_report(agent_health_t *h, const colli_proto_report_t *rep)
                rep->progress ? " progress=" : "", rep->progress ? rep->progress : "",
                rep->has_error ? " (error)" : "");
     pthread_mutex_lock(&h->mu);
-    if (rep->phase == COLLI_PROTO_PHASE_READY)
+    if (rep->phase == COLLI_PROTO_PHASE_READY) {
         h->lib_ready = 1;
+        h->cause_since_s = (int64_t)time(NULL); /* every rank was alive then */
+    }
     /* A failure before this library was ever Ready happened during bootstrap (a version pin, a
      * missing interface, a rank that never arrived), whatever phase the report carries. */
     int boot = !h->lib_ready;

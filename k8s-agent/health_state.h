@@ -23,6 +23,25 @@ typedef struct {
     char pod[254], node[254], reason[64], message[MAX_MSG];
 } member_t;
 
+#define CAUSE_TASKS 4   /* blamed pods whose end the agent looks into at once */
+#define MAX_CAUSE   768 /* a cause's text (the CRD allows 1024) */
+
+/* Why a blamed pod's rank ended, as its Pod or Node says (cause.c): for members and lastError */
+typedef struct {
+    char pod[254];
+    char text[MAX_CAUSE];
+} cause_t;
+
+/* A blamed pod to read (writer thread; under mu) */
+typedef struct {
+    int active, done; /* looking; looked (found or given up) */
+    int rank, step, node_denied;
+    char pod[254], node[254];
+    int64_t since_s;  /* a container end before this (epoch s) belongs to an earlier failure */
+    int64_t first_ms; /* when the failure was written */
+    int64_t due_ms;   /* the next look */
+} cause_task_t;
+
 /* What the writer is to merge into the status (under mu until it is taken). */
 typedef struct {
     int dirty;
@@ -43,6 +62,8 @@ typedef struct {
     /* Events a backup raises only if it writes */
     int has_ev;
     char ev_reason[64], ev_msg[MAX_MSG], ev_pod[254], ev_pod_uid[64];
+    cause_t causes[CAUSE_TASKS]; /* why blamed members ended (merged into them by pod) */
+    int ncauses;
     int64_t first_ms; /* a write that got no answer: when it was first tried, and how often */
     int tries;
 } update_t;
@@ -73,6 +94,8 @@ struct agent_health {
     /* {placement: [...], placementOmitted: n}: where the ranks run, from rank 0's Ready report
      * (under mu; NULL = none) */
     json_t *placement;
+    cause_task_t causes[CAUSE_TASKS]; /* blamed pods to read (under mu) */
+    int64_t cause_since_s;            /* epoch s of this library's last Ready (else the start) */
 };
 
 /* ---- status.c ---- */
@@ -91,5 +114,23 @@ void agent_status_failure_events(agent_health_t *h, const char *reason, const ch
                                  const char *pod, const char *pod_uid);
 /* The writer's part of agent_health_member_failed: wait for the Communicator, queue the update. */
 void agent_status_member_task(agent_health_t *h, member_task_t *t);
+
+/* ---- cause.c ---- */
+
+/* What a Pod says of why its rank ended (pod NULL: it does not exist). since_s: a container's
+ * earlier end belongs to an earlier failure. 1 the cause is in out, 2 the pod runs but is not
+ * Ready (out says so): its Node may say more, 0 nothing yet. */
+int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, char *out,
+                    size_t len);
+/* What a Node says: 1 when it is not Ready (out says since when and why), else 0. */
+int agent_node_cause(const char *node_name, const json_t *node, char *out, size_t len);
+/* After a failure blamed on m was written: read its pod over the next minute (another pod's,
+ * a failure of a kind that may mean it ended). */
+void agent_cause_queue(agent_health_t *h, const member_t *m);
+/* ms until the next look is due (0 now), -1 none (under mu). */
+int64_t agent_cause_next_ms(agent_health_t *h);
+/* The looks that are due (writer thread, mu not held): a cause found is queued for the status
+ * and raised as the Event KcollFailureCause on the Communicator. */
+void agent_cause_run(agent_health_t *h);
 
 #endif /* AGENT_HEALTH_STATE_H */

@@ -59,6 +59,25 @@ int agent_status_has_member(const update_t *u, json_int_t rank)
     return 0;
 }
 
+/* o with the cause of its pod, if the update has one: a copy (o may be the server's) */
+static json_t *with_cause(const update_t *u, json_t *o)
+{
+    const char *pod = json_string_value(json_object_get(o, "pod"));
+    for (int k = 0; pod && k < u->ncauses; k++) {
+        if (strcmp(u->causes[k].pod, pod) != 0)
+            continue;
+        char text[sizeof u->causes[k].text];
+        snprintf(text, sizeof(text), "%s", u->causes[k].text);
+        agent_utf8_clean(text);
+        json_t *c = json_deep_copy(o);
+        json_decref(o);
+        if (c)
+            json_object_set_new(c, "cause", json_string(text));
+        return c;
+    }
+    return o;
+}
+
 /* Build the merged status from the server's current one and the pending update. */
 static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const update_t *u)
 {
@@ -130,7 +149,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
         if (json_is_integer(r) && agent_status_has_member(u, json_integer_value(r)))
             continue; /* replaced below, with its newest facts */
         if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
-            json_array_append(members, it);
+            json_array_append_new(members, with_cause(u, json_incref(it)));
     }
     for (int m = 0; m < u->nmembers; m++) {
         int listed = 0;
@@ -141,7 +160,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
                 listed = 1;
         }
         if (json_array_size(members) < AGENT_MAX_UNHEALTHY)
-            json_array_append_new(members, member_json(h, &u->members[m], now));
+            json_array_append_new(members, with_cause(u, member_json(h, &u->members[m], now)));
         if (!listed) {
             count++;
             added++;
@@ -167,9 +186,9 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
                      json_integer_value(last_rank) >= 0 && last_time &&
                      strcmp(last_time, h->since) >= 0;
     if (u->has_error && !keep_cause)
-        json_object_set_new(st, "lastError", member_json(h, &u->err, now));
+        json_object_set_new(st, "lastError", with_cause(u, member_json(h, &u->err, now)));
     else if (cur_last)
-        json_object_set(st, "lastError", cur_last);
+        json_object_set_new(st, "lastError", with_cause(u, json_incref(cur_last)));
     return st;
 }
 
@@ -244,6 +263,13 @@ static void requeue(agent_health_t *h, update_t *u, const char *why)
         for (int i = 0; i < u->nmembers && p->nmembers < AGENT_MAX_UNHEALTHY; i++)
             if (!agent_status_has_member(p, u->members[i].rank))
                 p->members[p->nmembers++] = u->members[i];
+        for (int i = 0; i < u->ncauses && p->ncauses < CAUSE_TASKS; i++) {
+            int known = 0;
+            for (int k = 0; k < p->ncauses; k++)
+                known |= strcmp(p->causes[k].pod, u->causes[i].pod) == 0;
+            if (!known)
+                p->causes[p->ncauses++] = u->causes[i];
+        }
         p->check = p->check && u->check;
         if (!p->has_ev && u->has_ev) {
             p->has_ev = 1;
@@ -351,6 +377,8 @@ void agent_status_write(agent_health_t *h)
             h->cached = r.body;
             agent_info("AGENT-STATUS-PATCHED", "Communicator %s status: phase=%s", ctx->comm_name,
                        u->phase[0] ? u->phase : "(unchanged)");
+            for (int i = 0; i < u->nmembers; i++) /* why did it end? (cause.c) */
+                agent_cause_queue(h, &u->members[i]);
             free(u);
             return;
         }

@@ -7,7 +7,7 @@
  *       are exactly 0..N-1, exactly rank 0 is root, and all agree on root endpoint and secret.
  *   agent_hello_check --report PHASE [--error MSG] [--error-rank R [--error-pod POD
  *                     --error-node NODE]] [--ready-ranks N]
- *                     [--condition TYPE=True|False] SOCKET
+ *                     [--condition TYPE=True|False[/REASON]] SOCKET
  *       colli_agent_report_ex on one socket.
  */
 #include "agent_client.h"
@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     }
     if (report) {
         colli_proto_phase_t p = colli_proto_phase_parse(report);
-        char type[64] = "";
+        char type[64] = "", reason[64] = "";
         int ok = 1;
         coll_result_t r;
         if (p == COLLI_PROTO_PHASE_NONE) {
@@ -96,13 +96,17 @@ int main(int argc, char **argv)
         if (cond) {
             const char *eq = strchr(cond, '=');
             snprintf(type, sizeof(type), "%.*s", eq ? (int)(eq - cond) : (int)strlen(cond), cond);
-            ok = !eq || strcmp(eq + 1, "False") != 0;
+            ok = !eq || strncmp(eq + 1, "False", 5) != 0;
+            const char *slash = eq ? strchr(eq, '/') : NULL; /* TYPE=False/Reason */
+            if (slash)
+                snprintf(reason, sizeof(reason), "%s", slash + 1);
         }
         if (transport != NULL && p == COLLI_PROTO_PHASE_READY)
             r = colli_agent_report_ready(argv[i], timeout_ms, transport, NULL, 0, 0);
         else
             r = colli_agent_report_ex(argv[i], timeout_ms, p, ready_ranks, err_rank, err_pod,
-                                      err_node, error, cond ? type : NULL, ok, NULL,
+                                      err_node, error, cond ? type : NULL, ok,
+                                      reason[0] ? reason : NULL,
                                       cond ? "from agent_hello_check" : NULL);
         if (r != COLL_SUCCESS) {
             printf("ERR result=%s message=%s\n", result_name(r), colli_agent_last_error());

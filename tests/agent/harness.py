@@ -218,6 +218,21 @@ class Cluster:
     def add(self, obj):
         self.control("/objects", obj)
 
+    def kubelet_ends(self, pod_name, terminated, limit=None):
+        """What the kubelet writes when a pod's first container ends (the fake API server has no
+        kubelet): its terminated state and the pod Failed (restartPolicy Never); limit: the
+        container's memory limit, set in the spec for the test."""
+        pod = [o for o in self.objects("pods") if o["metadata"]["name"] == pod_name][0]
+        c = pod["spec"]["containers"][0]
+        if limit:
+            c.setdefault("resources", {}).setdefault("limits", {})["memory"] = limit
+        st = pod.setdefault("status", {})
+        st["phase"] = "Failed"
+        st["containerStatuses"] = [{"name": c["name"], "ready": False, "restartCount": 0,
+                                    "image": c.get("image", ""),
+                                    "state": {"terminated": terminated}}]
+        self.add(pod)
+
     def write_token(self, token):
         tmp = os.path.join(self.sa_dir, "token.tmp")
         with open(tmp, "w") as f:

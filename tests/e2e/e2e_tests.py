@@ -348,6 +348,9 @@ def case_rank_failure(ck, cl):
     time.sleep(0.3)
     t0 = time.time()
     ranks.procs[victim].send_signal(signal.SIGKILL)
+    time.sleep(0.5)  # the kubelet's part: the victim's container OOMKilled at its 8Gi limit
+    cl.kubelet_ends(pods[victim]["metadata"]["name"], {"exitCode": 137, "reason": "OOMKilled",
+                    "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, "8Gi")
     codes = ranks.wait(60)
     print("survivors finished %.1f s after the SIGKILL: exit codes %s" % (time.time() - t0, codes))
     ck(codes[victim] == -signal.SIGKILL, "rank %d was killed by SIGKILL" % victim)
@@ -388,6 +391,18 @@ def case_rank_failure(ck, cl):
     ck(healthy.get("status") == "False" and healthy.get("reason") in (
         "PeerFailed", "PeerUnreachable", "CollectiveTimeout"),
        "condition Healthy=False with the failure's class as its reason", json.dumps(healthy))
+    def cause_of(s):  # why it ended: the writer agent reads the victim's pod
+        return (s.get("unhealthyMembers") or [{}])[0].get("cause") or ""
+    st, told = wait_status(cl, "e2efail", lambda s: "OOMKilled" in cause_of(s), 30)
+    cause = cause_of(st)
+    print("%.1f s after the SIGKILL, the status says why: %s" % (time.time() - t0, cause))
+    ck(told and "container trainer was OOMKilled (exit code 137)" in cause and
+       "memory limit of 8Gi" in cause, "status.unhealthyMembers[0].cause: the victim's container "
+       "was OOMKilled at its 8Gi limit", json.dumps(st.get("unhealthyMembers"))[:1500])
+    ck("OOMKilled" in ((st.get("lastError") or {}).get("cause") or ""),
+       "status.lastError.cause says the same", json.dumps(st.get("lastError"))[:1500])
+    ck(wait_status(cl, "e2efail", lambda _: "KcollFailureCause" in comm_event_reasons(cl, 0),
+                   10)[1], "an Event KcollFailureCause on the Communicator")
     r = kubectl_describe(cl, "e2efail")
     if r is None:
         raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "
@@ -398,6 +413,10 @@ def case_rank_failure(ck, cl):
        "kubectl describe shows Phase Failed or Degraded")
     ck(re.search(r"\brank %d\b" % victim, r.stdout[r.stdout.find("Last Error"):]),
        "kubectl describe's Last Error names rank %d" % victim)
+    ck(re.search(r"^\s*Cause:\s+container trainer was OOMKilled", r.stdout, re.M) and
+       re.search(r"KcollFailureCause\s.*OOMKilled", r.stdout),
+       "kubectl describe shows the cause, in the status and in the Events")
+
 
 
 def case_attachment_missing(ck, cl):

@@ -1,0 +1,455 @@
+/*
+ * Why a rank ended, as Kubernetes saw it. When a failure is blamed on a rank that died, stopped
+ * or cannot be reached, the agent that wrote it reads that rank's Pod (and, when the pod is not
+ * Ready though its containers run, its Node) a few times over the next minute, until the objects
+ * say why: a container OOMKilled, crashed or ended, the pod evicted, preempted or deleted, the
+ * node NotReady. The answer goes into the member's and lastError's `cause` and one Event
+ * (KcollFailureCause) on the Communicator: `kubectl describe communicator` then says both what
+ * the survivors saw and why it happened. Nothing is written when the objects say nothing.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent.h"
+#include "health_state.h"
+#include "pod_ranks.h" /* agent_name_ok */
+#include "text.h"
+
+/* When the pod is read after the failure was written (ms): the kubelet reports a container's end
+ * within about a second; a node is NotReady after its grace period (40-50 s). */
+static const int64_t cause_after_ms[] = {1000, 3000, 8000, 20000, 60000};
+#define CAUSE_STEPS  ((int)(sizeof(cause_after_ms) / sizeof(cause_after_ms[0])))
+#define CAUSE_TRY_MS 5000 /* one read, its retries included */
+#define LAST_WORDS   200  /* characters kept of a container's termination message (its tail) */
+
+/* RFC 3339 (as the API server writes it, "2026-11-29T12:03:11Z") to epoch seconds; -1 if not. */
+static int64_t rfc3339_s(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!end)
+        return -1;
+    if (*end == '.') /* fractional seconds (MicroTime) */
+        while (*++end >= '0' && *end <= '9')
+            ;
+    if (*end != 'Z' || end[1] != '\0')
+        return -1;
+    return (int64_t)timegm(&tm);
+}
+
+static const char *str_at(const json_t *o, const char *dotted)
+{
+    return json_string_value(agent_json_path(o, dotted));
+}
+
+/* Append to out (always terminated, cut at len). */
+static void add(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add(char *out, size_t len, const char *fmt, ...)
+{
+    size_t n = strlen(out);
+    if (n + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The pod's condition of this type when its status is True ("Ready" asks for its status). */
+static const json_t *condition(const json_t *pod, const char *type)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(agent_json_path(pod, "status.conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        if (t && strcmp(t, type) == 0)
+            return c;
+    }
+    return NULL;
+}
+
+/* The memory limit of the pod's container of that name ("" if none). */
+static const char *memory_limit(const json_t *pod, const char *name)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(agent_json_path(pod, "spec.containers"), i, c)
+    {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        const char *lim = str_at(c, "resources.limits.memory");
+        if (n && name && strcmp(n, name) == 0 && lim)
+            return lim;
+    }
+    return "";
+}
+
+/* The tail of a termination message (terminationMessagePath, or the log's tail with
+ * FallbackToLogsOnError), on one line. */
+static void last_words(const char *msg, char *out, size_t len)
+{
+    char buf[LAST_WORDS * 4];
+    size_t n = 0, m = msg ? strlen(msg) : 0;
+    while (m > 0 && (msg[m - 1] == '\n' || msg[m - 1] == ' ' || msg[m - 1] == '\r'))
+        m--;
+    size_t from = m > LAST_WORDS ? m - LAST_WORDS : 0;
+    for (size_t i = from; i < m && n + 4 < sizeof(buf); i++) {
+        char c = msg[i];
+        if (c == '\n') {
+            memcpy(buf + n, " | ", 3);
+            n += 3;
+        } else {
+            buf[n++] = (c == '\t' || c == '\r') ? ' ' : c;
+        }
+    }
+    buf[n] = '\0';
+    agent_utf8_clean(buf);
+    snprintf(out, len, "%s%s", from > 0 ? "..." : "", buf);
+}
+
+/* One container's end: how and when, in words. */
+static void describe_end(const json_t *pod, const char *name, const json_t *term, int restarts,
+                         char *out, size_t len)
+{
+    json_int_t code = json_integer_value(json_object_get(term, "exitCode"));
+    const char *reason = json_string_value(json_object_get(term, "reason"));
+    const char *at = json_string_value(json_object_get(term, "finishedAt"));
+    if (rfc3339_s(at) < 0)
+        at = NULL; /* not a time: not repeated */
+    const char *msg = json_string_value(json_object_get(term, "message"));
+    int sig = code > 128 && code < 128 + 65 ? (int)(code - 128) : 0;
+
+    if (reason && strcmp(reason, "OOMKilled") == 0) {
+        const char *lim = memory_limit(pod, name);
+        add(out, len, "container %s was OOMKilled (exit code %lld)%s%s: ", name, (long long)code,
+            at ? " at " : "", at ? at : "");
+        if (lim[0])
+            add(out, len,
+                "it reached its memory limit of %s; raise resources.limits.memory or use "
+                "less memory per rank",
+                lim);
+        else
+            add(out, len,
+                "its node ran out of memory (it has no memory limit); give it a "
+                "memory request and limit, or use less memory per rank");
+    } else if (sig) {
+        const char *abbrev = sigabbrev_np(sig);
+        add(out, len, "container %s was killed by signal %d (SIG%s, exit code %lld)%s%s", name, sig,
+            abbrev ? abbrev : "?", (long long)code, at ? " at " : "", at ? at : "");
+        if (sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGILL || sig == SIGFPE)
+            add(out, len, ": a crash in the program or a native library it loads");
+        else if (sig == SIGKILL)
+            add(out, len,
+                ": not the kernel's OOM killer as far as the kubelet knows; "
+                "another process, or a deadline that ended it");
+    } else if (code == 0) {
+        add(out, len,
+            "container %s exited with code 0%s%s: the program ended while its peers "
+            "still expected it in a collective (do all ranks make the same calls?)",
+            name, at ? " at " : "", at ? at : "");
+    } else {
+        add(out, len, "container %s exited with code %lld", name, (long long)code);
+        if (reason)
+            add(out, len, " (%s)", reason);
+        if (at)
+            add(out, len, " at %s", at);
+    }
+    if (msg && msg[0]) {
+        char words[LAST_WORDS * 4 + 4];
+        last_words(msg, words, sizeof(words));
+        add(out, len, "; its last words: \"%s\"", words);
+    }
+    if (restarts > 0)
+        add(out, len, "; it restarted (%d restart%s so far)", restarts, restarts == 1 ? "" : "s");
+}
+
+/* The container end that explains this failure: one in effect now, or the last one of a
+ * container that restarted, if it came after since_s (an earlier end belongs to an earlier
+ * failure). A non-zero exit first. */
+static int container_end(const json_t *pod, int64_t since_s, char *out, size_t len)
+{
+    const json_t *best = NULL, *best_cs = NULL;
+    size_t i;
+    const json_t *cs;
+    json_array_foreach(agent_json_path(pod, "status.containerStatuses"), i, cs)
+    {
+        const json_t *t = agent_json_path(cs, "state.terminated");
+        if (!json_is_object(t)) {
+            t = agent_json_path(cs, "lastState.terminated");
+            int64_t fin = rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
+            if (!json_is_object(t) || fin < 0 || fin + 1 < since_s)
+                continue;
+        }
+        if (!json_is_integer(json_object_get(t, "exitCode")))
+            continue; /* the API server always sets it: this is no container end */
+        int nonzero = json_integer_value(json_object_get(t, "exitCode")) != 0;
+        if (!best || (nonzero && json_integer_value(json_object_get(best, "exitCode")) == 0)) {
+            best = t;
+            best_cs = cs;
+        }
+    }
+    if (!best)
+        return 0;
+    /* a restarted container: how often (its end above is the last one) */
+    int restarts = json_is_object(agent_json_path(best_cs, "state.terminated"))
+                       ? 0
+                       : (int)json_integer_value(json_object_get(best_cs, "restartCount"));
+    describe_end(pod, str_at(best_cs, "name") ? str_at(best_cs, "name") : "?", best, restarts, out,
+                 len);
+    return 1;
+}
+
+int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (!pod) {
+        add(out, len,
+            "pod %s no longer exists: it was deleted (kubectl delete, its job's "
+            "controller, a drain or an eviction); kubectl get events --field-selector "
+            "involvedObject.name=%s says by whom",
+            pod_name, pod_name);
+        return 1;
+    }
+    const char *deleting = str_at(pod, "metadata.deletionTimestamp");
+    const char *reason = str_at(pod, "status.reason"), *message = str_at(pod, "status.message");
+    const json_t *dt = condition(pod, "DisruptionTarget");
+    const char *dts = json_string_value(json_object_get(dt, "status"));
+    int disrupted = dts && strcmp(dts, "True") == 0;
+    char ended[700] = "";
+    int has_end = container_end(pod, since_s, ended, sizeof(ended));
+
+    if (deleting || disrupted || reason) {
+        if (deleting)
+            add(out, len, "pod %s is being deleted (due by %s)", pod_name, deleting);
+        else
+            add(out, len, "pod %s", pod_name);
+        if (disrupted) {
+            const char *r = json_string_value(json_object_get(dt, "reason"));
+            const char *m = json_string_value(json_object_get(dt, "message"));
+            add(out, len, "%s %s%s%s", deleting ? ":" : " is disrupted:", r ? r : "?",
+                m ? ": " : "", m ? m : "");
+        } else if (reason) {
+            add(out, len, "%s %s%s%s", deleting ? ":" : " failed:", reason, message ? ": " : "",
+                message ? message : "");
+        }
+        if (has_end)
+            add(out, len, "; %s", ended);
+        return 1;
+    }
+    if (has_end) {
+        add(out, len, "%s", ended);
+        return 1;
+    }
+    /* Running, nothing ended, yet not Ready: the node controller marks a NotReady node's pods so */
+    const json_t *ready = condition(pod, "Ready");
+    const char *rs = json_string_value(json_object_get(ready, "status"));
+    const char *phase = str_at(pod, "status.phase");
+    if (rs && strcmp(rs, "True") != 0 && phase && strcmp(phase, "Running") == 0) {
+        const char *at = json_string_value(json_object_get(ready, "lastTransitionTime"));
+        add(out, len, "pod %s is not Ready%s%s though none of its containers ended", pod_name,
+            at ? " since " : "", at ? at : "");
+        return 2;
+    }
+    return 0;
+}
+
+int agent_node_cause(const char *node_name, const json_t *node, char *out, size_t len)
+{
+    out[0] = '\0';
+    size_t i;
+    const json_t *c;
+    json_array_foreach(agent_json_path(node, "status.conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        const char *s = json_string_value(json_object_get(c, "status"));
+        if (!t || strcmp(t, "Ready") != 0 || !s || strcmp(s, "True") == 0)
+            continue;
+        const char *r = json_string_value(json_object_get(c, "reason"));
+        const char *m = json_string_value(json_object_get(c, "message"));
+        const char *at = json_string_value(json_object_get(c, "lastTransitionTime"));
+        add(out, len,
+            "node %s is NotReady (Ready=%s%s%s%s%s)%s%s: the machine is down or cut off "
+            "from the control plane; its pods are evicted when their toleration of it ends "
+            "(300 s by default)",
+            node_name, s, r ? ", " : "", r ? r : "", m ? ": " : "", m ? m : "", at ? " since " : "",
+            at ? at : "");
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the lookups (the writer thread) ---- */
+
+/* Failures whose blamed rank may have ended: worth asking Kubernetes why. A mismatch, a version
+ * or a usage error names a rank that is alive. */
+static int may_have_ended(const char *reason)
+{
+    static const char *const ended[] = {"PeerFailed", "PeerUnreachable", "CollectiveTimeout",
+                                        "BootstrapTimeout"};
+    for (size_t i = 0; i < sizeof(ended) / sizeof(ended[0]); i++)
+        if (reason && strcmp(reason, ended[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void agent_cause_queue(agent_health_t *h, const member_t *m)
+{
+    agent_ctx_t *ctx = h->ctx;
+    if (m->rank < 0 || !may_have_ended(m->reason) || !agent_name_ok(m->pod, 1) ||
+        strcmp(m->pod, ctx->facts.pod) == 0 || (m->node[0] && !agent_name_ok(m->node, 1)))
+        return;
+    pthread_mutex_lock(&h->mu);
+    cause_task_t *free_slot = NULL;
+    for (int i = 0; i < CAUSE_TASKS; i++) {
+        cause_task_t *t = &h->causes[i];
+        if ((t->active || t->done) && strcmp(t->pod, m->pod) == 0 &&
+            t->since_s == h->cause_since_s) {
+            pthread_mutex_unlock(&h->mu);
+            return; /* asked already */
+        }
+        if (!t->active && !free_slot)
+            free_slot = t;
+    }
+    if (free_slot) {
+        memset(free_slot, 0, sizeof(*free_slot));
+        free_slot->active = 1;
+        free_slot->rank = m->rank;
+        snprintf(free_slot->pod, sizeof(free_slot->pod), "%s", m->pod);
+        snprintf(free_slot->node, sizeof(free_slot->node), "%s", m->node);
+        free_slot->since_s = h->cause_since_s;
+        free_slot->first_ms = agent_now_ms();
+        free_slot->due_ms = free_slot->first_ms + cause_after_ms[0];
+        pthread_cond_signal(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+int64_t agent_cause_next_ms(agent_health_t *h)
+{
+    int64_t next = -1, now = agent_now_ms();
+    for (int i = 0; i < CAUSE_TASKS; i++) {
+        const cause_task_t *t = &h->causes[i];
+        if (!t->active)
+            continue;
+        int64_t d = t->due_ms > now ? t->due_ms - now : 0;
+        if (next < 0 || d < next)
+            next = d;
+    }
+    return next;
+}
+
+/* Read one object: 1 found (*body), 0 not found (404), -1 no answer or another code (why). */
+static int read_object(agent_ctx_t *ctx, const char *path, json_t **body, long *code)
+{
+    agent_kube_resp_t r;
+    int rc =
+        agent_kube_request(ctx->kube, "GET", path, NULL, NULL, agent_now_ms() + CAUSE_TRY_MS, &r);
+    *code = rc == 0 ? r.code : 0;
+    *body = NULL;
+    if (rc == 0 && r.code == 200) {
+        *body = r.body;
+        r.body = NULL;
+    }
+    agent_kube_resp_free(&r);
+    return *body ? 1 : (rc == 0 && r.code == 404) ? 0 : -1;
+}
+
+/* One look at a task's pod (and node): 1 when the cause is known (out), 0 not yet. */
+static int look(agent_health_t *h, cause_task_t *t, int last, char *out, size_t len)
+{
+    agent_ctx_t *ctx = h->ctx;
+    char path[600];
+    json_t *obj;
+    long code;
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ctx->facts.ns, t->pod);
+    int got = read_object(ctx, path, &obj, &code);
+    if (got < 0) {
+        agent_debug("AGENT-CAUSE", "reading pod %s: HTTP %ld", t->pod, code);
+        return 0;
+    }
+    int found = agent_pod_cause(t->pod, obj, t->since_s, out, len);
+    const char *node = str_at(obj, "spec.nodeName");
+    char node_name[254];
+    snprintf(node_name, sizeof(node_name), "%s", node && agent_name_ok(node, 1) ? node : t->node);
+    json_decref(obj);
+    if (found != 2)
+        return found;
+    if (!t->node_denied && node_name[0]) {
+        char nmsg[MAX_MSG];
+        snprintf(path, sizeof(path), "/api/v1/nodes/%s", node_name);
+        got = read_object(ctx, path, &obj, &code);
+        if (got > 0 && agent_node_cause(node_name, obj, nmsg, sizeof(nmsg))) {
+            json_decref(obj);
+            snprintf(out, len, "%s", nmsg);
+            return 1;
+        }
+        json_decref(obj);
+        if (code == 401 || code == 403)
+            t->node_denied = 1;
+    }
+    if (t->node_denied) { /* all there is to know: say it now */
+        add(out, len,
+            ": is its node %s down? (the agent may not read Nodes to tell: the Helm "
+            "value rbac.readNodes=true lets it)",
+            node_name);
+        return 1;
+    }
+    return last; /* the last look: the pod still runs, not Ready (a readiness probe?) */
+}
+
+void agent_cause_run(agent_health_t *h)
+{
+    agent_ctx_t *ctx = h->ctx;
+    for (int i = 0; i < CAUSE_TASKS; i++) {
+        pthread_mutex_lock(&h->mu);
+        cause_task_t t = h->causes[i];
+        int due = t.active && t.due_ms <= agent_now_ms();
+        pthread_mutex_unlock(&h->mu);
+        if (!due)
+            continue;
+        char cause[MAX_CAUSE];
+        int last = t.step + 1 >= CAUSE_STEPS;
+        int found = look(h, &t, last, cause, sizeof(cause));
+        pthread_mutex_lock(&h->mu);
+        cause_task_t *s = &h->causes[i];
+        s->node_denied = t.node_denied;
+        s->step = t.step + 1;
+        if (found || last) {
+            s->active = 0;
+            s->done = 1;
+        } else {
+            s->due_ms = s->first_ms + cause_after_ms[s->step];
+        }
+        if (found) {
+            update_t *u = &h->pend;
+            int k = 0;
+            while (k < u->ncauses && strcmp(u->causes[k].pod, t.pod) != 0)
+                k++;
+            if (k < CAUSE_TASKS) {
+                snprintf(u->causes[k].pod, sizeof(u->causes[k].pod), "%s", t.pod);
+                snprintf(u->causes[k].text, sizeof(u->causes[k].text), "%s", cause);
+                if (k == u->ncauses)
+                    u->ncauses++;
+                u->dirty = 1;
+            }
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (!found) {
+            if (last)
+                agent_info("AGENT-CAUSE", "pod %s (rank %d) says nothing of why it failed", t.pod,
+                           t.rank);
+            continue;
+        }
+        char msg[MAX_MSG];
+        snprintf(msg, sizeof(msg), "rank %d (pod %s, node %s): %s", t.rank, t.pod, t.node, cause);
+        agent_info("AGENT-CAUSE", "%s", msg);
+        if (ctx->comm_uid[0])
+            agent_events_add(h->events, "Warning", "KcollFailureCause", msg, "Communicator",
+                             "kcoll.io/v1alpha1", ctx->comm_name, ctx->comm_uid);
+    }
+}

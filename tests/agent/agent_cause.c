@@ -1,0 +1,184 @@
+/* What the agent says of why a blamed rank ended (k8s-agent/cause.c), from Pod and Node objects
+ * as the API server returns them: each case checks the words a user acts on. */
+#define _GNU_SOURCE
+#include "health_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                    \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* 2026-11-29T12:00:00Z: the communicator was Ready then */
+#define SINCE 1795953600LL
+
+static char out[MAX_CAUSE];
+
+/* agent_pod_cause on a pod given as JSON (NULL: the pod does not exist) */
+static int pod(const char *json)
+{
+    json_t *p = json ? json_loads(json, 0, NULL) : NULL;
+    if (json && !p) {
+        fprintf(stderr, "bad fixture: %s\n", json);
+        failures++;
+        return -1;
+    }
+    int r = agent_pod_cause("train-2-abcde", p, SINCE, out, sizeof(out));
+    printf("  %d: %s\n", r, out);
+    json_decref(p);
+    return r;
+}
+
+static int has(const char *what)
+{
+    if (strstr(out, what))
+        return 1;
+    fprintf(stderr, "  missing \"%s\" in: %s\n", what, out);
+    return 0;
+}
+
+#define SPEC_LIMIT                                                                                 \
+    "\"spec\":{\"nodeName\":\"node-2\",\"containers\":[{\"name\":\"trainer\",\"resources\":"       \
+    "{\"limits\":{\"memory\":\"8Gi\"}}}]}"
+#define SPEC_NOLIMIT "\"spec\":{\"nodeName\":\"node-2\",\"containers\":[{\"name\":\"trainer\"}]}"
+
+static void test_containers(void)
+{
+    /* OOMKilled with a limit: names the container, the code, the time, the limit, the fix */
+    EXPECT(pod("{" SPEC_LIMIT ",\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{\"name\":"
+               "\"trainer\",\"restartCount\":0,\"state\":{\"terminated\":{\"exitCode\":137,"
+               "\"reason\":\"OOMKilled\",\"finishedAt\":\"2026-11-29T12:03:11Z\"}}}]}}") == 1);
+    EXPECT(has("container trainer was OOMKilled (exit code 137) at 2026-11-29T12:03:11Z") &&
+           has("memory limit of 8Gi") && has("raise resources.limits.memory"));
+    /* ... without one: the node ran out */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\"}}}]}}") == 1);
+    EXPECT(has("OOMKilled") && has("node ran out of memory"));
+    /* a Python exception: the code, the reason, the tail of the termination message on one line */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"terminated\":{\"exitCode\":1,\"reason\":\"Error\",\"finishedAt\":"
+               "\"2026-11-29T12:04:00Z\",\"message\":\"Traceback (most recent call last):\\n  "
+               "File \\\"train.py\\\", line 9\\nKeyError: 'lr'\\n\"}}}]}}") == 1);
+    EXPECT(
+        has("container trainer exited with code 1 (Error) at 2026-11-29T12:04:00Z") &&
+        has("its last words: \"Traceback (most recent call last): |   File \"train.py\", line 9") &&
+        has("KeyError: 'lr'\""));
+    /* a long message keeps its tail */
+    char big[3000] = "{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+                     "\"state\":{\"terminated\":{\"exitCode\":2,\"message\":\"";
+    for (int i = 0; i < 100; i++)
+        strcat(big, "0123456789");
+    strcat(big, "THE END\"}}}]}}");
+    EXPECT(pod(big) == 1 && has("...") && has("THE END\"") && strlen(out) < 400);
+    /* signals: SIGSEGV is a crash, SIGKILL without OOMKilled is not the OOM killer */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"terminated\":{\"exitCode\":139,\"reason\":\"Error\"}}}]}}") == 1);
+    EXPECT(has("killed by signal 11 (SIGSEGV, exit code 139)") && has("a crash"));
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"terminated\":{\"exitCode\":137,\"reason\":\"Error\"}}}]}}") == 1);
+    EXPECT(has("signal 9 (SIGKILL") && has("not the kernel's OOM killer"));
+    /* exit 0 while the others still called collectives */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":\"Completed\"}}}]}}") == 1);
+    EXPECT(has("exited with code 0") && has("do all ranks make the same calls?"));
+    /* restarted after this failure: its last end, and how often */
+    EXPECT(pod("{" SPEC_LIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"restartCount\":2,\"state\":{\"running\":{}},\"lastState\":{\"terminated\":{"
+               "\"exitCode\":137,\"reason\":\"OOMKilled\",\"finishedAt\":"
+               "\"2026-11-29T12:05:00Z\"}}}]}}") == 1);
+    EXPECT(has("OOMKilled") && has("2 restarts so far"));
+    /* ... but an end from before the communicator was Ready is an earlier failure's */
+    EXPECT(pod("{" SPEC_LIMIT ",\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{"
+               "\"name\":\"trainer\",\"restartCount\":1,\"state\":{\"running\":{}},\"lastState\":"
+               "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"finishedAt\":"
+               "\"2026-11-29T11:50:00Z\"}}}]}}") == 0);
+    EXPECT(out[0] == '\0');
+    /* two containers: the one that failed, not the one that completed */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"logger\","
+               "\"state\":{\"terminated\":{\"exitCode\":0}}},{\"name\":\"trainer\",\"state\":"
+               "{\"terminated\":{\"exitCode\":3}}}]}}") == 1);
+    EXPECT(has("container trainer exited with code 3"));
+}
+
+static void test_pod_level(void)
+{
+    /* deleted */
+    EXPECT(pod(NULL) == 1);
+    EXPECT(has("pod train-2-abcde no longer exists") &&
+           has("--field-selector involvedObject.name=train-2-abcde"));
+    /* preempted: the disruption's reason and message, then the container's end */
+    EXPECT(pod("{\"metadata\":{\"deletionTimestamp\":\"2026-11-29T12:06:30Z\"}," SPEC_NOLIMIT
+               ",\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"DisruptionTarget\","
+               "\"status\":\"True\",\"reason\":\"PreemptionByScheduler\",\"message\":\"default-"
+               "scheduler: preempting to accommodate a higher priority pod\"}],"
+               "\"containerStatuses\":[{\"name\":\"trainer\",\"state\":{\"terminated\":{"
+               "\"exitCode\":143}}}]}}") == 1);
+    EXPECT(has("is being deleted (due by 2026-11-29T12:06:30Z): PreemptionByScheduler: "
+               "default-scheduler: preempting") &&
+           has("; container trainer was killed by signal 15 (SIGTERM, exit code 143)"));
+    /* evicted by the kubelet */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\","
+               "\"message\":\"The node was low on resource: memory.\"}}") == 1);
+    EXPECT(has("pod train-2-abcde failed: Evicted: The node was low on resource: memory."));
+    /* running, not Ready, nothing ended: look at the node */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":"
+               "\"Ready\",\"status\":\"False\",\"lastTransitionTime\":\"2026-11-29T12:07:00Z\"}],"
+               "\"containerStatuses\":[{\"name\":\"trainer\",\"state\":{\"running\":{}}}]}}") == 2);
+    EXPECT(has("is not Ready since 2026-11-29T12:07:00Z"));
+    /* running and Ready, nothing ended: nothing to say (yet) */
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":"
+               "\"Ready\",\"status\":\"True\"}],\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"running\":{}}}]}}") == 0);
+    /* hostile shapes: wrong types everywhere, no crash, nothing claimed */
+    EXPECT(pod("{\"metadata\":7,\"spec\":[],\"status\":{\"conditions\":{},\"containerStatuses\":"
+               "[1,\"x\",{\"state\":{\"terminated\":\"yes\"},\"lastState\":{\"terminated\":{"
+               "\"finishedAt\":17}}}]}}") == 0);
+    EXPECT(pod("[]") == 0 && pod("{\"status\":{\"containerStatuses\":[{\"state\":{\"terminated\":"
+                                 "{\"exitCode\":\"1\",\"finishedAt\":\"junk\"}}}]}}") == 0);
+    /* no name, a time that is none: neither is repeated as if it were */
+    EXPECT(pod("{\"status\":{\"containerStatuses\":[{\"state\":{\"terminated\":{"
+               "\"exitCode\":5,\"finishedAt\":\"junk\"}}}]}}") == 1);
+    EXPECT(has("container ? exited with code 5") && !strstr(out, "junk"));
+}
+
+static void test_node(void)
+{
+    json_t *n = json_loads("{\"status\":{\"conditions\":[{\"type\":\"MemoryPressure\",\"status\":"
+                           "\"False\"},{\"type\":\"Ready\",\"status\":\"Unknown\",\"reason\":"
+                           "\"NodeStatusUnknown\",\"message\":\"Kubelet stopped posting node "
+                           "status.\",\"lastTransitionTime\":\"2026-11-29T12:07:40Z\"}]}}",
+                           0, NULL);
+    EXPECT(agent_node_cause("node-2", n, out, sizeof(out)) == 1);
+    printf("  node: %s\n", out);
+    EXPECT(has("node node-2 is NotReady (Ready=Unknown, NodeStatusUnknown: Kubelet stopped "
+               "posting node status.) since 2026-11-29T12:07:40Z") &&
+           has("down or cut off"));
+    json_decref(n);
+    n = json_loads("{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}}", 0,
+                   NULL);
+    EXPECT(agent_node_cause("node-2", n, out, sizeof(out)) == 0 && out[0] == '\0');
+    json_decref(n);
+    EXPECT(agent_node_cause("node-2", NULL, out, sizeof(out)) == 0);
+}
+
+int main(void)
+{
+    agent_log_init("error", NULL);
+    test_containers();
+    test_pod_level();
+    test_node();
+    if (failures) {
+        fprintf(stderr, "%d expectation(s) failed\n", failures);
+        return 1;
+    }
+    printf("agent_cause: all passed\n");
+    return 0;
+}

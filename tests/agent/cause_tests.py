@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Why a blamed rank ended, as Kubernetes says (label agent; k8s-agent/cause.c).
+    cause_tests.py CASE --agent PATH/coll-agent --hello PATH/agent_hello_check [--keep]
+Cases:
+  failure_cause  after writing a failure blamed on another pod's rank that may have ended, the
+                 writer agent reads that pod (and its node) and adds the cause: a NotReady node
+                 without and with get on nodes, a deleted pod, and a mismatch (its rank is
+                 alive: its pod is not read)
+Exit 0 pass, 1 fail, 77 skipped."""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agent_tests  # noqa: E402
+import harness  # noqa: E402
+from agent_tests import check, comm, per_agent_counts, report_all  # noqa: E402
+from harness import hello, wait_for  # noqa: E402
+
+
+def case_failure_cause(cl):
+    """Why a blamed rank ended, as Kubernetes says: after writing a failure blamed on a rank that
+    may have ended, the writer agent reads that rank's Pod (and its Node when the pod runs but is
+    not Ready) and adds the cause to the member, lastError and an Event KcollFailureCause. Rank
+    2's node stopped posting status; in a second job, rank 1's pod was deleted; in a third, the
+    failure is a mismatch (the rank is alive): its pod is not read at all."""
+    def job(name, victim, before_report, condition="Healthy=False/PeerFailed"):
+        _, pods = cl.add_job(name, 3)
+        agents = [cl.start_agent(p) for p in pods]
+        rc, out = hello(agent_tests.ARGS.hello, [a["sock"] for a in agents], check=3)
+        check(rc == 0, "bootstrap failed:\n" + out)
+        report_all([a["sock"] for a in agents], ["Ready"])
+        wait_for(lambda: ((comm(cl, name) or {}).get("status") or {}).get("phase") == "Ready",
+                 30, "status.phase Ready")
+        vpod = pods[victim]["metadata"]["name"]
+        before_report(pods[victim])
+        cl.control("/reset-counts", {})
+        t0 = time.time()
+        report_all([a["sock"] for i, a in enumerate(agents) if i != victim], [
+            "Failed", "--error", "rank %d (pod %s) is gone" % (victim, vpod), "--error-rank",
+            str(victim), "--error-pod", vpod, "--error-node", pods[victim]["spec"]["nodeName"],
+            "--condition", condition])
+        return vpod, t0
+
+    def cause_of(name):
+        members = ((comm(cl, name) or {}).get("status") or {}).get("unhealthyMembers") or [{}]
+        return members[0].get("cause")
+
+    def node_lost(pod):
+        pod["spec"]["nodeName"] = "node-lost"
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                        "lastTransitionTime": "2026-11-29T12:07:00Z"}]
+        pod["status"]["containerStatuses"] = [{"name": "trainer", "ready": False,
+                                               "restartCount": 0, "state": {"running": {}}}]
+        cl.add(pod)
+        cl.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-lost"},
+                "status": {"conditions": [{
+                    "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastTransitionTime": "2026-11-29T12:07:40Z"}]}})
+
+    # the chart's RBAC by default: no get on nodes; the pod says what it can
+    vpod, t0 = job("cause-pod", 2, node_lost)
+    cause = wait_for(lambda: cause_of("cause-pod"), 20, "a cause for rank 2")
+    print("%.1f s after the reports: %s" % (time.time() - t0, cause))
+    check(cause == "pod %s is not Ready since 2026-11-29T12:07:00Z though none of its containers "
+          "ended: is its node node-lost down? (the agent may not read Nodes to tell: the Helm "
+          "value rbac.readNodes=true lets it)" % vpod, "the cause: " + cause)
+    # with rbac.readNodes=true the node says it
+    cl.control("/allow", harness.chart_agent_rules(read_nodes=True))
+    vpod, t0 = job("cause-node", 2, node_lost)
+    cause = wait_for(lambda: cause_of("cause-node"), 20, "a cause for rank 2")
+    cl.control("/allow", harness.chart_agent_rules())
+    print("%.1f s after the reports: %s" % (time.time() - t0, cause))
+    check("node node-lost is NotReady (Ready=Unknown, NodeStatusUnknown: Kubelet stopped "
+          "posting node status.) since 2026-11-29T12:07:40Z" in cause, "the cause: " + cause)
+    st = comm(cl, "cause-node")["status"]
+    check("NotReady" in (st.get("lastError") or {}).get("cause", ""), "lastError.cause")
+    ev = wait_for(lambda: [e for e in cl.objects("events") if e["reason"] == "KcollFailureCause"
+                           and e["involvedObject"]["name"] == "cause-node"], 10,
+                  "the Event KcollFailureCause")
+    check(ev[0]["involvedObject"]["kind"] == "Communicator" and ev[0]["message"].startswith(
+        "rank 2 (pod %s, node " % vpod) and "NotReady" in ev[0]["message"],
+        "the Event on the Communicator: " + ev[0]["message"])
+    counts = harness.settled(lambda: per_agent_counts(cl, "cause-node-"), quiet=1.0)
+    gets = sum(v.get("verbs", {}).get("get", 0) for v in counts.values())
+    print("reads: %s" % json.dumps({k: v.get("verbs") for k, v in counts.items()}))
+    check(gets <= 3, "%d reads (bound 3: the blamed pod's uid for its Event, the pod, the node)"
+          % gets)
+
+    vpod, t0 = job("cause-gone", 1, lambda pod: cl.control("/delete", {
+        "kind": "Pod", "namespace": "team-a", "name": pod["metadata"]["name"]}))
+    cause = wait_for(lambda: cause_of("cause-gone"), 20, "a cause for rank 1")
+    print("%.1f s after the reports: %s" % (time.time() - t0, cause))
+    check(cause.startswith("pod %s no longer exists: it was deleted" % vpod), "the cause: " + cause)
+
+    job("cause-alive", 2, lambda pod: None, condition="Healthy=False/CollectiveMismatch")
+    wait_for(lambda: ((comm(cl, "cause-alive") or {}).get("status") or {}).get("lastError"), 20,
+             "status.lastError")
+    time.sleep(2.5)  # past the first two looks, were there any
+    counts = per_agent_counts(cl, "cause-alive-")
+    gets = sum(v.get("verbs", {}).get("get", 0) for v in counts.values())
+    check(gets <= 1 and not cause_of("cause-alive"), "a mismatch's rank is alive: its pod is not "
+          "read for a cause (%d reads, the one for its Event's uid)" % gets)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    sys.exit(agent_tests.main(CASES))
