@@ -1,21 +1,12 @@
 /* What the agent says of why a blamed rank ended (k8s-agent/cause.c), from Pod and Node objects
  * as the API server returns them: each case checks the words a user acts on. */
 #define _GNU_SOURCE
+#include "expect.h"
 #include "health_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define EXPECT(cond)                                                                               \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                    \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* 2026-11-29T12:00:00Z: the communicator was Ready then */
 #define SINCE 1795953600LL

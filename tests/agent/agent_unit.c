@@ -1,6 +1,7 @@
 /* Unit tests of coll-agent internals: label selectors, YAML loading, kubeconfig parsing,
  * base64/hex helpers and interface checks. */
 #define _GNU_SOURCE
+#include "expect.h"
 #include "kube.h"
 #include "pod_ranks.h"
 #include "text.h"
@@ -12,16 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-
-#define EXPECT(cond)                                                                               \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                    \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static int sel(const char *selector, const char *labels)
 {
