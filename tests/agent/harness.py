@@ -218,6 +218,15 @@ class Cluster:
     def add(self, obj):
         self.control("/objects", obj)
 
+    def kubectl_describe(self, name):
+        """kubectl describe communicator NAME (None without kubectl)."""
+        kubectl = find_kubectl()
+        if not kubectl:
+            return None
+        env = dict(os.environ, KUBECONFIG=self.kubeconfig(), HOME=self.dir)
+        return subprocess.run([kubectl, "describe", "communicator", name], capture_output=True,
+                              text=True, env=env, timeout=60)
+
     def kubelet_ends(self, pod_name, terminated, limit=None):
         """What the kubelet writes when a pod's first container ends (the fake API server has no
         kubelet): its terminated state and the pod Failed (restartPolicy Never); limit: the

@@ -167,16 +167,6 @@ def comm_event_reasons(cl, timeout):
         time.sleep(0.1)
 
 
-def kubectl_describe(cl, name):
-    kubectl = harness.find_kubectl()
-    if not kubectl:
-        return None
-    env = dict(os.environ, KUBECONFIG=cl.kubeconfig(), HOME=cl.dir)
-    r = subprocess.run([kubectl, "describe", "communicator", name], capture_output=True,
-                       text=True, env=env, timeout=60)
-    return r
-
-
 def tail(text, n=3000):
     return text[-n:]
 
@@ -309,7 +299,7 @@ def case_version_pin(ck, cl):
     print("Event reasons on the Communicator: %s" % reasons)
     ck(reasons == ["KcollBootstrapFailed"],
        "a failure before Ready is reported as KcollBootstrapFailed", str(reasons))
-    r = kubectl_describe(cl, "e2epin")
+    r = cl.kubectl_describe("e2epin")
     if r is None:
         raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "
                    "the rest of the case ran")
@@ -363,6 +353,9 @@ def case_rank_failure(ck, cl):
            "rank %d: its all_reduce fails (exit %s)" % (i, codes[i]), tail(out))
         ck(line and re.search(r"\brank %d\b" % victim, line[0]),
            "rank %d: the error names rank %d" % (i, victim), line[0] if line else "")
+        ck("kubectl describe communicator e2efail -n team-a shows this failure for the whole "
+           "job, and why rank %d (pod %s) ended" % (victim, pods[victim]["metadata"]["name"]) in
+           out, "rank %d: its log says where to look for why rank %d ended" % (i, victim))
         if line:
             print("rank %d: %s" % (i, line[0]))
     st, named = wait_status(cl, "e2efail", lambda s: re.search(
@@ -396,14 +389,13 @@ def case_rank_failure(ck, cl):
     st, told = wait_status(cl, "e2efail", lambda s: "OOMKilled" in cause_of(s), 30)
     cause = cause_of(st)
     print("%.1f s after the SIGKILL, the status says why: %s" % (time.time() - t0, cause))
-    ck(told and "container trainer was OOMKilled (exit code 137)" in cause and
-       "memory limit of 8Gi" in cause, "status.unhealthyMembers[0].cause: the victim's container "
-       "was OOMKilled at its 8Gi limit", json.dumps(st.get("unhealthyMembers"))[:1500])
-    ck("OOMKilled" in ((st.get("lastError") or {}).get("cause") or ""),
-       "status.lastError.cause says the same", json.dumps(st.get("lastError"))[:1500])
+    ck(told and "container trainer was OOMKilled (exit code 137)" in cause and "memory limit of "
+       "8Gi" in cause and (st.get("lastError") or {}).get("cause") == cause, "status.unhealthy"
+       "Members[0].cause and lastError.cause: the victim's container was OOMKilled at its 8Gi "
+       "limit", json.dumps({k: st.get(k) for k in ("unhealthyMembers", "lastError")})[:1500])
     ck(wait_status(cl, "e2efail", lambda _: "KcollFailureCause" in comm_event_reasons(cl, 0),
                    10)[1], "an Event KcollFailureCause on the Communicator")
-    r = kubectl_describe(cl, "e2efail")
+    r = cl.kubectl_describe("e2efail")
     if r is None:
         raise Skip("kubectl v1.33+ not found in PATH or .deps/bin (scripts/setup.sh installs it); "
                    "the rest of the case ran")
@@ -649,7 +641,7 @@ def case_walkthrough(ck, cl):
     st, ready = wait_status(cl, name, lambda s: s.get("phase") == "Ready", 30)
     ck(ready and st.get("readyRanks") == n, "Communicator %s is Ready with %d ranks" % (name, n),
        json.dumps(st)[:1500])
-    r = kubectl_describe(cl, name)
+    r = cl.kubectl_describe(name)
     if r is None:
         raise Skip("kubectl v1.33+ not found (scripts/setup.sh installs it)")
     print(r.stdout)

@@ -82,6 +82,21 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
         blame >= 0 && blame < comm->nranks && comm->members ? &comm->members[blame] : NULL;
     report_failed(comm->agent_socket, __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE), false,
                   msg, m ? blame : -1, m ? m->pod : NULL, m ? m->node : NULL);
+    if (comm->agent_job[0] == '\0')
+        return;
+    /* where the job's view of it is, and (the agent reads the blamed rank's pod) why it ended */
+    if (m != NULL && blame != comm->rank)
+        coll_warn(AGENT,
+                  "kubectl describe communicator %s -n %s shows this failure for the whole job, "
+                  "and why rank %d (pod %s) ended once its Pod or Node says (OOMKilled, evicted, "
+                  "deleted, its node NotReady, ...)",
+                  comm->agent_job, comm->agent_ns[0] ? comm->agent_ns : "default", blame,
+                  m->pod[0] ? m->pod : "?");
+    else
+        coll_warn(AGENT,
+                  "kubectl describe communicator %s -n %s shows this failure for the whole "
+                  "job",
+                  comm->agent_job, comm->agent_ns[0] ? comm->agent_ns : "default");
 }
 
 coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_facts_t *f)

@@ -155,6 +155,8 @@ static coll_result_t load_config(struct coll_comm *comm, const colli_create_t *c
         comm->cfg = c->parent->cfg;
         comm->test = c->parent->test;
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->parent->agent_socket);
+        snprintf(comm->agent_ns, sizeof(comm->agent_ns), "%s", c->parent->agent_ns);
+        snprintf(comm->agent_job, sizeof(comm->agent_job), "%s", c->parent->agent_job);
         return COLL_SUCCESS;
     }
     colli_testhook_load(&comm->test);
@@ -164,6 +166,10 @@ static coll_result_t load_config(struct coll_comm *comm, const colli_create_t *c
     colli_config_bound_bootstrap(&comm->cfg, c->bound);
     if (c->agent_socket != NULL)
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->agent_socket);
+    if (c->agent != NULL) {
+        snprintf(comm->agent_ns, sizeof(comm->agent_ns), "%s", c->agent->ns);
+        snprintf(comm->agent_job, sizeof(comm->agent_job), "%s", c->agent->job);
+    }
     return status;
 }
 
