@@ -131,6 +131,8 @@ static void *writer(void *arg)
         if (due && ctx->kube)
             agent_status_write(h);
         pthread_mutex_lock(&h->mu);
+        if (h->stop && !stop_by) /* the stop came during this pass */
+            stop_by = agent_now_ms() + 10000;
         /* at exit, a look at a blamed pod still due within stop_by is made */
         int64_t cause = agent_cause_next_ms(h);
         int looking = cause >= 0 && agent_now_ms() + cause < stop_by;

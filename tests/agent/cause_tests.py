@@ -6,9 +6,12 @@ Cases:
                  writer agent reads that pod (and its node) and adds the cause: a NotReady node
                  without and with get on nodes, a deleted pod, and a mismatch (its rank is
                  alive: its pod is not read)
+  cause_at_exit  the writer agent, stopped (SIGTERM) right after writing the failure, still makes
+                 the looks due within its 10 s of flushing
 Exit 0 pass, 1 fail, 77 skipped."""
 import json
 import os
+import signal
 import sys
 import time
 
@@ -103,6 +106,43 @@ def case_failure_cause(cl):
     gets = sum(v.get("verbs", {}).get("get", 0) for v in counts.values())
     check(gets <= 1 and not cause_of("cause-alive"), "a mismatch's rank is alive: its pod is not "
           "read for a cause (%d reads, the one for its Event's uid)" % gets)
+
+
+
+def case_cause_at_exit(cl):
+    """The writer's pod often ends right after the failure (its training process raised): the
+    agent, stopping, still makes the looks due within its 10 s of flushing. Rank 1 is blamed;
+    rank 0's agent gets SIGTERM as soon as the failure is written; the kubelet writes rank 1's
+    end 1.5 s later; the cause still arrives, and the agent then exits."""
+    _, pods = cl.add_job("cause-exit", 3)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = hello(agent_tests.ARGS.hello, [a["sock"] for a in agents], check=3)
+    check(rc == 0, "bootstrap failed:\n" + out)
+    report_all([a["sock"] for a in agents], ["Ready"])
+    wait_for(lambda: ((comm(cl, "cause-exit") or {}).get("status") or {}).get("phase") ==
+             "Ready", 30, "status.phase Ready")
+    vpod = pods[1]["metadata"]["name"]
+    report_all([agents[0]["sock"], agents[2]["sock"]], [
+        "Failed", "--error", "rank 1 (pod %s) is gone" % vpod, "--error-rank", "1",
+        "--error-pod", vpod, "--error-node", pods[1]["spec"]["nodeName"], "--condition",
+        "Healthy=False/PeerFailed"])
+    wait_for(lambda: ((comm(cl, "cause-exit") or {}).get("status") or {}).get("lastError"), 20,
+             "status.lastError")
+    t0 = time.time()
+    agents[0]["proc"].send_signal(signal.SIGTERM)
+    time.sleep(1.5)
+    cl.kubelet_ends(vpod, {"exitCode": 1, "reason": "Error", "message": "ValueError: bad batch\n",
+                           "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    members = wait_for(lambda: [m for m in ((comm(cl, "cause-exit") or {}).get("status") or {})
+                                .get("unhealthyMembers") or [] if m.get("cause")], 15,
+                       "a cause written by the stopping agent")
+    print("%.1f s after the SIGTERM: %s" % (time.time() - t0, members[0]["cause"]))
+    check(members[0]["cause"].startswith("container trainer exited with code 1 (Error) at ") and
+          members[0]["cause"].endswith("its last words: \"ValueError: bad batch\""),
+          "the cause: " + members[0]["cause"])
+    code = agents[0]["proc"].wait(timeout=15)
+    print("the agent exited %.1f s after the SIGTERM (code %s)" % (time.time() - t0, code))
+    check(time.time() - t0 < 12, "the agent exits within its 10 s of flushing")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
