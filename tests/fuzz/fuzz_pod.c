@@ -5,7 +5,8 @@
  * Indexed Job and JobSet rank conventions, ownerReferences, the Multus network-status annotation
  * and its deprecated spelling), then the CollectiveTopology list (namespace and pod selectors,
  * pins, spec.network against the network-status), then the Node (its topology label).
- * k8s-agent/pod_facts.c, topology.c, node_group.c. A rejection names its condition; accepted
+ * k8s-agent/pod_facts.c, topology.c, node_group.c; and why a rank ended, from that Pod and
+ * Node (cause.c). A rejection names its condition; accepted
  * facts are consistent and say what the objects say (no int wrapped on the way).
  */
 #define _GNU_SOURCE
@@ -15,6 +16,7 @@
 
 #include "fake_kube.h"
 #include "fuzz.h"
+#include "health_state.h"
 #include "kube.h"
 
 static void named(const agent_condition_t *c)
@@ -53,8 +55,50 @@ static json_t *matched_spec(const uint8_t *data, size_t size, const char *name)
     return spec;
 }
 
+/* The k-th answer (from 0) as JSON, its "NNN " status cut off; NULL if none or not JSON. */
+static json_t *answer_json(const uint8_t *data, size_t size, int k)
+{
+    const uint8_t *s = data, *end = data + size;
+    for (int i = 0; i < k; i++) {
+        const uint8_t *nul = memchr(s, 0, (size_t)(end - s));
+        if (nul == NULL)
+            return NULL;
+        s = nul + 1;
+    }
+    const uint8_t *nul = memchr(s, 0, (size_t)(end - s));
+    size_t n = nul ? (size_t)(nul - s) : (size_t)(end - s);
+    if (n >= 4 && s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9' && s[2] >= '0' &&
+        s[2] <= '9' && s[3] == ' ') {
+        s += 4;
+        n -= 4;
+    }
+    return json_loadb((const char *)s, n, 0, NULL);
+}
+
+/* Why a rank ended, from the same Pod (first answer) and a Node (third), as the writer agent
+ * reads a blamed rank's (k8s-agent/cause.c): an answer in range, text exactly when it says so,
+ * bounded. */
+static void cause_of(const uint8_t *data, size_t size)
+{
+    char out[MAX_CAUSE];
+    json_t *pod = answer_json(data, size, 0), *node = answer_json(data, size, 2);
+    for (int absent = 0; absent < 2; absent++) {
+        memset(out, 'x', sizeof(out));
+        int r = agent_pod_cause("p", absent ? NULL : pod, 1795953600LL, out, sizeof(out));
+        if (r < 0 || r > 2 || memchr(out, 0, sizeof(out)) == NULL || (r == 0) != (out[0] == 0))
+            fuzz_fail("a pod's cause out of range, unterminated, or text that disagrees");
+    }
+    memset(out, 'x', sizeof(out));
+    int r = agent_node_cause("n", node, out, sizeof(out));
+    if ((r != 0 && r != 1) || memchr(out, 0, sizeof(out)) == NULL || (r == 0) != (out[0] == 0))
+        fuzz_fail("a node's cause out of range, unterminated, or text that disagrees");
+    json_decref(pod);
+    json_decref(node);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    cause_of(data, size);
     fake_kube_load(data, size);
     agent_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));

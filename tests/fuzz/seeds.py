@@ -64,6 +64,26 @@ a["batch.kubernetes.io/job-completion-index"] = "1"
 a["kcoll.io/job-uid"] = "js-uid"
 a["k8s.v1.cni.cncf.io/networks-status"] = a.pop("k8s.v1.cni.cncf.io/network-status")
 write("pod", "jobset-deprecated-netstatus", parts(j(p3), j(tlist), j(node)))
+# why a rank ended (cause.c): a container OOMKilled and one restarted, a disruption, a NotReady
+# node beside the topology-key label
+p5 = copy.deepcopy(pod)
+p5["metadata"]["deletionTimestamp"] = "2026-11-29T12:06:30Z"
+p5["spec"]["containers"][0]["resources"] = {"limits": {"memory": "8Gi"}}
+p5["status"].update({"phase": "Running", "reason": "Evicted", "message": "low on memory",
+                     "conditions": [{"type": "Ready", "status": "False"},
+                                    {"type": "DisruptionTarget", "status": "True",
+                                     "reason": "PreemptionByScheduler", "message": "preempted"}],
+                     "containerStatuses": [
+                         {"name": "trainer", "restartCount": 2, "state": {"running": {}},
+                          "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                       "finishedAt": "2026-11-29T12:05:00Z",
+                                                       "message": "Traceback\nKeyError\n"}}},
+                         {"name": "logger", "state": {"terminated": {"exitCode": 139}}}]})
+n5 = copy.deepcopy(node)
+n5["status"] = {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                "message": "Kubelet stopped posting node status.",
+                                "lastTransitionTime": "2026-11-29T12:07:40Z"}]}
+write("pod", "cause-ended", parts(j(p5), j(tlist), j(n5)))
 p4 = copy.deepcopy(pod)
 p4["metadata"]["annotations"]["kcoll.io/world-size-error"] = "Forbidden: cannot read the Job"
 del p4["metadata"]["annotations"]["kcoll.io/world-size"]
