@@ -16,6 +16,7 @@
 
 #include "agent.h"
 #include "health_state.h"
+#include "peer_ipc.h"
 #include "pod_ranks.h" /* agent_name_ok */
 #include "text.h"
 
@@ -332,11 +333,14 @@ void agent_cause_queue(agent_health_t *h, const member_t *m)
 int64_t agent_cause_next_ms(agent_health_t *h)
 {
     int64_t next = -1, now = agent_now_ms();
-    for (int i = 0; i < CAUSE_TASKS; i++) {
-        const cause_task_t *t = &h->causes[i];
-        if (!t->active)
+    for (int i = 0; i < CAUSE_TASKS + PEER_WATCH; i++) {
+        /* a stopping agent makes the looks for a failure's cause, not for a question */
+        int active =
+            i < CAUSE_TASKS ? h->causes[i].active : !h->stop && h->peers[i - CAUSE_TASKS].looking;
+        if (!active)
             continue;
-        int64_t d = t->due_ms > now ? t->due_ms - now : 0;
+        int64_t due = i < CAUSE_TASKS ? h->causes[i].due_ms : h->peers[i - CAUSE_TASKS].due_ms;
+        int64_t d = due > now ? due - now : 0;
         if (next < 0 || d < next)
             next = d;
     }
@@ -359,7 +363,8 @@ static int read_object(agent_ctx_t *ctx, const char *path, json_t **body, long *
     return *body ? 1 : (rc == 0 && r.code == 404) ? 0 : -1;
 }
 
-/* One look at a task's pod (and node): 1 when the cause is known (out), 0 not yet. */
+/* One look at a task's pod (and node): 1 when they say it ended (out says why), 2 when out says
+ * what is known but not that (the pod runs not Ready, its node unknown), 0 nothing yet. */
 static int look(agent_health_t *h, cause_task_t *t, int last, char *out, size_t len)
 {
     agent_ctx_t *ctx = h->ctx;
@@ -392,19 +397,120 @@ static int look(agent_health_t *h, cause_task_t *t, int last, char *out, size_t 
         if (code == 401 || code == 403)
             t->node_denied = 1;
     }
-    if (t->node_denied) { /* all there is to know: say it now */
+    if (t->node_denied) { /* all there is to know: say it now (not that it ended) */
         add(out, len,
             ": is its node %s down? (the agent may not read Nodes to tell: the Helm "
             "value rbac.readNodes=true lets it)",
             node_name);
-        return 1;
+        return 2;
     }
-    return last; /* the last look: the pod still runs, not Ready (a readiness probe?) */
+    return last ? 2 : 0; /* the last look: the pod still runs, not Ready (a readiness probe?) */
+}
+
+/* The reads the "peer" questions asked for (writer thread). */
+static void peers_run(agent_health_t *h)
+{
+    for (int i = 0; i < PEER_WATCH; i++) {
+        pthread_mutex_lock(&h->mu);
+        peer_watch_t *w = &h->peers[i];
+        int due = w->used && w->looking && w->due_ms <= agent_now_ms() && !h->stop;
+        cause_task_t t = {
+            .rank = w->rank, .node_denied = w->node_denied, .since_s = h->cause_since_s};
+        snprintf(t.pod, sizeof(t.pod), "%s", w->pod);
+        snprintf(t.node, sizeof(t.node), "%s", w->node);
+        pthread_mutex_unlock(&h->mu);
+        if (!due)
+            continue;
+        char cause[MAX_CAUSE];
+        int found = look(h, &t, 0, cause, sizeof(cause));
+        pthread_mutex_lock(&h->mu);
+        int news = 0;
+        if (w->used && strcmp(w->pod, t.pod) == 0) { /* not forgotten meanwhile */
+            w->looking = 0;
+            w->looked_ms = agent_now_ms();
+            w->node_denied = t.node_denied;
+            news = found == 1 && !w->ended;
+            w->ended = found == 1;
+            if (w->ended)
+                snprintf(w->cause, sizeof(w->cause), "%s", cause);
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (news)
+            agent_info("AGENT-PEER-ENDED",
+                       "rank %d (pod %s), which a rank of this pod waits on, ended: %s", t.rank,
+                       t.pod, cause);
+    }
+}
+
+/* The watch of pod (a new one, replacing the least recently asked, if none; under mu). */
+static peer_watch_t *peer_watch(agent_health_t *h, const colli_proto_peer_t *q, int64_t now)
+{
+    peer_watch_t *w = NULL;
+    for (int i = 0; i < PEER_WATCH; i++) {
+        peer_watch_t *c = &h->peers[i];
+        if (c->used && now - c->asked_ms >= PEER_FORGET_MS && !c->looking)
+            c->used = 0;
+        if (c->used && strcmp(c->pod, q->pod) == 0)
+            return c;
+        if (!w || (w->used && (!c->used || c->asked_ms < w->asked_ms)))
+            w = c;
+    }
+    if (w->used && w->looking)
+        return NULL; /* every watch is being read: asked again, it is answered */
+    memset(w, 0, sizeof(*w));
+    w->used = 1;
+    w->rank = q->rank;
+    snprintf(w->pod, sizeof(w->pod), "%s", q->pod);
+    snprintf(w->node, sizeof(w->node), "%s", q->node && agent_name_ok(q->node, 1) ? q->node : "");
+    return w;
+}
+
+json_t *agent_peer_question(agent_health_t *h, const json_t *req)
+{
+    colli_proto_peer_msg_t q, a;
+    char err[256], causes[COLLI_PROTO_MAX_PEERS][MAX_CAUSE];
+    memset(&a, 0, sizeof(a));
+    if (colli_proto_peer_request_parse(req, &q, err, sizeof(err)) != 0)
+        return NULL;
+    if (!h || !h->ctx->kube) /* nobody to ask (standalone): nothing is known */
+        return colli_proto_peer_reply(&a);
+    int64_t now = agent_now_ms();
+    pthread_mutex_lock(&h->mu);
+    for (int i = 0; i < q.npeers; i++) {
+        /* a name the library's 128-byte member field may have cut is not looked up: its 404
+         * would say that a live pod was deleted */
+        if (!agent_name_ok(q.peers[i].pod, 1) || strlen(q.peers[i].pod) >= 127 ||
+            strcmp(q.peers[i].pod, h->ctx->facts.pod) == 0)
+            continue;
+        peer_watch_t *w = peer_watch(h, &q.peers[i], now);
+        if (!w) {
+            a.pending = 1;
+            continue;
+        }
+        w->asked_ms = now;
+        if (w->ended) {
+            snprintf(causes[a.npeers], sizeof(causes[0]), "%s", w->cause);
+            a.peers[a.npeers].rank = q.peers[i].rank;
+            a.peers[a.npeers].cause = causes[a.npeers];
+            a.npeers++;
+        } else if (w->looking || w->looked_ms == 0 || now - w->looked_ms >= PEER_FRESH_MS) {
+            if (!w->looking) {
+                w->looking = 1;
+                w->due_ms = now;
+            }
+            a.pending = 1;
+        }
+    }
+    if (a.pending)
+        pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return colli_proto_peer_reply(&a);
 }
 
 void agent_cause_run(agent_health_t *h)
 {
     agent_ctx_t *ctx = h->ctx;
+    peers_run(h);
     for (int i = 0; i < CAUSE_TASKS; i++) {
         pthread_mutex_lock(&h->mu);
         cause_task_t t = h->causes[i];

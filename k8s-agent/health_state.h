@@ -32,6 +32,19 @@ typedef struct {
     char text[MAX_CAUSE];
 } cause_t;
 
+/* A pod a rank of this pod waits on without progress: does Kubernetes say its rank ended?
+ * (the "peer" question, cause.c; under mu) */
+#define PEER_WATCH     8     /* pods watched at once (the least recently asked goes first) */
+#define PEER_FRESH_MS  5000  /* an answer older than this is read again when asked */
+#define PEER_FORGET_MS 60000 /* a pod not asked about for this long is forgotten */
+typedef struct {
+    int used, looking; /* looking: a read is due (due_ms) or under way */
+    int rank, node_denied, ended;
+    char pod[254], node[254];
+    char cause[MAX_CAUSE]; /* when ended */
+    int64_t asked_ms, looked_ms, due_ms;
+} peer_watch_t;
+
 /* A blamed pod to read (writer thread; under mu) */
 typedef struct {
     int active, done; /* looking; looked (found or given up) */
@@ -95,6 +108,7 @@ struct agent_health {
      * (under mu; NULL = none) */
     json_t *placement;
     cause_task_t causes[CAUSE_TASKS]; /* blamed pods to read (under mu) */
+    peer_watch_t peers[PEER_WATCH];   /* pods the local ranks wait on (under mu) */
     int64_t cause_since_s;            /* epoch s of this library's last Ready (else the start) */
 };
 

@@ -9,6 +9,7 @@
 #include "agent.h"
 #include "kube.h"
 #include "nccl_ipc.h"
+#include "peer_ipc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -222,10 +223,16 @@ static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len, pid_t peer_
         }
     } else if (strcmp(type, COLLI_PROTO_TYPE_NCCL_INIT) == 0) {
         reply = agent_nccl_init(ctx, req);
+    } else if (strcmp(type, COLLI_PROTO_TYPE_PEER) == 0) {
+        reply = agent_peer_question(ctx->health, req);
+        if (!reply)
+            reply = error_reply(COLLI_PROTO_CODE_MALFORMED,
+                                "a peer question needs an array \"" COLLI_PROTO_KEY_PEERS "\"");
     } else {
         reply = error_reply(COLLI_PROTO_CODE_UNKNOWN_TYPE,
                             "unknown message type \"%.64s\" (known: " COLLI_PROTO_TYPE_HELLO
-                            ", " COLLI_PROTO_TYPE_REPORT ", " COLLI_PROTO_TYPE_NCCL_INIT ")",
+                            ", " COLLI_PROTO_TYPE_REPORT ", " COLLI_PROTO_TYPE_NCCL_INIT
+                            ", " COLLI_PROTO_TYPE_PEER ")",
                             type);
     }
     json_decref(req);

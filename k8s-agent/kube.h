@@ -200,6 +200,10 @@ int agent_health_start(agent_ctx_t *ctx, agent_health_t **out);
 void agent_health_stop(agent_health_t *h);
 /* A report from the library (a parsed "report" message; its strings live during the call). */
 void agent_health_report(agent_health_t *h, const colli_proto_report_t *report);
+/* The "peer" question of a local rank (proto/peer_ipc.h: does Kubernetes say the ranks it waits
+ * on ended?), answered at once from what was last read; pods not read within a few seconds are
+ * read again by the writer thread (cause.c). NULL when the question is malformed. */
+json_t *agent_peer_question(agent_health_t *h, const json_t *req);
 /* Emit a pod Event (Warning or Normal) with reason and message; best effort, bounded. */
 void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason,
                         const char *message);

@@ -2,9 +2,9 @@
  * Bytes from the coll-agent socket (proto/agent_ipc.c), both directions: a frame header's length,
  * then the JSON through every decoder a side runs on what it receives (colli_proto_header,
  * hello_wait_ms, hello_local and report_parse on the agent's side; hello_decode, error_fields,
- * code_class and hello_failure_facts on the library's). Whatever a decoder accepts must survive its
- * encoder unchanged: decode(encode(x)) gives x back, so that no field is truncated or widened on
- * the way.
+ * code_class and hello_failure_facts on the library's), and the peer question both ways
+ * (peer_ipc.c). Whatever a decoder accepts must survive its encoder unchanged: decode(encode(x))
+ * gives x back, so that no field is truncated or widened on the way.
  */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -12,6 +12,7 @@
 
 #include "agent_ipc.h"
 #include "fuzz.h"
+#include "peer_ipc.h"
 
 static int same_str(const char *a, const char *b)
 {
@@ -158,6 +159,43 @@ static void failure(const json_t *msg)
     json_decref(r);
 }
 
+/* The peer question (peer_ipc.c), both directions: what a decoder keeps survives its encoder. */
+static void peer(const json_t *msg)
+{
+    colli_proto_peer_msg_t q, r;
+    char err[256] = "";
+    if (colli_proto_peer_request_parse(msg, &q, err, sizeof(err)) == 0) {
+        if (q.npeers < 0 || q.npeers > COLLI_PROTO_MAX_PEERS)
+            fuzz_fail("a peer question with a count outside 0..MAX");
+        json_t *again = colli_proto_peer_request(&q);
+        if (again == NULL || colli_proto_peer_request_parse(again, &r, err, sizeof(err)) != 0 ||
+            r.npeers != q.npeers || r.pid != q.pid)
+            fuzz_fail("an accepted peer question does not survive its encoder");
+        for (int i = 0; again != NULL && i < q.npeers && i < r.npeers; i++)
+            if (q.peers[i].rank < 0 || r.peers[i].rank != q.peers[i].rank ||
+                !same_str(r.peers[i].pod, q.peers[i].pod) ||
+                !same_str(r.peers[i].node, q.peers[i].node))
+                fuzz_fail("a peer of a question changed on the way");
+        json_decref(again);
+    } else if (err[0] == '\0') {
+        fuzz_fail("a peer question refused without saying why");
+    }
+    err[0] = '\0';
+    if (colli_proto_peer_reply_parse(msg, &q, err, sizeof(err)) == 0) {
+        json_t *again = colli_proto_peer_reply(&q);
+        if (again == NULL || colli_proto_peer_reply_parse(again, &r, err, sizeof(err)) != 0 ||
+            r.npeers != q.npeers || r.pending != q.pending)
+            fuzz_fail("an accepted peer answer does not survive its encoder");
+        for (int i = 0; again != NULL && i < q.npeers && i < r.npeers; i++)
+            if (q.peers[i].cause == NULL || q.peers[i].cause[0] == '\0' ||
+                r.peers[i].rank != q.peers[i].rank || !same_str(r.peers[i].cause, q.peers[i].cause))
+                fuzz_fail("a peer of an answer changed on the way, or has no cause");
+        json_decref(again);
+    } else if (err[0] == '\0') {
+        fuzz_fail("a peer answer refused without saying why");
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < COLLI_PROTO_FRAME_HEADER)
@@ -182,6 +220,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     local(msg);
     failure(msg);
     report(msg);
+    peer(msg);
     json_decref(msg);
     return 0;
 }

@@ -109,6 +109,13 @@ struct coll_comm {
     /* Called once by colli_comm_fail after the error is recorded: tells the peers and the
      * pod's agent (installed by the layer that creates communicators; NULL: nobody to tell). */
     void (*on_fail)(struct coll_comm *comm, const char *msg);
+    /* Asked by the run loop while an op (what) has waited idle seconds without progress on
+     * ranks[0..n): under the kcoll agent, whether Kubernetes says one of them ended. COLL_SUCCESS:
+     * keep waiting (*soon: an answer is on its way, ask again in a few seconds); another result
+     * fails the op with that error, the rank blamed. NULL: nobody to ask. */
+    coll_result_t (*on_idle)(struct coll_comm *comm, const int *ranks, int n, const char *what,
+                             double idle, bool *soon);
+    bool idle_ask_off; /* on_idle found nobody to answer: not asked again */
     struct colli_premul premul[COLL_MAX_PREMUL_OPS]; /* operators made at run time */
     uint32_t shrink_epoch; /* coll_comm_shrink calls so far (a new secret each) */
     uint32_t forks;        /* the registry's fork count when registered (base/comm.c) */

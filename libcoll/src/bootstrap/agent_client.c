@@ -368,7 +368,54 @@ coll_result_t colli_agent_request(const char *socket_path, int timeout_ms, const
     return COLL_SUCCESS;
 }
 
+coll_result_t colli_agent_ask_peers(const char *socket_path, int timeout_ms,
+                                    const colli_proto_peer_msg_t *q, int *ended, char *cause,
+                                    size_t len, bool *pending)
+{
+    json_t *req = colli_proto_peer_request(q), *reply = NULL;
+    *ended = -1;
+    *pending = false;
+    if (!req) {
+        set_err("out of memory for a question to the kcoll agent");
+        return COLL_ERR_SYSTEM;
+    }
+    coll_result_t status =
+        colli_agent_request(socket_path, timeout_ms, req, COLLI_PROTO_TYPE_PEER, &reply);
+    json_decref(req);
+    if (status != COLL_SUCCESS)
+        return status;
+    colli_proto_peer_msg_t a;
+    char err[256];
+    if (colli_proto_peer_reply_parse(reply, &a, err, sizeof(err)) != 0) {
+        set_err("kcoll agent at %s: %s", socket_path, err);
+        json_decref(reply);
+        return COLL_ERR_INVALID_USAGE;
+    }
+    *pending = a.pending != 0;
+    if (a.npeers > 0) {
+        *ended = a.peers[0].rank;
+        snprintf(cause, len, "%s", a.peers[0].cause);
+    }
+    json_decref(reply);
+    return COLL_SUCCESS;
+}
+
 #else /* !COLL_HAVE_JANSSON */
+
+coll_result_t colli_agent_ask_peers(const char *socket_path, int timeout_ms,
+                                    const colli_proto_peer_msg_t *q, int *ended, char *cause,
+                                    size_t len, bool *pending)
+{
+    (void)timeout_ms;
+    (void)q;
+    (void)cause;
+    (void)len;
+    *ended = -1;
+    *pending = false;
+    set_err("this libcoll was built without jansson, so it cannot ask the kcoll agent at %s",
+            socket_path ? socket_path : "(null)");
+    return COLL_ERR_UNSUPPORTED;
+}
 
 coll_result_t colli_agent_request(const char *socket_path, int timeout_ms, const struct json_t *req,
                                   const char *want_type, struct json_t **reply)

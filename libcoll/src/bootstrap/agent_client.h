@@ -11,7 +11,10 @@
 #ifndef COLLI_AGENT_CLIENT_H
 #define COLLI_AGENT_CLIENT_H
 
+#include <stdbool.h>
+
 #include "agent_ipc.h" /* proto/: facts, phases, the protocol */
+#include "peer_ipc.h"  /* proto/: the peer question */
 #include "coll.h"
 
 /** Environment variable naming the agent's socket (set by the webhook). */
@@ -76,6 +79,16 @@ coll_result_t colli_agent_report_ready(const char *socket_path, int timeout_ms,
  */
 coll_result_t colli_agent_request(const char *socket_path, int timeout_ms, const struct json_t *req,
                                   const char *want_type, struct json_t **reply);
+
+/**
+ * The "peer" question (proto/peer_ipc.h): does Kubernetes say one of q's ranks ended? On
+ * COLL_SUCCESS, *ended is the first such rank (-1: none) with its cause in cause, and *pending
+ * says that the agent is reading a pod now (ask again in a few seconds). An agent that does not
+ * know the question (an older one) answers with an error: a code, colli_agent_last_error() why.
+ */
+coll_result_t colli_agent_ask_peers(const char *socket_path, int timeout_ms,
+                                    const colli_proto_peer_msg_t *q, int *ended, char *cause,
+                                    size_t len, bool *pending);
 
 /** The message of the last failed colli_agent_* call on this thread ("" if none). */
 const char *colli_agent_last_error(void);

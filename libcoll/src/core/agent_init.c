@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/sockutil.h"
 #include "bootstrap/agent_client.h"
@@ -97,6 +98,54 @@ void colli_agent_notify_failure(struct coll_comm *comm, const char *msg)
                   "kubectl describe communicator %s -n %s shows this failure for the whole "
                   "job",
                   comm->agent_job, comm->agent_ns[0] ? comm->agent_ns : "default");
+}
+
+/* comm->on_idle under the agent: an op has waited idle seconds on ranks without progress. A
+ * node that died (power, kernel) keeps its ranks' connections open, so nothing but COLL_TIMEOUT
+ * would end the wait; the pod's agent knows when Kubernetes says their pod or node is gone. */
+static coll_result_t ask_agent(struct coll_comm *comm, const int *ranks, int n, const char *what,
+                               double idle, bool *soon)
+{
+    colli_proto_peer_msg_t q = {.pid = (int)getpid()};
+    const char *own = comm->members[comm->rank].pod;
+    for (int i = 0; i < n && q.npeers < COLLI_PROTO_MAX_PEERS; i++) {
+        const colli_member_t *m = &comm->members[ranks[i]];
+        if (ranks[i] < 0 || ranks[i] >= comm->nranks || m->pod[0] == '\0' ||
+            strcmp(m->pod, own) == 0)
+            continue; /* its own pod's ranks: the pod is alive */
+        q.peers[q.npeers++] =
+            (colli_proto_peer_t){.rank = ranks[i], .pod = m->pod, .node = m->node};
+    }
+    if (q.npeers == 0)
+        return COLL_SUCCESS;
+    int ended;
+    char cause[1024];
+    coll_result_t status = colli_agent_ask_peers(comm->agent_socket, AGENT_REPORT_MS, &q, &ended,
+                                                 cause, sizeof(cause), soon);
+    if (status != COLL_SUCCESS) {
+        coll_info(AGENT,
+                  "the kcoll agent does not answer whether the ranks this one waits on ended "
+                  "(%s): the wait ends at COLL_TIMEOUT, as without it",
+                  colli_agent_last_error());
+        comm->idle_ask_off = true;
+        return COLL_SUCCESS;
+    }
+    if (ended < 0 || ended >= comm->nranks)
+        return COLL_SUCCESS;
+    char who[200];
+    colli_member_desc(comm, ended, who, sizeof(who));
+    colli_comm_blame(comm, ended);
+    return COLLI_ERR(COLL, COLL_ERR_REMOTE,
+                     "%s: %s is gone, as Kubernetes tells this pod's kcoll agent: %s. Rank %d "
+                     "waited %.0f s for it: a rank whose node died sends nothing and closes "
+                     "nothing, so only this (or COLL_TIMEOUT) ends the wait",
+                     what, who, cause, comm->rank, idle);
+}
+
+void colli_agent_watch_peers(struct coll_comm *comm)
+{
+    if (comm->agent_socket[0] != '\0')
+        comm->on_idle = ask_agent;
 }
 
 coll_result_t colli_agent_apply_pins(colli_config_t *cfg, const colli_proto_facts_t *f)

@@ -309,6 +309,7 @@ static coll_result_t create(const colli_create_t *c, coll_comm_t *out)
     memcpy(comm->secret, c->secret, 16);
     comm->tag = colli_comm_tag(c->secret);
     COLL_CHECK_GOTO(load_config(comm, c), err_free);
+    colli_agent_watch_peers(comm);
     COLL_CHECK_GOTO(colli_tp_probe(comm), err_free);
     colli_netif_t nif;
     COLL_CHECK_GOTO(

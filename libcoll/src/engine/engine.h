@@ -16,6 +16,7 @@ typedef struct colli_drive {
     double last;      /* colli_now() of the last progress (0: not started) */
     double next_warn; /* seconds without progress of the next liveness line */
     double grace_end; /* after the stuck notice went out: when the stall error comes (0: none) */
+    double next_ask;  /* seconds without progress of the next comm->on_idle question */
 } colli_drive_t;
 
 /* What else ends a drive, with COLL_IN_PROGRESS (the op not complete): */

@@ -97,6 +97,35 @@ static coll_result_t aborted_error(colli_op_t *op)
                      op->what, who, rest != NULL ? " and on ranks" : "", rest != NULL ? rest : "");
 }
 
+/* Waiting without progress under the kcoll agent: ask it whether Kubernetes says one of the
+ * ranks waited on ended (a node that died keeps its connections open: nothing else would tell
+ * before COLL_TIMEOUT). After 10 s, then every 10 s up to 2 minutes, then every 30 s; 2 s after
+ * an answer that is still coming. */
+#define ASK_FIRST_S 10.0
+#define ASK_SOON_S  2.0
+static coll_result_t ask_idle(colli_op_t *op, colli_drive_t *d, double idle)
+{
+    struct coll_comm *comm = op->comm;
+    int ranks[8], n = 0;
+    for (int i = 0; i < op->nlanes && n < 8; i++) {
+        const colli_lane_t *l = &op->lanes[i];
+        bool seen = false;
+        for (int k = 0; k < n; k++)
+            seen |= ranks[k] == l->peer;
+        if (l->done != l->n && !seen && l->peer != comm->rank && l->peer >= 0)
+            ranks[n++] = l->peer;
+    }
+    bool soon = false;
+    char what[200];
+    coll_result_t status =
+        n > 0 ? comm->on_idle(comm, ranks, n, colli_op_desc(op, what, sizeof(what)), idle, &soon)
+              : COLL_SUCCESS;
+    d->next_ask = soon ? idle + ASK_SOON_S : d->next_ask + (d->next_ask < 120.0 ? 10.0 : 30.0);
+    if (d->next_ask <= idle)
+        d->next_ask = idle + ASK_SOON_S;
+    return status;
+}
+
 static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_until_t *until)
 {
     struct coll_comm *comm = op->comm;
@@ -110,6 +139,7 @@ static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_unti
     if (stamp) {
         d->next_warn = every;
         d->grace_end = 0;
+        d->next_ask = ASK_FIRST_S;
     }
     unsigned idle_passes = 0;
     coll_result_t status = COLL_SUCCESS;
@@ -134,6 +164,7 @@ static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_unti
             idle_passes = 0;
             d->next_warn = every;
             d->grace_end = 0;
+            d->next_ask = ASK_FIRST_S;
             continue;
         }
         /* Read the clock only every few idle passes: a pass over shared memory is much
@@ -161,6 +192,12 @@ static coll_result_t run_loop(colli_op_t *op, colli_drive_t *d, const colli_unti
             /* without a deadline, waits of many minutes are expected (a peer saving a
              * checkpoint): the interval doubles, up to 10 minutes */
             d->next_warn += isinf(timeout) ? d->next_warn < 600.0 ? d->next_warn : 600.0 : every;
+        }
+        if (idle >= d->next_ask && idle < timeout && comm->on_idle != NULL && !comm->idle_ask_off &&
+            d->grace_end == 0) {
+            status = ask_idle(op, d, idle);
+            if (status != COLL_SUCCESS)
+                break;
         }
         if (idle >= timeout) {
             if (d->grace_end == 0) {
