@@ -31,7 +31,9 @@ static int rank_of(const json_t *o)
     return (int)json_integer_value(r);
 }
 
-json_t *colli_proto_peer_request(const colli_proto_peer_msg_t *m)
+/* The question (reply 0: peers with rank, pod, node) or the answer (reply 1: peers with rank,
+ * cause; ok and pending). */
+static json_t *encode(const colli_proto_peer_msg_t *m, int reply)
 {
     json_t *msg = header(), *peers = json_array();
     if (!msg || !peers) {
@@ -41,9 +43,10 @@ json_t *colli_proto_peer_request(const colli_proto_peer_msg_t *m)
     }
     for (int i = 0; i < m->npeers && i < COLLI_PROTO_MAX_PEERS; i++) {
         const colli_proto_peer_t *p = &m->peers[i];
-        json_t *o = json_pack("{si ss}", COLLI_PROTO_KEY_RANK, p->rank, COLLI_PROTO_KEY_POD,
-                              p->pod ? p->pod : "");
-        if (o && p->node && p->node[0])
+        const char *v = reply ? p->cause : p->pod;
+        json_t *o = json_pack("{si ss}", COLLI_PROTO_KEY_RANK, p->rank,
+                              reply ? COLLI_PROTO_KEY_CAUSE : COLLI_PROTO_KEY_POD, v ? v : "");
+        if (o && !reply && p->node && p->node[0])
             json_object_set_new(o, COLLI_PROTO_KEY_NODE, json_string(p->node));
         if (!o || json_array_append_new(peers, o) != 0) {
             json_decref(msg);
@@ -51,10 +54,19 @@ json_t *colli_proto_peer_request(const colli_proto_peer_msg_t *m)
             return NULL;
         }
     }
-    if (m->pid > 0)
+    if (reply) {
+        json_object_set_new(msg, COLLI_PROTO_KEY_OK, json_true());
+        json_object_set_new(msg, COLLI_PROTO_KEY_PENDING, json_boolean(m->pending));
+    } else if (m->pid > 0) {
         json_object_set_new(msg, COLLI_PROTO_KEY_PID, json_integer(m->pid));
+    }
     json_object_set_new(msg, COLLI_PROTO_KEY_PEERS, peers);
     return msg;
+}
+
+json_t *colli_proto_peer_request(const colli_proto_peer_msg_t *m)
+{
+    return encode(m, 0);
 }
 
 int colli_proto_peer_request_parse(const json_t *msg, colli_proto_peer_msg_t *out, char *err,
@@ -88,25 +100,7 @@ int colli_proto_peer_request_parse(const json_t *msg, colli_proto_peer_msg_t *ou
 
 json_t *colli_proto_peer_reply(const colli_proto_peer_msg_t *m)
 {
-    json_t *msg = header(), *peers = json_array();
-    if (!msg || !peers) {
-        json_decref(msg);
-        json_decref(peers);
-        return NULL;
-    }
-    for (int i = 0; i < m->npeers && i < COLLI_PROTO_MAX_PEERS; i++) {
-        json_t *o = json_pack("{si ss}", COLLI_PROTO_KEY_RANK, m->peers[i].rank,
-                              COLLI_PROTO_KEY_CAUSE, m->peers[i].cause ? m->peers[i].cause : "");
-        if (!o || json_array_append_new(peers, o) != 0) {
-            json_decref(msg);
-            json_decref(peers);
-            return NULL;
-        }
-    }
-    json_object_set_new(msg, COLLI_PROTO_KEY_OK, json_true());
-    json_object_set_new(msg, COLLI_PROTO_KEY_PEERS, peers);
-    json_object_set_new(msg, COLLI_PROTO_KEY_PENDING, json_boolean(m->pending));
-    return msg;
+    return encode(m, 1);
 }
 
 int colli_proto_peer_reply_parse(const json_t *msg, colli_proto_peer_msg_t *out, char *err,

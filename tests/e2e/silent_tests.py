@@ -45,9 +45,16 @@ def looping(ck, cl, name, n, timeout_s):
     return pods, ranks, ok and ready
 
 
-def stop_victim(ranks, victim):
+def stopped(ck, cl, name, timeout_s, victim, before=None):
+    """looping() with 3 ranks, then before(), then victim SIGSTOPped: (pods, ranks, its time),
+    or None when the job did not run."""
+    pods, ranks, ok = looping(ck, cl, name, 3, timeout_s)
+    if not ok:
+        ranks.kill()
+        return None
+    before()
     ranks.procs[victim].send_signal(signal.SIGSTOP)
-    return time.time()
+    return pods, ranks, time.time()
 
 
 def failures(ck, ranks, victim, n, limit):
@@ -71,12 +78,11 @@ def failures(ck, ranks, victim, n, limit):
 
 def case_silent_node(ck, cl):
     n, victim = 3, 2
-    pods, ranks, ok = looping(ck, cl, "e2esilent", n, 60)
-    if not ok:
-        ranks.kill()
+    run = stopped(ck, cl, "e2esilent", 60, victim, lambda: cl.control(
+        "/allow", harness.chart_agent_rules(read_nodes=True)))
+    if run is None:
         return
-    cl.control("/allow", harness.chart_agent_rules(read_nodes=True))
-    t0 = stop_victim(ranks, victim)
+    pods, ranks, t0 = run
     vpod = pods[victim]["metadata"]["name"]
     time.sleep(1.0)  # the node controller's part: the node stopped posting status
     cl.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-dead"},
@@ -108,12 +114,10 @@ def case_silent_node(ck, cl):
 
 def case_silent_alive(ck, cl):
     n, victim = 3, 2
-    pods, ranks, ok = looping(ck, cl, "e2ealive", n, 20)
-    if not ok:
-        ranks.kill()
+    run = stopped(ck, cl, "e2ealive", 20, victim, lambda: cl.control("/reset-counts", {}))
+    if run is None:
         return
-    cl.control("/reset-counts", {})
-    t0 = stop_victim(ranks, victim)
+    pods, ranks, t0 = run
     lines = failures(ck, ranks, victim, n, 45)
     took = time.time() - t0
     print("survivors failed %.1f s after rank %d stopped (COLL_TIMEOUT 20 s)" % (took, victim))
