@@ -455,8 +455,11 @@ static peer_watch_t *peer_watch(agent_health_t *h, const colli_proto_peer_t *q, 
         if (!w || (w->used && (!c->used || c->asked_ms < w->asked_ms)))
             w = c;
     }
-    if (w->used && w->looking)
-        return NULL; /* every watch is being read: asked again, it is answered */
+    /* every watch is being read, or was asked about within PEER_FRESH_MS: asked again, it is
+     * answered. So a process that names ever new pods costs at most PEER_WATCH reads every
+     * PEER_FRESH_MS, whatever it sends. */
+    if (w->used && (w->looking || now - w->asked_ms < PEER_FRESH_MS))
+        return NULL;
     memset(w, 0, sizeof(*w));
     w->used = 1;
     w->rank = q->rank;

@@ -6,6 +6,8 @@ Cases:
                  writer agent reads that pod (and its node) and adds the cause: a NotReady node
                  without and with get on nodes, a deleted pod, and a mismatch (its rank is
                  alive: its pod is not read)
+  peer_question  the "peer" question a waiting rank asks: pending, then a deleted pod's cause;
+                 names never read; a flood of new names bounded
   cause_at_exit  the writer agent, stopped (SIGTERM) right after writing the failure, still makes
                  the looks due within its 10 s of flushing
 Exit 0 pass, 1 fail, 77 skipped."""
@@ -143,6 +145,57 @@ def case_cause_at_exit(cl):
     code = agents[0]["proc"].wait(timeout=15)
     print("the agent exited %.1f s after the SIGTERM (code %s)" % (time.time() - t0, code))
     check(time.time() - t0 < 12, "the agent exits within its 10 s of flushing")
+
+
+def case_peer_question(cl):
+    """The "peer" question (proto/peer_ipc.h) as a waiting rank asks it: answered at once,
+    "pending" until the agent's read is back, then the cause of a deleted pod; a live pod is not
+    said to have ended; its own pod, a name that is not DNS-1123 and a 127-character one (which
+    the library's member field may have cut) are never read; a flood of ever new names costs at
+    most 8 reads per 5 s."""
+    _, pods = cl.add_job("peerq", 3)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = hello(agent_tests.ARGS.hello, [a["sock"] for a in agents], check=3)
+    check(rc == 0, "bootstrap failed:\n" + out)
+    names = [p["metadata"]["name"] for p in pods]
+    cl.control("/delete", {"kind": "Pod", "namespace": "team-a", "name": names[2]})
+
+    def ask(peers):
+        t = time.time()
+        r = agent_tests.rpc(agents[0]["sock"], json.dumps(
+            {"v": 1, "type": "peer", "pid": os.getpid(), "peers": peers}).encode())
+        return r, time.time() - t
+
+    q = [{"rank": 1, "pod": names[1], "node": "node-0"}, {"rank": 2, "pod": names[2]},
+         {"rank": 0, "pod": names[0]}, {"rank": 5, "pod": "Bad_Name"},
+         {"rank": 6, "pod": "p" * 127}]
+    cl.control("/reset-counts", {})
+    r, took = ask(q)
+    print("first answer in %.3f s: %s" % (took, r))
+    check(r.get("type") == "peer" and r.get("ok") and r.get("pending") and r.get("peers") == [],
+          "the first answer comes at once, pending, naming nobody: %s" % r)
+    r = wait_for(lambda: (lambda a: a if a.get("peers") else None)(ask(q)[0]), 10,
+                 "an answer naming rank 2")
+    print("then: %s" % r)
+    check([p["rank"] for p in r["peers"]] == [2] and r["peers"][0]["cause"].startswith(
+        "pod %s no longer exists" % names[2]), "rank 2's pod is gone; rank 1's lives: %s" % r)
+    objs = {}
+    for c in per_agent_counts(cl, "peerq-0-").values():
+        objs.update(c.get("objects", {}))
+    print("reads: %s" % objs)
+    check(set(objs) == {"get pods/" + names[1], "get pods/" + names[2]},
+          "only the two other pods were read (not its own, not Bad_Name, not the 127-character "
+          "name): %s" % sorted(objs))
+    # a flood: 40 questions of 8 new names each
+    cl.control("/reset-counts", {})
+    t0 = time.time()
+    for i in range(40):
+        ask([{"rank": 10 + k, "pod": "flood-%d-%d" % (i, k)} for k in range(8)])
+    time.sleep(1.0)
+    reads = sum(c.get("verbs", {}).get("get", 0)
+                for c in per_agent_counts(cl, "peerq-0-").values())
+    print("40 questions of 8 new names in %.1f s: %d reads" % (time.time() - t0, reads))
+    check(reads <= 8 * (1 + int((time.time() - t0) / 5)), "at most 8 reads per 5 s (%d)" % reads)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
