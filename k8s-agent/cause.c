@@ -205,7 +205,8 @@ static int container_end(const json_t *pod, int64_t since_s, char *out, size_t l
     return 1;
 }
 
-int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len)
+int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, int silent, char *out,
+                    size_t len)
 {
     out[0] = '\0';
     if (!pod) {
@@ -242,7 +243,7 @@ int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, ch
             add(out, len, "; %s", ended);
         return 1;
     }
-    if (has_end) {
+    if (has_end && !silent) {
         add(out, len, "%s", ended);
         return 1;
     }
@@ -377,7 +378,7 @@ static int look(agent_health_t *h, cause_task_t *t, int last, char *out, size_t 
         agent_debug("AGENT-CAUSE", "reading pod %s: HTTP %ld", t->pod, code);
         return 0;
     }
-    int found = agent_pod_cause(t->pod, obj, t->since_s, out, len);
+    int found = agent_pod_cause(t->pod, obj, t->since_s, t->silent, out, len);
     const char *node = str_at(obj, "spec.nodeName");
     char node_name[254];
     snprintf(node_name, sizeof(node_name), "%s", node && agent_name_ok(node, 1) ? node : t->node);
@@ -414,8 +415,10 @@ static void peers_run(agent_health_t *h)
         pthread_mutex_lock(&h->mu);
         peer_watch_t *w = &h->peers[i];
         int due = w->used && w->looking && w->due_ms <= agent_now_ms() && !h->stop;
-        cause_task_t t = {
-            .rank = w->rank, .node_denied = w->node_denied, .since_s = h->cause_since_s};
+        cause_task_t t = {.rank = w->rank,
+                          .node_denied = w->node_denied,
+                          .since_s = h->cause_since_s,
+                          .silent = 1};
         snprintf(t.pod, sizeof(t.pod), "%s", w->pod);
         snprintf(t.node, sizeof(t.node), "%s", w->node);
         pthread_mutex_unlock(&h->mu);

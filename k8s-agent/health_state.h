@@ -48,6 +48,7 @@ typedef struct {
 /* A blamed pod to read (writer thread; under mu) */
 typedef struct {
     int active, done; /* looking; looked (found or given up) */
+    int silent;       /* a peer question's read (agent_pod_cause's silent) */
     int rank, step, node_denied;
     char pod[254], node[254];
     int64_t since_s;  /* a container end before this (epoch s) belongs to an earlier failure */
@@ -132,9 +133,12 @@ void agent_status_member_task(agent_health_t *h, member_task_t *t);
 /* ---- cause.c ---- */
 
 /* What a Pod says of why its rank ended (pod NULL: it does not exist). since_s: a container's
- * earlier end belongs to an earlier failure. 1 the cause is in out, 2 the pod runs but is not
- * Ready (out says so): its Node may say more, 0 nothing yet. */
-int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, char *out,
+ * earlier end belongs to an earlier failure. silent: the rank went silent, it was not seen to
+ * close its connections; a container's end then proves nothing (a process that exits closes
+ * them: the one that ended is another, a helper that completed), only the pod's own end does.
+ * 1 the cause is in out, 2 the pod runs but is not Ready (out says so): its Node may say more,
+ * 0 nothing yet. */
+int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, int silent, char *out,
                     size_t len);
 /* What a Node says: 1 when it is not Ready (out says since when and why), else 0. */
 int agent_node_cause(const char *node_name, const json_t *node, char *out, size_t len);

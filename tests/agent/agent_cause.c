@@ -12,6 +12,7 @@
 #define SINCE 1795953600LL
 
 static char out[MAX_CAUSE];
+static int silent; /* agent_pod_cause's: a silent peer's question */
 
 /* agent_pod_cause on a pod given as JSON (NULL: the pod does not exist) */
 static int pod(const char *json)
@@ -22,7 +23,7 @@ static int pod(const char *json)
         failures++;
         return -1;
     }
-    int r = agent_pod_cause("train-2-abcde", p, SINCE, out, sizeof(out));
+    int r = agent_pod_cause("train-2-abcde", p, SINCE, silent, out, sizeof(out));
     printf("  %d: %s\n", r, out);
     json_decref(p);
     return r;
@@ -92,6 +93,19 @@ static void test_containers(void)
                "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"finishedAt\":"
                "\"2026-11-29T11:50:00Z\"}}}]}}") == 0);
     EXPECT(out[0] == '\0');
+    /* a silent peer (a process that exits closes its connections): a container's end is no
+     * proof that its rank ended, the pod's own end is */
+    silent = 1;
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":"
+               "\"Ready\",\"status\":\"True\"}],\"containerStatuses\":[{\"name\":\"logger\","
+               "\"state\":{\"terminated\":{\"exitCode\":0}}},{\"name\":\"trainer\",\"state\":"
+               "{\"running\":{}}}]}}") == 0);
+    EXPECT(pod(NULL) == 1 && has("no longer exists"));
+    EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\","
+               "\"containerStatuses\":[{\"name\":\"trainer\",\"state\":{\"terminated\":{"
+               "\"exitCode\":137}}}]}}") == 1);
+    EXPECT(has("failed: Evicted"));
+    silent = 0;
     /* two containers: the one that failed, not the one that completed */
     EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"logger\","
                "\"state\":{\"terminated\":{\"exitCode\":0}}},{\"name\":\"trainer\",\"state\":"

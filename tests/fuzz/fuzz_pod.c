@@ -82,9 +82,10 @@ static void cause_of(const uint8_t *data, size_t size)
 {
     char out[MAX_CAUSE];
     json_t *pod = answer_json(data, size, 0), *node = answer_json(data, size, 2);
-    for (int absent = 0; absent < 2; absent++) {
+    for (int mode = 0; mode < 3; mode++) { /* the pod, a silent peer's, no pod */
         memset(out, 'x', sizeof(out));
-        int r = agent_pod_cause("p", absent ? NULL : pod, 1795953600LL, out, sizeof(out));
+        int r =
+            agent_pod_cause("p", mode == 2 ? NULL : pod, 1795953600LL, mode == 1, out, sizeof(out));
         if (r < 0 || r > 2 || memchr(out, 0, sizeof(out)) == NULL || (r == 0) != (out[0] == 0))
             fuzz_fail("a pod's cause out of range, unterminated, or text that disagrees");
     }
