@@ -180,9 +180,12 @@ static int container_end(const json_t *pod, int64_t since_s, char *out, size_t l
     json_array_foreach(agent_json_path(pod, "status.containerStatuses"), i, cs)
     {
         const json_t *t = agent_json_path(cs, "state.terminated");
+        int64_t fin = rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
+        if (json_is_object(t) && fin >= 0 && fin + 1 < since_s)
+            continue; /* it ended before the rank was Ready: a helper that completed, not it */
         if (!json_is_object(t)) {
             t = agent_json_path(cs, "lastState.terminated");
-            int64_t fin = rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
+            fin = rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
             if (!json_is_object(t) || fin < 0 || fin + 1 < since_s)
                 continue;
         }

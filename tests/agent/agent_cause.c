@@ -106,6 +106,12 @@ static void test_containers(void)
                "\"exitCode\":137}}}]}}") == 1);
     EXPECT(has("failed: Evicted"));
     silent = 0;
+    /* a helper container that completed before the communicator was Ready is not the rank */
+    EXPECT(
+        pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{"
+            "\"name\":\"fetch\",\"state\":{\"terminated\":{\"exitCode\":0,\"finishedAt\":"
+            "\"2026-11-29T11:59:00Z\"}}},{\"name\":\"trainer\",\"state\":{\"running\":{}}}]}}") ==
+        0);
     /* two containers: the one that failed, not the one that completed */
     EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"logger\","
                "\"state\":{\"terminated\":{\"exitCode\":0}}},{\"name\":\"trainer\",\"state\":"
