@@ -497,12 +497,13 @@ json_t *agent_peer_question(agent_health_t *h, const json_t *req)
             continue;
         }
         w->asked_ms = now;
-        if (w->ended) {
+        int fresh = w->looked_ms > 0 && now - w->looked_ms < PEER_FRESH_MS;
+        if (w->ended && fresh && !w->looking) { /* (a pod of that name may come again) */
             snprintf(causes[a.npeers], sizeof(causes[0]), "%s", w->cause);
             a.peers[a.npeers].rank = q.peers[i].rank;
             a.peers[a.npeers].cause = causes[a.npeers];
             a.npeers++;
-        } else if (w->looking || w->looked_ms == 0 || now - w->looked_ms >= PEER_FRESH_MS) {
+        } else if (w->looking || !fresh) {
             if (!w->looking) {
                 w->looking = 1;
                 w->due_ms = now;
