@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "expect.h"
 #include "health_state.h"
+#include "peer_ipc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,12 +181,54 @@ static void test_node(void)
     EXPECT(agent_node_cause("node-2", NULL, out, sizeof(out)) == 0);
 }
 
+/* The peer question's messages (proto/peer_ipc.c) as both sides read them. */
+static void test_peer_proto(void)
+{
+    colli_proto_peer_msg_t q = {.pid = 41, .npeers = 3}, r;
+    q.peers[0] = (colli_proto_peer_t){.rank = 2, .pod = "train-2-x", .node = "n-7"};
+    q.peers[1] = (colli_proto_peer_t){.rank = 3, .pod = "train-3-y"};
+    q.peers[2] = (colli_proto_peer_t){.rank = 4, .pod = ""}; /* no pod: dropped */
+    char err[128];
+    json_t *m = colli_proto_peer_request(&q);
+    EXPECT(m && colli_proto_peer_request_parse(m, &r, err, sizeof(err)) == 0);
+    EXPECT(r.pid == 41 && r.npeers == 2 && r.peers[0].rank == 2 &&
+           strcmp(r.peers[0].pod, "train-2-x") == 0 && strcmp(r.peers[0].node, "n-7") == 0 &&
+           r.peers[1].rank == 3 && r.peers[1].node == NULL);
+    json_decref(m);
+    /* hostile: ranks out of range, names too long, more than 8, no array */
+    m = json_loads(
+        "{\"v\":1,\"type\":\"peer\",\"peers\":[{\"rank\":-1,\"pod\":\"a\"},{\"rank\":"
+        "4294967296,\"pod\":\"a\"},{\"rank\":1},{\"rank\":1,\"pod\":7},{\"rank\":1,"
+        "\"pod\":\"a\"},{\"rank\":2,\"pod\":\"b\"},{\"rank\":3,\"pod\":\"c\"},{\"rank\":4,"
+        "\"pod\":\"d\"},{\"rank\":5,\"pod\":\"e\"},{\"rank\":6,\"pod\":\"f\"},{\"rank\":7,"
+        "\"pod\":\"g\"},{\"rank\":8,\"pod\":\"h\"},{\"rank\":9,\"pod\":\"i\"}]}",
+        0, NULL);
+    EXPECT(m && colli_proto_peer_request_parse(m, &r, err, sizeof(err)) == 0 && r.npeers == 8 &&
+           r.peers[0].rank == 1 && r.peers[7].rank == 8);
+    json_decref(m);
+    m = json_loads("{\"v\":1,\"type\":\"peer\",\"peers\":{}}", 0, NULL);
+    EXPECT(m && colli_proto_peer_request_parse(m, &r, err, sizeof(err)) == -1 && err[0]);
+    EXPECT(m && colli_proto_peer_reply_parse(m, &r, err, sizeof(err)) == -1 && err[0]);
+    json_decref(m);
+    /* the answer: a cause each; one without a cause is not an answer */
+    q = (colli_proto_peer_msg_t){.npeers = 2, .pending = 1};
+    q.peers[0] = (colli_proto_peer_t){.rank = 2, .cause = "node n-7 is NotReady"};
+    q.peers[1] = (colli_proto_peer_t){.rank = 5, .cause = ""};
+    m = colli_proto_peer_reply(&q);
+    EXPECT(m && json_is_true(json_object_get(m, "ok")) &&
+           colli_proto_peer_reply_parse(m, &r, err, sizeof(err)) == 0 && r.pending &&
+           r.npeers == 1 && r.peers[0].rank == 2 &&
+           strcmp(r.peers[0].cause, "node n-7 is NotReady") == 0);
+    json_decref(m);
+}
+
 int main(void)
 {
     agent_log_init("error", NULL);
     test_containers();
     test_pod_level();
     test_node();
+    test_peer_proto();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;
