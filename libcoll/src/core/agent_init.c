@@ -109,9 +109,10 @@ static coll_result_t ask_agent(struct coll_comm *comm, const int *ranks, int n, 
     colli_proto_peer_msg_t q = {.pid = (int)getpid()};
     const char *own = comm->members[comm->rank].pod;
     for (int i = 0; i < n && q.npeers < COLLI_PROTO_MAX_PEERS; i++) {
+        if (ranks[i] < 0 || ranks[i] >= comm->nranks)
+            continue;
         const colli_member_t *m = &comm->members[ranks[i]];
-        if (ranks[i] < 0 || ranks[i] >= comm->nranks || m->pod[0] == '\0' ||
-            strcmp(m->pod, own) == 0)
+        if (m->pod[0] == '\0' || strcmp(m->pod, own) == 0)
             continue; /* its own pod's ranks: the pod is alive */
         q.peers[q.npeers++] =
             (colli_proto_peer_t){.rank = ranks[i], .pod = m->pod, .node = m->node};
