@@ -61,7 +61,7 @@ static void add(char *out, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The pod's condition of this type when its status is True ("Ready" asks for its status). */
+/* The pod's condition of this type (NULL: none); its status is the caller's to read. */
 static const json_t *condition(const json_t *pod, const char *type)
 {
     size_t i;
@@ -302,11 +302,18 @@ static int may_have_ended(const char *reason)
     return 0;
 }
 
+/* May pod be read for a rank's end? A DNS-1123 name, not this agent's own pod, and shorter than
+ * 127 characters: the library's 128-byte member field may have cut a longer one, and the 404 of
+ * a cut name would say that a live pod was deleted. */
+static int lookable(const agent_health_t *h, const char *pod)
+{
+    return agent_name_ok(pod, 1) && strlen(pod) < 127 && strcmp(pod, h->ctx->facts.pod) != 0;
+}
+
 void agent_cause_queue(agent_health_t *h, const member_t *m)
 {
-    agent_ctx_t *ctx = h->ctx;
-    if (m->rank < 0 || !may_have_ended(m->reason) || !agent_name_ok(m->pod, 1) ||
-        strcmp(m->pod, ctx->facts.pod) == 0 || (m->node[0] && !agent_name_ok(m->node, 1)))
+    if (m->rank < 0 || !may_have_ended(m->reason) || !lookable(h, m->pod) ||
+        (m->node[0] && !agent_name_ok(m->node, 1)))
         return;
     pthread_mutex_lock(&h->mu);
     cause_task_t *free_slot = NULL;
@@ -486,10 +493,7 @@ json_t *agent_peer_question(agent_health_t *h, const json_t *req)
     int64_t now = agent_now_ms();
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < q.npeers; i++) {
-        /* a name the library's 128-byte member field may have cut is not looked up: its 404
-         * would say that a live pod was deleted */
-        if (!agent_name_ok(q.peers[i].pod, 1) || strlen(q.peers[i].pod) >= 127 ||
-            strcmp(q.peers[i].pod, h->ctx->facts.pod) == 0)
+        if (!lookable(h, q.peers[i].pod))
             continue;
         peer_watch_t *w = peer_watch(h, &q.peers[i], now);
         if (!w) {

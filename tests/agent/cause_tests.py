@@ -186,6 +186,20 @@ def case_peer_question(cl):
     check(set(objs) == {"get pods/" + names[1], "get pods/" + names[2]},
           "only the two other pods were read (not its own, not Bad_Name, not the 127-character "
           "name): %s" % sorted(objs))
+    # a failure blamed on a 127-character pod (a name the library may have cut): its end is not
+    # looked up either (its 404 would call a live pod deleted)
+    long_pod = "q" * 127
+    report_all([agents[0]["sock"]], [
+        "Failed", "--error", "rank 1 is gone", "--error-rank", "1", "--error-pod", long_pod,
+        "--error-node", "node-0", "--condition", "Healthy=False/PeerFailed"])
+    wait_for(lambda: ((comm(cl, "peerq") or {}).get("status") or {}).get("lastError"), 20,
+             "status.lastError")
+    time.sleep(2.5)  # past the first two looks, were there any
+    objs = {}
+    for c in per_agent_counts(cl, "peerq-0-").values():
+        objs.update(c.get("objects", {}))
+    check(objs.get("get pods/" + long_pod, 0) <= 1, "the 127-character pod was not read for its "
+          "end (once at most, for its Event's uid): %s" % objs)
     # a flood: 40 questions of 8 new names each
     cl.control("/reset-counts", {})
     t0 = time.time()
