@@ -86,7 +86,8 @@ struct coll_comm {
     coll_result_t async_error;
     char async_msg[1024];
     char agent_socket[108];            /* report failures to the pod's coll-agent ("" = none) */
-    char agent_ns[64], agent_job[254]; /* ... which records them in this Communicator */
+    char agent_ns[64], agent_job[254]; /* ... which records them in this Communicator ("" =
+                                        * none: no agent, or a standalone one) */
     /* Stuck reports from other ranks (timeout diagnosis): who reported, and whom they wait on. */
     uint8_t *stuck_reported; /* [nranks] */
     uint8_t *stuck_waits;    /* [nranks] */

@@ -131,7 +131,10 @@ static coll_result_t ask_agent(struct coll_comm *comm, const int *ranks, int n, 
         comm->idle_ask_off = true;
         return COLL_SUCCESS;
     }
-    if (ended < 0 || ended >= comm->nranks)
+    bool asked = false; /* an answer about a rank not asked about is not believed */
+    for (int i = 0; i < q.npeers; i++)
+        asked |= q.peers[i].rank == ended;
+    if (!asked)
         return COLL_SUCCESS;
     char who[200];
     colli_member_desc(comm, ended, who, sizeof(who));
@@ -145,7 +148,7 @@ static coll_result_t ask_agent(struct coll_comm *comm, const int *ranks, int n, 
 
 void colli_agent_watch_peers(struct coll_comm *comm)
 {
-    if (comm->agent_socket[0] != '\0')
+    if (comm->agent_socket[0] != '\0' && comm->agent_job[0] != '\0') /* a Kubernetes agent */
         comm->on_idle = ask_agent;
 }
 

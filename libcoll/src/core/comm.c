@@ -166,7 +166,7 @@ static coll_result_t load_config(struct coll_comm *comm, const colli_create_t *c
     colli_config_bound_bootstrap(&comm->cfg, c->bound);
     if (c->agent_socket != NULL)
         snprintf(comm->agent_socket, sizeof(comm->agent_socket), "%s", c->agent_socket);
-    if (c->agent != NULL) {
+    if (c->agent != NULL && c->agent->topology[0] != '\0') { /* Kubernetes, not standalone */
         snprintf(comm->agent_ns, sizeof(comm->agent_ns), "%s", c->agent->ns);
         snprintf(comm->agent_job, sizeof(comm->agent_job), "%s", c->agent->job);
     }

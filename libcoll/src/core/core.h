@@ -132,7 +132,8 @@ coll_result_t colli_agent_attach(colli_create_t *c, colli_proto_facts_t *f);
 void colli_agent_created(const colli_create_t *c, coll_comm_t comm, coll_result_t status);
 /* agent_init.c: tell the pod's agent (if any) that this rank failed; bounded, best effort. */
 void colli_agent_notify_failure(struct coll_comm *comm, const char *msg);
-/* Under the agent: install comm->on_idle, which asks it whether ranks waited on ended. */
+/* Under a Kubernetes agent: install comm->on_idle, which asks it whether ranks waited on
+ * ended (a standalone agent has no Kubernetes to ask). */
 void colli_agent_watch_peers(struct coll_comm *comm);
 /* The GPU ordinal (among this process's visible GPUs) a rank of several per pod binds: local
  * rank r uses GPU r of the pod's GPUs, unless CUDA_VISIBLE_DEVICES leaves the process one GPU (it
