@@ -113,6 +113,7 @@ typedef struct {
 
 struct agent_kube;
 struct agent_health;
+typedef struct agent_nccl_watch agent_nccl_watch_t;
 
 typedef struct {
     _Atomic long ipc_requests;
@@ -145,6 +146,7 @@ typedef struct agent_ctx {
     char comm_uid[64];
     char nccl_version_pin[32]; /* the topology's ncclVersion ("" = none); set before READY */
     char nccl_policy[16];      /* its ncclVersionPolicy: Exact (default) or SameMinor */
+    agent_nccl_watch_t *ncclw; /* NVIDIA NCCL runs in this pod (nccl_watch.c; set once, under mu) */
     agent_metrics_t metrics;
     volatile sig_atomic_t stop;
     int64_t start_ms;
@@ -217,6 +219,19 @@ void agent_nccl_conflicts(agent_ctx_t *ctx, const json_t *pod);
 int agent_nccl_write_conf(agent_ctx_t *ctx, const char *lib_dir);
 /* The reply to a "nccl_init" request (proto/nccl_ipc.h): the pins, or a refused version. */
 json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req);
+
+/* ---- a rank that ends, under NVIDIA NCCL (nccl_watch.c) ---- */
+
+/* After this pod's first accepted nccl_init (kube mode): watch the own Pod (an end of its ranks
+ * is written to the Communicator and labels it kcoll.io/rank-ended=stamp) and the job's
+ * Communicator with that label (the other pods' ends, for "nccl_ended"). Once. */
+void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17]);
+/* At the agent's stop: the own Pod read once more (the kubelet stops the sidecar after the
+ * training container ended), then nothing more is reported. Before agent_health_stop. */
+void agent_nccl_watch_stop(agent_ctx_t *ctx);
+/* The reply to "nccl_ended" (proto/nccl_ipc.h): the ranks of the job that ended, as learned
+ * since the request's "since". */
+json_t *agent_nccl_ended(agent_ctx_t *ctx, const json_t *req);
 
 typedef struct agent_ipc agent_ipc_t;
 int agent_ipc_start(agent_ctx_t *ctx, const char *path, agent_ipc_t **out);

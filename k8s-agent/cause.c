@@ -288,6 +288,44 @@ int agent_node_cause(const char *node_name, const json_t *node, char *out, size_
     return 0;
 }
 
+int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len,
+                  char *key, size_t keylen)
+{
+    const char *deleting = str_at(pod, "metadata.deletionTimestamp");
+    const char *reason = str_at(pod, "status.reason");
+    const json_t *dt = condition(pod, "DisruptionTarget");
+    const char *dts = json_string_value(json_object_get(dt, "status"));
+    const char *bad = NULL;
+    size_t i;
+    const json_t *cs;
+    out[0] = key[0] = '\0';
+    if (deleting || reason || (dts && strcmp(dts, "True") == 0)) {
+        snprintf(key, keylen, "pod %s", deleting ? deleting : reason ? reason : "disrupted");
+        return agent_pod_cause(pod_name, pod, since_s, 0, out, len) == 1;
+    }
+    /* the pod's containers (its sidecars are init containers): the last end of each */
+    json_array_foreach(agent_json_path(pod, "status.containerStatuses"), i, cs)
+    {
+        const json_t *t = agent_json_path(cs, "state.terminated");
+        if (!json_is_object(t))
+            t = agent_json_path(cs, "lastState.terminated");
+        const char *fin = json_string_value(json_object_get(t, "finishedAt"));
+        int64_t fin_s = rfc3339_s(fin);
+        const char *name = str_at(cs, "name");
+        if (!json_is_object(t) || fin_s < 0 || fin_s + 1 < since_s || !name ||
+            !json_is_integer(json_object_get(t, "exitCode")) ||
+            json_integer_value(json_object_get(t, "exitCode")) == 0)
+            continue; /* running, an earlier end, or a clean exit (the job's normal end) */
+        if (!bad || strcmp(fin, bad) > 0) {
+            bad = fin;
+            snprintf(key, keylen, "%.100s %s", name, fin);
+        }
+    }
+    if (!bad)
+        return 0;
+    return agent_pod_cause(pod_name, pod, since_s, 0, out, len) == 1;
+}
+
 /* ---- the lookups (the writer thread) ---- */
 
 /* Failures whose blamed rank may have ended: worth asking Kubernetes why. A mismatch, a version

@@ -140,6 +140,12 @@ void agent_status_member_task(agent_health_t *h, member_task_t *t);
  * 0 nothing yet. */
 int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, int silent, char *out,
                     size_t len);
+/* Did this agent's own pod end under its ranks (spec.nccl: native, nccl_watch.c)? 1 when one of
+ * its containers ended after since_s with a non-zero exit code (a signal, an OOMKill, an error;
+ * exit 0 everywhere is the job's normal end) or the pod is being deleted, evicted or disrupted:
+ * out says what and why, key (for telling one end from the next) which end it is. Else 0. */
+int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len,
+                  char *key, size_t keylen);
 /* What a Node says: 1 when it is not Ready (out says since when and why), else 0. */
 int agent_node_cause(const char *node_name, const json_t *node, char *out, size_t len);
 /* After a failure blamed on m was written: read its pod over the next minute (another pod's,

@@ -223,6 +223,8 @@ static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len, pid_t peer_
         }
     } else if (strcmp(type, COLLI_PROTO_TYPE_NCCL_INIT) == 0) {
         reply = agent_nccl_init(ctx, req);
+    } else if (strcmp(type, COLLI_PROTO_TYPE_NCCL_ENDED) == 0) {
+        reply = agent_nccl_ended(ctx, req);
     } else if (strcmp(type, COLLI_PROTO_TYPE_PEER) == 0) {
         reply = agent_peer_question(ctx->health, req);
         if (!reply)
@@ -232,7 +234,7 @@ static json_t *handle(agent_ctx_t *ctx, const char *buf, size_t len, pid_t peer_
         reply = error_reply(COLLI_PROTO_CODE_UNKNOWN_TYPE,
                             "unknown message type \"%.64s\" (known: " COLLI_PROTO_TYPE_HELLO
                             ", " COLLI_PROTO_TYPE_REPORT ", " COLLI_PROTO_TYPE_NCCL_INIT
-                            ", " COLLI_PROTO_TYPE_PEER ")",
+                            ", " COLLI_PROTO_TYPE_NCCL_ENDED ", " COLLI_PROTO_TYPE_PEER ")",
                             type);
     }
     json_decref(req);

@@ -108,6 +108,11 @@ typedef int (*agent_watch_cb)(void *arg, const char *type, json_t *object);
 int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_selector,
                      int64_t deadline_ms, agent_watch_cb cb, void *arg,
                      agent_kube_resp_t *resp_out);
+/* As agent_kube_watch, the objects also selected by label_selector (may be NULL): one that
+ * comes to match it arrives as ADDED. */
+int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field_selector,
+                            const char *label_selector, int64_t deadline_ms, agent_watch_cb cb,
+                            void *arg, agent_kube_resp_t *resp_out);
 
 /* ---- pod pipeline (pod_facts.c, topology.c, rendezvous.c, health.c) ---- */
 

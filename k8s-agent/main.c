@@ -389,6 +389,7 @@ int main(int argc, char **argv)
     pthread_mutex_unlock(&ctx.mu);
     agent_ipc_stop(ipc);
     agent_http_stop(http);
+    agent_nccl_watch_stop(&ctx); /* an end of this pod's ranks, before the last flush */
     {
         agent_health_t *h = ctx.health;
         ctx.health = NULL;

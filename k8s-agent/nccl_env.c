@@ -305,5 +305,8 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
     }
     if (f.rank < LISTED_RANKS)
         record_member(ctx, &f, &in, "Accepted");
+    char stamp[17];
+    job_stamp(&f, stamp);
+    agent_nccl_watch_start(ctx, stamp);
     return colli_proto_nccl_init_reply(&nf);
 }

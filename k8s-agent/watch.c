@@ -115,26 +115,36 @@ static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
 int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_selector,
                      int64_t deadline_ms, agent_watch_cb cb, void *arg, agent_kube_resp_t *resp_out)
 {
+    return agent_kube_watch_labels(k, path, field_selector, NULL, deadline_ms, cb, arg, resp_out);
+}
+
+int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field_selector,
+                            const char *label_selector, int64_t deadline_ms, agent_watch_cb cb,
+                            void *arg, agent_kube_resp_t *resp_out)
+{
     wstate_t w = {0};
     int attempt = 0, rc = -1;
-    char esc[1024] = "";
+    char esc[1024] = "", lesc[1024] = "";
     memset(resp_out, 0, sizeof(*resp_out));
     w.cb = cb;
     w.arg = arg;
     if (field_selector)
         agent_kube_escape(field_selector, esc, sizeof(esc));
+    if (label_selector)
+        agent_kube_escape(label_selector, lesc, sizeof(lesc));
 
     while (agent_remaining_ms(deadline_ms) > 0) {
         int64_t left = agent_remaining_ms(deadline_ms);
         long tsec = (long)(left / 1000) + 1, timeout_ms;
-        char url[2048];
+        char url[3072];
         void *hv = NULL;
         CURLcode cc;
         if (tsec > WATCH_MAX_S)
             tsec = WATCH_MAX_S;
         timeout_ms = left < tsec * 1000 + 2000 ? (long)left : tsec * 1000 + 2000;
-        snprintf(url, sizeof(url), "%s?watch=1&allowWatchBookmarks=true&timeoutSeconds=%ld%s%s%s%s",
-                 path, tsec, esc[0] ? "&fieldSelector=" : "", esc,
+        snprintf(url, sizeof(url),
+                 "%s?watch=1&allowWatchBookmarks=true&timeoutSeconds=%ld%s%s%s%s%s%s", path, tsec,
+                 esc[0] ? "&fieldSelector=" : "", esc, lesc[0] ? "&labelSelector=" : "", lesc,
                  w.rv[0] ? "&resourceVersion=" : "", w.rv);
         w.h = agent_kube_easy(k, url, timeout_ms, &hv);
         if (!w.h) {

@@ -200,3 +200,66 @@ int colli_proto_nccl_init_decode(const json_t *r, colli_proto_nccl_facts_t *out,
     *out = f;
     return 0;
 }
+
+json_t *colli_proto_nccl_ended_request(long long since)
+{
+    return json_pack("{si ss sI}", COLLI_PROTO_KEY_V, COLLI_PROTO_IPC_VERSION, COLLI_PROTO_KEY_TYPE,
+                     COLLI_PROTO_TYPE_NCCL_ENDED, COLLI_PROTO_KEY_SINCE, (json_int_t)since);
+}
+
+long long colli_proto_nccl_ended_since(const json_t *req)
+{
+    const json_t *v = json_object_get(req, COLLI_PROTO_KEY_SINCE);
+    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
+}
+
+json_t *colli_proto_nccl_ended_reply(const colli_proto_nccl_ended_t *e, int n)
+{
+    json_t *list = json_array();
+    for (int i = 0; list && i < n && i < COLLI_PROTO_NCCL_MAX_ENDED; i++) {
+        json_t *o =
+            json_pack("{si ss ss ss}", COLLI_PROTO_KEY_RANK, e[i].rank, COLLI_PROTO_KEY_POD,
+                      e[i].pod, COLLI_PROTO_KEY_NODE, e[i].node, COLLI_PROTO_KEY_WHAT, e[i].what);
+        if (!o || json_array_append_new(list, o) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    if (!list)
+        return NULL;
+    return json_pack("{si ss sb so}", COLLI_PROTO_KEY_V, COLLI_PROTO_IPC_VERSION,
+                     COLLI_PROTO_KEY_TYPE, COLLI_PROTO_TYPE_NCCL_ENDED, COLLI_PROTO_KEY_OK, 1,
+                     COLLI_PROTO_KEY_ENDED, list);
+}
+
+int colli_proto_nccl_ended_decode(const json_t *r, colli_proto_nccl_ended_t *out, int max, int *n,
+                                  char *err, size_t errlen)
+{
+    const json_t *list = json_object_get(r, COLLI_PROTO_KEY_ENDED);
+    size_t i;
+    const json_t *it;
+    *n = 0;
+    if (!json_is_array(list)) {
+        set_err(err, errlen, "nccl_ended reply lacks the array \"" COLLI_PROTO_KEY_ENDED "\"");
+        return -1;
+    }
+    json_array_foreach(list, i, it)
+    {
+        colli_proto_nccl_ended_t e;
+        memset(&e, 0, sizeof(e));
+        if (int_member(it, COLLI_PROTO_KEY_RANK, &e.rank) || e.rank < 0 ||
+            take(it, COLLI_PROTO_KEY_POD, e.pod, sizeof(e.pod), 1, NAME_CHARS) || !e.pod[0] ||
+            take(it, COLLI_PROTO_KEY_NODE, e.node, sizeof(e.node), 0, NAME_CHARS) ||
+            take(it, COLLI_PROTO_KEY_WHAT, e.what, sizeof(e.what), 1, NULL) || !e.what[0]) {
+            set_err(err, errlen,
+                    "nccl_ended reply's entry %zu is not {rank >= 0, pod, node, what} with "
+                    "names and a printable text within their limits",
+                    i);
+            *n = 0;
+            return -1;
+        }
+        if (*n < max)
+            out[(*n)++] = e;
+    }
+    return 0;
+}

@@ -89,4 +89,37 @@ struct json_t *colli_proto_nccl_init_reply(const colli_proto_nccl_facts_t *f);
 int colli_proto_nccl_init_decode(const struct json_t *reply, colli_proto_nccl_facts_t *out,
                                  char *err, size_t errlen);
 
+/* ---- "nccl_ended": has a rank of this job ended? (docs/nccl-env.md, "A rank that ends") ----
+ * NVIDIA NCCL does not notice that a peer's process ended: the other ranks wait in their next
+ * collective until the framework's timeout. The plugin asks its pod's agent every few seconds
+ * (a request that says since when); the agent answers at once from what the job's Communicator
+ * says: the ranks whose pod's agent saw their training container end (exit code, signal, OOMKilled)
+ * or their pod deleted or evicted. */
+#define COLLI_PROTO_TYPE_NCCL_ENDED "nccl_ended" /* request and reply */
+#define COLLI_PROTO_KEY_ENDED       "ended"      /* reply: [{rank, pod, node, what}] */
+#define COLLI_PROTO_KEY_WHAT        "what"
+#define COLLI_PROTO_KEY_SINCE       "since" /* request: epoch s of the process's NCCL init */
+#define COLLI_PROTO_NCCL_MAX_ENDED  4       /* ranks one reply names, at most */
+
+typedef struct {
+    int rank;        /* the first rank of the pod that ended */
+    char pod[254];   /* a DNS-1123 name */
+    char node[254];  /* "" = unknown */
+    char what[1024]; /* which ranks ended and why, one line */
+} colli_proto_nccl_ended_t;
+
+/* {"v", "type": "nccl_ended", "since"}: since, the epoch second of the asking process's NCCL
+ * init: what the agent learned before it (an earlier generation's end) is not answered. */
+struct json_t *colli_proto_nccl_ended_request(long long since);
+/* The request's "since" (0 when absent or not a non-negative integer). */
+long long colli_proto_nccl_ended_since(const struct json_t *req);
+/* {"v", "type": "nccl_ended", "ok": true, "ended": [...]} of the first n (at most
+ * COLLI_PROTO_NCCL_MAX_ENDED) of e. */
+struct json_t *colli_proto_nccl_ended_reply(const colli_proto_nccl_ended_t *e, int n);
+/* Reads an ok reply (type already checked) into out[0..*n), at most max entries; -1 with err
+ * (required) when "ended" is not an array of {rank >= 0, pod, node, what} with printable strings
+ * within their buffers and a non-empty pod and what. */
+int colli_proto_nccl_ended_decode(const struct json_t *reply, colli_proto_nccl_ended_t *out,
+                                  int max, int *n, char *err, size_t errlen);
+
 #endif /* COLLI_PROTO_NCCL_IPC_H */

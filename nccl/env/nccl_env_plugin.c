@@ -7,14 +7,21 @@
  * InfiniBand under RequireIB, or an agent that does not answer fail NCCL's init (NCCL returns
  * the code from ncclGetUniqueId / ncclCommInitRank) after one line on stderr that says why.
  *
+ * NVIDIA NCCL does not notice that a peer's process ended. Once pinned, a thread asks the agent
+ * every COLL_NCCL_ENDED_POLL_MS (2 s) whether a rank of the job ended ("nccl_ended"; the agent
+ * learns it from the Communicator) and says so on stderr, naming the rank, its pod, node and why;
+ * with COLL_NCCL_ON_RANK_END=exit it then ends its process with SIGTERM, where NCCL would wait
+ * until the framework's timeout.
+ *
  * NCCL's plugin ABI has no context argument, so the pins live in one static object written once
- * by init (under its mutex) and read by getEnv; finalize turns the pins off.
+ * by init (under its mutex) and read by getEnv; finalize turns the pins off and stops the thread.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -33,6 +41,9 @@
 
 #define DEFAULT_TIMEOUT_MS 60000
 #define PREFIX             "NCCL env plugin (kcoll)"
+#define ENDED_POLL_MS      2000 /* COLL_NCCL_ENDED_POLL_MS: how often the agent is asked */
+#define ENDED_ASK_MS       2000 /* one question's deadline */
+#define ENDED_TOLD         8    /* ends said, remembered so that each is said once */
 
 enum { PIN_IFNAME = 0, PIN_IB_HCA, PIN_NET, NPIN };
 
@@ -49,14 +60,30 @@ typedef struct pins {
     char why[NPIN][1024]; /* the reason a pin wins, for the override warning */
 } pins_t;
 
+/* The thread that asks whether a rank of the job ended (under ended_mu). */
+typedef struct {
+    int started, stop;
+    pthread_t thread;
+    long long since; /* epoch s of the first init */
+    int poll_ms;
+    int exit_on_end; /* COLL_NCCL_ON_RANK_END=exit */
+    char sock[108];
+    colli_proto_nccl_facts_t me;
+} ended_watch_t;
+
 typedef struct {
     pthread_mutex_t mu;         /* one init or finalize at a time */
     const pins_t *_Atomic pins; /* the pins that apply; NULL: none (no agent, not init) */
     pins_t *published;          /* every set published, newest first (under mu) */
     _Atomic int warned[NPIN];
+    pthread_mutex_t ended_mu;
+    pthread_cond_t ended_cv;
+    ended_watch_t ended;
 } plugin_state_t;
 
-static plugin_state_t plugin = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static plugin_state_t plugin = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                                .ended_mu = PTHREAD_MUTEX_INITIALIZER,
+                                .ended_cv = PTHREAD_COND_INITIALIZER};
 
 static void say(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const char *level, const char *fmt, ...)
@@ -261,6 +288,164 @@ static kcoll_nccl_result_t start(uint8_t major, uint8_t minor, uint8_t patch, co
     return KCOLL_NCCL_SUCCESS;
 }
 
+/* A positive integer setting, or def (with one WARN when it is malformed). */
+static int env_ms(const char *name, int def, int max)
+{
+    const char *t = secure_getenv(name);
+    char *end;
+    long v;
+    if (!t || !*t)
+        return def;
+    v = strtol(t, &end, 10);
+    if (*end || v <= 0 || v > max) {
+        say("WARN", "%s=%s is not 1..%d ms; using %d", name, t, max, def);
+        return def;
+    }
+    return (int)v;
+}
+
+/* Wait up to ms for a stop (ended_mu held); nonzero when stopped. */
+static int ended_wait(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (!plugin.ended.stop)
+        if (pthread_cond_timedwait(&plugin.ended_cv, &plugin.ended_mu, &ts) != 0)
+            break;
+    return plugin.ended.stop;
+}
+
+/* One question to the agent: say each new end; 1 when the process is to end, -1 when this agent
+ * does not know the question (an older one: stop asking). */
+static int ended_ask(const ended_watch_t *w, char told[ENDED_TOLD][254], int *ntold)
+{
+    colli_proto_nccl_ended_t e[COLLI_PROTO_NCCL_MAX_ENDED];
+    json_t *req = colli_proto_nccl_ended_request(w->since), *reply = NULL;
+    char err[256];
+    int n = 0, end = 0;
+    if (!req)
+        return 0;
+    coll_result_t st =
+        colli_agent_request(w->sock, ENDED_ASK_MS, req, COLLI_PROTO_TYPE_NCCL_ENDED, &reply);
+    json_decref(req);
+    if (st == COLL_ERR_INVALID_USAGE) {
+        if (info_wanted())
+            say("INFO", "the kcoll agent does not answer which ranks ended (%s): not asked again",
+                colli_agent_last_error());
+        return -1;
+    }
+    if (st != COLL_SUCCESS) /* the agent restarts, or is busy: asked again later */
+        return 0;
+    if (colli_proto_nccl_ended_decode(reply, e, COLLI_PROTO_NCCL_MAX_ENDED, &n, err, sizeof(err)) !=
+        0) {
+        say("WARN", "the kcoll agent's answer of which ranks ended is unusable (%s)", err);
+        n = 0;
+    }
+    json_decref(reply);
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int k = 0; k < *ntold; k++)
+            seen |= strcmp(told[k], e[i].pod) == 0;
+        if (seen)
+            continue;
+        if (*ntold < ENDED_TOLD)
+            snprintf(told[(*ntold)++], 254, "%s", e[i].pod);
+        say("WARN",
+            "%s. NVIDIA NCCL does not notice that a peer ended: this process (rank %d, pod %s) "
+            "waits in its next collective with it until the framework's timeout (PyTorch's "
+            "default for NCCL: 10 minutes). %s",
+            e[i].what, w->me.rank, w->me.pod,
+            w->exit_on_end ? "COLL_NCCL_ON_RANK_END=exit: this process ends now (SIGTERM)"
+                           : "COLL_NCCL_ON_RANK_END=exit ends it at once instead; kubectl "
+                             "describe communicator shows the job's failures");
+        end |= w->exit_on_end;
+    }
+    return end;
+}
+
+static void *ended_loop(void *arg)
+{
+    (void)arg;
+    char told[ENDED_TOLD][254];
+    int ntold = 0;
+    pthread_mutex_lock(&plugin.ended_mu);
+    ended_watch_t w = plugin.ended; /* fixed once started */
+    while (!ended_wait(w.poll_ms)) {
+        pthread_mutex_unlock(&plugin.ended_mu);
+        int r = ended_ask(&w, told, &ntold);
+        if (r == 1) {
+            fflush(stderr);
+            if (kill(getpid(), SIGTERM) != 0)
+                say("WARN", "cannot send SIGTERM to this process; it waits on");
+        }
+        pthread_mutex_lock(&plugin.ended_mu);
+        if (r != 0)
+            break;
+    }
+    pthread_mutex_unlock(&plugin.ended_mu);
+    return NULL;
+}
+
+/* A forked child (a DataLoader worker) has no such thread: it must not join it. */
+static void ended_after_fork(void)
+{
+    pthread_mutex_init(&plugin.ended_mu, NULL);
+    pthread_cond_init(&plugin.ended_cv, NULL);
+    plugin.ended.started = 0;
+}
+
+/* Start asking after the first pinned init (once per process). */
+static void ended_atfork_register(void)
+{
+    (void)pthread_atfork(NULL, NULL, ended_after_fork);
+}
+
+static void ended_start(const colli_proto_nccl_facts_t *me)
+{
+    static pthread_once_t atfork = PTHREAD_ONCE_INIT;
+    const char *sock = secure_getenv(COLL_ENV_AGENT_SOCKET);
+    const char *on = secure_getenv("COLL_NCCL_ON_RANK_END");
+    pthread_mutex_lock(&plugin.ended_mu);
+    ended_watch_t *w = &plugin.ended;
+    if (w->started || !sock || strlen(sock) >= sizeof(w->sock)) {
+        pthread_mutex_unlock(&plugin.ended_mu);
+        return;
+    }
+    memset(w, 0, sizeof(*w));
+    snprintf(w->sock, sizeof(w->sock), "%s", sock);
+    w->me = *me;
+    w->since = (long long)time(NULL);
+    w->poll_ms = env_ms("COLL_NCCL_ENDED_POLL_MS", ENDED_POLL_MS, 600000);
+    if (on && *on && strcasecmp(on, "exit") != 0 && strcasecmp(on, "wait") != 0)
+        say("WARN", "COLL_NCCL_ON_RANK_END=%s is neither exit nor wait; this process waits", on);
+    w->exit_on_end = on && strcasecmp(on, "exit") == 0;
+    (void)pthread_once(&atfork, ended_atfork_register);
+    if (pthread_create(&w->thread, NULL, ended_loop, NULL) == 0)
+        w->started = 1;
+    else
+        say("WARN", "cannot start the thread that asks whether a rank of the job ended");
+    pthread_mutex_unlock(&plugin.ended_mu);
+}
+
+static void ended_stop(void)
+{
+    pthread_mutex_lock(&plugin.ended_mu);
+    int started = plugin.ended.started;
+    plugin.ended.stop = 1;
+    plugin.ended.started = 0;
+    pthread_cond_broadcast(&plugin.ended_cv);
+    pthread_t t = plugin.ended.thread;
+    pthread_mutex_unlock(&plugin.ended_mu);
+    if (started)
+        pthread_join(t, NULL);
+}
+
 static kcoll_nccl_result_t plugin_init(uint8_t major, uint8_t minor, uint8_t patch,
                                        const char *suffix)
 {
@@ -284,12 +469,16 @@ static kcoll_nccl_result_t plugin_init(uint8_t major, uint8_t minor, uint8_t pat
         plugin.published = fresh;
         atomic_store(&plugin.pins, fresh);
     }
+    const pins_t *now = atomic_load(&plugin.pins);
+    if (now != NULL)
+        ended_start(&now->facts);
     pthread_mutex_unlock(&plugin.mu);
     return res;
 }
 
 static kcoll_nccl_result_t plugin_finalize(void)
 {
+    ended_stop(); /* NCCL may unload the plugin next */
     pthread_mutex_lock(&plugin.mu);
     atomic_store(&plugin.pins, NULL);
     /* NCCL is done with its environment (it unloads the plugin next) */

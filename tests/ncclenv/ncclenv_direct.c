@@ -7,7 +7,10 @@
  * NCCLENV_DIRECT_REINIT=N: then N more inits (two NCCL copies in one process share the plugin)
  * while a thread reads the first NAME in a loop, and one line
  *   reinit=N failed=F reads=R changed=C
- * where C counts the reads that differed from the value before the re-inits. */
+ * where C counts the reads that differed from the value before the re-inits.
+ *
+ * NCCLENV_DIRECT_HOLD_MS=N: after the getEnv lines, "held" and N ms of waiting (a process blocked
+ * in a collective) before finalize: the plugin's thread that asks whether a rank ended runs. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -95,6 +98,14 @@ int main(int argc, char **argv)
     for (int i = 3; i < argc; i++) {
         const char *v = p->getEnv(argv[i]);
         printf("%.64s=%s\n", argv[i], v ? v : "(null)");
+    }
+    const char *hold = getenv("NCCLENV_DIRECT_HOLD_MS");
+    if (hold != NULL) {
+        struct timespec ts = {atoi(hold) / 1000, (long)(atoi(hold) % 1000) * 1000000L};
+        printf("held\n");
+        fflush(stdout);
+        while (nanosleep(&ts, &ts) != 0)
+            ;
     }
     const char *again = getenv("NCCLENV_DIRECT_REINIT");
     if (again != NULL && argc > 3 && reinit(p, argv[3], atoi(again), maj, min, pat) != 0)

@@ -1,13 +1,16 @@
 /* Real NVIDIA NCCL (linked from the CUDA toolkit) with libnccl-env.so loaded: ncclGetUniqueId,
  * then the bootstrap address NCCL put in the 128-byte id. Prints
  *   rc=RESULT err=STRING addr=ADDRESS family=FAMILY version=NCCL_VERSION
- * Also checks at compile time that the plugin's ABI codes are nccl.h's. */
+ * Also checks at compile time that the plugin's ABI codes are nccl.h's.
+ * NCCLENV_UID_HOLD_MS=N: then N ms of waiting (a process blocked in a collective). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <nccl.h>
 
@@ -40,5 +43,12 @@ int main(void)
     ncclGetVersion(&version);
     printf("rc=%d err=%s addr=%s family=%d version=%d\n", (int)rc, ncclGetErrorString(rc), addr,
            family, version);
+    fflush(stdout);
+    const char *hold = getenv("NCCLENV_UID_HOLD_MS");
+    if (hold != NULL) {
+        struct timespec ts = {atoi(hold) / 1000, (long)(atoi(hold) % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
     return 0;
 }

@@ -1,0 +1,353 @@
+/*
+ * spec.nccl: native, a rank that ends (docs/nccl-env.md, "A rank that ends"). NVIDIA NCCL does
+ * not notice that a peer's process ended: the job's other ranks wait in their next collective
+ * until the framework's timeout (PyTorch's default for NCCL is 10 minutes), and nothing in the
+ * cluster says why. Once a process of this pod initialised NCCL through the environment plugin
+ * (an accepted nccl_init), the agent
+ *  - watches its own Pod: a container that ends with a non-zero exit code (an error, a signal, an
+ *    OOMKill) or the pod deleted, evicted or disrupted is written to the job's Communicator (phase
+ *    Failed, the pod's ranks an unhealthy member with reason RankEnded and the cause, the Event
+ *    KcollRankEnded on the Communicator and on the pod), and the Communicator is labelled
+ *    kcoll.io/rank-ended=STAMP (this job's stamp). A clean exit is the job's normal end: nothing;
+ *  - watches the job's Communicator selected by that label, which costs nothing until a rank
+ *    ends: the ranks that ended, for this pod's NCCL processes, whose plugin asks every few
+ *    seconds ("nccl_ended", proto/nccl_ipc.h) and says so on its stderr, or ends its process
+ *    (COLL_NCCL_ON_RANK_END=exit).
+ * The kubelet stops the sidecar once the pod's containers ended, often before the watch has seen
+ * the end: at its stop the agent reads its pod once more (at most three times, a second apart).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent.h"
+#include "health_state.h"
+#include "nccl_ipc.h"
+
+#define SLICE_MS         600000 /* one watch call (resumed from its resourceVersion) */
+#define STOP_LOOKS       3      /* reads of the own pod at the agent's stop, ... */
+#define STOP_LOOK_MS     1000   /* ... this far apart */
+#define LABEL_TIMEOUT_MS 5000
+#define MAX_ENDED        8 /* ended pods remembered (the first ones: the cause comes first) */
+#define LABEL_ENDED      "kcoll.io/rank-ended"
+#define REASON_ENDED     "RankEnded"
+
+typedef struct {
+    colli_proto_nccl_ended_t e;
+    char time[40];     /* the member's time (with the pod: one end) */
+    int64_t learned_s; /* epoch s when this agent learned it */
+} ended_t;
+
+struct agent_nccl_watch {
+    agent_ctx_t *ctx;
+    pthread_mutex_t mu;
+    int closed;        /* the agent stops: the threads report nothing more (under mu) */
+    int64_t since_s;   /* the pod's first NCCL init (epoch s): an earlier end is not this job's */
+    char stamp[17];    /* this job's (its secret, hashed) */
+    char own_key[160]; /* the own end last reported ("" none; under mu) */
+    ended_t ended[MAX_ENDED];
+    int nended;
+    int denied; /* a watch was refused (RBAC): said once */
+};
+
+static int closed(agent_nccl_watch_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int c = w->closed;
+    pthread_mutex_unlock(&w->mu);
+    return c;
+}
+
+/* The Communicator says a rank of this job ended: its label, for the other pods' watches. */
+static void mark_ended(agent_nccl_watch_t *w)
+{
+    agent_ctx_t *ctx = w->ctx;
+    char path[800];
+    agent_kube_resp_t r;
+    json_t *patch = json_pack("{s{s{ss}}}", "metadata", "labels", LABEL_ENDED, w->stamp);
+    if (!patch)
+        return;
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
+             ctx->facts.ns, ctx->comm_name);
+    if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
+                           agent_now_ms() + LABEL_TIMEOUT_MS, &r) != 0 ||
+        r.code != 200)
+        agent_warn("AGENT-RANK-ENDED-LABEL",
+                   "labelling Communicator %s %s=%s: HTTP %ld %s; the other pods' NCCL processes "
+                   "are not told that this pod's ranks ended",
+                   ctx->comm_name, LABEL_ENDED, w->stamp, r.code, r.message);
+    agent_kube_resp_free(&r);
+    json_decref(patch);
+}
+
+/* This pod's ranks ended (cause says how): the Communicator's status and Events, then its label.
+ * Each end once (key). */
+static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause)
+{
+    agent_ctx_t *ctx = w->ctx;
+    const agent_facts_t *f = &ctx->facts;
+    int per = f->local_size > 1 ? f->local_size : 1;
+    member_t m;
+    memset(&m, 0, sizeof(m));
+    m.rank = f->rank * per;
+    snprintf(m.pod, sizeof(m.pod), "%s", f->pod);
+    snprintf(m.node, sizeof(m.node), "%s", f->node);
+    snprintf(m.reason, sizeof(m.reason), REASON_ENDED);
+    if (per > 1)
+        snprintf(m.message, sizeof(m.message), "ranks %d-%d (pod %s, node %s) ended: %s", m.rank,
+                 m.rank + per - 1, f->pod, f->node, cause);
+    else
+        snprintf(m.message, sizeof(m.message), "rank %d (pod %s, node %s) ended: %s", m.rank,
+                 f->pod, f->node, cause);
+
+    pthread_mutex_lock(&w->mu);
+    agent_health_t *h = ctx->health;
+    if (w->closed || !h || strcmp(w->own_key, key) == 0) {
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    snprintf(w->own_key, sizeof(w->own_key), "%s", key);
+    pthread_mutex_lock(&h->mu);
+    update_t *u = &h->pend;
+    cond_t *healthy = &u->conds[COLLI_PROTO_COND_HEALTHY];
+    snprintf(u->phase, sizeof(u->phase), "Failed");
+    snprintf(healthy->status, sizeof(healthy->status), "False");
+    snprintf(healthy->reason, sizeof(healthy->reason), REASON_ENDED);
+    snprintf(healthy->message, sizeof(healthy->message), "%s", m.message);
+    u->err = m;
+    u->err_waited = 1; /* an end after another rank's (a consequence) keeps that one's lastError */
+    u->has_error = 1;
+    u->check = 0;
+    u->due_ms = 0;
+    if (!agent_status_has_member(u, m.rank) && u->nmembers < AGENT_MAX_UNHEALTHY)
+        u->members[u->nmembers++] = m;
+    int k = 0;
+    while (k < u->ncauses && strcmp(u->causes[k].pod, m.pod) != 0)
+        k++;
+    if (k < CAUSE_TASKS) {
+        snprintf(u->causes[k].pod, sizeof(u->causes[k].pod), "%s", m.pod);
+        snprintf(u->causes[k].text, sizeof(u->causes[k].text), "%s", cause);
+        if (k == u->ncauses)
+            u->ncauses++;
+    }
+    u->dirty = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    agent_warn("AGENT-RANK-ENDED", "%s", m.message);
+    agent_status_failure_events(h, "KcollRankEnded", m.message, f->pod, ctx->pod_uid);
+    pthread_mutex_unlock(&w->mu);
+    mark_ended(w);
+}
+
+/* One state of the own pod (NULL: deleted): reported when it says the pod's ranks ended.
+ * Returns 1 when it did, 2 when every container ended cleanly (the job's normal end), else 0. */
+static int judge(agent_nccl_watch_t *w, const json_t *pod)
+{
+    char cause[MAX_CAUSE], key[160];
+    const char *name = w->ctx->facts.pod;
+    if (!pod) {
+        agent_pod_cause(name, NULL, w->since_s, 0, cause, sizeof(cause));
+        report_end(w, "deleted", cause);
+        return 1;
+    }
+    if (agent_own_end(name, pod, w->since_s, cause, sizeof(cause), key, sizeof(key))) {
+        report_end(w, key, cause);
+        return 1;
+    }
+    size_t i, n = 0;
+    const json_t *cs;
+    json_array_foreach(agent_json_path(pod, "status.containerStatuses"), i, cs) n +=
+        json_is_object(agent_json_path(cs, "state.terminated"));
+    return n > 0 && n == json_array_size(agent_json_path(pod, "status.containerStatuses")) ? 2 : 0;
+}
+
+static int on_own(void *arg, const char *type, json_t *obj)
+{
+    agent_nccl_watch_t *w = arg;
+    if (closed(w))
+        return 1;
+    judge(w, strcmp(type, "DELETED") == 0 ? NULL : obj);
+    return 0;
+}
+
+/* A member of the labelled Communicator that ended (not this pod's): remembered once. */
+static int on_job(void *arg, const char *type, json_t *obj)
+{
+    agent_nccl_watch_t *w = arg;
+    size_t i;
+    const json_t *it;
+    if (closed(w))
+        return 1;
+    if (strcmp(type, "DELETED") == 0)
+        return 0;
+    json_array_foreach(agent_json_path(obj, "status.unhealthyMembers"), i, it)
+    {
+        const char *reason = json_string_value(json_object_get(it, "reason"));
+        const char *pod = json_string_value(json_object_get(it, "pod"));
+        const char *t = json_string_value(json_object_get(it, "time"));
+        const char *msg = json_string_value(json_object_get(it, "message"));
+        const json_t *rank = json_object_get(it, "rank");
+        ended_t e;
+        char err[160];
+        memset(&e, 0, sizeof(e));
+        if (!reason || strcmp(reason, REASON_ENDED) != 0 || !pod || !t || !msg ||
+            !json_is_integer(rank) || strcmp(pod, w->ctx->facts.pod) == 0)
+            continue;
+        /* the entry as the plugin gets it, checked by the plugin's own decoder */
+        const char *node = json_string_value(json_object_get(it, "node"));
+        json_t *one = json_pack("{s[{sO sO ss sO}]}", COLLI_PROTO_KEY_ENDED, COLLI_PROTO_KEY_RANK,
+                                (json_t *)rank, COLLI_PROTO_KEY_POD, json_object_get(it, "pod"),
+                                COLLI_PROTO_KEY_NODE, node ? node : "", COLLI_PROTO_KEY_WHAT,
+                                json_object_get(it, "message"));
+        int n = 0;
+        int bad = !one || colli_proto_nccl_ended_decode(one, &e.e, 1, &n, err, sizeof(err)) != 0 ||
+                  n != 1;
+        json_decref(one);
+        if (bad)
+            continue;
+        snprintf(e.time, sizeof(e.time), "%.39s", t);
+        e.learned_s = (int64_t)time(NULL);
+        pthread_mutex_lock(&w->mu);
+        int known = 0;
+        for (int k = 0; k < w->nended; k++)
+            known |=
+                strcmp(w->ended[k].e.pod, e.e.pod) == 0 && strcmp(w->ended[k].time, e.time) == 0;
+        if (!known && w->nended < MAX_ENDED) {
+            w->ended[w->nended++] = e;
+            agent_info("AGENT-PEER-RANK-ENDED", "%s (this pod's NCCL processes are told)",
+                       e.e.what);
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+    return 0;
+}
+
+typedef struct {
+    agent_nccl_watch_t *w;
+    int job; /* the Communicator's watch, else the own pod's */
+} watch_arg_t;
+
+static void *watcher(void *arg)
+{
+    watch_arg_t a = *(watch_arg_t *)arg;
+    free(arg);
+    agent_nccl_watch_t *w = a.w;
+    agent_ctx_t *ctx = w->ctx;
+    char path[400], fsel[300], lsel[80];
+    if (a.job) {
+        snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
+                 ctx->facts.ns);
+        snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->comm_name);
+    } else {
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ctx->facts.ns);
+        snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->facts.pod);
+    }
+    snprintf(lsel, sizeof(lsel), "%s=%s", LABEL_ENDED, w->stamp);
+    while (!closed(w) && !ctx->stop) {
+        agent_kube_resp_t r;
+        int rc = agent_kube_watch_labels(ctx->kube, path, fsel, a.job ? lsel : NULL,
+                                         agent_now_ms() + SLICE_MS, a.job ? on_job : on_own, w, &r);
+        int fatal = rc != 0 && (r.code == 401 || r.code == 403 || r.code == 404);
+        if (fatal)
+            agent_warn("AGENT-RANK-ENDED-WATCH",
+                       "watching %s %s: HTTP %ld %s; %s (the chart's RBAC grants watch on pods "
+                       "and communicators)",
+                       a.job ? "Communicator" : "pod", a.job ? ctx->comm_name : ctx->facts.pod,
+                       r.code, r.message,
+                       a.job ? "this pod's NCCL processes are not told when another rank ends"
+                             : "an end of this pod's ranks is not reported");
+        agent_kube_resp_free(&r);
+        if (fatal)
+            break;
+    }
+    return NULL;
+}
+
+void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
+{
+    if (!ctx->kube || !ctx->comm_name[0])
+        return;
+    pthread_mutex_lock(&ctx->mu);
+    if (ctx->ncclw) {
+        pthread_mutex_unlock(&ctx->mu);
+        return;
+    }
+    agent_nccl_watch_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        pthread_mutex_unlock(&ctx->mu);
+        return;
+    }
+    w->ctx = ctx;
+    pthread_mutex_init(&w->mu, NULL);
+    w->since_s = (int64_t)time(NULL);
+    snprintf(w->stamp, sizeof(w->stamp), "%s", stamp);
+    ctx->ncclw = w;
+    pthread_mutex_unlock(&ctx->mu);
+    for (int job = 0; job < 2; job++) {
+        watch_arg_t *a = malloc(sizeof(*a));
+        pthread_t t;
+        pthread_attr_t attr;
+        if (!a)
+            continue;
+        *a = (watch_arg_t){.w = w, .job = job};
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, watcher, a) != 0) {
+            agent_warn("AGENT-RANK-ENDED-WATCH", "cannot start a watch thread");
+            free(a);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    agent_info("AGENT-RANK-ENDED-WATCH",
+               "NVIDIA NCCL runs in this pod: an end of its ranks is written to Communicator %s, "
+               "and its processes are told when another rank of the job ends",
+               ctx->comm_name);
+}
+
+void agent_nccl_watch_stop(agent_ctx_t *ctx)
+{
+    pthread_mutex_lock(&ctx->mu);
+    agent_nccl_watch_t *w = ctx->ncclw;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!w)
+        return;
+    char path[600];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ctx->facts.ns, ctx->facts.pod);
+    for (int i = 0; i < STOP_LOOKS; i++) {
+        agent_kube_resp_t r;
+        int rc = agent_kube_request(ctx->kube, "GET", path, NULL, NULL,
+                                    agent_now_ms() + STOP_LOOK_MS, &r);
+        int done = rc == 0 && r.code == 404   ? judge(w, NULL)
+                   : rc == 0 && r.code == 200 ? judge(w, r.body)
+                                              : 0;
+        agent_kube_resp_free(&r);
+        if (done)
+            break;
+        if (i + 1 < STOP_LOOKS)
+            agent_sleep_ms(STOP_LOOK_MS);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->closed = 1; /* from here on the threads touch nothing of the health writer's */
+    pthread_mutex_unlock(&w->mu);
+}
+
+json_t *agent_nccl_ended(agent_ctx_t *ctx, const json_t *req)
+{
+    colli_proto_nccl_ended_t out[COLLI_PROTO_NCCL_MAX_ENDED];
+    int n = 0;
+    long long since = colli_proto_nccl_ended_since(req);
+    pthread_mutex_lock(&ctx->mu);
+    agent_nccl_watch_t *w = ctx->ncclw;
+    pthread_mutex_unlock(&ctx->mu);
+    if (w) {
+        pthread_mutex_lock(&w->mu);
+        /* learned before the process's NCCL init: an earlier generation's end */
+        for (int i = 0; i < w->nended && n < COLLI_PROTO_NCCL_MAX_ENDED; i++)
+            if (w->ended[i].learned_s + 1 >= since)
+                out[n++] = w->ended[i].e;
+        pthread_mutex_unlock(&w->mu);
+    }
+    return colli_proto_nccl_ended_reply(out, n);
+}

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""spec.nccl: native, a rank that ends (docs/nccl-env.md, "A rank that ends"), against the fake
+API server of tests/agent: NVIDIA NCCL processes (the plugin driven as NCCL would, and real NCCL
+2.28.9 when it was built) hold as if blocked in a collective; the kubelet writes that one pod's
+container ended. Its agent must write the end to the Communicator with the cause, and the other
+pods' processes must be told on stderr within seconds (and end, with COLL_NCCL_ON_RANK_END=exit);
+a clean exit (the job's normal end) must change nothing.
+
+Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 everywhere),
+at_stop (the sidecar is stopped before its pod's end reaches the API server)."""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
+import harness  # noqa: E402
+from harness import Cluster, wait_for  # noqa: E402
+
+ARGS = None
+SKIP = 77
+HOLD_MS = 60000
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def now_iso():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def clean_env(extra):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "COLL_", "KCOLL_"))}
+    e.update(extra)
+    return e
+
+
+class Rank:
+    """One NCCL process of a pod, held after NCCL's init: the plugin driven directly, or real
+    NCCL's ncclGetUniqueId (real=True)."""
+
+    def __init__(self, sock, env=None, real=False):
+        e = clean_env({"COLL_AGENT_SOCKET": sock, "NCCLENV_DIRECT_HOLD_MS": str(HOLD_MS),
+                       "NCCLENV_UID_HOLD_MS": str(HOLD_MS), "COLL_NCCL_ENDED_POLL_MS": "500"})
+        if real:
+            e["NCCL_ENV_PLUGIN"] = ARGS.plugin
+        e.update(env or {})
+        cmd = [ARGS.uid] if real else [ARGS.direct, ARGS.plugin, "2.28.9", "NCCL_SOCKET_IFNAME"]
+        self.proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.err = ""
+        line = ""
+        while "held" not in line and ("rc=" not in line or not real):
+            line = self.proc.stdout.readline()
+            if not line:
+                check(False, "the NCCL process ended before its init: " + self.proc.stderr.read())
+            check(not line.startswith("init=") or line.startswith("init=0"),
+                  "the plugin's init failed: " + line)
+            check(not line.startswith("rc=") or line.startswith("rc=0 "),
+                  "real NCCL's init failed: " + line)
+        os.set_blocking(self.proc.stderr.fileno(), False)
+
+    def stderr(self):
+        try:
+            chunk = self.proc.stderr.read()
+        except (BlockingIOError, TypeError):
+            chunk = None
+        self.err += chunk or ""
+        return self.err
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.stderr()
+
+
+def communicator(cl, name):
+    c = [o for o in cl.objects("communicators") if o["metadata"]["name"] == name]
+    return c[0] if c else None
+
+
+def start_job(cl, name, n):
+    _, pods = cl.add_job(name, n)
+    agents = [cl.start_agent(p) for p in pods]
+    rc, out = harness.hello(ARGS.hello, [a["sock"] for a in agents], check=n)
+    check(rc == 0, "bootstrap failed: " + out)
+    return pods, agents
+
+
+def oom(cl, pod):
+    cl.kubelet_ends(pod, {"exitCode": 137, "reason": "OOMKilled", "startedAt": now_iso(),
+                          "finishedAt": now_iso()}, limit="8Gi")
+
+
+def case_ended(_):
+    """Rank 2's container is OOMKilled while the others are held in NCCL: the Communicator says
+    so with the cause within seconds; rank 0 (COLL_NCCL_ON_RANK_END=exit) ends by SIGTERM, rank 1
+    (the default) is told and waits on; each says it once."""
+    cl = Cluster(ARGS.agent)
+    ranks, ok = [], False
+    try:
+        pods, agents = start_job(cl, "ended", 3)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks = [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}, real=bool(ARGS.uid)),
+                 Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
+        time.sleep(1.0)  # the agents' watches start with the first init
+        t0 = time.time()
+        oom(cl, names[2])
+        ranks[2].proc.kill()  # its process ended with its container
+
+        def written():
+            c = communicator(cl, "ended")
+            st = (c or {}).get("status") or {}
+            last = st.get("lastError") or {}
+            return c if last.get("reason") == "RankEnded" and st.get("phase") == "Failed" else None
+        c = wait_for(written, 20, "the Communicator to say that rank 2 ended")
+        t_written = time.time() - t0
+        last = c["status"]["lastError"]
+        print("lastError:", last)
+        check(last["rank"] == 2 and last["pod"] == names[2] and "OOMKilled" in last["message"]
+              and "8Gi" in last.get("cause", ""), "lastError: %s" % last)
+        check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
+              "the Communicator is not labelled kcoll.io/rank-ended: %s" % c["metadata"])
+        members = [m for m in c["status"].get("unhealthyMembers", []) if m["rank"] == 2]
+        check(members and members[0]["reason"] == "RankEnded" and members[0].get("cause"),
+              "unhealthyMembers: %s" % c["status"].get("unhealthyMembers"))
+        # rank 0 ends (SIGTERM), rank 1 is told and holds
+        rc0 = ranks[0].proc.wait(timeout=20)
+        t_exit = time.time() - t0
+        err0 = ranks[0].stderr()
+        print("rank 0:", [ln for ln in err0.splitlines() if "kcoll" in ln])
+        check(rc0 == -signal.SIGTERM, "rank 0 ended with %s, not SIGTERM" % rc0)
+        check(names[2] in err0 and "OOMKilled" in err0 and "this process ends now" in err0,
+              "rank 0's stderr does not say why it ends: " + err0)
+        wait_for(lambda: "OOMKilled" in ranks[1].stderr(), 20, "rank 1 to be told")
+        t_told = time.time() - t0
+        time.sleep(2.0)  # asked four more times: told once, still held
+        err1 = ranks[1].stderr()
+        told = [ln for ln in err1.splitlines() if names[2] in ln]
+        print("rank 1:", told)
+        check(len(told) == 1 and "COLL_NCCL_ON_RANK_END=exit ends it" in told[0],
+              "rank 1 told %d times: %s" % (len(told), err1))
+        check(ranks[1].proc.poll() is None, "rank 1 ended without COLL_NCCL_ON_RANK_END=exit")
+        time.sleep(1.5)  # Events are posted by the writer thread
+        evs = [e for e in cl.objects("events") if e["reason"] == "KcollRankEnded"]
+        check({e["involvedObject"]["kind"] for e in evs} == {"Communicator", "Pod"},
+              "KcollRankEnded Events: %s" % [(e["involvedObject"], e["message"]) for e in evs])
+        print("after the kubelet wrote the OOMKill: Communicator %.1f s, rank 0 ended %.1f s, "
+              "rank 1 told %.1f s (%s NCCL on rank 0)" % (t_written, t_exit, t_told,
+                                                          "real" if ARGS.uid else "driven"))
+        check(t_exit < 10 and t_told < 10, "told too late")
+        desc = cl.kubectl_describe("ended")
+        if desc is not None:
+            print(desc.stdout)
+            check("RankEnded" in desc.stdout and "OOMKilled" in desc.stdout,
+                  "describe: " + desc.stdout + desc.stderr[-2000:])
+        ok = True
+    finally:
+        for r in ranks:
+            r.close()
+        if not ok:
+            for a in cl.agents:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
+            for i, r in enumerate(ranks):
+                print("---- rank %d stderr\n%s" % (i, r.err[-1500:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
+def case_clean(_):
+    """Every container exits 0 (the job's normal end), then the sidecars stop: nothing is written,
+    nobody is told, and each agent stops within 2 s."""
+    cl = Cluster(ARGS.agent)
+    ranks, ok = [], False
+    try:
+        pods, agents = start_job(cl, "clean", 2)
+        ranks = [Rank(a["sock"]) for a in agents]
+        time.sleep(1.0)
+        for i, p in enumerate(pods):
+            ranks[i].proc.kill()
+            cl.kubelet_ends(p["metadata"]["name"], {"exitCode": 0, "reason": "Completed",
+                                                    "startedAt": now_iso(),
+                                                    "finishedAt": now_iso()})
+        time.sleep(3.0)
+        t0 = time.time()
+        cl.stop_agents()
+        t_stop = time.time() - t0
+        c = communicator(cl, "clean")
+        st = (c or {}).get("status") or {}
+        check(not st.get("lastError") and not st.get("unhealthyMembers") and
+              "kcoll.io/rank-ended" not in c["metadata"].get("labels", {}),
+              "a clean end was written as a failure: %s" % st)
+        check(not [e for e in cl.objects("events") if e["reason"] == "KcollRankEnded"],
+              "KcollRankEnded Event at a clean end")
+        print("clean end: nothing written; the agents stopped in %.1f s" % t_stop)
+        check(t_stop < 4, "the agents took %.1f s to stop" % t_stop)
+        ok = True
+    finally:
+        for r in ranks:
+            r.close()
+        if not ok:
+            for a in cl.agents:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
+def case_at_stop(_):
+    """The kubelet stops the sidecar as the training container ends, before the end reaches the
+    API server: the agent reads its pod again at its stop and still writes it."""
+    cl = Cluster(ARGS.agent)
+    ranks, ok = [], False
+    try:
+        pods, agents = start_job(cl, "atstop", 2)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks = [Rank(a["sock"]) for a in agents]
+        time.sleep(1.0)
+        ranks[1].proc.kill()
+        t0 = time.time()
+        agents[1]["proc"].send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        cl.kubelet_ends(names[1], {"exitCode": 1, "reason": "Error", "startedAt": now_iso(),
+                                   "finishedAt": now_iso(),
+                                   "message": "RuntimeError: CUDA error: an illegal memory access"})
+        rc = agents[1]["proc"].wait(timeout=20)
+        t_stop = time.time() - t0
+        c = communicator(cl, "atstop")
+        last = ((c or {}).get("status") or {}).get("lastError") or {}
+        print("agent stopped in %.1f s (rc %s); lastError: %s" % (t_stop, rc, last))
+        check(last.get("reason") == "RankEnded" and last.get("pod") == names[1] and
+              "illegal memory access" in last.get("cause", ""), "lastError: %s" % last)
+        wait_for(lambda: "illegal memory access" in ranks[0].stderr(), 20, "rank 0 to be told")
+        check(rc == 0 and t_stop < 10, "the agent's stop: rc %s after %.1f s" % (rc, t_stop))
+        ok = True
+    finally:
+        for r in ranks:
+            r.close()
+        if not ok:
+            for a in cl.agents:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(CASES))
+    for a in ("--agent", "--plugin", "--direct", "--hello"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--uid")
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    for p in (ARGS.agent, ARGS.plugin, ARGS.direct, ARGS.hello):
+        if not os.path.exists(p):
+            print("SKIPPED: %s is not built" % p)
+            return SKIP
+    try:
+        CASES[ARGS.case](ARGS)
+    except AssertionError as e:
+        print("FAIL: %s" % e)
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
