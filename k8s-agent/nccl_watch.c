@@ -32,7 +32,8 @@
 #define LABEL_TIMEOUT_MS 5000
 #define MAX_ENDED        8 /* ended pods remembered (the first ones: the cause comes first) */
 #define LABEL_ENDED      "kcoll.io/rank-ended"
-#define REASON_ENDED     "RankEnded"
+#define REASON_ENDED     "RankEnded"      /* the first end: told to the other ranks */
+#define REASON_AFTER     "EndedAfterPeer" /* an end after another rank's: a consequence */
 
 typedef struct {
     colli_proto_nccl_ended_t e;
@@ -83,24 +84,26 @@ static void mark_ended(agent_nccl_watch_t *w)
 }
 
 /* This pod's ranks ended (cause says how): the Communicator's status and Events, then its label.
- * Each end once (key). */
+ * Each end once (key). An end after another rank's (this agent learned of it first: its NCCL
+ * processes were told, and ended or timed out) is a consequence, reason EndedAfterPeer: it keeps
+ * the first end as lastError and the Healthy condition, and is not told to the other ranks (a
+ * restarted rank is not sent away again by the ends its own first end caused). */
 static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause)
 {
     agent_ctx_t *ctx = w->ctx;
     const agent_facts_t *f = &ctx->facts;
     int per = f->local_size > 1 ? f->local_size : 1;
+    char who[600], after[400] = "";
     member_t m;
     memset(&m, 0, sizeof(m));
     m.rank = f->rank * per;
     snprintf(m.pod, sizeof(m.pod), "%s", f->pod);
     snprintf(m.node, sizeof(m.node), "%s", f->node);
-    snprintf(m.reason, sizeof(m.reason), REASON_ENDED);
     if (per > 1)
-        snprintf(m.message, sizeof(m.message), "ranks %d-%d (pod %s, node %s) ended: %s", m.rank,
-                 m.rank + per - 1, f->pod, f->node, cause);
+        snprintf(who, sizeof(who), "ranks %d-%d (pod %s, node %s)", m.rank, m.rank + per - 1,
+                 f->pod, f->node);
     else
-        snprintf(m.message, sizeof(m.message), "rank %d (pod %s, node %s) ended: %s", m.rank,
-                 f->pod, f->node, cause);
+        snprintf(who, sizeof(who), "rank %d (pod %s, node %s)", m.rank, f->pod, f->node);
 
     pthread_mutex_lock(&w->mu);
     agent_health_t *h = ctx->health;
@@ -109,15 +112,23 @@ static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause
         return;
     }
     snprintf(w->own_key, sizeof(w->own_key), "%s", key);
+    int consequence = w->nended > 0;
+    if (consequence)
+        snprintf(after, sizeof(after), " after rank %d (pod %s) had ended", w->ended[0].e.rank,
+                 w->ended[0].e.pod);
+    snprintf(m.reason, sizeof(m.reason), consequence ? REASON_AFTER : REASON_ENDED);
+    snprintf(m.message, sizeof(m.message), "%s ended%s: %s", who, after, cause);
     pthread_mutex_lock(&h->mu);
     update_t *u = &h->pend;
     cond_t *healthy = &u->conds[COLLI_PROTO_COND_HEALTHY];
     snprintf(u->phase, sizeof(u->phase), "Failed");
-    snprintf(healthy->status, sizeof(healthy->status), "False");
-    snprintf(healthy->reason, sizeof(healthy->reason), REASON_ENDED);
-    snprintf(healthy->message, sizeof(healthy->message), "%s", m.message);
+    if (!consequence) {
+        snprintf(healthy->status, sizeof(healthy->status), "False");
+        snprintf(healthy->reason, sizeof(healthy->reason), REASON_ENDED);
+        snprintf(healthy->message, sizeof(healthy->message), "%s", m.message);
+    }
     u->err = m;
-    u->err_waited = 1; /* an end after another rank's (a consequence) keeps that one's lastError */
+    u->err_waited = 1; /* two first ends at once: the one written first stays lastError */
     u->has_error = 1;
     u->check = 0;
     u->due_ms = 0;
@@ -138,7 +149,8 @@ static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause
     agent_warn("AGENT-RANK-ENDED", "%s", m.message);
     agent_status_failure_events(h, "KcollRankEnded", m.message, f->pod, ctx->pod_uid);
     pthread_mutex_unlock(&w->mu);
-    mark_ended(w);
+    if (!consequence)
+        mark_ended(w);
 }
 
 /* One state of the own pod (NULL: deleted): reported when it says the pod's ranks ended.

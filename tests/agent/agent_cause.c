@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "expect.h"
 #include "health_state.h"
+#include "nccl_ipc.h"
 #include "peer_ipc.h"
 
 #include <stdio.h>
@@ -222,6 +223,109 @@ static void test_peer_proto(void)
     json_decref(m);
 }
 
+/* The agent's own pod under NVIDIA NCCL (agent_own_end): which ends are its ranks' end. */
+static int own(const char *json, char *key)
+{
+    json_t *p = json_loads(json, 0, NULL);
+    char k[160];
+    if (!p) {
+        fprintf(stderr, "bad fixture: %s\n", json);
+        failures++;
+        return -1;
+    }
+    int r = agent_own_end("train-2-abcde", p, SINCE, out, sizeof(out), key ? key : k, 160);
+    printf("  own %d: %s\n", r, out);
+    json_decref(p);
+    return r;
+}
+
+static void test_own_end(void)
+{
+    char k1[160], k2[160];
+    /* the job's normal end: every container exited 0 */
+    EXPECT(own("{" SPEC_LIMIT ",\"status\":{\"phase\":\"Succeeded\",\"containerStatuses\":[{"
+               "\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":"
+               "\"Completed\",\"finishedAt\":\"2026-11-29T13:00:00Z\"}}}]}}",
+               NULL) == 0 &&
+           out[0] == '\0');
+    /* running, and an end before the pod's NCCL started (an earlier generation) */
+    EXPECT(own("{" SPEC_LIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"running\":{}},\"lastState\":{\"terminated\":{\"exitCode\":1,"
+               "\"finishedAt\":\"2026-11-29T11:00:00Z\"}}}]}}",
+               NULL) == 0);
+    /* OOMKilled */
+    EXPECT(own("{" SPEC_LIMIT ",\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{"
+               "\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":137,\"reason\":"
+               "\"OOMKilled\",\"finishedAt\":\"2026-11-29T12:03:11Z\"}}}]}}",
+               k1) == 1 &&
+           has("OOMKilled") && has("8Gi"));
+    /* restarted in place (restartPolicy OnFailure): the last end counts, and is another end */
+    EXPECT(own("{" SPEC_LIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"restartCount\":1,\"state\":{\"running\":{}},\"lastState\":{\"terminated\":{"
+               "\"exitCode\":1,\"reason\":\"Error\",\"finishedAt\":\"2026-11-29T12:09:00Z\"}}}]}}",
+               k2) == 1 &&
+           has("exited with code 1") && strcmp(k1, k2) != 0);
+    /* a helper container that completed and the trainer still running: nothing */
+    EXPECT(own("{" SPEC_LIMIT ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\","
+               "\"state\":{\"running\":{}}},{\"name\":\"logger\",\"state\":{\"terminated\":"
+               "{\"exitCode\":0,\"finishedAt\":\"2026-11-29T12:30:00Z\"}}}]}}",
+               NULL) == 0);
+    /* deleted (a drain, kubectl delete) or evicted, containers not yet ended */
+    EXPECT(own("{\"metadata\":{\"deletionTimestamp\":\"2026-11-29T12:06:30Z\"}," SPEC_LIMIT
+               ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\",\"state\":{"
+               "\"running\":{}}}]}}",
+               NULL) == 1 &&
+           has("is being deleted"));
+    EXPECT(own("{" SPEC_LIMIT ",\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\","
+               "\"message\":\"The node was low on resource: memory.\"}}",
+               NULL) == 1 &&
+           has("Evicted"));
+    /* hostile shapes */
+    EXPECT(own("{\"metadata\":[],\"status\":{\"containerStatuses\":[7,{\"state\":{"
+               "\"terminated\":{\"exitCode\":\"1\",\"finishedAt\":\"2026-11-29T12:09:00Z\"}}},"
+               "{\"name\":\"t\",\"state\":{\"terminated\":{\"exitCode\":2}}}]}}",
+               NULL) == 0);
+}
+
+/* "nccl_ended" (proto/nccl_ipc.c) as the agent writes it and the plugin reads it. */
+static void test_ended_proto(void)
+{
+    colli_proto_nccl_ended_t e[2], r[COLLI_PROTO_NCCL_MAX_ENDED];
+    char err[200];
+    int n = -1;
+    memset(e, 0, sizeof(e));
+    e[0].rank = 2;
+    snprintf(e[0].pod, sizeof(e[0].pod), "train-2-abcde");
+    snprintf(e[0].node, sizeof(e[0].node), "gpu-7");
+    snprintf(e[0].what, sizeof(e[0].what), "rank 2 (pod train-2-abcde) ended: OOMKilled");
+    e[1] = e[0];
+    e[1].rank = 8;
+    json_t *m = colli_proto_nccl_ended_reply(e, 2);
+    EXPECT(m && colli_proto_nccl_ended_decode(m, r, 1, &n, err, sizeof(err)) == 0 && n == 1 &&
+           r[0].rank == 2 && strcmp(r[0].node, "gpu-7") == 0);
+    json_decref(m);
+    m = colli_proto_nccl_ended_request(1795953600LL);
+    EXPECT(m && colli_proto_nccl_ended_since(m) == 1795953600LL);
+    json_decref(m);
+    /* hostile: a pod name with a separator, a line break in the text, a negative rank */
+    const char *bad[] = {
+        "{\"ended\":[{\"rank\":1,\"pod\":\"a b\",\"what\":\"x\"}]}",
+        "{\"ended\":[{\"rank\":1,\"pod\":\"a\",\"what\":\"x\\ny\"}]}",
+        "{\"ended\":[{\"rank\":-1,\"pod\":\"a\",\"what\":\"x\"}]}",
+        "{\"ended\":{}}",
+        "{\"ended\":[{\"rank\":1,\"pod\":\"a\",\"what\":\"\"}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        m = json_loads(bad[i], 0, NULL);
+        EXPECT(m && colli_proto_nccl_ended_decode(m, r, 4, &n, err, sizeof(err)) == -1 && n == 0 &&
+               err[0]);
+        json_decref(m);
+    }
+    m = json_loads("{\"since\":-5}", 0, NULL);
+    EXPECT(colli_proto_nccl_ended_since(m) == 0);
+    json_decref(m);
+}
+
 int main(void)
 {
     agent_log_init("error", NULL);
@@ -229,6 +333,8 @@ int main(void)
     test_pod_level();
     test_node();
     test_peer_proto();
+    test_own_end();
+    test_ended_proto();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;

@@ -4,7 +4,10 @@
  * from NCCL's environment plugin in a training container) and the plugin's reply decoder
  * (colli_proto_nccl_init_decode, bytes from the agent), and the version rules. Whatever a side
  * accepts must survive its encoder unchanged, and a decoded reply never holds a name NCCL cannot
- * take (an interface over 15 characters, a separator in a name).
+ * take (an interface over 15 characters, a separator in a name). The same bytes as an
+ * "nccl_ended" reply (colli_proto_nccl_ended_decode, bytes from the agent that the plugin prints
+ * on the training process's stderr): names without separators, texts without line breaks, each
+ * entry unchanged through the encoder.
  */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -68,6 +71,40 @@ static void reply(const json_t *msg)
     json_decref(built);
 }
 
+static void ended(const json_t *msg)
+{
+    colli_proto_nccl_ended_t e[COLLI_PROTO_NCCL_MAX_ENDED], g[COLLI_PROTO_NCCL_MAX_ENDED];
+    char err[256] = "";
+    int n = -1, m = -1;
+    if (colli_proto_nccl_ended_since(msg) < 0)
+        fuzz_fail("nccl_ended since is negative");
+    memset(e, 0, sizeof(e));
+    if (colli_proto_nccl_ended_decode(msg, e, COLLI_PROTO_NCCL_MAX_ENDED, &n, err, sizeof(err)) !=
+        0) {
+        if (err[0] == '\0' || n != 0)
+            fuzz_fail("nccl_ended decode rejected a reply without saying why, or kept entries");
+        return;
+    }
+    if (n < 0 || n > COLLI_PROTO_NCCL_MAX_ENDED)
+        fuzz_fail("nccl_ended decode returned a count out of range");
+    for (int i = 0; i < n; i++)
+        if (e[i].rank < 0 || !e[i].pod[0] || !e[i].what[0] || strpbrk(e[i].pod, " /\n") ||
+            strpbrk(e[i].node, " /\n") || strpbrk(e[i].what, "\n\r"))
+            fuzz_fail("nccl_ended decode accepted a name with a separator or a line break");
+    json_t *built = colli_proto_nccl_ended_reply(e, n);
+    if (built == NULL)
+        fuzz_fail("accepted ends cannot be encoded");
+    memset(g, 0x5a, sizeof(g));
+    if (colli_proto_nccl_ended_decode(built, g, COLLI_PROTO_NCCL_MAX_ENDED, &m, err, sizeof(err)) !=
+            0 ||
+        m != n)
+        fuzz_fail("a reply made of accepted ends is rejected");
+    for (int i = 0; i < n; i++)
+        if (memcmp(&e[i], &g[i], sizeof(e[i])) != 0)
+            fuzz_fail("an end differs after encode and decode");
+    json_decref(built);
+}
+
 static void versions(const json_t *msg)
 {
     const char *a = json_string_value(json_object_get(msg, COLLI_PROTO_KEY_NCCL_VERSION));
@@ -97,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     request(msg);
     reply(msg);
+    ended(msg);
     versions(msg);
     json_decref(msg);
     return 0;

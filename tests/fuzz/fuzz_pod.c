@@ -89,6 +89,14 @@ static void cause_of(const uint8_t *data, size_t size)
         if (r < 0 || r > 2 || memchr(out, 0, sizeof(out)) == NULL || (r == 0) != (out[0] == 0))
             fuzz_fail("a pod's cause out of range, unterminated, or text that disagrees");
     }
+    /* the same Pod as the agent's own (spec.nccl: native): did its ranks end? */
+    char key[160];
+    memset(out, 'x', sizeof(out));
+    memset(key, 'x', sizeof(key));
+    int own = agent_own_end("p", pod, 1795953600LL, out, sizeof(out), key, sizeof(key));
+    if ((own != 0 && own != 1) || memchr(out, 0, sizeof(out)) == NULL ||
+        memchr(key, 0, sizeof(key)) == NULL || (own == 1 && (!out[0] || !key[0])))
+        fuzz_fail("the own pod's end out of range, unterminated, or said without a text or key");
     memset(out, 'x', sizeof(out));
     int r = agent_node_cause("n", node, out, sizeof(out));
     if ((r != 0 && r != 1) || memchr(out, 0, sizeof(out)) == NULL || (r == 0) != (out[0] == 0))

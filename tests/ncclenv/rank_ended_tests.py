@@ -146,6 +146,23 @@ def case_ended(_):
         check(len(told) == 1 and "COLL_NCCL_ON_RANK_END=exit ends it" in told[0],
               "rank 1 told %d times: %s" % (len(told), err1))
         check(ranks[1].proc.poll() is None, "rank 1 ended without COLL_NCCL_ON_RANK_END=exit")
+        # rank 0's container ends as its process did (SIGTERM: 143): a consequence, which keeps
+        # rank 2's end as lastError and is not told to rank 1
+        cl.kubelet_ends(names[0], {"exitCode": 143, "reason": "Error", "startedAt": now_iso(),
+                                   "finishedAt": now_iso()})
+
+        def after():
+            st = (communicator(cl, "ended") or {}).get("status") or {}
+            m = [x for x in st.get("unhealthyMembers", []) if x["rank"] == 0]
+            return (m[0], st) if m else None
+        m0, st = wait_for(after, 20, "rank 0's end in unhealthyMembers")
+        print("rank 0's end:", m0["message"])
+        check(m0["reason"] == "EndedAfterPeer" and names[2] in m0["message"] and
+              st["lastError"]["rank"] == 2, "a consequence hid the cause: %s %s" %
+              (m0, st["lastError"]))
+        time.sleep(2.0)
+        check(names[0] not in ranks[1].stderr(), "rank 1 was told of a consequence: " +
+              ranks[1].stderr())
         time.sleep(1.5)  # Events are posted by the writer thread
         evs = [e for e in cl.objects("events") if e["reason"] == "KcollRankEnded"]
         check({e["involvedObject"]["kind"] for e in evs} == {"Communicator", "Pod"},
