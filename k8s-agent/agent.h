@@ -226,6 +226,10 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req);
  * is written to the Communicator and labels it kcoll.io/rank-ended=stamp) and the job's
  * Communicator with that label (the other pods' ends, for "nccl_ended"). Once. */
 void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17]);
+/* This pod's NCCL process was refused (a version mismatch): the Communicator is labelled at once
+ * (the other pods' processes are told; they wait for it in NCCL's bootstrap), and its end is
+ * watched. */
+void agent_nccl_watch_refused(agent_ctx_t *ctx, const char stamp[17]);
 /* At the agent's stop: the own Pod read once more (the kubelet stops the sidecar after the
  * training container ended), then nothing more is reported. Before agent_health_stop. */
 void agent_nccl_watch_stop(agent_ctx_t *ctx);

@@ -205,6 +205,9 @@ static json_t *refuse(agent_ctx_t *ctx, const agent_facts_t *f, const colli_prot
     record_member(ctx, f, in, "Refused");
     if (ctx->health)
         agent_health_report(ctx->health, &rep);
+    char stamp[17];
+    job_stamp(f, stamp);
+    agent_nccl_watch_refused(ctx, stamp);
     return colli_proto_error_reply(COLLI_PROTO_CODE_VERSION_MISMATCH, msg);
 }
 

@@ -32,8 +32,9 @@
 #define LABEL_TIMEOUT_MS 5000
 #define MAX_ENDED        8 /* ended pods remembered (the first ones: the cause comes first) */
 #define LABEL_ENDED      "kcoll.io/rank-ended"
-#define REASON_ENDED     "RankEnded"      /* the first end: told to the other ranks */
-#define REASON_AFTER     "EndedAfterPeer" /* an end after another rank's: a consequence */
+#define REASON_ENDED     "RankEnded"           /* the first end: told to the other ranks */
+#define REASON_AFTER     "EndedAfterPeer"      /* an end after another rank's: a consequence */
+#define REASON_REFUSED   "NcclVersionMismatch" /* refused at its init (nccl_env.c): it ends */
 
 typedef struct {
     colli_proto_nccl_ended_t e;
@@ -204,8 +205,8 @@ static int on_job(void *arg, const char *type, json_t *obj)
         ended_t e;
         char err[160];
         memset(&e, 0, sizeof(e));
-        if (!reason || strcmp(reason, REASON_ENDED) != 0 || !pod || !t || !msg ||
-            !json_is_integer(rank) || strcmp(pod, w->ctx->facts.pod) == 0)
+        if (!reason || (strcmp(reason, REASON_ENDED) != 0 && strcmp(reason, REASON_REFUSED) != 0) ||
+            !pod || !t || !msg || !json_is_integer(rank) || strcmp(pod, w->ctx->facts.pod) == 0)
             continue;
         /* the entry as the plugin gets it, checked by the plugin's own decoder */
         const char *node = json_string_value(json_object_get(it, "node"));
@@ -316,6 +317,29 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
                "NVIDIA NCCL runs in this pod: an end of its ranks is written to Communicator %s, "
                "and its processes are told when another rank of the job ends",
                ctx->comm_name);
+}
+
+static void *mark_thread(void *arg)
+{
+    mark_ended(arg);
+    return NULL;
+}
+
+void agent_nccl_watch_refused(agent_ctx_t *ctx, const char stamp[17])
+{
+    agent_nccl_watch_start(ctx, stamp);
+    pthread_mutex_lock(&ctx->mu);
+    agent_nccl_watch_t *w = ctx->ncclw;
+    pthread_mutex_unlock(&ctx->mu);
+    pthread_t t;
+    pthread_attr_t attr;
+    if (!w || pthread_attr_init(&attr) != 0)
+        return;
+    /* not on the refused process's time: its reply goes out now */
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, mark_thread, w) != 0)
+        mark_ended(w);
+    pthread_attr_destroy(&attr);
 }
 
 void agent_nccl_watch_stop(agent_ctx_t *ctx)

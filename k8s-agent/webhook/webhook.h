@@ -58,6 +58,7 @@ struct agent_webhook_nccl_pins {
     char ifname[16];    /* spec.network.interface ("" when an attachment is pinned) */
     char transport[16]; /* spec.transport (default PreferIB) */
     int pass_through;   /* spec.ncclAgentUnreachable: PassThrough (default Fail) */
+    int exit_on_end;    /* spec.ncclOnRankEnd: Exit (default Wait) */
 };
 
 /* Reads one API object for the webhook: GET path (".../jobs/NAME"), answering before deadline_ms

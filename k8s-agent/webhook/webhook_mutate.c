@@ -405,7 +405,9 @@ static int mutate_container(struct mutation *m, size_t idx, const json_t *c)
            env_if_absent(m, cname, base, env, fresh, "GLOO_SOCKET_IFNAME", m->pins.ifname) != 0) ||
           (m->pins.pass_through &&
            env_if_absent(m, cname, base, env, fresh, "COLL_NCCL_ENV_ON_NO_AGENT", "passthrough") !=
-               0)))) {
+               0) ||
+          (m->pins.exit_on_end &&
+           env_if_absent(m, cname, base, env, fresh, "COLL_NCCL_ON_RANK_END", "exit") != 0)))) {
         json_decref(fresh);
         return -1;
     }

@@ -24,6 +24,8 @@ void agent_webhook_nccl_pins_read(const json_t *spec, struct agent_webhook_nccl_
              t != NULL && strlen(t) < sizeof(pins->transport) ? t : "PreferIB");
     const char *u = json_string_value(json_object_get(spec, "ncclAgentUnreachable"));
     pins->pass_through = u != NULL && strcmp(u, "PassThrough") == 0;
+    const char *e = json_string_value(json_object_get(spec, "ncclOnRankEnd"));
+    pins->exit_on_end = e != NULL && strcmp(e, "Exit") == 0;
 }
 
 /* Does an interface setting (NCCL's syntax: "=eth1", "eth1", a list, "^" exclusions) say

@@ -357,9 +357,9 @@ static int ended_ask(const ended_watch_t *w, char told[ENDED_TOLD][254], int *nt
         if (*ntold < ENDED_TOLD)
             snprintf(told[(*ntold)++], 254, "%s", e[i].pod);
         say("WARN",
-            "%s. NVIDIA NCCL does not notice that a peer ended: this process (rank %d, pod %s) "
-            "waits in its next collective with it until the framework's timeout (PyTorch's "
-            "default for NCCL: 10 minutes). %s",
+            "%s. NVIDIA NCCL is not told: this process (rank %d, pod %s) waits for that rank in "
+            "its next collective (or its init) until the framework's timeout (PyTorch's default "
+            "for NCCL: 10 minutes). %s",
             e[i].what, w->me.rank, w->me.pod,
             w->exit_on_end ? "COLL_NCCL_ON_RANK_END=exit: this process ends now (SIGTERM)"
                            : "COLL_NCCL_ON_RANK_END=exit ends it at once instead; kubectl "

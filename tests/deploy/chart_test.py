@@ -146,7 +146,7 @@ def check_generated_tls(label, objs):
 
 
 AGENT_RULES = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch"]},
     {"apiGroups": ["kcoll.io"], "resources": ["communicators"],
      "verbs": ["create", "watch", "patch"]},
     {"apiGroups": ["kcoll.io"], "resources": ["communicators/status"], "verbs": ["patch"]},

@@ -543,7 +543,7 @@ def case_webhook(_):
     topo["metadata"]["name"] = "team-a-native"
     topo["spec"].update({"nccl": "native", "ncclVersion": "2.28.9",
                          "ncclVersionPolicy": "SameMinor", "network": {"interface": "lo"},
-                         "ncclAgentUnreachable": "PassThrough"})
+                         "ncclAgentUnreachable": "PassThrough", "ncclOnRankEnd": "Exit"})
     cl = Cluster(ARGS.agent, topologies=())
     ok = False
     try:
@@ -562,7 +562,8 @@ def case_webhook(_):
             check(env.get("NCCL_ENV_PLUGIN") == "/var/run/kcoll/nccl-env/libnccl-env.so" and
                   env.get("NCCL_CONF_FILE") == "/var/run/kcoll/nccl.conf" and
                   env.get("GLOO_SOCKET_IFNAME") == "lo" and "LD_PRELOAD" not in env and
-                  env.get("COLL_NCCL_ENV_ON_NO_AGENT") == "passthrough",
+                  env.get("COLL_NCCL_ENV_ON_NO_AGENT") == "passthrough" and
+                  env.get("COLL_NCCL_ON_RANK_END") == "exit",
                   "pod %d env: %s" % (i, env))
         conflict = pods[1]["metadata"]["annotations"].get("kcoll.io/nccl-env-conflict", "")
         print("conflict:", conflict)

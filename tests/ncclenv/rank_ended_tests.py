@@ -7,7 +7,8 @@ pods' processes must be told on stderr within seconds (and end, with COLL_NCCL_O
 a clean exit (the job's normal end) must change nothing.
 
 Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 everywhere),
-at_stop (the sidecar is stopped before its pod's end reaches the API server)."""
+at_stop (the sidecar is stopped before its pod's end reaches the API server), refused (a rank of
+another NCCL version: the ranks already in NCCL are told)."""
 import argparse
 import os
 import signal
@@ -109,6 +110,12 @@ def case_ended(_):
         ranks = [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}, real=bool(ARGS.uid)),
                  Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
         time.sleep(1.0)  # the agents' watches start with the first init
+        idle = cl.control("/counts")
+        time.sleep(3.0)  # what the watches cost while no rank ends
+        idle = {ua: c for ua, c in cl.control("/counts").items() if ua.startswith("coll-agent")
+                and c["requests"] != idle.get(ua, {}).get("requests")}
+        check(not idle, "the agents made requests while no rank ended: %s" % idle)
+        cl.control("/reset-counts", {})
         t0 = time.time()
         oom(cl, names[2])
         ranks[2].proc.kill()  # its process ended with its container
@@ -167,6 +174,11 @@ def case_ended(_):
         evs = [e for e in cl.objects("events") if e["reason"] == "KcollRankEnded"]
         check({e["involvedObject"]["kind"] for e in evs} == {"Communicator", "Pod"},
               "KcollRankEnded Events: %s" % [(e["involvedObject"], e["message"]) for e in evs])
+        cost = {ua.split("(")[-1].rstrip(")"): (c["requests"], c["verbs"])
+                for ua, c in cl.control("/counts").items() if ua.startswith("coll-agent")}
+        print("API requests of the three agents for two ends (rank 2's, then rank 0's): %s" % cost)
+        total = sum(n for n, _ in cost.values())
+        check(total <= 30, "%d API requests for two ends" % total)
         print("after the kubelet wrote the OOMKill: Communicator %.1f s, rank 0 ended %.1f s, "
               "rank 1 told %.1f s (%s NCCL on rank 0)" % (t_written, t_exit, t_told,
                                                           "real" if ARGS.uid else "driven"))
@@ -251,6 +263,38 @@ def case_at_stop(_):
               "illegal memory access" in last.get("cause", ""), "lastError: %s" % last)
         wait_for(lambda: "illegal memory access" in ranks[0].stderr(), 20, "rank 0 to be told")
         check(rc == 0 and t_stop < 10, "the agent's stop: rc %s after %.1f s" % (rc, t_stop))
+        ok = True
+    finally:
+        for r in ranks:
+            r.close()
+        if not ok:
+            for a in cl.agents:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
+def case_refused(_):
+    """A rank refused at its init for another NCCL version: the ranks already in NCCL (waiting for
+    it in NCCL's bootstrap) are told at once who was refused and why."""
+    cl = Cluster(ARGS.agent)
+    ranks, ok = [], False
+    try:
+        pods, agents = start_job(cl, "refused", 2)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks = [Rank(agents[0]["sock"], real=bool(ARGS.uid))]
+        t0 = time.time()
+        e = clean_env({"COLL_AGENT_SOCKET": agents[1]["sock"]})
+        r = subprocess.run([ARGS.direct, ARGS.plugin, "2.19.3"], env=e, capture_output=True,
+                           text=True, timeout=60)
+        check(r.stdout.startswith("init=5 "), "rank 1 with 2.19.3 was not refused: " + r.stdout)
+        wait_for(lambda: "2.19.3" in ranks[0].stderr(), 20, "rank 0 to be told of the refusal")
+        told = [ln for ln in ranks[0].stderr().splitlines() if names[1] in ln]
+        print("rank 0 told %.1f s after the refusal: %s" % (time.time() - t0, told))
+        check(len(told) == 1 and "version mismatch" in told[0] and "NVIDIA NCCL is not told" in
+              told[0], "rank 0's stderr: " + ranks[0].stderr())
+        c = communicator(cl, "refused")
+        check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
+              "the Communicator is not labelled: %s" % c["metadata"])
         ok = True
     finally:
         for r in ranks:
