@@ -46,7 +46,7 @@ class Rank:
 
     def __init__(self, sock, env=None, real=False):
         e = clean_env({"COLL_AGENT_SOCKET": sock, "NCCLENV_DIRECT_HOLD_MS": str(HOLD_MS),
-                       "NCCLENV_UID_HOLD_MS": str(HOLD_MS), "COLL_NCCL_ENDED_POLL_MS": "500"})
+                       "NCCLENV_UID_HOLD_MS": str(HOLD_MS), "COLL_NCCL_ENDED_POLL_MS": os.environ.get("NCCLENV_POLL_MS", "500")})
         if real:
             e["NCCL_ENV_PLUGIN"] = ARGS.plugin
         e.update(env or {})
