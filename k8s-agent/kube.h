@@ -8,6 +8,8 @@
 
 #include "agent.h"
 
+#include <stdatomic.h>
+
 /* ---- credentials (kubeconfig.c) ---- */
 
 typedef struct {
@@ -109,10 +111,12 @@ int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_select
                      int64_t deadline_ms, agent_watch_cb cb, void *arg,
                      agent_kube_resp_t *resp_out);
 /* As agent_kube_watch, the objects also selected by label_selector (may be NULL): one that
- * comes to match it arrives as ADDED. */
+ * comes to match it arrives as ADDED. A non-zero *cancel (cancel may be NULL) ends the watch
+ * within about a second (-1), also while its stream is idle. */
 int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field_selector,
-                            const char *label_selector, int64_t deadline_ms, agent_watch_cb cb,
-                            void *arg, agent_kube_resp_t *resp_out);
+                            const char *label_selector, const atomic_int *cancel,
+                            int64_t deadline_ms, agent_watch_cb cb, void *arg,
+                            agent_kube_resp_t *resp_out);
 
 /* ---- pod pipeline (pod_facts.c, topology.c, rendezvous.c, health.c) ---- */
 

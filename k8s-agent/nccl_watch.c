@@ -17,6 +17,7 @@
  * the end: at its stop the agent reads its pod once more (at most three times, a second apart).
  */
 #define _GNU_SOURCE
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #define STOP_LOOKS       3      /* reads of the own pod at the agent's stop, ... */
 #define STOP_LOOK_MS     1000   /* ... this far apart */
 #define LABEL_TIMEOUT_MS 5000
+#define STOP_JOIN_S      3 /* the watches end within about a second of the stop */
 #define MAX_ENDED        8 /* ended pods remembered (the first ones: the cause comes first) */
 #define LABEL_ENDED      "kcoll.io/rank-ended"
 #define REASON_ENDED     "RankEnded"           /* the first end: told to the other ranks */
@@ -51,7 +53,9 @@ struct agent_nccl_watch {
     char own_key[160]; /* the own end last reported ("" none; under mu) */
     ended_t ended[MAX_ENDED];
     int nended;
-    int denied; /* a watch was refused (RBAC): said once */
+    atomic_int cancel; /* the agent stops: the watches end */
+    pthread_t threads[2];
+    int started[2];
 };
 
 static int closed(agent_nccl_watch_t *w)
@@ -258,9 +262,9 @@ static void *watcher(void *arg)
         snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->facts.pod);
     }
     snprintf(lsel, sizeof(lsel), "%s=%s", LABEL_ENDED, w->stamp);
-    while (!closed(w) && !ctx->stop) {
+    while (!closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
         agent_kube_resp_t r;
-        int rc = agent_kube_watch_labels(ctx->kube, path, fsel, a.job ? lsel : NULL,
+        int rc = agent_kube_watch_labels(ctx->kube, path, fsel, a.job ? lsel : NULL, &w->cancel,
                                          agent_now_ms() + SLICE_MS, a.job ? on_job : on_own, w, &r);
         int fatal = rc != 0 && (r.code == 401 || r.code == 403 || r.code == 404);
         if (fatal)
@@ -300,18 +304,15 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
     pthread_mutex_unlock(&ctx->mu);
     for (int job = 0; job < 2; job++) {
         watch_arg_t *a = malloc(sizeof(*a));
-        pthread_t t;
-        pthread_attr_t attr;
         if (!a)
             continue;
         *a = (watch_arg_t){.w = w, .job = job};
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, watcher, a) != 0) {
+        if (pthread_create(&w->threads[job], NULL, watcher, a) == 0) {
+            w->started[job] = 1;
+        } else {
             agent_warn("AGENT-RANK-ENDED-WATCH", "cannot start a watch thread");
             free(a);
         }
-        pthread_attr_destroy(&attr);
     }
     agent_info("AGENT-RANK-ENDED-WATCH",
                "NVIDIA NCCL runs in this pod: an end of its ranks is written to Communicator %s, "
@@ -367,6 +368,16 @@ void agent_nccl_watch_stop(agent_ctx_t *ctx)
     pthread_mutex_lock(&w->mu);
     w->closed = 1; /* from here on the threads touch nothing of the health writer's */
     pthread_mutex_unlock(&w->mu);
+    atomic_store(&w->cancel, 1);
+    for (int i = 0; i < 2; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += STOP_JOIN_S; /* a request under way has its own deadline */
+        if (w->started[i] && pthread_timedjoin_np(w->threads[i], NULL, &ts) != 0) {
+            agent_debug("AGENT-RANK-ENDED-WATCH", "a watch did not end within %d s", STOP_JOIN_S);
+            pthread_detach(w->threads[i]);
+        }
+    }
 }
 
 json_t *agent_nccl_ended(agent_ctx_t *ctx, const json_t *req)

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "kube.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,16 @@ typedef struct {
     long err_code;
     char err_msg[512];
     int events;
+    const atomic_int *cancel; /* NULL: none */
 } wstate_t;
+
+/* libcurl calls it about once a second while a stream is idle: a cancelled watch ends. */
+static int watch_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    const wstate_t *w = arg;
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return w->cancel && atomic_load(w->cancel) ? 1 : 0;
+}
 
 static void set_rv(wstate_t *w, const json_t *obj)
 {
@@ -115,12 +125,14 @@ static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
 int agent_kube_watch(agent_kube_t *k, const char *path, const char *field_selector,
                      int64_t deadline_ms, agent_watch_cb cb, void *arg, agent_kube_resp_t *resp_out)
 {
-    return agent_kube_watch_labels(k, path, field_selector, NULL, deadline_ms, cb, arg, resp_out);
+    return agent_kube_watch_labels(k, path, field_selector, NULL, NULL, deadline_ms, cb, arg,
+                                   resp_out);
 }
 
 int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field_selector,
-                            const char *label_selector, int64_t deadline_ms, agent_watch_cb cb,
-                            void *arg, agent_kube_resp_t *resp_out)
+                            const char *label_selector, const atomic_int *cancel,
+                            int64_t deadline_ms, agent_watch_cb cb, void *arg,
+                            agent_kube_resp_t *resp_out)
 {
     wstate_t w = {0};
     int attempt = 0, rc = -1;
@@ -128,12 +140,13 @@ int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field
     memset(resp_out, 0, sizeof(*resp_out));
     w.cb = cb;
     w.arg = arg;
+    w.cancel = cancel;
     if (field_selector)
         agent_kube_escape(field_selector, esc, sizeof(esc));
     if (label_selector)
         agent_kube_escape(label_selector, lesc, sizeof(lesc));
 
-    while (agent_remaining_ms(deadline_ms) > 0) {
+    while (agent_remaining_ms(deadline_ms) > 0 && !(cancel && atomic_load(cancel))) {
         int64_t left = agent_remaining_ms(deadline_ms);
         long tsec = (long)(left / 1000) + 1, timeout_ms;
         char url[3072];
@@ -153,6 +166,11 @@ int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field
         }
         curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, watch_write);
         curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
+        if (cancel) {
+            curl_easy_setopt(w.h, CURLOPT_NOPROGRESS, 0L);
+            curl_easy_setopt(w.h, CURLOPT_XFERINFOFUNCTION, watch_progress);
+            curl_easy_setopt(w.h, CURLOPT_XFERINFODATA, &w);
+        }
         agent_kube_count_watch(k);
         w.http_code = 0;
         w.gone = 0;
@@ -169,6 +187,8 @@ int agent_kube_watch_labels(agent_kube_t *k, const char *path, const char *field
             rc = 0;
             break;
         }
+        if (cancel && atomic_load(cancel))
+            break;
         if (w.http_code && w.http_code != 200) {
             json_t *st = json_loadb(w.buf ? w.buf : "", w.len, 0, NULL);
             resp_out->code = w.http_code;
