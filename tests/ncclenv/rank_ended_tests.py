@@ -80,6 +80,17 @@ class Rank:
         self.stderr()
 
 
+def no_sanitizer_reports(cl, ranks):
+    """Under the ASan build: no report from an agent or an NCCL process (its plugin)."""
+    for r in ranks:
+        r.stderr()
+    texts = [(a["log"], cl.agent_log(a)) for a in cl.agents] + \
+        [("rank %d" % i, r.err) for i, r in enumerate(ranks)]
+    for where, text in texts:
+        check("Sanitizer" not in text and "runtime error:" not in text,
+              "sanitizer report in %s: %s" % (where, text[-3000:]))
+
+
 def communicator(cl, name):
     c = [o for o in cl.objects("communicators") if o["metadata"]["name"] == name]
     return c[0] if c else None
@@ -188,6 +199,7 @@ def case_ended(_):
             print(desc.stdout)
             check("RankEnded" in desc.stdout and "OOMKilled" in desc.stdout,
                   "describe: " + desc.stdout + desc.stderr[-2000:])
+        no_sanitizer_reports(cl, ranks)
         ok = True
     finally:
         for r in ranks:
@@ -227,6 +239,7 @@ def case_clean(_):
               "KcollRankEnded Event at a clean end")
         print("clean end: nothing written; the agents stopped in %.1f s" % t_stop)
         check(t_stop < 4, "the agents took %.1f s to stop" % t_stop)
+        no_sanitizer_reports(cl, ranks)
         ok = True
     finally:
         for r in ranks:
@@ -263,6 +276,7 @@ def case_at_stop(_):
               "illegal memory access" in last.get("cause", ""), "lastError: %s" % last)
         wait_for(lambda: "illegal memory access" in ranks[0].stderr(), 20, "rank 0 to be told")
         check(rc == 0 and t_stop < 10, "the agent's stop: rc %s after %.1f s" % (rc, t_stop))
+        no_sanitizer_reports(cl, ranks)
         ok = True
     finally:
         for r in ranks:
@@ -295,6 +309,7 @@ def case_refused(_):
         c = communicator(cl, "refused")
         check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
               "the Communicator is not labelled: %s" % c["metadata"])
+        no_sanitizer_reports(cl, ranks)
         ok = True
     finally:
         for r in ranks:
