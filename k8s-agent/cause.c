@@ -288,9 +288,47 @@ int agent_node_cause(const char *node_name, const json_t *node, char *out, size_
     return 0;
 }
 
-int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len,
+/* Does the pod's container of that name ask for GPUs (nvidia.com/gpu limits or requests)? */
+static int gpu_container(const json_t *pod, const char *name)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(agent_json_path(pod, "spec.containers"), i, c)
+    {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        if (!n || (name && strcmp(n, name) != 0))
+            continue;
+        if (agent_json_path(c, "resources.limits") &&
+            json_object_get(agent_json_path(c, "resources.limits"), "nvidia.com/gpu"))
+            return 1;
+        if (agent_json_path(c, "resources.requests") &&
+            json_object_get(agent_json_path(c, "resources.requests"), "nvidia.com/gpu"))
+            return 1;
+    }
+    return 0;
+}
+
+/* The pod with only the statuses of its GPU containers, where it has any (a copy; NULL: none, use
+ * the pod): a helper container (a log shipper) that fails is not the training's end. */
+static json_t *training_only(const json_t *pod)
+{
+    if (!gpu_container(pod, NULL))
+        return NULL;
+    json_t *copy = json_deep_copy(pod);
+    json_t *list = agent_json_path(copy, "status.containerStatuses");
+    for (size_t i = json_array_size(list); i-- > 0;)
+        if (!gpu_container(pod,
+                           json_string_value(json_object_get(json_array_get(list, i), "name"))))
+            json_array_remove(list, i);
+    return copy;
+}
+
+int agent_own_end(const char *pod_name, const json_t *whole, int64_t since_s, char *out, size_t len,
                   char *key, size_t keylen)
 {
+    json_t *gpus = training_only(whole);
+    const json_t *pod = gpus ? gpus : whole;
+    int r = 0;
     const char *deleting = str_at(pod, "metadata.deletionTimestamp");
     const char *reason = str_at(pod, "status.reason");
     const json_t *dt = condition(pod, "DisruptionTarget");
@@ -301,7 +339,9 @@ int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char
     out[0] = key[0] = '\0';
     if (deleting || reason || (dts && strcmp(dts, "True") == 0)) {
         snprintf(key, keylen, "pod %s", deleting ? deleting : reason ? reason : "disrupted");
-        return agent_pod_cause(pod_name, pod, since_s, 0, out, len) == 1;
+        r = agent_pod_cause(pod_name, pod, since_s, 0, out, len) == 1;
+        json_decref(gpus);
+        return r;
     }
     /* the pod's containers (its sidecars are init containers): the last end of each */
     json_array_foreach(agent_json_path(pod, "status.containerStatuses"), i, cs)
@@ -321,9 +361,10 @@ int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char
             snprintf(key, keylen, "%.100s %s", name, fin);
         }
     }
-    if (!bad)
-        return 0;
-    return agent_pod_cause(pod_name, pod, since_s, 0, out, len) == 1;
+    if (bad)
+        r = agent_pod_cause(pod_name, pod, since_s, 0, out, len) == 1;
+    json_decref(gpus);
+    return r;
 }
 
 /* ---- the lookups (the writer thread) ---- */

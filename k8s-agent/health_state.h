@@ -142,7 +142,8 @@ int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, in
                     size_t len);
 /* Did this agent's own pod end under its ranks (spec.nccl: native, nccl_watch.c)? 1 when one of
  * its containers ended after since_s with a non-zero exit code (a signal, an OOMKill, an error;
- * exit 0 everywhere is the job's normal end) or the pod is being deleted, evicted or disrupted:
+ * exit 0 everywhere is the job's normal end; where some containers ask for nvidia.com/gpu, only
+ * theirs: a failing helper is not the training) or the pod is being deleted, evicted or disrupted:
  * out says what and why, key (for telling one end from the next) which end it is. Else 0. */
 int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len,
                   char *key, size_t keylen);

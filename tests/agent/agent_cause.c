@@ -280,6 +280,21 @@ static void test_own_end(void)
                "\"message\":\"The node was low on resource: memory.\"}}",
                NULL) == 1 &&
            has("Evicted"));
+    /* a helper without GPUs failed while the GPU container trains: not the training's end; the
+     * GPU container's end is, named as itself */
+#define SPEC_GPU                                                                                   \
+    "\"spec\":{\"containers\":[{\"name\":\"trainer\",\"resources\":{\"limits\":{"                  \
+    "\"nvidia.com/gpu\":\"8\"}}},{\"name\":\"logger\"}]}"
+    EXPECT(own("{" SPEC_GPU ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\",\"state\":"
+               "{\"running\":{}}},{\"name\":\"logger\",\"state\":{\"terminated\":{\"exitCode\":1,"
+               "\"finishedAt\":\"2026-11-29T12:30:00Z\"}}}]}}",
+               NULL) == 0);
+    EXPECT(own("{" SPEC_GPU ",\"status\":{\"containerStatuses\":[{\"name\":\"trainer\",\"state\":"
+               "{\"terminated\":{\"exitCode\":134,\"finishedAt\":\"2026-11-29T12:31:00Z\"}}},{"
+               "\"name\":\"logger\",\"state\":{\"terminated\":{\"exitCode\":1,\"finishedAt\":"
+               "\"2026-11-29T12:30:00Z\"}}}]}}",
+               NULL) == 1 &&
+           has("container trainer") && has("SIGABRT") && !strstr(out, "logger"));
     /* hostile shapes */
     EXPECT(own("{\"metadata\":[],\"status\":{\"containerStatuses\":[7,{\"state\":{"
                "\"terminated\":{\"exitCode\":\"1\",\"finishedAt\":\"2026-11-29T12:09:00Z\"}}},"
