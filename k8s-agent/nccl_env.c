@@ -236,10 +236,14 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
     if (f.local_size > 1) { /* several ranks per pod: this NCCL process's own rank */
         agent_facts_t pod = f;
         if (in.local_rank < 0 || in.local_rank >= pod.local_size) {
+            char said[32] = "sets no LOCAL_RANK";
+            if (in.local_rank >= 0)
+                snprintf(said, sizeof(said), "says LOCAL_RANK %d", in.local_rank);
             snprintf(msg, sizeof(msg),
-                     "pod %s runs %d ranks (ranksPerPod) but this NCCL process (pid %d) says "
-                     "LOCAL_RANK %d: start each with LOCAL_RANK 0..%d (torchrun sets it)",
-                     pod.pod, pod.local_size, in.pid, in.local_rank, pod.local_size - 1);
+                     "pod %s runs %d ranks (ranksPerPod, from %s) but this NCCL process (pid %d) "
+                     "%s: start each with LOCAL_RANK 0..%d (torchrun sets it)",
+                     pod.pod, pod.local_size, ctx->ranks_source[0] ? ctx->ranks_source : "its spec",
+                     in.pid, said, pod.local_size - 1);
             return colli_proto_error_reply(in.local_rank < 0
                                                ? COLLI_PROTO_CODE_LOCAL_RANK_UNKNOWN
                                                : COLLI_PROTO_CODE_LOCAL_RANK_OUT_OF_RANGE,

@@ -8,7 +8,7 @@ a clean exit (the job's normal end) must change nothing.
 
 Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 everywhere),
 at_stop (the sidecar is stopped before its pod's end reaches the API server), refused (a rank of
-another NCCL version: the ranks already in NCCL are told)."""
+another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod)."""
 import argparse
 import os
 import signal
@@ -309,6 +309,57 @@ def case_refused(_):
         c = communicator(cl, "refused")
         check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
               "the Communicator is not labelled: %s" % c["metadata"])
+        no_sanitizer_reports(cl, ranks)
+        ok = True
+    finally:
+        for r in ranks:
+            r.close()
+        if not ok:
+            for a in cl.agents:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
+def case_pods(_):
+    """Two pods of two NCCL processes each (kcoll.io/ranks-per-pod: 2, torchrun's LOCAL_RANK):
+    local rank l of pod p is rank 2p+l in the agent's answer and in ncclMembers; a LOCAL_RANK out
+    of range, or none, is refused; pod 1's container ends: "ranks 2-3 (pod ...) ended", and both
+    processes of pod 0 are told."""
+    cl = Cluster(ARGS.agent)
+    ranks, ok = [], False
+    try:
+        def two(_, p):
+            p["metadata"]["annotations"]["kcoll.io/ranks-per-pod"] = "2"
+        _, pods = cl.add_job("pods", 2, pod_edit=two)
+        names = [p["metadata"]["name"] for p in pods]
+        agents = [cl.start_agent(p) for p in pods]
+        for pod in range(2):
+            for lr in range(2):
+                ranks.append(Rank(agents[pod]["sock"], {"LOCAL_RANK": str(lr)}))
+        for bad, code in (({"LOCAL_RANK": "2"}, "LocalRankOutOfRange"), ({}, "LocalRankUnknown")):
+            e = clean_env({"COLL_AGENT_SOCKET": agents[0]["sock"]})
+            e.update(bad)
+            r = subprocess.run([ARGS.direct, ARGS.plugin, "2.28.9"], env=e, capture_output=True,
+                               text=True, timeout=60)
+            print("LOCAL_RANK %s: %s" % (bad.get("LOCAL_RANK", "unset"), r.stderr.strip()))
+            check(r.stdout.startswith("init=5 ") and code in r.stderr and names[0] in r.stderr,
+                  "a process with LOCAL_RANK %s was not refused: %s %s" % (bad, r.stdout, r.stderr))
+        members = ((communicator(cl, "pods") or {}).get("status") or {}).get("ncclMembers", {})
+        check(sorted(members) == ["0", "1", "2", "3"] and members["1"]["pod"] == names[0] and
+              members["2"]["pod"] == names[1], "ncclMembers: %s" % members)
+        time.sleep(1.0)
+        ranks[2].proc.kill()
+        ranks[3].proc.kill()
+        oom(cl, names[1])
+        for r in ranks[:2]:
+            wait_for(lambda: names[1] in r.stderr(), 20, "pod 0's processes to be told")
+        told = [ln for ln in ranks[1].stderr().splitlines() if names[1] in ln]
+        print("rank 1:", told)
+        check(len(told) == 1 and "ranks 2-3 (pod %s" % names[1] in told[0] and
+              "this process (rank 1, pod %s)" % names[0] in told[0], "rank 1 was told: %s" % told)
+        last = communicator(cl, "pods")["status"]["lastError"]
+        check(last["rank"] == 2 and last.get("localRank") == 0 and last["reason"] == "RankEnded",
+              "lastError: %s" % last)
         no_sanitizer_reports(cl, ranks)
         ok = True
     finally:
