@@ -624,19 +624,8 @@ void agent_cause_run(agent_health_t *h)
         } else {
             s->due_ms = s->first_ms + cause_after_ms[s->step];
         }
-        if (found) {
-            update_t *u = &h->pend;
-            int k = 0;
-            while (k < u->ncauses && strcmp(u->causes[k].pod, t.pod) != 0)
-                k++;
-            if (k < CAUSE_TASKS) {
-                snprintf(u->causes[k].pod, sizeof(u->causes[k].pod), "%s", t.pod);
-                snprintf(u->causes[k].text, sizeof(u->causes[k].text), "%s", cause);
-                if (k == u->ncauses)
-                    u->ncauses++;
-                u->dirty = 1;
-            }
-        }
+        if (found)
+            agent_status_add_cause(&h->pend, t.pod, cause);
         pthread_mutex_unlock(&h->mu);
         if (!found) {
             if (last)

@@ -117,6 +117,9 @@ struct agent_health {
 
 /* Empty an update (no phase, ready ranks or error). */
 void agent_status_reset(update_t *u);
+/* Why pod's rank ended, merged into its member and lastError by the next write (one per pod, at
+ * most CAUSE_TASKS pods; marks the update dirty). */
+void agent_status_add_cause(update_t *u, const char *pod, const char *text);
 /* Is rank among the update's newly unhealthy members? */
 int agent_status_has_member(const update_t *u, json_int_t rank);
 /* Write the pending update (the writer thread): merged into the Communicator's current status,

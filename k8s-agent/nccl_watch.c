@@ -139,15 +139,7 @@ static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause
     u->due_ms = 0;
     if (!agent_status_has_member(u, m.rank) && u->nmembers < AGENT_MAX_UNHEALTHY)
         u->members[u->nmembers++] = m;
-    int k = 0;
-    while (k < u->ncauses && strcmp(u->causes[k].pod, m.pod) != 0)
-        k++;
-    if (k < CAUSE_TASKS) {
-        snprintf(u->causes[k].pod, sizeof(u->causes[k].pod), "%s", m.pod);
-        snprintf(u->causes[k].text, sizeof(u->causes[k].text), "%s", cause);
-        if (k == u->ncauses)
-            u->ncauses++;
-    }
+    agent_status_add_cause(u, m.pod, cause);
     u->dirty = 1;
     pthread_cond_signal(&h->cv);
     pthread_mutex_unlock(&h->mu);

@@ -51,6 +51,20 @@ static json_t *member_json(agent_health_t *h, const member_t *m, const char *now
     return with_local(h, o, m->rank);
 }
 
+void agent_status_add_cause(update_t *u, const char *pod, const char *text)
+{
+    int k = 0;
+    while (k < u->ncauses && strcmp(u->causes[k].pod, pod) != 0)
+        k++;
+    if (k >= CAUSE_TASKS)
+        return;
+    snprintf(u->causes[k].pod, sizeof(u->causes[k].pod), "%s", pod);
+    snprintf(u->causes[k].text, sizeof(u->causes[k].text), "%s", text);
+    if (k == u->ncauses)
+        u->ncauses++;
+    u->dirty = 1;
+}
+
 int agent_status_has_member(const update_t *u, json_int_t rank)
 {
     for (int i = 0; i < u->nmembers; i++)

@@ -10,6 +10,7 @@ Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 every
 at_stop (the sidecar is stopped before its pod's end reaches the API server), refused (a rank of
 another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod)."""
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -46,7 +47,8 @@ class Rank:
 
     def __init__(self, sock, env=None, real=False):
         e = clean_env({"COLL_AGENT_SOCKET": sock, "NCCLENV_DIRECT_HOLD_MS": str(HOLD_MS),
-                       "NCCLENV_UID_HOLD_MS": str(HOLD_MS), "COLL_NCCL_ENDED_POLL_MS": os.environ.get("NCCLENV_POLL_MS", "500")})
+                       "NCCLENV_UID_HOLD_MS": str(HOLD_MS),
+                       "COLL_NCCL_ENDED_POLL_MS": os.environ.get("NCCLENV_POLL_MS", "500")})
         if real:
             e["NCCL_ENV_PLUGIN"] = ARGS.plugin
         e.update(env or {})
@@ -96,6 +98,27 @@ def communicator(cl, name):
     return c[0] if c else None
 
 
+@contextlib.contextmanager
+def scene():
+    """A fake cluster and the NCCL processes a case starts (appended to the list): at the end
+    every process is killed, the logs shown on a failure, the cluster closed."""
+    cl = Cluster(ARGS.agent)
+    ranks, ok = [], False
+    try:
+        yield cl, ranks
+        no_sanitizer_reports(cl, ranks)
+        ok = True
+    finally:
+        for r in ranks:
+            r.close()
+        if not ok:
+            for a in cl.agents:
+                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
+            for i, r in enumerate(ranks):
+                print("---- rank %d stderr\n%s" % (i, r.err[-1500:]))
+        cl.close(keep=ARGS.keep or not ok)
+
+
 def start_job(cl, name, n):
     _, pods = cl.add_job(name, n)
     agents = [cl.start_agent(p) for p in pods]
@@ -113,13 +136,12 @@ def case_ended(_):
     """Rank 2's container is OOMKilled while the others are held in NCCL: the Communicator says
     so with the cause within seconds; rank 0 (COLL_NCCL_ON_RANK_END=exit) ends by SIGTERM, rank 1
     (the default) is told and waits on; each says it once."""
-    cl = Cluster(ARGS.agent)
-    ranks, ok = [], False
-    try:
+    with scene() as (cl, ranks):
         pods, agents = start_job(cl, "ended", 3)
         names = [p["metadata"]["name"] for p in pods]
-        ranks = [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}, real=bool(ARGS.uid)),
-                 Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
+        ranks += [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"},
+                       real=bool(ARGS.uid)),
+                  Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
         time.sleep(1.0)  # the agents' watches start with the first init
         idle = cl.control("/counts")
         time.sleep(3.0)  # what the watches cost while no rank ends
@@ -199,27 +221,14 @@ def case_ended(_):
             print(desc.stdout)
             check("RankEnded" in desc.stdout and "OOMKilled" in desc.stdout,
                   "describe: " + desc.stdout + desc.stderr[-2000:])
-        no_sanitizer_reports(cl, ranks)
-        ok = True
-    finally:
-        for r in ranks:
-            r.close()
-        if not ok:
-            for a in cl.agents:
-                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
-            for i, r in enumerate(ranks):
-                print("---- rank %d stderr\n%s" % (i, r.err[-1500:]))
-        cl.close(keep=ARGS.keep or not ok)
 
 
 def case_clean(_):
     """Every container exits 0 (the job's normal end), then the sidecars stop: nothing is written,
     nobody is told, and each agent stops within 2 s."""
-    cl = Cluster(ARGS.agent)
-    ranks, ok = [], False
-    try:
+    with scene() as (cl, ranks):
         pods, agents = start_job(cl, "clean", 2)
-        ranks = [Rank(a["sock"]) for a in agents]
+        ranks += [Rank(a["sock"]) for a in agents]
         time.sleep(1.0)
         for i, p in enumerate(pods):
             ranks[i].proc.kill()
@@ -239,26 +248,15 @@ def case_clean(_):
               "KcollRankEnded Event at a clean end")
         print("clean end: nothing written; the agents stopped in %.1f s" % t_stop)
         check(t_stop < 4, "the agents took %.1f s to stop" % t_stop)
-        no_sanitizer_reports(cl, ranks)
-        ok = True
-    finally:
-        for r in ranks:
-            r.close()
-        if not ok:
-            for a in cl.agents:
-                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
-        cl.close(keep=ARGS.keep or not ok)
 
 
 def case_at_stop(_):
     """The kubelet stops the sidecar as the training container ends, before the end reaches the
     API server: the agent reads its pod again at its stop and still writes it."""
-    cl = Cluster(ARGS.agent)
-    ranks, ok = [], False
-    try:
+    with scene() as (cl, ranks):
         pods, agents = start_job(cl, "atstop", 2)
         names = [p["metadata"]["name"] for p in pods]
-        ranks = [Rank(a["sock"]) for a in agents]
+        ranks += [Rank(a["sock"]) for a in agents]
         time.sleep(1.0)
         ranks[1].proc.kill()
         t0 = time.time()
@@ -276,26 +274,15 @@ def case_at_stop(_):
               "illegal memory access" in last.get("cause", ""), "lastError: %s" % last)
         wait_for(lambda: "illegal memory access" in ranks[0].stderr(), 20, "rank 0 to be told")
         check(rc == 0 and t_stop < 10, "the agent's stop: rc %s after %.1f s" % (rc, t_stop))
-        no_sanitizer_reports(cl, ranks)
-        ok = True
-    finally:
-        for r in ranks:
-            r.close()
-        if not ok:
-            for a in cl.agents:
-                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
-        cl.close(keep=ARGS.keep or not ok)
 
 
 def case_refused(_):
     """A rank refused at its init for another NCCL version: the ranks already in NCCL (waiting for
     it in NCCL's bootstrap) are told at once who was refused and why."""
-    cl = Cluster(ARGS.agent)
-    ranks, ok = [], False
-    try:
+    with scene() as (cl, ranks):
         pods, agents = start_job(cl, "refused", 2)
         names = [p["metadata"]["name"] for p in pods]
-        ranks = [Rank(agents[0]["sock"], real=bool(ARGS.uid))]
+        ranks += [Rank(agents[0]["sock"], real=bool(ARGS.uid))]
         t0 = time.time()
         e = clean_env({"COLL_AGENT_SOCKET": agents[1]["sock"]})
         r = subprocess.run([ARGS.direct, ARGS.plugin, "2.19.3"], env=e, capture_output=True,
@@ -309,15 +296,6 @@ def case_refused(_):
         c = communicator(cl, "refused")
         check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
               "the Communicator is not labelled: %s" % c["metadata"])
-        no_sanitizer_reports(cl, ranks)
-        ok = True
-    finally:
-        for r in ranks:
-            r.close()
-        if not ok:
-            for a in cl.agents:
-                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
-        cl.close(keep=ARGS.keep or not ok)
 
 
 def case_pods(_):
@@ -325,9 +303,7 @@ def case_pods(_):
     local rank l of pod p is rank 2p+l in the agent's answer and in ncclMembers; a LOCAL_RANK out
     of range, or none, is refused; pod 1's container ends: "ranks 2-3 (pod ...) ended", and both
     processes of pod 0 are told."""
-    cl = Cluster(ARGS.agent)
-    ranks, ok = [], False
-    try:
+    with scene() as (cl, ranks):
         def two(_, p):
             p["metadata"]["annotations"]["kcoll.io/ranks-per-pod"] = "2"
         _, pods = cl.add_job("pods", 2, pod_edit=two)
@@ -360,15 +336,6 @@ def case_pods(_):
         last = communicator(cl, "pods")["status"]["lastError"]
         check(last["rank"] == 2 and last.get("localRank") == 0 and last["reason"] == "RankEnded",
               "lastError: %s" % last)
-        no_sanitizer_reports(cl, ranks)
-        ok = True
-    finally:
-        for r in ranks:
-            r.close()
-        if not ok:
-            for a in cl.agents:
-                print("---- %s\n%s" % (a["log"], cl.agent_log(a)[-2500:]))
-        cl.close(keep=ARGS.keep or not ok)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
