@@ -226,6 +226,10 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req);
  * is written to the Communicator and labels it kcoll.io/rank-ended=stamp) and the job's
  * Communicator with that label (the other pods' ends, for "nccl_ended"). Once. */
 void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17]);
+/* A process of this pod (local_rank; -1 with one rank per pod) passed its NCCL init: once all
+ * did, the pod is recorded in status.ncclPods, and the record that completes the job makes the
+ * Communicator Ready. After agent_nccl_watch_start. */
+void agent_nccl_accepted(agent_ctx_t *ctx, int local_rank);
 /* This pod's NCCL process was refused (a version mismatch): the Communicator is labelled at once
  * (the other pods' processes are told; they wait for it in NCCL's bootstrap), and its end is
  * watched. */

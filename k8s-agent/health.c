@@ -236,6 +236,18 @@ void agent_health_set_phase(agent_health_t *h, const char *phase)
     pthread_mutex_unlock(&h->mu);
 }
 
+void agent_health_set_ready(agent_health_t *h, int ready_ranks)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    snprintf(h->pend.phase, sizeof(h->pend.phase), "Ready");
+    h->pend.ready_ranks = ready_ranks;
+    h->pend.dirty = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
 /* Who writes a failure blamed on blamed_pod (-1: on no rank) into the Communicator: 0 this agent
  * now, k > 0 the k-th backup (it looks later whether it was written), -1 none. A failure a
  * process or agent reports of itself is written by its own agent (self); any other failure is

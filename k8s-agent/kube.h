@@ -220,6 +220,8 @@ void agent_health_event(agent_ctx_t *ctx, const char *type, const char *reason,
 void agent_health_set_object(agent_health_t *h, const json_t *comm);
 /* Set the Communicator status phase from the agent itself (e.g. Bootstrapping). */
 void agent_health_set_phase(agent_health_t *h, const char *phase);
+/* Phase Ready with ready_ranks (NVIDIA NCCL's processes all started; a Failed phase stays). */
+void agent_health_set_ready(agent_health_t *h, int ready_ranks);
 /* This pod's agent failed before its facts were ready (cond: a network attachment missing, a
  * topology it cannot use, ...): once rank 0 has published the job's Communicator (owned by
  * job_uid), its status names this pod's rank, pod, node and the cause (NetworkConsistent or

@@ -315,5 +315,6 @@ json_t *agent_nccl_init(agent_ctx_t *ctx, const json_t *req)
     char stamp[17];
     job_stamp(&f, stamp);
     agent_nccl_watch_start(ctx, stamp);
+    agent_nccl_accepted(ctx, ctx->facts.local_size > 1 ? in.local_rank : -1);
     return colli_proto_nccl_init_reply(&nf);
 }

@@ -53,7 +53,9 @@ struct agent_nccl_watch {
     char own_key[160]; /* the own end last reported ("" none; under mu) */
     ended_t ended[MAX_ENDED];
     int nended;
-    atomic_int cancel; /* the agent stops: the watches end */
+    atomic_int cancel;                               /* the agent stops: the watches end */
+    unsigned char accepted[AGENT_MAX_RANKS_PER_POD]; /* local ranks whose NCCL init passed */
+    int naccepted, pod_recorded;                     /* (under mu) */
     pthread_t threads[2];
     int started[2];
 };
@@ -310,6 +312,70 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
                "NVIDIA NCCL runs in this pod: an end of its ranks is written to Communicator %s, "
                "and its processes are told when another rank of the job ends",
                ctx->comm_name);
+}
+
+/* status.ncclPods.POD_RANK = the job's stamp: this pod's NCCL processes all passed their init.
+ * The agent whose record completes the set (the answer is the object) writes phase Ready. */
+static void record_pod(agent_nccl_watch_t *w)
+{
+    agent_ctx_t *ctx = w->ctx;
+    const agent_facts_t *f = &ctx->facts;
+    char path[800], key[16];
+    agent_kube_resp_t r;
+    snprintf(key, sizeof(key), "%d", f->rank);
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s/status",
+             f->ns, ctx->comm_name);
+    json_t *patch = json_pack("{s{s{ss}}}", "status", "ncclPods", key, w->stamp);
+    if (!patch)
+        return;
+    if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
+                           agent_now_ms() + LABEL_TIMEOUT_MS, &r) != 0 ||
+        r.code != 200) {
+        agent_warn("AGENT-NCCL-RECORD-FAIL",
+                   "recording that pod %s's NCCL processes started in Communicator %s: HTTP %ld "
+                   "%s; its phase stays Bootstrapping",
+                   f->pod, ctx->comm_name, r.code, r.message);
+    } else {
+        const char *k;
+        json_t *v;
+        int n = 0, per = f->local_size > 1 ? f->local_size : 1;
+        json_object_foreach(agent_json_path(r.body, "status.ncclPods"), k, v) n +=
+            json_is_string(v) && strcmp(json_string_value(v), w->stamp) == 0;
+        if (n >= f->nranks) {
+            agent_info("AGENT-NCCL-READY",
+                       "all %d pods of job %s started NVIDIA NCCL: Communicator %s is Ready",
+                       f->nranks, f->job, ctx->comm_name);
+            pthread_mutex_lock(&w->mu);
+            if (!w->closed && ctx->health)
+                agent_health_set_ready(ctx->health, f->nranks * per);
+            pthread_mutex_unlock(&w->mu);
+        }
+    }
+    agent_kube_resp_free(&r);
+    json_decref(patch);
+}
+
+void agent_nccl_accepted(agent_ctx_t *ctx, int local_rank)
+{
+    pthread_mutex_lock(&ctx->mu);
+    agent_nccl_watch_t *w = ctx->ncclw;
+    pthread_mutex_unlock(&ctx->mu);
+    int per = ctx->facts.local_size > 1 ? ctx->facts.local_size : 1;
+    if (!w || local_rank >= per)
+        return;
+    if (local_rank < 0)
+        local_rank = 0;
+    pthread_mutex_lock(&w->mu);
+    if (!w->accepted[local_rank]) {
+        w->accepted[local_rank] = 1;
+        w->naccepted++;
+    }
+    int now = w->naccepted == per && !w->pod_recorded;
+    if (now)
+        w->pod_recorded = 1;
+    pthread_mutex_unlock(&w->mu);
+    if (now)
+        record_pod(w);
 }
 
 static void *mark_thread(void *arg)

@@ -119,6 +119,12 @@ def scene():
         cl.close(keep=ARGS.keep or not ok)
 
 
+def ready(cl, name):
+    """The Communicator's status once it says Ready (None before)."""
+    st = (communicator(cl, name) or {}).get("status") or {}
+    return st if st.get("phase") == "Ready" else None
+
+
 def start_job(cl, name, n):
     _, pods = cl.add_job(name, n)
     agents = [cl.start_agent(p) for p in pods]
@@ -155,6 +161,8 @@ def case_ended(_):
             cur = requests()
             if cur != last:
                 last, since = cur, time.time()
+        st = wait_for(lambda: ready(cl, "ended"), 20, "phase Ready")
+        check(st["readyRanks"] == 3, "readyRanks: %s" % st)
         cl.control("/reset-counts", {})
         t0 = time.time()
         oom(cl, names[2])
@@ -330,6 +338,12 @@ def case_pods(_):
         members = ((communicator(cl, "pods") or {}).get("status") or {}).get("ncclMembers", {})
         check(sorted(members) == ["0", "1", "2", "3"] and members["1"]["pod"] == names[0] and
               members["2"]["pod"] == names[1], "ncclMembers: %s" % members)
+        # every pod's processes started NVIDIA NCCL: the Communicator is Ready with 4 ranks
+        st = wait_for(lambda: ready(cl, "pods"), 20, "phase Ready")
+        print("phase %s, readyRanks %s, ncclPods %s" % (st["phase"], st["readyRanks"],
+                                                       st["ncclPods"]))
+        check(st["readyRanks"] == 4 and sorted(st["ncclPods"]) == ["0", "1"] and
+              st["ncclPods"]["0"] == members["0"]["job"], "status: %s" % st)
         time.sleep(1.0)
         ranks[2].proc.kill()
         ranks[3].proc.kill()
