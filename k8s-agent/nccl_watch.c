@@ -258,9 +258,12 @@ static void *watcher(void *arg)
     snprintf(lsel, sizeof(lsel), "%s=%s", LABEL_ENDED, w->stamp);
     while (!closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
         agent_kube_resp_t r;
+        int64_t t0 = agent_now_ms();
         int rc = agent_kube_watch_labels(ctx->kube, path, fsel, a.job ? lsel : NULL, &w->cancel,
-                                         agent_now_ms() + SLICE_MS, a.job ? on_job : on_own, w, &r);
-        int fatal = rc != 0 && (r.code == 401 || r.code == 403 || r.code == 404);
+                                         t0 + SLICE_MS, a.job ? on_job : on_own, w, &r);
+        /* a refusal the watch gives up on (401 after a token refresh, 403, 404, 400) stays one:
+         * not asked again in a loop; any other early end waits a second before the next watch */
+        int fatal = rc != 0 && r.code >= 400 && r.code < 500 && r.code != 410 && r.code != 429;
         if (fatal)
             agent_warn("AGENT-RANK-ENDED-WATCH",
                        "watching %s %s: HTTP %ld %s; %s (the chart's RBAC grants watch on pods "
@@ -272,6 +275,8 @@ static void *watcher(void *arg)
         agent_kube_resp_free(&r);
         if (fatal)
             break;
+        if (rc != 0 && agent_now_ms() - t0 < 1000 && !atomic_load(&w->cancel))
+            agent_sleep_ms(1000);
     }
     return NULL;
 }
