@@ -208,6 +208,41 @@ static int container_end(const json_t *pod, int64_t since_s, char *out, size_t l
     return 1;
 }
 
+/* The node controller's mark of a node that stopped reporting (40-50 s without its kubelet): it
+ * sets the Ready condition of the node's pods False and nothing else. The kubelet never writes
+ * that pair (a container not ready makes ContainersReady False too), except for a readiness gate
+ * that is not met (reason ReadinessGatesNotReady). */
+static int node_marked(const json_t *pod)
+{
+    const json_t *ready = condition(pod, "Ready"), *cr = condition(pod, "ContainersReady");
+    const char *rs = json_string_value(json_object_get(ready, "status"));
+    const char *crs = json_string_value(json_object_get(cr, "status"));
+    const char *reason = json_string_value(json_object_get(ready, "reason"));
+    const char *phase = str_at(pod, "status.phase");
+    return rs && strcmp(rs, "False") == 0 && crs && strcmp(crs, "True") == 0 && phase &&
+           strcmp(phase, "Running") == 0 &&
+           !(reason && strcmp(reason, "ReadinessGatesNotReady") == 0);
+}
+
+int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (!node_marked(pod))
+        return 0;
+    const char *at =
+        json_string_value(json_object_get(condition(pod, "Ready"), "lastTransitionTime"));
+    const char *node = str_at(pod, "spec.nodeName");
+    if (rfc3339_s(at) < 0)
+        at = NULL;
+    add(out, len,
+        "node %s stopped reporting: the node controller marked pod %s not Ready%s%s while its "
+        "containers ran (Ready=False, ContainersReady=True): the machine is down or cut off from "
+        "the control plane; its pods are evicted when their toleration of it ends (300 s by "
+        "default)",
+        node && agent_name_ok(node, 1) ? node : "?", pod_name, at ? " at " : "", at ? at : "");
+    return 1;
+}
+
 int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, int silent, char *out,
                     size_t len)
 {
@@ -254,6 +289,8 @@ int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, in
     const json_t *ready = condition(pod, "Ready");
     const char *rs = json_string_value(json_object_get(ready, "status"));
     const char *phase = str_at(pod, "status.phase");
+    if (agent_node_lost(pod_name, pod, out, len))
+        return 1;
     if (rs && strcmp(rs, "True") != 0 && phase && strcmp(phase, "Running") == 0) {
         const char *at = json_string_value(json_object_get(ready, "lastTransitionTime"));
         add(out, len, "pod %s is not Ready%s%s though none of its containers ended", pod_name,

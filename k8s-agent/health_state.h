@@ -139,8 +139,8 @@ void agent_status_member_task(agent_health_t *h, member_task_t *t);
  * earlier end belongs to an earlier failure. silent: the rank went silent, it was not seen to
  * close its connections; a container's end then proves nothing (a process that exits closes
  * them: the one that ended is another, a helper that completed), only the pod's own end does.
- * 1 the cause is in out, 2 the pod runs but is not Ready (out says so): its Node may say more,
- * 0 nothing yet. */
+ * 1 the cause is in out (its node's loss included: agent_node_lost), 2 the pod runs but is not
+ * Ready (out says so): its Node may say more, 0 nothing yet. */
 int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, int silent, char *out,
                     size_t len);
 /* Did this agent's own pod end under its ranks (spec.nccl: native, nccl_watch.c)? 1 when one of
@@ -150,6 +150,10 @@ int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, in
  * out says what and why, key (for telling one end from the next) which end it is. Else 0. */
 int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char *out, size_t len,
                   char *key, size_t keylen);
+/* Did pod's node stop reporting? 1 when the node controller marked the pod not Ready while its
+ * containers ran (Ready=False, ContainersReady=True: the kubelet never writes that pair, but for
+ * a readiness gate): out says so, with the mark's time. Else 0. agent_pod_cause says it too. */
+int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t len);
 /* What a Node says: 1 when it is not Ready (out says since when and why), else 0. */
 int agent_node_cause(const char *node_name, const json_t *node, char *out, size_t len);
 /* After a failure blamed on m was written: read its pod over the next minute (another pod's,

@@ -15,9 +15,14 @@
  *    (COLL_NCCL_ON_RANK_END=exit).
  * The kubelet stops the sidecar once the pod's containers ended, often before the watch has seen
  * the end: at its stop the agent reads its pod once more (at most three times, a second apart).
+ * A pod whose node died has no agent left to write it: each agent also watches the next pod of
+ * the job (pod rank p watches p+1, a ring; its name from status.ncclPods), and writes that pod's
+ * ranks gone once the node controller marks it not Ready while its containers ran (its node
+ * stopped reporting, 40-50 s after it died).
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +31,7 @@
 #include "agent.h"
 #include "health_state.h"
 #include "nccl_ipc.h"
+#include "pod_ranks.h" /* agent_name_ok */
 
 #define SLICE_MS         600000 /* one watch call (resumed from its resourceVersion) */
 #define STOP_LOOKS       3      /* reads of the own pod at the agent's stop, ... */
@@ -37,12 +43,21 @@
 #define REASON_ENDED     "RankEnded"           /* the first end: told to the other ranks */
 #define REASON_AFTER     "EndedAfterPeer"      /* an end after another rank's: a consequence */
 #define REASON_REFUSED   "NcclVersionMismatch" /* refused at its init (nccl_env.c): it ends */
+#define RING_BACKOFF_MS  30000 /* the next pod not recorded (yet): its record read this often */
+#define THREADS          3     /* the own pod's watch, the Communicator's, the next pod's */
 
 typedef struct {
     colli_proto_nccl_ended_t e;
     char time[40];     /* the member's time (with the pod: one end) */
     int64_t learned_s; /* epoch s when this agent learned it */
 } ended_t;
+
+/* A pod whose ranks ended, as the Communicator and its Events name it. */
+typedef struct {
+    int pod_rank;
+    char pod[254], node[254];
+    char uid[64]; /* its uid for its Event ("" for another pod's: found by name) */
+} whose_t;
 
 struct agent_nccl_watch {
     agent_ctx_t *ctx;
@@ -56,8 +71,10 @@ struct agent_nccl_watch {
     atomic_int cancel;                               /* the agent stops: the watches end */
     unsigned char accepted[AGENT_MAX_RANKS_PER_POD]; /* local ranks whose NCCL init passed */
     int naccepted, pod_recorded;                     /* (under mu) */
-    pthread_t threads[2];
-    int started[2];
+    char next_key[160];                              /* the next pod's loss reported (under mu) */
+    whose_t ring_hint; /* the next pod, as the own record's answer named it (under mu) */
+    pthread_t threads[THREADS];
+    int started[THREADS];
 };
 
 static int closed(agent_nccl_watch_t *w)
@@ -95,7 +112,8 @@ static void mark_ended(agent_nccl_watch_t *w)
  * processes were told, and ended or timed out) is a consequence, reason EndedAfterPeer: it keeps
  * the first end as lastError and the Healthy condition, and is not told to the other ranks (a
  * restarted rank is not sent away again by the ends its own first end caused). */
-static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause)
+static void report_end(agent_nccl_watch_t *w, const whose_t *p, char last_key[160], const char *key,
+                       const char *verb, const char *cause)
 {
     agent_ctx_t *ctx = w->ctx;
     const agent_facts_t *f = &ctx->facts;
@@ -103,28 +121,28 @@ static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause
     char who[600], after[400] = "";
     member_t m;
     memset(&m, 0, sizeof(m));
-    m.rank = f->rank * per;
-    snprintf(m.pod, sizeof(m.pod), "%s", f->pod);
-    snprintf(m.node, sizeof(m.node), "%s", f->node);
+    m.rank = p->pod_rank * per;
+    snprintf(m.pod, sizeof(m.pod), "%s", p->pod);
+    snprintf(m.node, sizeof(m.node), "%s", p->node);
     if (per > 1)
         snprintf(who, sizeof(who), "ranks %d-%d (pod %s, node %s)", m.rank, m.rank + per - 1,
-                 f->pod, f->node);
+                 p->pod, p->node);
     else
-        snprintf(who, sizeof(who), "rank %d (pod %s, node %s)", m.rank, f->pod, f->node);
+        snprintf(who, sizeof(who), "rank %d (pod %s, node %s)", m.rank, p->pod, p->node);
 
     pthread_mutex_lock(&w->mu);
     agent_health_t *h = ctx->health;
-    if (w->closed || !h || strcmp(w->own_key, key) == 0) {
+    if (w->closed || !h || strcmp(last_key, key) == 0) {
         pthread_mutex_unlock(&w->mu);
         return;
     }
-    snprintf(w->own_key, sizeof(w->own_key), "%s", key);
+    snprintf(last_key, 160, "%s", key);
     int consequence = w->nended > 0;
     if (consequence)
         snprintf(after, sizeof(after), " after rank %d (pod %s) had ended", w->ended[0].e.rank,
                  w->ended[0].e.pod);
     snprintf(m.reason, sizeof(m.reason), consequence ? REASON_AFTER : REASON_ENDED);
-    snprintf(m.message, sizeof(m.message), "%s ended%s: %s", who, after, cause);
+    snprintf(m.message, sizeof(m.message), "%s %s%s: %s", who, verb, after, cause);
     pthread_mutex_lock(&h->mu);
     update_t *u = &h->pend;
     cond_t *healthy = &u->conds[COLLI_PROTO_COND_HEALTHY];
@@ -146,7 +164,7 @@ static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause
     pthread_cond_signal(&h->cv);
     pthread_mutex_unlock(&h->mu);
     agent_warn("AGENT-RANK-ENDED", "%s", m.message);
-    agent_status_failure_events(h, "KcollRankEnded", m.message, f->pod, ctx->pod_uid);
+    agent_status_failure_events(h, "KcollRankEnded", m.message, p->pod, p->uid);
     pthread_mutex_unlock(&w->mu);
     if (!consequence)
         mark_ended(w);
@@ -157,14 +175,19 @@ static void report_end(agent_nccl_watch_t *w, const char *key, const char *cause
 static int judge(agent_nccl_watch_t *w, const json_t *pod)
 {
     char cause[MAX_CAUSE], key[160];
-    const char *name = w->ctx->facts.pod;
+    const agent_ctx_t *ctx = w->ctx;
+    const char *name = ctx->facts.pod;
+    whose_t me = {.pod_rank = ctx->facts.rank};
+    snprintf(me.pod, sizeof(me.pod), "%s", ctx->facts.pod);
+    snprintf(me.node, sizeof(me.node), "%s", ctx->facts.node);
+    snprintf(me.uid, sizeof(me.uid), "%s", ctx->pod_uid);
     if (!pod) {
         agent_pod_cause(name, NULL, w->since_s, 0, cause, sizeof(cause));
-        report_end(w, "deleted", cause);
+        report_end(w, &me, w->own_key, "deleted", "ended", cause);
         return 1;
     }
     if (agent_own_end(name, pod, w->since_s, cause, sizeof(cause), key, sizeof(key))) {
-        report_end(w, key, cause);
+        report_end(w, &me, w->own_key, key, "ended", cause);
         return 1;
     }
     size_t i, n = 0;
@@ -233,6 +256,162 @@ static int on_job(void *arg, const char *type, json_t *obj)
         pthread_mutex_unlock(&w->mu);
     }
     return 0;
+}
+
+/* ---- the next pod (a ring: pod rank p watches p+1) ---- */
+
+typedef struct {
+    agent_nccl_watch_t *w;
+    whose_t next;
+    int gone;        /* it was deleted or ended: look for its successor in status.ncclPods */
+    int64_t backoff; /* between reads of status.ncclPods (ms): up to 30 s while it stays gone */
+} ring_t;
+
+/* Interruptible sleep: 0 after ms, 1 when the agent stops meanwhile. */
+static int nap(agent_nccl_watch_t *w, int64_t ms)
+{
+    for (int64_t until = agent_now_ms() + ms; agent_now_ms() < until; agent_sleep_ms(100))
+        if (closed(w) || atomic_load(&w->cancel) || w->ctx->stop)
+            return 1;
+    return 0;
+}
+
+/* Pod rank q's record in the Communicator's status.ncclPods (this job's: its stamp), into out:
+ * 1 found. */
+static int ring_entry(const agent_nccl_watch_t *w, const json_t *comm, int q, whose_t *out)
+{
+    char key[16];
+    snprintf(key, sizeof(key), "%d", q);
+    const json_t *e = json_object_get(agent_json_path(comm, "status.ncclPods"), key);
+    const char *job = json_string_value(json_object_get(e, "job"));
+    const char *pod = json_string_value(json_object_get(e, "pod"));
+    const char *node = json_string_value(json_object_get(e, "node"));
+    if (!job || strcmp(job, w->stamp) != 0 || !pod || !agent_name_ok(pod, 1) ||
+        strcmp(pod, w->ctx->facts.pod) == 0)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->pod_rank = q;
+    snprintf(out->pod, sizeof(out->pod), "%s", pod);
+    snprintf(out->node, sizeof(out->node), "%s", node && agent_name_ok(node, 1) ? node : "?");
+    return 1;
+}
+
+/* The next pod's state: its node's loss reported once (key: the pod and the mark's time). */
+static int on_next(void *arg, const char *type, json_t *obj)
+{
+    ring_t *r = arg;
+    char cause[MAX_CAUSE], key[160];
+    if (closed(r->w))
+        return 1;
+    const char *phase = json_string_value(agent_json_path(obj, "status.phase"));
+    if (strcmp(type, "DELETED") == 0 ||
+        (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))) {
+        r->gone = 1; /* its own agent wrote an end; a replacement records itself anew */
+        return 1;
+    }
+    if (!agent_node_lost(r->next.pod, obj, cause, sizeof(cause)))
+        return 0;
+    const char *node = json_string_value(agent_json_path(obj, "spec.nodeName"));
+    if (node && agent_name_ok(node, 1))
+        snprintf(r->next.node, sizeof(r->next.node), "%s", node);
+    uint64_t h = 1469598103934665603ull; /* the words name the pod and the mark's time */
+    for (const char *c = cause; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    snprintf(key, sizeof(key), "%.100s %016llx", r->next.pod, (unsigned long long)h);
+    report_end(r->w, &r->next, r->w->next_key, key, "is gone", cause);
+    return 0;
+}
+
+typedef struct {
+    const agent_nccl_watch_t *w;
+    int q, found;
+    whose_t e;
+} ring_read_t;
+
+static int on_ring_read(void *arg, const char *type, json_t *obj)
+{
+    ring_read_t *rr = arg;
+    rr->found = strcmp(type, "DELETED") != 0 && ring_entry(rr->w, obj, rr->q, &rr->e);
+    return 1; /* the current state is all it asks */
+}
+
+/* Learn the next pod from the Communicator (unlike the one it had, after it was gone), read with
+ * the watch verb the agent has on it (its first event is its state): 0 when r->next names it,
+ * -1 when the agent stops first. */
+static int ring_resolve(ring_t *r, int q)
+{
+    agent_nccl_watch_t *w = r->w;
+    agent_ctx_t *ctx = w->ctx;
+    char path[600], fsel[300], old[254];
+    snprintf(old, sizeof(old), "%s", r->gone ? r->next.pod : "");
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
+             ctx->facts.ns);
+    snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->comm_name);
+    for (;; r->backoff = r->backoff * 2 > RING_BACKOFF_MS ? RING_BACKOFF_MS : r->backoff * 2) {
+        agent_kube_resp_t resp;
+        ring_read_t rr = {.w = w, .q = q};
+        if (r->gone && nap(w, r->backoff)) /* gone: not read again at once */
+            return -1;
+        pthread_mutex_lock(&w->mu);
+        if (!r->gone && w->ring_hint.pod[0]) { /* the own record's answer named it */
+            rr.e = w->ring_hint;
+            rr.found = 1;
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (!rr.found) {
+            agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
+                                    agent_now_ms() + LABEL_TIMEOUT_MS, on_ring_read, &rr, &resp);
+            agent_kube_resp_free(&resp);
+        }
+        /* the same name again: the pod recreated under it (a PyTorchJob's), or still the ended
+         * one, whose watch says so again; either way after the longest wait, which stays */
+        int other = rr.found && strcmp(rr.e.pod, old) != 0;
+        if (other || (rr.found && r->backoff == RING_BACKOFF_MS)) {
+            if (other)
+                r->backoff = 1000;
+            r->next = rr.e;
+            r->gone = 0;
+            agent_info("AGENT-RING",
+                       "watching pod %s (pod rank %d, node %s): its ranks are written gone if its "
+                       "node stops reporting",
+                       rr.e.pod, q, rr.e.node);
+            return 0;
+        }
+        if (!r->gone && nap(w, r->backoff)) /* not recorded yet */
+            return -1;
+    }
+}
+
+static void *ring(void *arg)
+{
+    ring_t r = {.w = arg, .gone = 0, .backoff = 1000};
+    agent_nccl_watch_t *w = r.w;
+    agent_ctx_t *ctx = w->ctx;
+    int pods = ctx->facts.nranks, q = (ctx->facts.rank + 1) % (pods > 0 ? pods : 1);
+    char path[400], fsel[300];
+    if (pods < 2 || ring_resolve(&r, q) != 0)
+        return NULL;
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ctx->facts.ns);
+    while (!closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
+        agent_kube_resp_t resp;
+        int64_t t0 = agent_now_ms();
+        snprintf(fsel, sizeof(fsel), "metadata.name=%s", r.next.pod);
+        int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel, t0 + SLICE_MS,
+                                         on_next, &r, &resp);
+        int fatal =
+            rc != 0 && resp.code >= 400 && resp.code < 500 && resp.code != 410 && resp.code != 429;
+        if (fatal)
+            agent_warn("AGENT-RING",
+                       "watching pod %s: HTTP %ld %s; a loss of its node is not "
+                       "written (the chart's RBAC grants watch on pods)",
+                       r.next.pod, resp.code, resp.message);
+        agent_kube_resp_free(&resp);
+        if (fatal || (r.gone && ring_resolve(&r, q) != 0))
+            break;
+        if (rc != 0 && agent_now_ms() - t0 < 1000 && nap(w, 1000))
+            break;
+    }
+    return NULL;
 }
 
 typedef struct {
@@ -313,6 +492,10 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
             free(a);
         }
     }
+    if (pthread_create(&w->threads[2], NULL, ring, w) == 0)
+        w->started[2] = 1;
+    else
+        agent_warn("AGENT-RING", "cannot start the next pod's watch thread");
     agent_info("AGENT-RANK-ENDED-WATCH",
                "NVIDIA NCCL runs in this pod: an end of its ranks is written to Communicator %s, "
                "and its processes are told when another rank of the job ends",
@@ -330,7 +513,8 @@ static void record_pod(agent_nccl_watch_t *w)
     snprintf(key, sizeof(key), "%d", f->rank);
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s/status",
              f->ns, ctx->comm_name);
-    json_t *patch = json_pack("{s{s{ss}}}", "status", "ncclPods", key, w->stamp);
+    json_t *patch = json_pack("{s{s{s{ss ss ss}}}}", "status", "ncclPods", key, "job", w->stamp,
+                              "pod", f->pod, "node", f->node);
     if (!patch)
         return;
     if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
@@ -344,8 +528,17 @@ static void record_pod(agent_nccl_watch_t *w)
         const char *k;
         json_t *v;
         int n = 0, per = f->local_size > 1 ? f->local_size : 1;
-        json_object_foreach(agent_json_path(r.body, "status.ncclPods"), k, v) n +=
-            json_is_string(v) && strcmp(json_string_value(v), w->stamp) == 0;
+        json_object_foreach(agent_json_path(r.body, "status.ncclPods"), k, v)
+        {
+            const char *job = json_string_value(json_object_get(v, "job"));
+            n += job && strcmp(job, w->stamp) == 0;
+        }
+        whose_t next;
+        if (f->nranks > 1 && ring_entry(w, r.body, (f->rank + 1) % f->nranks, &next)) {
+            pthread_mutex_lock(&w->mu);
+            w->ring_hint = next;
+            pthread_mutex_unlock(&w->mu);
+        }
         if (n >= f->nranks) {
             agent_info("AGENT-NCCL-READY",
                        "all %d pods of job %s started NVIDIA NCCL: Communicator %s is Ready",
@@ -432,7 +625,7 @@ void agent_nccl_watch_stop(agent_ctx_t *ctx)
     w->closed = 1; /* from here on the threads touch nothing of the health writer's */
     pthread_mutex_unlock(&w->mu);
     atomic_store(&w->cancel, 1);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < THREADS; i++) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += STOP_JOIN_S; /* a request under way has its own deadline */

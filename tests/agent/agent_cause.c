@@ -146,6 +146,36 @@ static void test_pod_level(void)
                "\"Ready\",\"status\":\"False\",\"lastTransitionTime\":\"2026-11-29T12:07:00Z\"}],"
                "\"containerStatuses\":[{\"name\":\"trainer\",\"state\":{\"running\":{}}}]}}") == 2);
     EXPECT(has("is not Ready since 2026-11-29T12:07:00Z"));
+    /* the node controller's mark (Ready False, ContainersReady still True): its node is lost,
+     * without reading the Node; for a silent peer too */
+#define MARKED(ready_extra, cr)                                                                    \
+    "{\"spec\":{\"nodeName\":\"node-7\"},\"status\":{\"phase\":\"Running\",\"conditions\":[{"      \
+    "\"type\":\"Ready\",\"status\":\"False\"" ready_extra ",\"lastTransitionTime\":"               \
+    "\"2026-11-29T12:07:00Z\"},{\"type\":\"ContainersReady\",\"status\":\"" cr "\"}],"             \
+    "\"containerStatuses\":[{\"name\":\"trainer\",\"ready\":true,\"state\":{\"running\":{}}}]}}"
+    for (silent = 0; silent < 2; silent++) {
+        EXPECT(pod(MARKED("", "True")) == 1);
+        EXPECT(has("node node-7 stopped reporting: the node controller marked pod train-2-abcde "
+                   "not Ready at 2026-11-29T12:07:00Z while its containers ran") &&
+               has("down or cut off"));
+    }
+    silent = 0;
+    /* the kubelet's not Ready: a readiness probe (ContainersReady False), a readiness gate */
+    EXPECT(pod(MARKED("", "False")) == 2 && !strstr(out, "stopped reporting"));
+    EXPECT(pod(MARKED(",\"reason\":\"ReadinessGatesNotReady\"", "True")) == 2);
+    {
+        json_t *p = json_loads(MARKED("", "True"), 0, NULL);
+        EXPECT(agent_node_lost("train-2-abcde", p, out, sizeof(out)) == 1 && has("node-7"));
+        json_object_set_new(agent_json_path(p, "spec"), "nodeName", json_string("../x"));
+        EXPECT(agent_node_lost("train-2-abcde", p, out, sizeof(out)) == 1 &&
+               has("node ? stopped") && !strstr(out, "../x"));
+        json_decref(p);
+        p = json_loads(MARKED("", "False"), 0, NULL);
+        EXPECT(agent_node_lost("train-2-abcde", p, out, sizeof(out)) == 0 && out[0] == '\0');
+        json_decref(p);
+        EXPECT(agent_node_lost("train-2-abcde", NULL, out, sizeof(out)) == 0);
+    }
+#undef MARKED
     /* running and Ready, nothing ended: nothing to say (yet) */
     EXPECT(pod("{" SPEC_NOLIMIT ",\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":"
                "\"Ready\",\"status\":\"True\"}],\"containerStatuses\":[{\"name\":\"trainer\","

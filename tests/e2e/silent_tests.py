@@ -8,6 +8,8 @@ Cases:
                 NotReady as the node controller marks them, get on nodes granted: the others fail
                 in about 12 s (the first question at 10 s, its answer 2 s later) naming the node,
                 not at COLL_TIMEOUT (60 s here), and the status says why
+  silent_mark   the same without get on nodes (the chart's default): the pod's conditions as the
+                node controller leaves them (Ready False, ContainersReady True) say it alone
   silent_alive  the same stop with the pod Ready (a hung or slow process, not a dead node): the
                 answers say nothing ended, and the others fail at COLL_TIMEOUT (20 s) as before
 Exit 0 pass, 1 fail, 77 skipped."""
@@ -76,25 +78,35 @@ def failures(ck, ranks, victim, n, limit):
     return lines
 
 
-def case_silent_node(ck, cl):
+def node_dies(ck, cl, name, read_nodes):
+    """Rank 2 stopped, then its node dies as the node controller tells: with read_nodes the Node
+    NotReady and the pod not Ready (the node's words are the cause), else only the pod's
+    conditions as the node controller leaves them (Ready False, ContainersReady True)."""
     n, victim = 3, 2
-    run = stopped(ck, cl, "e2esilent", 60, victim, lambda: cl.control(
-        "/allow", harness.chart_agent_rules(read_nodes=True)))
+    run = stopped(ck, cl, name, 60, victim, lambda: cl.control(
+        "/allow", harness.chart_agent_rules(read_nodes=read_nodes)))
     if run is None:
         return
     pods, ranks, t0 = run
     vpod = pods[victim]["metadata"]["name"]
     time.sleep(1.0)  # the node controller's part: the node stopped posting status
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     cl.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-dead"},
             "status": {"conditions": [{
                 "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-                "message": "Kubelet stopped posting node status.",
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}})
+                "message": "Kubelet stopped posting node status.", "lastTransitionTime": now}]}})
     pod = [o for o in cl.objects("pods") if o["metadata"]["name"] == vpod][0]
     pod["spec"]["nodeName"] = "node-dead"
     pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     pod["status"]["containerStatuses"] = [{"name": "trainer", "ready": False, "restartCount": 0,
                                            "state": {"running": {}}}]
+    said = "node node-dead is NotReady (Ready=Unknown, NodeStatusUnknown"
+    if not read_nodes:
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                        "lastTransitionTime": now},
+                                       {"type": "ContainersReady", "status": "True"}]
+        pod["status"]["containerStatuses"][0]["ready"] = True
+        said = "node node-dead stopped reporting: the node controller marked pod %s not Ready" % vpod
     cl.add(pod)
     lines = failures(ck, ranks, victim, n, 45)
     took = time.time() - t0
@@ -102,14 +114,22 @@ def case_silent_node(ck, cl):
     for i, line in lines.items():
         print("rank %d: %s" % (i, line[:700]))
         ck("rank %d (pod %s" % (victim, vpod) in line and "is gone, as Kubernetes tells this "
-           "pod's kcoll agent: node node-dead is NotReady (Ready=Unknown, NodeStatusUnknown" in
-           line, "rank %d fails naming rank %d and its NotReady node" % (i, victim), line)
+           "pod's kcoll agent: " + said in line,
+           "rank %d fails naming rank %d and its lost node" % (i, victim), line)
     ck(took < 25, "the survivors fail in %.1f s, well before COLL_TIMEOUT (60 s)" % took)
-    st, said = e2e.wait_status(cl, "e2esilent", lambda s: "NotReady" in (
+    st, said = e2e.wait_status(cl, name, lambda s: "node-dead" in (
         (s.get("lastError") or {}).get("cause") or ""), 20)
     ck(said and (st.get("lastError") or {}).get("rank") == victim,
        "status.lastError names rank %d with the node as its cause" % victim,
        json.dumps(st.get("lastError"))[:1200])
+
+
+def case_silent_node(ck, cl):
+    node_dies(ck, cl, "e2esilent", True)
+
+
+def case_silent_mark(ck, cl):
+    node_dies(ck, cl, "e2emark", False)
 
 
 def case_silent_alive(ck, cl):

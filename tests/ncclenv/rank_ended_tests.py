@@ -8,7 +8,9 @@ a clean exit (the job's normal end) must change nothing.
 
 Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 everywhere),
 at_stop (the sidecar is stopped before its pod's end reaches the API server), refused (a rank of
-another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod)."""
+another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod),
+node (a pod's node dies: the agent of the pod before it in the ring writes it), ring (the watched
+pod replaced by one of a new name)."""
 import argparse
 import contextlib
 import os
@@ -119,14 +121,20 @@ def scene():
         cl.close(keep=ARGS.keep or not ok)
 
 
+def labelled(cl, name):
+    """The Communicator's label kcoll.io/rank-ended (patched beside the status, not after it)."""
+    return wait_for(lambda: ((communicator(cl, name) or {}).get("metadata") or {}).get(
+        "labels", {}).get("kcoll.io/rank-ended"), 10, "the label kcoll.io/rank-ended on " + name)
+
+
 def ready(cl, name):
     """The Communicator's status once it says Ready (None before)."""
     st = (communicator(cl, name) or {}).get("status") or {}
     return st if st.get("phase") == "Ready" else None
 
 
-def start_job(cl, name, n):
-    _, pods = cl.add_job(name, n)
+def start_job(cl, name, n, pod_edit=None):
+    _, pods = cl.add_job(name, n, pod_edit=pod_edit)
     agents = [cl.start_agent(p) for p in pods]
     rc, out = harness.hello(ARGS.hello, [a["sock"] for a in agents], check=n)
     check(rc == 0, "bootstrap failed: " + out)
@@ -179,8 +187,7 @@ def case_ended(_):
         print("lastError:", last)
         check(last["rank"] == 2 and last["pod"] == names[2] and "OOMKilled" in last["message"]
               and "8Gi" in last.get("cause", ""), "lastError: %s" % last)
-        check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
-              "the Communicator is not labelled kcoll.io/rank-ended: %s" % c["metadata"])
+        labelled(cl, "ended")
         members = [m for m in c["status"].get("unhealthyMembers", []) if m["rank"] == 2]
         check(members and members[0]["reason"] == "RankEnded" and members[0].get("cause"),
               "unhealthyMembers: %s" % c["status"].get("unhealthyMembers"))
@@ -308,9 +315,7 @@ def case_refused(_):
         print("rank 0 told %.1f s after the refusal: %s" % (time.time() - t0, told))
         check(len(told) == 1 and "version mismatch" in told[0] and "NVIDIA NCCL is not told" in
               told[0], "rank 0's stderr: " + ranks[0].stderr())
-        c = communicator(cl, "refused")
-        check(c["metadata"].get("labels", {}).get("kcoll.io/rank-ended"),
-              "the Communicator is not labelled: %s" % c["metadata"])
+        labelled(cl, "refused")
 
 
 def case_pods(_):
@@ -343,7 +348,8 @@ def case_pods(_):
         print("phase %s, readyRanks %s, ncclPods %s" % (st["phase"], st["readyRanks"],
                                                        st["ncclPods"]))
         check(st["readyRanks"] == 4 and sorted(st["ncclPods"]) == ["0", "1"] and
-              st["ncclPods"]["0"] == members["0"]["job"], "status: %s" % st)
+              st["ncclPods"]["0"] == {"job": members["0"]["job"], "pod": names[0],
+                                      "node": pods[0]["spec"]["nodeName"]}, "status: %s" % st)
         time.sleep(1.0)
         ranks[2].proc.kill()
         ranks[3].proc.kill()
@@ -357,6 +363,116 @@ def case_pods(_):
         last = communicator(cl, "pods")["status"]["lastError"]
         check(last["rank"] == 2 and last.get("localRank") == 0 and last["reason"] == "RankEnded",
               "lastError: %s" % last)
+
+
+def node_controller(cl, pod_name, containers_ready="True", reason=None, ready="False"):
+    """The pod's conditions as the node controller leaves them when the pod's node stops
+    reporting (Ready False, nothing else), or as the kubelet writes them (containers_ready False:
+    a failing readiness probe; reason ReadinessGatesNotReady: a readiness gate not met)."""
+    pod = [o for o in cl.objects("pods") if o["metadata"]["name"] == pod_name][0]
+    st = pod.setdefault("status", {})
+    st["phase"] = "Running"
+    cond = {"type": "Ready", "status": ready, "lastTransitionTime": now_iso()}
+    if reason:
+        cond["reason"] = reason
+    st["conditions"] = [cond, {"type": "ContainersReady", "status": containers_ready,
+                               "lastTransitionTime": now_iso()}]
+    st["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "restartCount": 0,
+                                "ready": containers_ready == "True", "state": {"running": {}}}]
+    cl.add(pod)
+
+
+def case_node(_):
+    """Rank 2's node dies: its agent and its process vanish with it, and 40-50 s later the node
+    controller marks its pod not Ready while its containers ran. The agent of the pod before it
+    (pod 1 watches pod 2, a ring) writes rank 2 gone with that cause; rank 0 (exit) ends, rank 1
+    is told. A failing readiness probe or an unmet readiness gate before it writes nothing."""
+    with scene() as (cl, ranks):
+        def own_node(i, p):
+            p["spec"]["nodeName"] = "node-%d" % i
+        pods, agents = start_job(cl, "nodelost", 3, own_node)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks += [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}),
+                  Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
+        wait_for(lambda: ready(cl, "nodelost"), 20, "phase Ready")
+        wait_for(lambda: "watching pod %s" % names[2] in cl.agent_log(agents[1]), 20,
+                 "pod 1's agent to watch pod 2")
+        # the kubelet's own not-Ready states are no node's loss
+        node_controller(cl, names[2], containers_ready="False")
+        node_controller(cl, names[2], reason="ReadinessGatesNotReady")
+        time.sleep(2.5)
+        st = (communicator(cl, "nodelost") or {}).get("status") or {}
+        check(st.get("phase") == "Ready" and not st.get("lastError"),
+              "a pod not Ready by the kubelet's word was written gone: %s" % st)
+        node_controller(cl, names[2], ready="True")
+        # node-2 dies: the agent and the process on it vanish without a word
+        agents[2]["proc"].kill()
+        ranks[2].proc.kill()
+        time.sleep(0.5)
+        t0 = time.time()
+        node_controller(cl, names[2])
+
+        def written():
+            c = communicator(cl, "nodelost")
+            last = ((c or {}).get("status") or {}).get("lastError") or {}
+            return c if last.get("reason") == "RankEnded" else None
+        c = wait_for(written, 20, "the Communicator to say that rank 2 is gone")
+        t_written = time.time() - t0
+        last = c["status"]["lastError"]
+        print("lastError:", last)
+        check(c["status"]["phase"] == "Failed" and last["rank"] == 2 and
+              last["pod"] == names[2] and last.get("node") in (None, "node-2") and
+              "is gone: node node-2 stopped reporting" in last["message"] and
+              "the node controller marked pod %s not Ready at " % names[2] in last["message"],
+              "lastError: %s" % last)
+        labelled(cl, "nodelost")
+        check("AGENT-RANK-ENDED" in cl.agent_log(agents[1]),
+              "pod 1's agent (the ring's) did not write it")
+        rc0 = ranks[0].proc.wait(timeout=20)
+        t_exit = time.time() - t0
+        check(rc0 == -signal.SIGTERM and "node-2 stopped reporting" in ranks[0].stderr(),
+              "rank 0 ended with %s: %s" % (rc0, ranks[0].stderr()))
+        wait_for(lambda: "node-2 stopped reporting" in ranks[1].stderr(), 20, "rank 1 told")
+        t_told = time.time() - t0
+        time.sleep(1.5)  # Events are posted by the writer thread
+        evs = [(e["involvedObject"]["kind"], e["involvedObject"]["name"])
+               for e in cl.objects("events") if e["reason"] == "KcollRankEnded"]
+        check(("Pod", names[2]) in evs and ("Communicator", "nodelost") in evs,
+              "KcollRankEnded Events: %s" % evs)
+        print("after the node controller's mark: Communicator %.1f s, rank 0 ended %.1f s, "
+              "rank 1 told %.1f s" % (t_written, t_exit, t_told))
+
+
+def case_ring(_):
+    """The watched pod ends cleanly and the job replaces it with a pod of a new name (an Indexed
+    Job's): the watch moves to the replacement once it records itself, and its node's loss is
+    written. Each pod of a job of two watches the other."""
+    with scene() as (cl, ranks):
+        pods, agents = start_job(cl, "ring", 2)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks += [Rank(a["sock"]) for a in agents]
+        for i in range(2):
+            wait_for(lambda: "watching pod %s" % names[1 - i] in cl.agent_log(agents[i]), 20,
+                     "pod %d's agent to watch pod %d" % (i, 1 - i))
+        ranks[1].proc.kill()
+        cl.kubelet_ends(names[1], {"exitCode": 0, "reason": "Completed", "startedAt": now_iso(),
+                                   "finishedAt": now_iso()})
+        cl.stop_agents([agents[1]])
+        new = dict(pods[1], metadata=dict(pods[1]["metadata"], name=names[1][:-5] + "zzzzz"))
+        for k in ("uid", "resourceVersion", "creationTimestamp"):
+            new["metadata"].pop(k, None)
+        new.pop("status", None)
+        cl.add_pod(new)
+        t0 = time.time()
+        a2 = cl.start_agent(new)
+        ranks.append(Rank(a2["sock"]))
+        wait_for(lambda: "watching pod %s" % new["metadata"]["name"] in cl.agent_log(agents[0]),
+                 40, "pod 0's agent to watch the replacement")
+        print("pod 0's agent watches the replacement %.1f s after it started" % (time.time() - t0))
+        node_controller(cl, new["metadata"]["name"])
+        wait_for(lambda: "stopped reporting" in ranks[0].stderr(), 20, "rank 0 to be told")
+        st = communicator(cl, "ring")["status"]
+        check(st["lastError"]["pod"] == new["metadata"]["name"], "lastError: %s" % st)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
