@@ -8,6 +8,7 @@
 #define AGENT_LOG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     AGENT_LOG_DEBUG = 0,
@@ -28,5 +29,8 @@ void agent_log(agent_log_level_t level, const char *id, const char *fmt, ...)
 
 /* UTC now as RFC 3339 ("2026-01-02T03:04:05Z"): log lines, status and Event times. */
 void agent_rfc3339_now(char *buf, size_t len);
+/* RFC 3339 as the API server writes it ("2026-11-29T12:03:11Z", fractional seconds allowed) to
+ * epoch seconds; -1 if s is NULL or not such a time. */
+int64_t agent_rfc3339_s(const char *s);
 
 #endif /* AGENT_LOG_H */

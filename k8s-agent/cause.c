@@ -27,22 +27,6 @@ static const int64_t cause_after_ms[] = {1000, 3000, 8000, 20000, 60000};
 #define CAUSE_TRY_MS 5000 /* one read, its retries included */
 #define LAST_WORDS   200  /* characters kept of a container's termination message (its tail) */
 
-/* RFC 3339 (as the API server writes it, "2026-11-29T12:03:11Z") to epoch seconds; -1 if not. */
-static int64_t rfc3339_s(const char *s)
-{
-    struct tm tm;
-    memset(&tm, 0, sizeof(tm));
-    const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-    if (!end)
-        return -1;
-    if (*end == '.') /* fractional seconds (MicroTime) */
-        while (*++end >= '0' && *end <= '9')
-            ;
-    if (*end != 'Z' || end[1] != '\0')
-        return -1;
-    return (int64_t)timegm(&tm);
-}
-
 static const char *str_at(const json_t *o, const char *dotted)
 {
     return json_string_value(agent_json_path(o, dotted));
@@ -120,7 +104,7 @@ static void describe_end(const json_t *pod, const char *name, const json_t *term
     json_int_t code = json_integer_value(json_object_get(term, "exitCode"));
     const char *reason = json_string_value(json_object_get(term, "reason"));
     const char *at = json_string_value(json_object_get(term, "finishedAt"));
-    if (rfc3339_s(at) < 0)
+    if (agent_rfc3339_s(at) < 0)
         at = NULL; /* not a time: not repeated */
     const char *msg = json_string_value(json_object_get(term, "message"));
     int sig = code > 128 && code < 128 + 65 ? (int)(code - 128) : 0;
@@ -180,12 +164,12 @@ static int container_end(const json_t *pod, int64_t since_s, char *out, size_t l
     json_array_foreach(agent_json_path(pod, "status.containerStatuses"), i, cs)
     {
         const json_t *t = agent_json_path(cs, "state.terminated");
-        int64_t fin = rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
+        int64_t fin = agent_rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
         if (json_is_object(t) && fin >= 0 && fin + 1 < since_s)
             continue; /* it ended before the rank was Ready: a helper that completed, not it */
         if (!json_is_object(t)) {
             t = agent_json_path(cs, "lastState.terminated");
-            fin = rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
+            fin = agent_rfc3339_s(json_string_value(json_object_get(t, "finishedAt")));
             if (!json_is_object(t) || fin < 0 || fin + 1 < since_s)
                 continue;
         }
@@ -232,7 +216,7 @@ int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t l
     const char *at =
         json_string_value(json_object_get(condition(pod, "Ready"), "lastTransitionTime"));
     const char *node = str_at(pod, "spec.nodeName");
-    if (rfc3339_s(at) < 0)
+    if (agent_rfc3339_s(at) < 0)
         at = NULL;
     add(out, len,
         "node %s stopped reporting: the node controller marked pod %s not Ready%s%s while its "
@@ -387,7 +371,7 @@ int agent_own_end(const char *pod_name, const json_t *whole, int64_t since_s, ch
         if (!json_is_object(t))
             t = agent_json_path(cs, "lastState.terminated");
         const char *fin = json_string_value(json_object_get(t, "finishedAt"));
-        int64_t fin_s = rfc3339_s(fin);
+        int64_t fin_s = agent_rfc3339_s(fin);
         const char *name = str_at(cs, "name");
         if (!json_is_object(t) || fin_s < 0 || fin_s + 1 < since_s || !name ||
             !json_is_integer(json_object_get(t, "exitCode")) ||

@@ -248,6 +248,28 @@ void agent_health_set_ready(agent_health_t *h, int ready_ranks)
     pthread_mutex_unlock(&h->mu);
 }
 
+void agent_health_recover(agent_health_t *h, int ready_ranks, const char *msg)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    update_t *u = &h->pend;
+    cond_t *healthy = &u->conds[COLLI_PROTO_COND_HEALTHY];
+    if (u->dirty && strcmp(u->phase, "Failed") == 0) { /* a newer failure, not yet written */
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    snprintf(u->phase, sizeof(u->phase), "Ready");
+    u->ready_ranks = ready_ranks;
+    u->recovered = 1;
+    snprintf(healthy->status, sizeof(healthy->status), "True");
+    snprintf(healthy->reason, sizeof(healthy->reason), "Restarted");
+    snprintf(healthy->message, sizeof(healthy->message), "%s", msg);
+    u->dirty = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
 /* Who writes a failure blamed on blamed_pod (-1: on no rank) into the Communicator: 0 this agent
  * now, k > 0 the k-th backup (it looks later whether it was written), -1 none. A failure a
  * process or agent reports of itself is written by its own agent (self); any other failure is

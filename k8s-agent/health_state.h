@@ -65,11 +65,14 @@ typedef struct {
     int placement;                 /* write agent_health.placement */
     cond_t conds[NCOND];
     int has_error;
-    member_t err;   /* lastError; err.rank -1: blamed on no rank */
-    int err_waited; /* the error of a rank that waited on others (a bootstrap timeout, another
-                     * rank's failure relayed): it does not replace a lastError naming a cause */
+    member_t err;       /* lastError; err.rank -1: blamed on no rank */
+    int err_waited;     /* the error of a rank that waited on others (a bootstrap timeout, another
+                         * rank's failure relayed): it does not replace a lastError naming a cause */
+    char err_since[40]; /* ... written since then (RFC 3339; "" = since this agent started) */
     member_t members[AGENT_MAX_UNHEALTHY]; /* newly unhealthy members */
     int nmembers;
+    int recovered;  /* every rank started again after the failure (spec.nccl: native): phase
+                     * Ready over a Failed one, the earlier unhealthy members dropped */
     int64_t due_ms; /* not before (0 = now) */
     int check;      /* a backup writer: write only if the designated one did not */
     int check_rank; /* ... the failure it looks for (-1: any error of this bootstrap) */

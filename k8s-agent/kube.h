@@ -222,6 +222,10 @@ void agent_health_set_object(agent_health_t *h, const json_t *comm);
 void agent_health_set_phase(agent_health_t *h, const char *phase);
 /* Phase Ready with ready_ranks (NVIDIA NCCL's processes all started; a Failed phase stays). */
 void agent_health_set_ready(agent_health_t *h, int ready_ranks);
+/* spec.nccl: native: every pod's NCCL processes started again after the job's failure (restarted
+ * in place, or replaced): phase Ready over the Failed one, Healthy True with reason Restarted and
+ * msg, the earlier unhealthy members dropped (lastError, unhealthyCount and the Events stay). */
+void agent_health_recover(agent_health_t *h, int ready_ranks, const char *msg);
 /* This pod's agent failed before its facts were ready (cond: a network attachment missing, a
  * topology it cannot use, ...): once rank 0 has published the job's Communicator (owned by
  * job_uid), its status names this pod's rank, pod, node and the cause (NetworkConsistent or

@@ -62,3 +62,18 @@ void agent_rfc3339_now(char *buf, size_t len)
     gmtime_r(&ts.tv_sec, &tm);
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
+
+int64_t agent_rfc3339_s(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!end)
+        return -1;
+    if (*end == '.') /* fractional seconds (MicroTime) */
+        while (*++end >= '0' && *end <= '9')
+            ;
+    if (*end != 'Z' || end[1] != '\0')
+        return -1;
+    return (int64_t)timegm(&tm);
+}

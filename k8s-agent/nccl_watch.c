@@ -45,11 +45,12 @@
 #define REASON_REFUSED   "NcclVersionMismatch" /* refused at its init (nccl_env.c): it ends */
 #define RING_BACKOFF_MS  30000 /* the next pod not recorded (yet): its record read this often */
 #define THREADS          3     /* the own pod's watch, the Communicator's, the next pod's */
+#define CLOCK_SLACK_S    2     /* an end this close before an init may be that init's peer's */
 
 typedef struct {
     colli_proto_nccl_ended_t e;
-    char time[40];     /* the member's time (with the pod: one end) */
-    int64_t learned_s; /* epoch s when this agent learned it */
+    char time[40]; /* the member's time (with the pod: one end) */
+    int64_t end_s; /* epoch s of the end (the member's time; else when this agent learned it) */
 } ended_t;
 
 /* A pod whose ranks ended, as the Communicator and its Events name it. */
@@ -64,13 +65,14 @@ struct agent_nccl_watch {
     pthread_mutex_t mu;
     int closed;        /* the agent stops: the threads report nothing more (under mu) */
     int64_t since_s;   /* the pod's first NCCL init (epoch s): an earlier end is not this job's */
+    int64_t gen_s;     /* its latest: all of its ranks (re)started NCCL (epoch s; under mu) */
     char stamp[17];    /* this job's (its secret, hashed) */
     char own_key[160]; /* the own end last reported ("" none; under mu) */
     ended_t ended[MAX_ENDED];
     int nended;
     atomic_int cancel;                               /* the agent stops: the watches end */
     unsigned char accepted[AGENT_MAX_RANKS_PER_POD]; /* local ranks whose NCCL init passed */
-    int naccepted, pod_recorded;                     /* (under mu) */
+    int naccepted;                                   /* since the last record (under mu) */
     char next_key[160];                              /* the next pod's loss reported (under mu) */
     whose_t ring_hint; /* the next pod, as the own record's answer named it (under mu) */
     pthread_t threads[THREADS];
@@ -107,6 +109,16 @@ static void mark_ended(agent_nccl_watch_t *w)
     json_decref(patch);
 }
 
+/* The first end this agent learned of the pod's current generation (its ranks' latest start),
+ * -1 none (under mu). */
+static int first_end(const agent_nccl_watch_t *w)
+{
+    for (int i = 0; i < w->nended; i++)
+        if (w->ended[i].end_s + CLOCK_SLACK_S >= w->gen_s)
+            return i;
+    return -1;
+}
+
 /* This pod's ranks ended (cause says how): the Communicator's status and Events, then its label.
  * Each end once (key). An end after another rank's (this agent learned of it first: its NCCL
  * processes were told, and ended or timed out) is a consequence, reason EndedAfterPeer: it keeps
@@ -137,10 +149,10 @@ static void report_end(agent_nccl_watch_t *w, const whose_t *p, char last_key[16
         return;
     }
     snprintf(last_key, 160, "%s", key);
-    int consequence = w->nended > 0;
+    int first = first_end(w), consequence = first >= 0;
     if (consequence)
-        snprintf(after, sizeof(after), " after rank %d (pod %s) had ended", w->ended[0].e.rank,
-                 w->ended[0].e.pod);
+        snprintf(after, sizeof(after), " after rank %d (pod %s) had ended", w->ended[first].e.rank,
+                 w->ended[first].e.pod);
     snprintf(m.reason, sizeof(m.reason), consequence ? REASON_AFTER : REASON_ENDED);
     snprintf(m.message, sizeof(m.message), "%s %s%s: %s", who, verb, after, cause);
     pthread_mutex_lock(&h->mu);
@@ -153,7 +165,11 @@ static void report_end(agent_nccl_watch_t *w, const whose_t *p, char last_key[16
         snprintf(healthy->message, sizeof(healthy->message), "%s", m.message);
     }
     u->err = m;
-    u->err_waited = 1; /* two first ends at once: the one written first stays lastError */
+    u->err_waited = 1; /* two first ends at once: the one written first stays lastError, */
+    time_t gen = (time_t)(w->gen_s - CLOCK_SLACK_S); /* ... of this generation */
+    struct tm tm;
+    gmtime_r(&gen, &tm);
+    strftime(u->err_since, sizeof(u->err_since), "%Y-%m-%dT%H:%M:%SZ", &tm);
     u->has_error = 1;
     u->check = 0;
     u->due_ms = 0;
@@ -242,9 +258,11 @@ static int on_job(void *arg, const char *type, json_t *obj)
         if (bad)
             continue;
         snprintf(e.time, sizeof(e.time), "%.39s", t);
-        e.learned_s = (int64_t)time(NULL);
+        e.end_s = agent_rfc3339_s(t);
+        if (e.end_s < 0)
+            e.end_s = (int64_t)time(NULL);
         pthread_mutex_lock(&w->mu);
-        int known = 0;
+        int known = e.end_s + CLOCK_SLACK_S < w->gen_s; /* an earlier generation's */
         for (int k = 0; k < w->nended; k++)
             known |=
                 strcmp(w->ended[k].e.pod, e.e.pod) == 0 && strcmp(w->ended[k].time, e.time) == 0;
@@ -476,7 +494,7 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
     }
     w->ctx = ctx;
     pthread_mutex_init(&w->mu, NULL);
-    w->since_s = (int64_t)time(NULL);
+    w->since_s = w->gen_s = (int64_t)time(NULL);
     snprintf(w->stamp, sizeof(w->stamp), "%s", stamp);
     ctx->ncclw = w;
     pthread_mutex_unlock(&ctx->mu);
@@ -502,19 +520,59 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
                ctx->comm_name);
 }
 
-/* status.ncclPods.POD_RANK = the job's stamp: this pod's NCCL processes all passed their init.
- * The agent whose record completes the set (the answer is the object) writes phase Ready. */
+/* The Communicator without the label kcoll.io/rank-ended (the job runs again: the other pods'
+ * watches of it go quiet until the next end). */
+static void unmark(agent_nccl_watch_t *w)
+{
+    agent_ctx_t *ctx = w->ctx;
+    char path[800];
+    agent_kube_resp_t r;
+    json_t *patch = json_pack("{s{s{sn}}}", "metadata", "labels", LABEL_ENDED);
+    if (!patch)
+        return;
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
+             ctx->facts.ns, ctx->comm_name);
+    if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
+                           agent_now_ms() + LABEL_TIMEOUT_MS, &r) != 0 ||
+        r.code != 200)
+        agent_warn("AGENT-RANK-ENDED-LABEL",
+                   "removing the label %s from Communicator %s: HTTP %ld %s; the pods' watches "
+                   "of it see each of its changes until the job ends",
+                   LABEL_ENDED, ctx->comm_name, r.code, r.message);
+    agent_kube_resp_free(&r);
+    json_decref(patch);
+}
+
+/* How many pods of this job (the stamp) recorded a start at or after t (epoch s; -1: any). */
+static int started_since(const agent_nccl_watch_t *w, const json_t *comm, int64_t t)
+{
+    const char *k;
+    json_t *v;
+    int n = 0;
+    json_object_foreach(agent_json_path(comm, "status.ncclPods"), k, v)
+    {
+        const char *job = json_string_value(json_object_get(v, "job"));
+        int64_t at = agent_rfc3339_s(json_string_value(json_object_get(v, "since")));
+        n += job && strcmp(job, w->stamp) == 0 && (t < 0 || at + CLOCK_SLACK_S >= t);
+    }
+    return n;
+}
+
+/* status.ncclPods.POD_RANK = {job (the stamp), pod, node, since}: this pod's NCCL processes all
+ * passed their init (again, after a restart). The agent whose record completes the job writes
+ * phase Ready; after a failure, once every pod started again after it, the job runs again. */
 static void record_pod(agent_nccl_watch_t *w)
 {
     agent_ctx_t *ctx = w->ctx;
     const agent_facts_t *f = &ctx->facts;
-    char path[800], key[16];
+    char path[800], key[16], now[40];
     agent_kube_resp_t r;
     snprintf(key, sizeof(key), "%d", f->rank);
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s/status",
              f->ns, ctx->comm_name);
-    json_t *patch = json_pack("{s{s{s{ss ss ss}}}}", "status", "ncclPods", key, "job", w->stamp,
-                              "pod", f->pod, "node", f->node);
+    agent_rfc3339_now(now, sizeof(now));
+    json_t *patch = json_pack("{s{s{s{ss ss ss ss}}}}", "status", "ncclPods", key, "job", w->stamp,
+                              "pod", f->pod, "node", f->node, "since", now);
     if (!patch)
         return;
     if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
@@ -522,32 +580,48 @@ static void record_pod(agent_nccl_watch_t *w)
         r.code != 200) {
         agent_warn("AGENT-NCCL-RECORD-FAIL",
                    "recording that pod %s's NCCL processes started in Communicator %s: HTTP %ld "
-                   "%s; its phase stays Bootstrapping",
+                   "%s; its phase stays as it is",
                    f->pod, ctx->comm_name, r.code, r.message);
-    } else {
-        const char *k;
-        json_t *v;
-        int n = 0, per = f->local_size > 1 ? f->local_size : 1;
-        json_object_foreach(agent_json_path(r.body, "status.ncclPods"), k, v)
-        {
-            const char *job = json_string_value(json_object_get(v, "job"));
-            n += job && strcmp(job, w->stamp) == 0;
+        agent_kube_resp_free(&r);
+        json_decref(patch);
+        return;
+    }
+    int per = f->local_size > 1 ? f->local_size : 1;
+    whose_t next;
+    if (f->nranks > 1 && ring_entry(w, r.body, (f->rank + 1) % f->nranks, &next)) {
+        pthread_mutex_lock(&w->mu);
+        w->ring_hint = next;
+        pthread_mutex_unlock(&w->mu);
+    }
+    const char *phase = json_string_value(agent_json_path(r.body, "status.phase"));
+    const json_t *last = agent_json_path(r.body, "status.lastError");
+    const char *failed_at = json_string_value(json_object_get(last, "time"));
+    int failed = phase && strcmp(phase, "Failed") == 0;
+    int64_t t = failed ? agent_rfc3339_s(failed_at) : -1;
+    if ((!failed || t >= 0) && started_since(w, r.body, t) >= f->nranks) {
+        char msg[MAX_MSG];
+        if (failed) {
+            const char *lpod = json_string_value(json_object_get(last, "pod"));
+            const char *why = json_string_value(json_object_get(last, "reason"));
+            snprintf(msg, sizeof(msg),
+                     "all %d pods of job %s started NVIDIA NCCL again after the failure at %s "
+                     "(%s of pod %s); lastError keeps it",
+                     f->nranks, f->job, failed_at, why ? why : "?", lpod ? lpod : "?");
+        } else {
+            snprintf(msg, sizeof(msg), "all %d pods of job %s started NVIDIA NCCL", f->nranks,
+                     f->job);
         }
-        whose_t next;
-        if (f->nranks > 1 && ring_entry(w, r.body, (f->rank + 1) % f->nranks, &next)) {
-            pthread_mutex_lock(&w->mu);
-            w->ring_hint = next;
-            pthread_mutex_unlock(&w->mu);
-        }
-        if (n >= f->nranks) {
-            agent_info("AGENT-NCCL-READY",
-                       "all %d pods of job %s started NVIDIA NCCL: Communicator %s is Ready",
-                       f->nranks, f->job, ctx->comm_name);
-            pthread_mutex_lock(&w->mu);
-            if (!w->closed && ctx->health)
+        agent_info("AGENT-NCCL-READY", "%s: Communicator %s is Ready", msg, ctx->comm_name);
+        pthread_mutex_lock(&w->mu);
+        if (!w->closed && ctx->health) {
+            if (failed)
+                agent_health_recover(ctx->health, f->nranks * per, msg);
+            else
                 agent_health_set_ready(ctx->health, f->nranks * per);
-            pthread_mutex_unlock(&w->mu);
         }
+        pthread_mutex_unlock(&w->mu);
+        if (json_object_get(agent_json_path(r.body, "metadata.labels"), LABEL_ENDED))
+            unmark(w);
     }
     agent_kube_resp_free(&r);
     json_decref(patch);
@@ -568,9 +642,19 @@ void agent_nccl_accepted(agent_ctx_t *ctx, int local_rank)
         w->accepted[local_rank] = 1;
         w->naccepted++;
     }
-    int now = w->naccepted == per && !w->pod_recorded;
-    if (now)
-        w->pod_recorded = 1;
+    /* every local rank started (again: a restart in place starts them all): a generation */
+    int now = w->naccepted == per;
+    if (now) {
+        memset(w->accepted, 0, sizeof(w->accepted));
+        w->naccepted = 0;
+        w->gen_s = (int64_t)time(NULL);
+        int k = 0; /* the ends of earlier generations are forgotten: room for the next */
+        for (int i = 0; i < w->nended; i++)
+            if (w->ended[i].end_s + CLOCK_SLACK_S >= w->since_s &&
+                w->ended[i].end_s + CLOCK_SLACK_S >= w->gen_s)
+                w->ended[k++] = w->ended[i];
+        w->nended = k;
+    }
     pthread_mutex_unlock(&w->mu);
     if (now)
         record_pod(w);
@@ -646,9 +730,11 @@ json_t *agent_nccl_ended(agent_ctx_t *ctx, const json_t *req)
     pthread_mutex_unlock(&ctx->mu);
     if (w) {
         pthread_mutex_lock(&w->mu);
-        /* learned before the process's NCCL init: an earlier generation's end */
+        /* an end before the process's NCCL init is an earlier generation's: the restart it
+         * caused, or the replaced pod's (a process is not sent away by the end that restarted
+         * it) */
         for (int i = 0; i < w->nended && n < COLLI_PROTO_NCCL_MAX_ENDED; i++)
-            if (w->ended[i].learned_s + 1 >= since)
+            if (w->ended[i].end_s + CLOCK_SLACK_S >= since)
                 out[n++] = w->ended[i].e;
         pthread_mutex_unlock(&w->mu);
     }

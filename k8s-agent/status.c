@@ -113,7 +113,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
          * failed already (a version pin fails at once): a failure stamped after this agent
          * started is this bootstrap's, and stays. (A new job's bootstrap clears the status.) */
         const char *err_time = json_string_value(json_object_get(cur_last, "time"));
-        if (cur_phase && strcmp(cur_phase, "Failed") == 0 &&
+        if (cur_phase && strcmp(cur_phase, "Failed") == 0 && !u->recovered &&
             (strcmp(phase, "Ready") == 0 || strcmp(phase, "Degraded") == 0 ||
              (strcmp(phase, "Bootstrapping") == 0 && err_time && strcmp(err_time, h->since) >= 0)))
             phase = "Failed";
@@ -156,7 +156,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
         }
     }
     json_object_set_new(st, "conditions", conditions);
-    cur_members = json_object_get(cur_status, "unhealthyMembers");
+    cur_members = u->recovered ? NULL : json_object_get(cur_status, "unhealthyMembers");
     json_array_foreach(cur_members, i, it)
     {
         json_t *r = json_object_get(it, "rank");
@@ -198,7 +198,7 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
     json_t *last_rank = json_object_get(cur_last, "rank");
     int keep_cause = u->err_waited && json_is_integer(last_rank) &&
                      json_integer_value(last_rank) >= 0 && last_time &&
-                     strcmp(last_time, h->since) >= 0;
+                     strcmp(last_time, u->err_since[0] ? u->err_since : h->since) >= 0;
     if (u->has_error && !keep_cause)
         json_object_set_new(st, "lastError", with_cause(u, member_json(h, &u->err, now)));
     else if (cur_last)

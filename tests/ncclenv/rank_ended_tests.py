@@ -10,7 +10,7 @@ Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 every
 at_stop (the sidecar is stopped before its pod's end reaches the API server), refused (a rank of
 another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod),
 node (a pod's node dies: the agent of the pod before it in the ring writes it), ring (the watched
-pod replaced by one of a new name)."""
+pod replaced by one of a new name), restart (restarted in place: Ready again, then a new end)."""
 import argparse
 import contextlib
 import os
@@ -348,8 +348,10 @@ def case_pods(_):
         print("phase %s, readyRanks %s, ncclPods %s" % (st["phase"], st["readyRanks"],
                                                        st["ncclPods"]))
         check(st["readyRanks"] == 4 and sorted(st["ncclPods"]) == ["0", "1"] and
-              st["ncclPods"]["0"] == {"job": members["0"]["job"], "pod": names[0],
-                                      "node": pods[0]["spec"]["nodeName"]}, "status: %s" % st)
+              {k: v for k, v in st["ncclPods"]["0"].items() if k != "since"} == {
+                  "job": members["0"]["job"], "pod": names[0],
+                  "node": pods[0]["spec"]["nodeName"]} and
+              st["ncclPods"]["0"]["since"].endswith("Z"), "status: %s" % st)
         time.sleep(1.0)
         ranks[2].proc.kill()
         ranks[3].proc.kill()
@@ -473,6 +475,75 @@ def case_ring(_):
         wait_for(lambda: "stopped reporting" in ranks[0].stderr(), 20, "rank 0 to be told")
         st = communicator(cl, "ring")["status"]
         check(st["lastError"]["pod"] == new["metadata"]["name"], "lastError: %s" % st)
+
+
+def restarted(cl, pod_name, terminated, restarts):
+    """What the kubelet writes when a container ended and was started again in place (a
+    PyTorchJob's restartPolicy OnFailure): the end as its lastState, running again."""
+    pod = [o for o in cl.objects("pods") if o["metadata"]["name"] == pod_name][0]
+    st = pod.setdefault("status", {})
+    st["phase"] = "Running"
+    st["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "ready": True,
+                                "restartCount": restarts,
+                                "state": {"running": {"startedAt": now_iso()}},
+                                "lastState": {"terminated": terminated}}]
+    cl.add(pod)
+
+
+def case_restart(_):
+    """A job restarted in place: rank 1's container OOMKilled and started again, rank 0 (exit)
+    ends and is started again. Once both pods' new NCCL processes passed their init, the
+    Communicator is Ready again (Healthy True, Restarted; the old members dropped, lastError kept,
+    the label gone) and the new processes are not told of the old ends. A later end is written
+    and told as a first end."""
+    with scene() as (cl, ranks):
+        pods, agents = start_job(cl, "restart", 2)
+        names = [p["metadata"]["name"] for p in pods]
+        exit0 = {"COLL_NCCL_ON_RANK_END": "exit"}
+        ranks += [Rank(agents[0]["sock"], exit0), Rank(agents[1]["sock"])]
+        wait_for(lambda: ready(cl, "restart"), 20, "phase Ready")
+        ranks[1].proc.kill()
+        restarted(cl, names[1], {"exitCode": 137, "reason": "OOMKilled", "startedAt": now_iso(),
+                                 "finishedAt": now_iso()}, 1)
+        check(ranks[0].proc.wait(timeout=20) == -signal.SIGTERM, "rank 0 did not end")
+        restarted(cl, names[0], {"exitCode": 143, "reason": "Error", "startedAt": now_iso(),
+                                 "finishedAt": now_iso()}, 1)
+
+        def members():
+            st = (communicator(cl, "restart") or {}).get("status") or {}
+            return {m["rank"]: m["reason"] for m in st.get("unhealthyMembers", [])}
+        wait_for(lambda: members() == {1: "RankEnded", 0: "EndedAfterPeer"}, 20, "both ends")
+        st = communicator(cl, "restart")["status"]
+        check(st["phase"] == "Failed", "status: %s" % st)
+        time.sleep(3.5)  # the containers start again (a restart takes seconds)
+        t0 = time.time()
+        ranks += [Rank(agents[0]["sock"], exit0), Rank(agents[1]["sock"])]
+        st = wait_for(lambda: ready(cl, "restart"), 20, "phase Ready again")
+        t_ready = time.time() - t0
+        healthy = [c for c in st["conditions"] if c["type"] == "Healthy"][0]
+        print("Ready again %.1f s after the new processes started: %s" % (t_ready, healthy))
+        check(healthy["status"] == "True" and healthy["reason"] == "Restarted" and
+              "again after the failure" in healthy["message"] and
+              not st.get("unhealthyMembers") and st["lastError"]["rank"] == 1 and
+              st["lastError"]["reason"] == "RankEnded", "status: %s" % st)
+        wait_for(lambda: "kcoll.io/rank-ended" not in communicator(cl, "restart")["metadata"].get(
+            "labels", {}), 10, "the label kcoll.io/rank-ended removed")
+        time.sleep(2.5)  # asked several times: the old ends are not theirs
+        for r in ranks[2:]:
+            check("OOMKilled" not in r.stderr() and r.proc.poll() is None,
+                  "a restarted process was told of the end that restarted it: " + r.stderr())
+        # a later end is a first end again: written, labelled, told
+        ranks[3].proc.kill()
+        restarted(cl, names[1], {"exitCode": 1, "reason": "Error", "startedAt": now_iso(),
+                                 "finishedAt": now_iso(), "message": "RuntimeError: second"}, 2)
+        check(ranks[2].proc.wait(timeout=20) == -signal.SIGTERM and
+              "RuntimeError: second" in ranks[2].stderr(),
+              "the new rank 0 was not ended by the new end: " + ranks[2].stderr())
+        st = communicator(cl, "restart")["status"]
+        print("the later end:", st["lastError"]["message"][:200])
+        check(st["phase"] == "Failed" and st["lastError"]["reason"] == "RankEnded" and
+              "after rank" not in st["lastError"]["message"], "status: %s" % st)
+        labelled(cl, "restart")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
