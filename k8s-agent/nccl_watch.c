@@ -87,26 +87,41 @@ static int closed(agent_nccl_watch_t *w)
     return c;
 }
 
-/* The Communicator says a rank of this job ended: its label, for the other pods' watches. */
-static void mark_ended(agent_nccl_watch_t *w)
+/* A merge patch of the job's Communicator (status: of its status), bounded: 0 when the API
+ * server took it; *r has the answer either way (the caller frees it). */
+static int patch_comm(agent_ctx_t *ctx, int status, json_t *patch, agent_kube_resp_t *r)
+{
+    char path[800];
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s%s",
+             ctx->facts.ns, ctx->comm_name, status ? "/status" : "");
+    int rc = agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
+                                agent_now_ms() + LABEL_TIMEOUT_MS, r);
+    return rc == 0 && r->code == 200 ? 0 : -1;
+}
+
+/* The Communicator's label kcoll.io/rank-ended=STAMP, for the other pods' watches: set when a
+ * rank of this job ended, removed when the job runs again (their watches go quiet). */
+static void label_ended(agent_nccl_watch_t *w, int on)
 {
     agent_ctx_t *ctx = w->ctx;
-    char path[800];
     agent_kube_resp_t r;
-    json_t *patch = json_pack("{s{s{ss}}}", "metadata", "labels", LABEL_ENDED, w->stamp);
+    json_t *patch = on ? json_pack("{s{s{ss}}}", "metadata", "labels", LABEL_ENDED, w->stamp)
+                       : json_pack("{s{s{sn}}}", "metadata", "labels", LABEL_ENDED);
     if (!patch)
         return;
-    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
-             ctx->facts.ns, ctx->comm_name);
-    if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
-                           agent_now_ms() + LABEL_TIMEOUT_MS, &r) != 0 ||
-        r.code != 200)
-        agent_warn("AGENT-RANK-ENDED-LABEL",
-                   "labelling Communicator %s %s=%s: HTTP %ld %s; the other pods' NCCL processes "
-                   "are not told that this pod's ranks ended",
-                   ctx->comm_name, LABEL_ENDED, w->stamp, r.code, r.message);
+    if (patch_comm(ctx, 0, patch, &r) != 0)
+        agent_warn("AGENT-RANK-ENDED-LABEL", "%s Communicator %s %s=%s: HTTP %ld %s; %s",
+                   on ? "labelling" : "unlabelling", ctx->comm_name, LABEL_ENDED, w->stamp, r.code,
+                   r.message,
+                   on ? "the other pods' NCCL processes are not told that this pod's ranks ended"
+                      : "the pods' watches of it see each of its changes until the job ends");
     agent_kube_resp_free(&r);
     json_decref(patch);
+}
+
+static void mark_ended(agent_nccl_watch_t *w)
+{
+    label_ended(w, 1);
 }
 
 /* The first end this agent learned of the pod's current generation (its ranks' latest start),
@@ -520,29 +535,6 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
                ctx->comm_name);
 }
 
-/* The Communicator without the label kcoll.io/rank-ended (the job runs again: the other pods'
- * watches of it go quiet until the next end). */
-static void unmark(agent_nccl_watch_t *w)
-{
-    agent_ctx_t *ctx = w->ctx;
-    char path[800];
-    agent_kube_resp_t r;
-    json_t *patch = json_pack("{s{s{sn}}}", "metadata", "labels", LABEL_ENDED);
-    if (!patch)
-        return;
-    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s",
-             ctx->facts.ns, ctx->comm_name);
-    if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
-                           agent_now_ms() + LABEL_TIMEOUT_MS, &r) != 0 ||
-        r.code != 200)
-        agent_warn("AGENT-RANK-ENDED-LABEL",
-                   "removing the label %s from Communicator %s: HTTP %ld %s; the pods' watches "
-                   "of it see each of its changes until the job ends",
-                   LABEL_ENDED, ctx->comm_name, r.code, r.message);
-    agent_kube_resp_free(&r);
-    json_decref(patch);
-}
-
 /* How many pods of this job (the stamp) recorded a start at or after t (epoch s; -1: any). */
 static int started_since(const agent_nccl_watch_t *w, const json_t *comm, int64_t t)
 {
@@ -565,19 +557,15 @@ static void record_pod(agent_nccl_watch_t *w)
 {
     agent_ctx_t *ctx = w->ctx;
     const agent_facts_t *f = &ctx->facts;
-    char path[800], key[16], now[40];
+    char key[16], now[40];
     agent_kube_resp_t r;
     snprintf(key, sizeof(key), "%d", f->rank);
-    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators/%s/status",
-             f->ns, ctx->comm_name);
     agent_rfc3339_now(now, sizeof(now));
     json_t *patch = json_pack("{s{s{s{ss ss ss ss}}}}", "status", "ncclPods", key, "job", w->stamp,
                               "pod", f->pod, "node", f->node, "since", now);
     if (!patch)
         return;
-    if (agent_kube_request(ctx->kube, "PATCH", path, patch, "application/merge-patch+json",
-                           agent_now_ms() + LABEL_TIMEOUT_MS, &r) != 0 ||
-        r.code != 200) {
+    if (patch_comm(ctx, 1, patch, &r) != 0) {
         agent_warn("AGENT-NCCL-RECORD-FAIL",
                    "recording that pod %s's NCCL processes started in Communicator %s: HTTP %ld "
                    "%s; its phase stays as it is",
@@ -621,7 +609,7 @@ static void record_pod(agent_nccl_watch_t *w)
         }
         pthread_mutex_unlock(&w->mu);
         if (json_object_get(agent_json_path(r.body, "metadata.labels"), LABEL_ENDED))
-            unmark(w);
+            label_ended(w, 0);
     }
     agent_kube_resp_free(&r);
     json_decref(patch);
