@@ -195,7 +195,8 @@ static int container_end(const json_t *pod, int64_t since_s, char *out, size_t l
 /* The node controller's mark of a node that stopped reporting (40-50 s without its kubelet): it
  * sets the Ready condition of the node's pods False and nothing else. The kubelet never writes
  * that pair (a container not ready makes ContainersReady False too), except for a readiness gate
- * that is not met (reason ReadinessGatesNotReady). */
+ * that is not met (reason ReadinessGatesNotReady). A phase Unknown (a lost node, to some
+ * clusters) counts as Running. */
 static int node_marked(const json_t *pod)
 {
     const json_t *ready = condition(pod, "Ready"), *cr = condition(pod, "ContainersReady");
@@ -204,7 +205,7 @@ static int node_marked(const json_t *pod)
     const char *reason = json_string_value(json_object_get(ready, "reason"));
     const char *phase = str_at(pod, "status.phase");
     return rs && strcmp(rs, "False") == 0 && crs && strcmp(crs, "True") == 0 && phase &&
-           strcmp(phase, "Running") == 0 &&
+           (strcmp(phase, "Running") == 0 || strcmp(phase, "Unknown") == 0) &&
            !(reason && strcmp(reason, "ReadinessGatesNotReady") == 0);
 }
 

@@ -164,6 +164,11 @@ static void test_pod_level(void)
     EXPECT(pod(MARKED("", "False")) == 2 && !strstr(out, "stopped reporting"));
     EXPECT(pod(MARKED(",\"reason\":\"ReadinessGatesNotReady\"", "True")) == 2);
     {
+        char unknown[] = MARKED("", "True"); /* phase Unknown (older clusters' NodeLost) */
+        memcpy(strstr(unknown, "Running"), "Unknown", 7);
+        EXPECT(pod(unknown) == 1 && has("stopped reporting"));
+    }
+    {
         json_t *p = json_loads(MARKED("", "True"), 0, NULL);
         EXPECT(agent_node_lost("train-2-abcde", p, out, sizeof(out)) == 1 && has("node-7"));
         json_object_set_new(agent_json_path(p, "spec"), "nodeName", json_string("../x"));
