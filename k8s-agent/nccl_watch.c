@@ -535,17 +535,47 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
                ctx->comm_name);
 }
 
-/* How many pods of this job (the stamp) recorded a start at or after t (epoch s; -1: any). */
+/* Must pod start again after the failure for the job to run? Every pod must, unless every
+ * unhealthy member is a pod refused at its init (its NCCL version): the others still wait for
+ * it in NCCL's init and let it in once it runs the right NCCL; then only the refused pods. */
+static int must_restart(const json_t *status, const char *pod)
+{
+    size_t i, k;
+    const json_t *m, *r;
+    int refused_pod = 0, any = 0;
+    json_array_foreach(json_object_get(status, "unhealthyMembers"), i, m)
+    {
+        const char *mp = json_string_value(json_object_get(m, "pod"));
+        int refused = 0;
+        json_array_foreach(json_object_get(status, "unhealthyMembers"), k, r)
+        {
+            const char *rp = json_string_value(json_object_get(r, "pod"));
+            const char *why = json_string_value(json_object_get(r, "reason"));
+            refused |= mp && rp && why && strcmp(mp, rp) == 0 && strcmp(why, REASON_REFUSED) == 0;
+        }
+        if (!refused)
+            return 1; /* an end of a running rank: the others' communicator is broken */
+        any = 1;
+        refused_pod |= pod && strcmp(mp, pod) == 0;
+    }
+    return !any || refused_pod;
+}
+
+/* How many pods of this job (the stamp) recorded a start at or after t (epoch s; -1: any), or
+ * need not start again (must_restart). */
 static int started_since(const agent_nccl_watch_t *w, const json_t *comm, int64_t t)
 {
     const char *k;
     json_t *v;
     int n = 0;
-    json_object_foreach(agent_json_path(comm, "status.ncclPods"), k, v)
+    const json_t *status = json_object_get(comm, "status");
+    json_object_foreach(json_object_get(status, "ncclPods"), k, v)
     {
         const char *job = json_string_value(json_object_get(v, "job"));
+        const char *pod = json_string_value(json_object_get(v, "pod"));
         int64_t at = agent_rfc3339_s(json_string_value(json_object_get(v, "since")));
-        n += job && strcmp(job, w->stamp) == 0 && (t < 0 || at + CLOCK_SLACK_S >= t);
+        n += job && strcmp(job, w->stamp) == 0 &&
+             (t < 0 || at + CLOCK_SLACK_S >= t || !must_restart(status, pod));
     }
     return n;
 }
@@ -591,10 +621,12 @@ static void record_pod(agent_nccl_watch_t *w)
         if (failed) {
             const char *lpod = json_string_value(json_object_get(last, "pod"));
             const char *why = json_string_value(json_object_get(last, "reason"));
+            int all = must_restart(json_object_get(r.body, "status"), NULL);
             snprintf(msg, sizeof(msg),
-                     "all %d pods of job %s started NVIDIA NCCL again after the failure at %s "
-                     "(%s of pod %s); lastError keeps it",
-                     f->nranks, f->job, failed_at, why ? why : "?", lpod ? lpod : "?");
+                     "%s of job %s started NVIDIA NCCL again after the failure at %s (%s of pod "
+                     "%s)%s; lastError keeps it",
+                     all ? "all pods" : "the refused pods", f->job, failed_at, why ? why : "?",
+                     lpod ? lpod : "?", all ? "" : ", which the others waited for in NCCL's init");
         } else {
             snprintf(msg, sizeof(msg), "all %d pods of job %s started NVIDIA NCCL", f->nranks,
                      f->job);

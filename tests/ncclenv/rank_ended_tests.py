@@ -300,7 +300,8 @@ def case_at_stop(_):
 
 def case_refused(_):
     """A rank refused at its init for another NCCL version: the ranks already in NCCL (waiting for
-    it in NCCL's bootstrap) are told at once who was refused and why."""
+    it in NCCL's bootstrap) are told at once who was refused and why; started again with the
+    right version, it alone makes the job Ready again."""
     with scene() as (cl, ranks):
         pods, agents = start_job(cl, "refused", 2)
         names = [p["metadata"]["name"] for p in pods]
@@ -316,6 +317,13 @@ def case_refused(_):
         check(len(told) == 1 and "version mismatch" in told[0] and "NVIDIA NCCL is not told" in
               told[0], "rank 0's stderr: " + ranks[0].stderr())
         labelled(cl, "refused")
+        # rank 1 started again with the right NCCL: rank 0, still in NCCL's init, lets it in
+        ranks.append(Rank(agents[1]["sock"]))
+        st = wait_for(lambda: ready(cl, "refused"), 20, "phase Ready once rank 1 runs 2.28.9")
+        healthy = [c for c in st["conditions"] if c["type"] == "Healthy"][0]
+        print("rank 1 started again:", healthy["message"])
+        check(healthy["reason"] == "Restarted" and "the refused pods" in healthy["message"],
+              "Healthy: %s" % healthy)
 
 
 def case_pods(_):
