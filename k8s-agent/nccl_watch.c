@@ -51,6 +51,8 @@ typedef struct {
     colli_proto_nccl_ended_t e;
     char time[40]; /* the member's time (with the pod: one end) */
     int64_t end_s; /* epoch s of the end (the member's time; else when this agent learned it) */
+    int pod_rank;  /* the ended pod's */
+    int back;      /* that pod rank started NCCL again after the end (status.ncclPods) */
 } ended_t;
 
 /* A pod whose ranks ended, as the Communicator and its Events name it. */
@@ -66,6 +68,7 @@ struct agent_nccl_watch {
     int closed;        /* the agent stops: the threads report nothing more (under mu) */
     int64_t since_s;   /* the pod's first NCCL init (epoch s): an earlier end is not this job's */
     int64_t gen_s;     /* its latest: all of its ranks (re)started NCCL (epoch s; under mu) */
+    int ngen;          /* how often they did (under mu) */
     char stamp[17];    /* this job's (its secret, hashed) */
     char own_key[160]; /* the own end last reported ("" none; under mu) */
     ended_t ended[MAX_ENDED];
@@ -124,12 +127,22 @@ static void mark_ended(agent_nccl_watch_t *w)
     label_ended(w, 1);
 }
 
+/* Is end i one that a process of this pod started at t (epoch s) waits on? When it ended at or
+ * after t; or before, while this pod's ranks started for the first time (they wait for it in
+ * NCCL's init) and its pod has not started again since. An end before a restart of this pod
+ * (in place: a later generation) is the one that restarted it: not told again (under mu). */
+static int current(const agent_nccl_watch_t *w, int i, int64_t t)
+{
+    const ended_t *e = &w->ended[i];
+    return e->end_s + CLOCK_SLACK_S >= t || (w->ngen <= 1 && !e->back);
+}
+
 /* The first end this agent learned of the pod's current generation (its ranks' latest start),
  * -1 none (under mu). */
 static int first_end(const agent_nccl_watch_t *w)
 {
     for (int i = 0; i < w->nended; i++)
-        if (w->ended[i].end_s + CLOCK_SLACK_S >= w->gen_s)
+        if (current(w, i, w->gen_s))
             return i;
     return -1;
 }
@@ -277,7 +290,10 @@ static int on_job(void *arg, const char *type, json_t *obj)
         if (e.end_s < 0)
             e.end_s = (int64_t)time(NULL);
         pthread_mutex_lock(&w->mu);
-        int known = e.end_s + CLOCK_SLACK_S < w->gen_s; /* an earlier generation's */
+        /* an earlier generation's */
+        int known = w->ngen > 1 && e.end_s + CLOCK_SLACK_S < w->gen_s;
+        int per = w->ctx->facts.local_size > 1 ? w->ctx->facts.local_size : 1;
+        e.pod_rank = e.e.rank / per;
         for (int k = 0; k < w->nended; k++)
             known |=
                 strcmp(w->ended[k].e.pod, e.e.pod) == 0 && strcmp(w->ended[k].time, e.time) == 0;
@@ -288,6 +304,19 @@ static int on_job(void *arg, const char *type, json_t *obj)
         }
         pthread_mutex_unlock(&w->mu);
     }
+    /* the ended pods that started NCCL again since (restarted, or replaced) */
+    const json_t *pods = agent_json_path(obj, "status.ncclPods");
+    pthread_mutex_lock(&w->mu);
+    for (int k = 0; k < w->nended; k++) {
+        char key[16];
+        snprintf(key, sizeof(key), "%d", w->ended[k].pod_rank);
+        const json_t *v = json_object_get(pods, key);
+        const char *job = json_string_value(json_object_get(v, "job"));
+        int64_t at = agent_rfc3339_s(json_string_value(json_object_get(v, "since")));
+        if (job && strcmp(job, w->stamp) == 0 && at > w->ended[k].end_s + CLOCK_SLACK_S)
+            w->ended[k].back = 1;
+    }
+    pthread_mutex_unlock(&w->mu);
     return 0;
 }
 
@@ -668,12 +697,13 @@ void agent_nccl_accepted(agent_ctx_t *ctx, int local_rank)
         memset(w->accepted, 0, sizeof(w->accepted));
         w->naccepted = 0;
         w->gen_s = (int64_t)time(NULL);
-        int k = 0; /* the ends of earlier generations are forgotten: room for the next */
-        for (int i = 0; i < w->nended; i++)
-            if (w->ended[i].end_s + CLOCK_SLACK_S >= w->since_s &&
-                w->ended[i].end_s + CLOCK_SLACK_S >= w->gen_s)
-                w->ended[k++] = w->ended[i];
-        w->nended = k;
+        if (++w->ngen > 1) { /* the ends of earlier generations are forgotten: room */
+            int k = 0;
+            for (int i = 0; i < w->nended; i++)
+                if (w->ended[i].end_s + CLOCK_SLACK_S >= w->gen_s)
+                    w->ended[k++] = w->ended[i];
+            w->nended = k;
+        }
     }
     pthread_mutex_unlock(&w->mu);
     if (now)
@@ -750,11 +780,10 @@ json_t *agent_nccl_ended(agent_ctx_t *ctx, const json_t *req)
     pthread_mutex_unlock(&ctx->mu);
     if (w) {
         pthread_mutex_lock(&w->mu);
-        /* an end before the process's NCCL init is an earlier generation's: the restart it
-         * caused, or the replaced pod's (a process is not sent away by the end that restarted
-         * it) */
+        /* an end before the process's NCCL init may be the one that restarted it: not told
+         * again (current) */
         for (int i = 0; i < w->nended && n < COLLI_PROTO_NCCL_MAX_ENDED; i++)
-            if (w->ended[i].end_s + CLOCK_SLACK_S >= since)
+            if (current(w, i, since))
                 out[n++] = w->ended[i].e;
         pthread_mutex_unlock(&w->mu);
     }

@@ -10,7 +10,8 @@ Cases: ended (OOMKilled; the told processes, exit and wait), clean (exit 0 every
 at_stop (the sidecar is stopped before its pod's end reaches the API server), refused (a rank of
 another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod),
 node (a pod's node dies: the agent of the pod before it in the ring writes it), ring (the watched
-pod replaced by one of a new name), restart (restarted in place: Ready again, then a new end)."""
+pod replaced by one of a new name), restart (restarted in place: Ready again, then a new end),
+late (an end before a pod's first NCCL start is told to it, not to its restart)."""
 import argparse
 import contextlib
 import os
@@ -483,6 +484,27 @@ def case_ring(_):
         wait_for(lambda: "stopped reporting" in ranks[0].stderr(), 20, "rank 0 to be told")
         st = communicator(cl, "ring")["status"]
         check(st["lastError"]["pod"] == new["metadata"]["name"], "lastError: %s" % st)
+
+
+def case_late(_):
+    """Rank 1 ended before rank 0's processes started NCCL (pods start in any order): rank 0's
+    first process waits for it in NCCL's init, and is told; a second process of rank 0's pod (a
+    restart in place, after the end) is not."""
+    with scene() as (cl, ranks):
+        pods, agents = start_job(cl, "late", 2)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks.append(Rank(agents[1]["sock"]))
+        ranks[0].proc.kill()
+        oom(cl, names[1])
+        labelled(cl, "late")
+        time.sleep(3.0)  # well before rank 0's start: the end's time + the clocks' 2 s
+        ranks.append(Rank(agents[0]["sock"]))
+        wait_for(lambda: "OOMKilled" in ranks[1].stderr(), 20, "rank 0's first process told")
+        ranks[1].proc.kill()
+        ranks.append(Rank(agents[0]["sock"]))
+        time.sleep(2.5)
+        check("OOMKilled" not in ranks[2].stderr(),
+              "rank 0's restarted process was told of the end before it: " + ranks[2].stderr())
 
 
 def restarted(cl, pod_name, terminated, restarts):
