@@ -92,6 +92,12 @@ static json_t *with_cause(const update_t *u, json_t *o)
     return o;
 }
 
+static int old_false(const json_t *cond)
+{
+    const char *st = json_string_value(json_object_get(cond, "status"));
+    return st && strcmp(st, "False") == 0;
+}
+
 /* Build the merged status from the server's current one and the pending update. */
 static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const update_t *u)
 {
@@ -151,6 +157,15 @@ static json_t *merged_status(agent_health_t *h, const json_t *cur_status, const 
                           "status", nc->status, "reason", nc->reason[0] ? nc->reason : nc->status,
                           "message", msg, "lastTransitionTime",
                           (ots && olt && strcmp(ots, nc->status) == 0) ? olt : now));
+        } else if (old && u->recovered && c == COLLI_PROTO_COND_VERSIONS && old_false(old)) {
+            /* every pod started again, each NCCL passing the version check: consistent now */
+            json_array_append_new(
+                conditions,
+                json_pack("{ss ss ss ss ss}", "type",
+                          colli_proto_cond_name(COLLI_PROTO_COND_VERSIONS), "status", "True",
+                          "reason", "Restarted", "message",
+                          "every pod's NCCL passed the version check when it started again",
+                          "lastTransitionTime", now));
         } else if (old) {
             json_array_append(conditions, old);
         }

@@ -323,8 +323,10 @@ def case_refused(_):
         st = wait_for(lambda: ready(cl, "refused"), 20, "phase Ready once rank 1 runs 2.28.9")
         healthy = [c for c in st["conditions"] if c["type"] == "Healthy"][0]
         print("rank 1 started again:", healthy["message"])
-        check(healthy["reason"] == "Restarted" and "the refused pods" in healthy["message"],
-              "Healthy: %s" % healthy)
+        versions = [c for c in st["conditions"] if c["type"] == "VersionsConsistent"][0]
+        check(healthy["reason"] == "Restarted" and "the refused pods" in healthy["message"] and
+              versions["status"] == "True" and versions["reason"] == "Restarted",
+              "conditions: %s" % st["conditions"])
 
 
 def case_pods(_):
