@@ -157,6 +157,23 @@ int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char
  * containers ran (Ready=False, ContainersReady=True: the kubelet never writes that pair, but for
  * a readiness gate): out says so, with the mark's time. Else 0. agent_pod_cause says it too. */
 int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t len);
+/* ---- nccl_pods.c: status.ncclPods of a Communicator (spec.nccl: native) ---- */
+
+#define AGENT_NCCL_REFUSED "NcclVersionMismatch" /* a member refused at its NCCL init */
+
+/* Pod rank q's record of this job (stamp): 1 with its pod's name (a DNS-1123 name) and node ("?"
+ * when none or not a name), else 0. */
+int agent_nccl_pods_entry(const json_t *comm, const char *stamp, int q, char *pod, size_t podlen,
+                          char *node, size_t nodelen);
+/* When pod rank q's NCCL processes of this job last all passed their init (epoch s), -1 none. */
+int64_t agent_nccl_pods_since(const json_t *comm, const char *stamp, int q);
+/* Is every unhealthy member (at least one) a pod refused at its init for its NCCL version? Then
+ * only those pods must start again for the job to run: the others wait for them in NCCL's init. */
+int agent_nccl_pods_refused_only(const json_t *comm);
+/* How many pods of this job recorded a start at or after t (epoch s, slack_s for the clocks of two
+ * nodes; t -1: any start), or need not start again (agent_nccl_pods_refused_only, not refused). */
+int agent_nccl_pods_started(const json_t *comm, const char *stamp, int64_t t, int slack_s);
+
 /* What a Node says: 1 when it is not Ready (out says since when and why), else 0. */
 int agent_node_cause(const char *node_name, const json_t *node, char *out, size_t len);
 /* After a failure blamed on m was written: read its pod over the next minute (another pod's,

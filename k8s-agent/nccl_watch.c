@@ -40,9 +40,9 @@
 #define STOP_JOIN_S      3 /* the watches end within about a second of the stop */
 #define MAX_ENDED        8 /* ended pods remembered (the first ones: the cause comes first) */
 #define LABEL_ENDED      "kcoll.io/rank-ended"
-#define REASON_ENDED     "RankEnded"           /* the first end: told to the other ranks */
-#define REASON_AFTER     "EndedAfterPeer"      /* an end after another rank's: a consequence */
-#define REASON_REFUSED   "NcclVersionMismatch" /* refused at its init (nccl_env.c): it ends */
+#define REASON_ENDED     "RankEnded"        /* the first end: told to the other ranks */
+#define REASON_AFTER     "EndedAfterPeer"   /* an end after another rank's: a consequence */
+#define REASON_REFUSED   AGENT_NCCL_REFUSED /* refused at its init (nccl_env.c): it ends */
 #define RING_BACKOFF_MS  30000 /* the next pod not recorded (yet): its record read this often */
 #define THREADS          3     /* the own pod's watch, the Communicator's, the next pod's */
 #define CLOCK_SLACK_S    2     /* an end this close before an init may be that init's peer's */
@@ -76,8 +76,8 @@ struct agent_nccl_watch {
     atomic_int cancel;                               /* the agent stops: the watches end */
     unsigned char accepted[AGENT_MAX_RANKS_PER_POD]; /* local ranks whose NCCL init passed */
     int naccepted;                                   /* since the last record (under mu) */
-    char next_key[160];                              /* the next pod's loss reported (under mu) */
-    whose_t ring_hint; /* the next pod, as the own record's answer named it (under mu) */
+    char next_key[MAX_CAUSE]; /* the next pod's loss last reported: its words (under mu) */
+    whose_t ring_hint;        /* the next pod, as the own record's answer named it (under mu) */
     pthread_t threads[THREADS];
     int started[THREADS];
 };
@@ -152,8 +152,8 @@ static int first_end(const agent_nccl_watch_t *w)
  * processes were told, and ended or timed out) is a consequence, reason EndedAfterPeer: it keeps
  * the first end as lastError and the Healthy condition, and is not told to the other ranks (a
  * restarted rank is not sent away again by the ends its own first end caused). */
-static void report_end(agent_nccl_watch_t *w, const whose_t *p, char last_key[160], const char *key,
-                       const char *verb, const char *cause)
+static void report_end(agent_nccl_watch_t *w, const whose_t *p, char *last_key, size_t keylen,
+                       const char *key, const char *verb, const char *cause)
 {
     agent_ctx_t *ctx = w->ctx;
     const agent_facts_t *f = &ctx->facts;
@@ -176,7 +176,7 @@ static void report_end(agent_nccl_watch_t *w, const whose_t *p, char last_key[16
         pthread_mutex_unlock(&w->mu);
         return;
     }
-    snprintf(last_key, 160, "%s", key);
+    snprintf(last_key, keylen, "%s", key);
     int first = first_end(w), consequence = first >= 0;
     if (consequence)
         snprintf(after, sizeof(after), " after rank %d (pod %s) had ended", w->ended[first].e.rank,
@@ -227,11 +227,11 @@ static int judge(agent_nccl_watch_t *w, const json_t *pod)
     snprintf(me.uid, sizeof(me.uid), "%s", ctx->pod_uid);
     if (!pod) {
         agent_pod_cause(name, NULL, w->since_s, 0, cause, sizeof(cause));
-        report_end(w, &me, w->own_key, "deleted", "ended", cause);
+        report_end(w, &me, w->own_key, sizeof(w->own_key), "deleted", "ended", cause);
         return 1;
     }
     if (agent_own_end(name, pod, w->since_s, cause, sizeof(cause), key, sizeof(key))) {
-        report_end(w, &me, w->own_key, key, "ended", cause);
+        report_end(w, &me, w->own_key, sizeof(w->own_key), key, "ended", cause);
         return 1;
     }
     size_t i, n = 0;
@@ -305,17 +305,10 @@ static int on_job(void *arg, const char *type, json_t *obj)
         pthread_mutex_unlock(&w->mu);
     }
     /* the ended pods that started NCCL again since (restarted, or replaced) */
-    const json_t *pods = agent_json_path(obj, "status.ncclPods");
     pthread_mutex_lock(&w->mu);
-    for (int k = 0; k < w->nended; k++) {
-        char key[16];
-        snprintf(key, sizeof(key), "%d", w->ended[k].pod_rank);
-        const json_t *v = json_object_get(pods, key);
-        const char *job = json_string_value(json_object_get(v, "job"));
-        int64_t at = agent_rfc3339_s(json_string_value(json_object_get(v, "since")));
-        if (job && strcmp(job, w->stamp) == 0 && at > w->ended[k].end_s + CLOCK_SLACK_S)
-            w->ended[k].back = 1;
-    }
+    for (int k = 0; k < w->nended; k++)
+        w->ended[k].back |= agent_nccl_pods_since(obj, w->stamp, w->ended[k].pod_rank) >
+                            w->ended[k].end_s + CLOCK_SLACK_S;
     pthread_mutex_unlock(&w->mu);
     return 0;
 }
@@ -338,31 +331,22 @@ static int nap(agent_nccl_watch_t *w, int64_t ms)
     return 0;
 }
 
-/* Pod rank q's record in the Communicator's status.ncclPods (this job's: its stamp), into out:
- * 1 found. */
+/* Pod rank q's record in the Communicator's status.ncclPods (this job's, not this pod), into
+ * out: 1 found. */
 static int ring_entry(const agent_nccl_watch_t *w, const json_t *comm, int q, whose_t *out)
 {
-    char key[16];
-    snprintf(key, sizeof(key), "%d", q);
-    const json_t *e = json_object_get(agent_json_path(comm, "status.ncclPods"), key);
-    const char *job = json_string_value(json_object_get(e, "job"));
-    const char *pod = json_string_value(json_object_get(e, "pod"));
-    const char *node = json_string_value(json_object_get(e, "node"));
-    if (!job || strcmp(job, w->stamp) != 0 || !pod || !agent_name_ok(pod, 1) ||
-        strcmp(pod, w->ctx->facts.pod) == 0)
-        return 0;
     memset(out, 0, sizeof(*out));
     out->pod_rank = q;
-    snprintf(out->pod, sizeof(out->pod), "%s", pod);
-    snprintf(out->node, sizeof(out->node), "%s", node && agent_name_ok(node, 1) ? node : "?");
-    return 1;
+    return agent_nccl_pods_entry(comm, w->stamp, q, out->pod, sizeof(out->pod), out->node,
+                                 sizeof(out->node)) &&
+           strcmp(out->pod, w->ctx->facts.pod) != 0;
 }
 
-/* The next pod's state: its node's loss reported once (key: the pod and the mark's time). */
+/* The next pod's state: its node's loss reported once per mark. */
 static int on_next(void *arg, const char *type, json_t *obj)
 {
     ring_t *r = arg;
-    char cause[MAX_CAUSE], key[160];
+    char cause[MAX_CAUSE];
     if (closed(r->w))
         return 1;
     const char *phase = json_string_value(agent_json_path(obj, "status.phase"));
@@ -376,11 +360,8 @@ static int on_next(void *arg, const char *type, json_t *obj)
     const char *node = json_string_value(agent_json_path(obj, "spec.nodeName"));
     if (node && agent_name_ok(node, 1))
         snprintf(r->next.node, sizeof(r->next.node), "%s", node);
-    uint64_t h = 1469598103934665603ull; /* the words name the pod and the mark's time */
-    for (const char *c = cause; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    snprintf(key, sizeof(key), "%.100s %016llx", r->next.pod, (unsigned long long)h);
-    report_end(r->w, &r->next, r->w->next_key, key, "is gone", cause);
+    /* once per mark: the words name the pod and the mark's time */
+    report_end(r->w, &r->next, r->w->next_key, sizeof(r->w->next_key), cause, "is gone", cause);
     return 0;
 }
 
@@ -405,6 +386,7 @@ static int ring_resolve(ring_t *r, int q)
     agent_nccl_watch_t *w = r->w;
     agent_ctx_t *ctx = w->ctx;
     char path[600], fsel[300], old[254];
+    int warned = 0;
     snprintf(old, sizeof(old), "%s", r->gone ? r->next.pod : "");
     snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
              ctx->facts.ns);
@@ -421,8 +403,16 @@ static int ring_resolve(ring_t *r, int q)
         }
         pthread_mutex_unlock(&w->mu);
         if (!rr.found) {
-            agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
-                                    agent_now_ms() + LABEL_TIMEOUT_MS, on_ring_read, &rr, &resp);
+            int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
+                                             agent_now_ms() + LABEL_TIMEOUT_MS, on_ring_read, &rr,
+                                             &resp);
+            if (rc != 0 && resp.code >= 400 && resp.code < 500 && resp.code != 410 &&
+                resp.code != 429 && !warned++)
+                agent_warn(
+                    "AGENT-RING",
+                    "reading Communicator %s for the next pod's name: HTTP %ld %s; read "
+                    "again (at longest every %d s); until then a loss of its node is not written",
+                    ctx->comm_name, resp.code, resp.message, RING_BACKOFF_MS / 1000);
             agent_kube_resp_free(&resp);
         }
         /* the same name again: the pod recreated under it (a PyTorchJob's), or still the ended
@@ -564,51 +554,6 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
                ctx->comm_name);
 }
 
-/* Must pod start again after the failure for the job to run? Every pod must, unless every
- * unhealthy member is a pod refused at its init (its NCCL version): the others still wait for
- * it in NCCL's init and let it in once it runs the right NCCL; then only the refused pods. */
-static int must_restart(const json_t *status, const char *pod)
-{
-    size_t i, k;
-    const json_t *m, *r;
-    int refused_pod = 0, any = 0;
-    json_array_foreach(json_object_get(status, "unhealthyMembers"), i, m)
-    {
-        const char *mp = json_string_value(json_object_get(m, "pod"));
-        int refused = 0;
-        json_array_foreach(json_object_get(status, "unhealthyMembers"), k, r)
-        {
-            const char *rp = json_string_value(json_object_get(r, "pod"));
-            const char *why = json_string_value(json_object_get(r, "reason"));
-            refused |= mp && rp && why && strcmp(mp, rp) == 0 && strcmp(why, REASON_REFUSED) == 0;
-        }
-        if (!refused)
-            return 1; /* an end of a running rank: the others' communicator is broken */
-        any = 1;
-        refused_pod |= pod && strcmp(mp, pod) == 0;
-    }
-    return !any || refused_pod;
-}
-
-/* How many pods of this job (the stamp) recorded a start at or after t (epoch s; -1: any), or
- * need not start again (must_restart). */
-static int started_since(const agent_nccl_watch_t *w, const json_t *comm, int64_t t)
-{
-    const char *k;
-    json_t *v;
-    int n = 0;
-    const json_t *status = json_object_get(comm, "status");
-    json_object_foreach(json_object_get(status, "ncclPods"), k, v)
-    {
-        const char *job = json_string_value(json_object_get(v, "job"));
-        const char *pod = json_string_value(json_object_get(v, "pod"));
-        int64_t at = agent_rfc3339_s(json_string_value(json_object_get(v, "since")));
-        n += job && strcmp(job, w->stamp) == 0 &&
-             (t < 0 || at + CLOCK_SLACK_S >= t || !must_restart(status, pod));
-    }
-    return n;
-}
-
 /* status.ncclPods.POD_RANK = {job (the stamp), pod, node, since}: this pod's NCCL processes all
  * passed their init (again, after a restart). The agent whose record completes the job writes
  * phase Ready; after a failure, once every pod started again after it, the job runs again. */
@@ -645,12 +590,13 @@ static void record_pod(agent_nccl_watch_t *w)
     const char *failed_at = json_string_value(json_object_get(last, "time"));
     int failed = phase && strcmp(phase, "Failed") == 0;
     int64_t t = failed ? agent_rfc3339_s(failed_at) : -1;
-    if ((!failed || t >= 0) && started_since(w, r.body, t) >= f->nranks) {
+    if ((!failed || t >= 0) &&
+        agent_nccl_pods_started(r.body, w->stamp, t, CLOCK_SLACK_S) >= f->nranks) {
         char msg[MAX_MSG];
         if (failed) {
             const char *lpod = json_string_value(json_object_get(last, "pod"));
             const char *why = json_string_value(json_object_get(last, "reason"));
-            int all = must_restart(json_object_get(r.body, "status"), NULL);
+            int all = !agent_nccl_pods_refused_only(r.body);
             snprintf(msg, sizeof(msg),
                      "%s of job %s started NVIDIA NCCL again after the failure at %s (%s of pod "
                      "%s)%s; lastError keeps it",

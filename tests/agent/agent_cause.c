@@ -376,6 +376,54 @@ static void test_ended_proto(void)
     json_decref(m);
 }
 
+/* status.ncclPods as the agents read it (nccl_pods.c): the next pod, a start's time, and when a
+ * failed job runs again. */
+static void test_nccl_pods(void)
+{
+    const char *stamp = "0123456789abcdef";
+    json_t *c = json_loads(
+        "{\"status\":{\"ncclPods\":{"
+        "\"0\":{\"job\":\"0123456789abcdef\",\"pod\":\"t-0\",\"node\":\"n0\","
+        "\"since\":\"2026-11-29T12:00:00Z\"},"
+        "\"1\":{\"job\":\"0123456789abcdef\",\"pod\":\"t-1\",\"node\":\"../n\","
+        "\"since\":\"2026-11-29T12:10:00Z\"},"
+        "\"2\":{\"job\":\"another-job-stmp\",\"pod\":\"t-2\"},"
+        "\"3\":{\"job\":\"0123456789abcdef\",\"pod\":\"T/3\"}},"
+        "\"unhealthyMembers\":[{\"rank\":1,\"pod\":\"t-1\",\"reason\":"
+        "\"NcclVersionMismatch\"},{\"rank\":1,\"pod\":\"t-1\",\"reason\":\"RankEnded\"}]}}",
+        0, NULL);
+    char pod[254], node[254];
+    EXPECT(c != NULL);
+    EXPECT(agent_nccl_pods_entry(c, stamp, 0, pod, sizeof(pod), node, sizeof(node)) == 1 &&
+           strcmp(pod, "t-0") == 0 && strcmp(node, "n0") == 0);
+    /* a node that is no name is not repeated; another job's record, a pod that is no name: none */
+    EXPECT(agent_nccl_pods_entry(c, stamp, 1, pod, sizeof(pod), node, sizeof(node)) == 1 &&
+           strcmp(node, "?") == 0);
+    EXPECT(agent_nccl_pods_entry(c, stamp, 2, pod, sizeof(pod), node, sizeof(node)) == 0);
+    EXPECT(agent_nccl_pods_entry(c, stamp, 3, pod, sizeof(pod), node, sizeof(node)) == 0);
+    EXPECT(agent_nccl_pods_since(c, stamp, 0) == SINCE); /* 12:00:00Z */
+    EXPECT(agent_nccl_pods_since(c, stamp, 1) - agent_nccl_pods_since(c, stamp, 0) == 600);
+    EXPECT(agent_nccl_pods_since(c, stamp, 2) == -1 && agent_nccl_pods_since(c, stamp, 9) == -1);
+    /* a refused pod only (its own end beside it): only it must start again */
+    int64_t fail = agent_nccl_pods_since(c, stamp, 0) + 300; /* 12:05 */
+    EXPECT(agent_nccl_pods_refused_only(c) == 1);
+    EXPECT(agent_nccl_pods_started(c, stamp, -1, 2) == 3); /* 0, 1, 3: this job's */
+    EXPECT(agent_nccl_pods_started(c, stamp, fail, 2) == 3);
+    /* another pod's end as well: every pod must start again after it (pod 1 did, 0 did not) */
+    json_array_append_new(agent_json_path(c, "status.unhealthyMembers"),
+                          json_pack("{si ss ss}", "rank", 0, "pod", "t-0", "reason", "RankEnded"));
+    EXPECT(agent_nccl_pods_refused_only(c) == 0);
+    EXPECT(agent_nccl_pods_started(c, stamp, fail, 2) == 1);
+    EXPECT(agent_nccl_pods_started(c, stamp, fail - 600, 2) == 2);
+    json_decref(c);
+    /* nothing unhealthy is no refusal */
+    c = json_loads("{\"status\":{\"unhealthyMembers\":[]}}", 0, NULL);
+    EXPECT(agent_nccl_pods_refused_only(c) == 0 && agent_nccl_pods_started(c, stamp, 0, 2) == 0);
+    json_decref(c);
+    EXPECT(agent_nccl_pods_refused_only(NULL) == 0 &&
+           agent_nccl_pods_started(NULL, stamp, 0, 2) == 0);
+}
+
 int main(void)
 {
     agent_log_init("error", NULL);
@@ -385,6 +433,7 @@ int main(void)
     test_peer_proto();
     test_own_end();
     test_ended_proto();
+    test_nccl_pods();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;

@@ -6,8 +6,9 @@
  * and its deprecated spelling), then the CollectiveTopology list (namespace and pod selectors,
  * pins, spec.network against the network-status), then the Node (its topology label).
  * k8s-agent/pod_facts.c, topology.c, node_group.c; and why a rank ended, from that Pod and
- * Node (cause.c). A rejection names its condition; accepted
- * facts are consistent and say what the objects say (no int wrapped on the way).
+ * Node (cause.c); and the first answer read as a Communicator's status.ncclPods (nccl_pods.c). A
+ * rejection names its condition; accepted facts are consistent and say what the objects say (no int
+ * wrapped on the way).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "fuzz.h"
 #include "health_state.h"
 #include "kube.h"
+#include "pod_ranks.h" /* agent_name_ok */
 
 static void named(const agent_condition_t *c)
 {
@@ -105,9 +107,46 @@ static void cause_of(const uint8_t *data, size_t size)
     json_decref(node);
 }
 
+/* The same first answer as a Communicator (spec.nccl: native, nccl_pods.c): the next pod's
+ * record, when a pod started, and whether a job runs again after a failure. Names that come out
+ * are DNS-1123 names; no more pods counted than recorded. */
+static void nccl_pods(const uint8_t *data, size_t size)
+{
+    json_t *comm = answer_json(data, size, 0);
+    const char *stamp = "0123456789abcdef";
+    size_t recorded = json_object_size(agent_json_path(comm, "status.ncclPods"));
+    char pod[254], node[254];
+    for (int q = 0; q < 3; q++) {
+        memset(pod, 'x', sizeof(pod));
+        memset(node, 'x', sizeof(node));
+        int r = agent_nccl_pods_entry(comm, stamp, q, pod, sizeof(pod), node, sizeof(node));
+        if ((r != 0 && r != 1) ||
+            (r == 1 &&
+             (!memchr(pod, 0, sizeof(pod)) || !memchr(node, 0, sizeof(node)) ||
+              !agent_name_ok(pod, 1) || (strcmp(node, "?") != 0 && !agent_name_ok(node, 1)))))
+            fuzz_fail("a next pod's record out of range, unterminated, or not a name");
+        (void)agent_nccl_pods_since(comm, stamp, q);
+    }
+    int only = agent_nccl_pods_refused_only(comm);
+    if (only != 0 && only != 1)
+        fuzz_fail("refused_only out of range");
+    for (int64_t t = -1; t < 2000000000; t += 1000000000) {
+        int n = agent_nccl_pods_started(comm, stamp, t, 2);
+        if (n < 0 || (size_t)n > recorded)
+            fuzz_fail("more pods started than recorded");
+    }
+    char out[MAX_CAUSE];
+    memset(out, 'x', sizeof(out));
+    int lost = agent_node_lost("p", comm, out, sizeof(out));
+    if ((lost != 0 && lost != 1) || !memchr(out, 0, sizeof(out)) || (lost == 0) != (out[0] == 0))
+        fuzz_fail("a node's loss out of range, unterminated, or text that disagrees");
+    json_decref(comm);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     cause_of(data, size);
+    nccl_pods(data, size);
     fake_kube_load(data, size);
     agent_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));

@@ -84,6 +84,25 @@ n5["status"] = {"conditions": [{"type": "Ready", "status": "Unknown", "reason": 
                                 "message": "Kubelet stopped posting node status.",
                                 "lastTransitionTime": "2026-11-29T12:07:40Z"}]}
 write("pod", "cause-ended", parts(j(p5), j(tlist), j(n5)))
+# spec.nccl: native: a pod the node controller marked (its node stopped reporting), and a
+# Communicator's status.ncclPods after a refusal (nccl_pods.c reads the first answer as both)
+p6 = copy.deepcopy(pod)
+p6["status"].update({"phase": "Running", "conditions": [
+    {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T12:07:00Z"},
+    {"type": "ContainersReady", "status": "True"}]})
+write("pod", "node-lost", parts(j(p6), j(tlist), j(node)))
+stamp = "0123456789abcdef"
+comm = {"kind": "Communicator", "metadata": {"name": "train"}, "status": {
+    "phase": "Failed", "lastError": {"rank": 1, "pod": "train-1-x", "time": "2026-11-29T12:00:00Z",
+                                     "reason": "NcclVersionMismatch"},
+    "unhealthyMembers": [{"rank": 1, "pod": "train-1-x", "reason": "NcclVersionMismatch"},
+                         {"rank": 1, "pod": "train-1-x", "reason": "RankEnded"}],
+    "ncclPods": {"0": {"job": stamp, "pod": "train-0-x", "node": "n0",
+                       "since": "2026-11-29T11:59:00Z"},
+                 "1": {"job": stamp, "pod": "train-1-x", "node": "bad/node",
+                       "since": "2026-11-29T12:01:00.5Z"},
+                 "2": {"job": "other", "pod": "train-2-x"}}}}
+write("pod", "nccl-pods", parts(j(comm)))
 p4 = copy.deepcopy(pod)
 p4["metadata"]["annotations"]["kcoll.io/world-size-error"] = "Forbidden: cannot read the Job"
 del p4["metadata"]["annotations"]["kcoll.io/world-size"]
