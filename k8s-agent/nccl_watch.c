@@ -44,6 +44,7 @@
 #define REASON_AFTER     "EndedAfterPeer"   /* an end after another rank's: a consequence */
 #define REASON_REFUSED   AGENT_NCCL_REFUSED /* refused at its init (nccl_env.c): it ends */
 #define RING_BACKOFF_MS  30000 /* the next pod not recorded (yet): its record read this often */
+#define REFUSED_MAX_MS   30000 /* a watch the API server refuses: asked again at most this late */
 #define THREADS          3     /* the own pod's watch, the Communicator's, the next pod's */
 #define CLOCK_SLACK_S    2     /* an end this close before an init may be that init's peer's */
 
@@ -331,6 +332,20 @@ static int nap(agent_nccl_watch_t *w, int64_t ms)
     return 0;
 }
 
+/* A watch the API server refused (401 after a token refresh, 403, 404, 400: not 410 or 429, which
+ * the watch handles): asked again after 1, 2, 4 ... s, then every 30 s, so that RBAC restored by
+ * a chart upgrade, or an authorizer's outage ended, guards the job again without a restart. */
+static int refused(int rc, const agent_kube_resp_t *r)
+{
+    return rc != 0 && r->code >= 400 && r->code < 500 && r->code != 410 && r->code != 429;
+}
+
+/* The wait before asking again after a refusal (ms; 0: the last watch was not refused). */
+static int64_t refused_wait(int64_t last)
+{
+    return last <= 0 ? 1000 : last * 2 > REFUSED_MAX_MS ? REFUSED_MAX_MS : last * 2;
+}
+
 /* Pod rank q's record in the Communicator's status.ncclPods (this job's, not this pod), into
  * out: 1 found. */
 static int ring_entry(const agent_nccl_watch_t *w, const json_t *comm, int q, whose_t *out)
@@ -406,8 +421,7 @@ static int ring_resolve(ring_t *r, int q)
             int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
                                              agent_now_ms() + LABEL_TIMEOUT_MS, on_ring_read, &rr,
                                              &resp);
-            if (rc != 0 && resp.code >= 400 && resp.code < 500 && resp.code != 410 &&
-                resp.code != 429 && !warned++)
+            if (refused(rc, &resp) && !warned++)
                 agent_warn(
                     "AGENT-RING",
                     "reading Communicator %s for the next pod's name: HTTP %ld %s; read "
@@ -440,6 +454,7 @@ static void *ring(void *arg)
     agent_nccl_watch_t *w = r.w;
     agent_ctx_t *ctx = w->ctx;
     int pods = ctx->facts.nranks, q = (ctx->facts.rank + 1) % (pods > 0 ? pods : 1);
+    int64_t wait = 0; /* after a refusal */
     char path[400], fsel[300];
     if (pods < 2 || ring_resolve(&r, q) != 0)
         return NULL;
@@ -450,15 +465,21 @@ static void *ring(void *arg)
         snprintf(fsel, sizeof(fsel), "metadata.name=%s", r.next.pod);
         int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel, t0 + SLICE_MS,
                                          on_next, &r, &resp);
-        int fatal =
-            rc != 0 && resp.code >= 400 && resp.code < 500 && resp.code != 410 && resp.code != 429;
-        if (fatal)
+        int no = refused(rc, &resp);
+        if (no && !wait) /* once per refusal, however often it is asked again */
             agent_warn("AGENT-RING",
-                       "watching pod %s: HTTP %ld %s; a loss of its node is not "
-                       "written (the chart's RBAC grants watch on pods)",
-                       r.next.pod, resp.code, resp.message);
+                       "watching pod %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then "
+                       "every %d s; until then a loss of its node is not written (the chart's "
+                       "RBAC grants watch on pods)",
+                       r.next.pod, resp.code, resp.message, REFUSED_MAX_MS / 1000);
         agent_kube_resp_free(&resp);
-        if (fatal || (r.gone && ring_resolve(&r, q) != 0))
+        wait = no ? refused_wait(wait) : 0;
+        if (no) {
+            if (nap(w, wait))
+                break;
+            continue;
+        }
+        if (r.gone && ring_resolve(&r, q) != 0)
             break;
         if (rc != 0 && agent_now_ms() - t0 < 1000 && nap(w, 1000))
             break;
@@ -487,27 +508,29 @@ static void *watcher(void *arg)
         snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->facts.pod);
     }
     snprintf(lsel, sizeof(lsel), "%s=%s", LABEL_ENDED, w->stamp);
+    int64_t wait = 0; /* after a refusal */
     while (!closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
         agent_kube_resp_t r;
         int64_t t0 = agent_now_ms();
         int rc = agent_kube_watch_labels(ctx->kube, path, fsel, a.job ? lsel : NULL, &w->cancel,
                                          t0 + SLICE_MS, a.job ? on_job : on_own, w, &r);
-        /* a refusal the watch gives up on (401 after a token refresh, 403, 404, 400) stays one:
-         * not asked again in a loop; any other early end waits a second before the next watch */
-        int fatal = rc != 0 && r.code >= 400 && r.code < 500 && r.code != 410 && r.code != 429;
-        if (fatal)
+        /* a refusal is said once and asked again later and later; any other early end waits a
+         * second before the next watch (a new watch starts from the current state: an end
+         * during a refusal is seen by the first watch allowed again) */
+        int no = refused(rc, &r);
+        if (no && !wait)
             agent_warn("AGENT-RANK-ENDED-WATCH",
-                       "watching %s %s: HTTP %ld %s; %s (the chart's RBAC grants watch on pods "
-                       "and communicators)",
+                       "watching %s %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then "
+                       "every %d s; until then %s (the chart's RBAC grants watch on pods and "
+                       "communicators)",
                        a.job ? "Communicator" : "pod", a.job ? ctx->comm_name : ctx->facts.pod,
-                       r.code, r.message,
+                       r.code, r.message, REFUSED_MAX_MS / 1000,
                        a.job ? "this pod's NCCL processes are not told when another rank ends"
                              : "an end of this pod's ranks is not reported");
         agent_kube_resp_free(&r);
-        if (fatal)
+        wait = no ? refused_wait(wait) : 0;
+        if (nap(w, no ? wait : rc != 0 && agent_now_ms() - t0 < 1000 ? 1000 : 0))
             break;
-        if (rc != 0 && agent_now_ms() - t0 < 1000 && !atomic_load(&w->cancel))
-            agent_sleep_ms(1000);
     }
     return NULL;
 }

@@ -11,7 +11,8 @@ at_stop (the sidecar is stopped before its pod's end reaches the API server), re
 another NCCL version: the ranks already in NCCL are told), pods (two NCCL processes per pod),
 node (a pod's node dies: the agent of the pod before it in the ring writes it), ring (the watched
 pod replaced by one of a new name), restart (restarted in place: Ready again, then a new end),
-late (an end before a pod's first NCCL start is told to it, not to its restart)."""
+late (an end before a pod's first NCCL start is told to it, not to its restart), refused_watch
+(the API server refuses the watches for a while: asked again, and they work once allowed)."""
 import argparse
 import contextlib
 import os
@@ -576,6 +577,73 @@ def case_restart(_):
         check(st["phase"] == "Failed" and st["lastError"]["reason"] == "RankEnded" and
               "after rank" not in st["lastError"]["message"], "status: %s" % st)
         labelled(cl, "restart")
+
+
+def case_refused_watch(_):
+    """The API server refuses the agents' watches for a while (RBAC taken away and given back by
+    a chart upgrade, an authorizer's outage: 403 for the pods, 400 for the Communicator's): each
+    watch says so once and is asked again
+    after 1, 2, 4 ... s; once allowed again, a node's loss is written by the ring, told through
+    the Communicator's watch, and a pod's own end by its own watch, as if nothing had
+    happened."""
+    with scene() as (cl, ranks):
+        def own_node(i, p):
+            p["spec"]["nodeName"] = "node-%d" % i
+        pods, agents = start_job(cl, "refused", 3, own_node)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks += [Rank(a["sock"]) for a in agents]
+        wait_for(lambda: ready(cl, "refused"), 20, "phase Ready")
+        for i in range(3):
+            wait_for(lambda: "watching pod %s" % names[(i + 1) % 3] in cl.agent_log(agents[i]),
+                     20, "pod %d's agent to watch the next pod" % i)
+        cl.control("/deny", {"rules": [{"verb": "watch", "resource": "pods"}]})
+        cl.control("/inject", {"faults": [{"status": 400, "count": 1000, "method": "GET",
+                                           "path": "/communicators"}]})
+        cl.control("/outage", {"seconds": 1})  # the watches open again, and are refused
+
+        def refusals():
+            out = {}
+            for ua, c in cl.control("/counts").items():
+                for i, n in enumerate(names):
+                    if ua.startswith("coll-agent") and n in ua:
+                        f = c.get("forbidden", [])
+                        out[i] = (f.count("watch pods"), c.get("codes", {}).get("400", 0))
+            return out
+        # each agent's three watches refused twice at least: the own pod's and the next pod's,
+        # the Communicator's
+        got = wait_for(lambda: (lambda r: r if len(r) == 3 and all(
+            p >= 4 and c >= 2 for p, c in r.values()) else None)(refusals()), 30,
+            "every watch refused twice")
+        print("refused watches per agent (pods, communicators):", got)
+        for a in agents:
+            log = cl.agent_log(a)
+            said = [ln for ln in log.splitlines() if "watched again" in ln and
+                    ("HTTP 403" in ln or "HTTP 400" in ln)]
+            check(len(said) == 3, "each refusal said once per watch, not per try: %s" % said)
+        cl.control("/deny", {"rules": []})
+        cl.control("/inject", {"faults": []})
+        t0 = time.time()
+        agents[2]["proc"].kill()  # node-2 dies
+        ranks[2].proc.kill()
+        node_controller(cl, names[2])
+        for i in range(2):
+            wait_for(lambda: "node-2 stopped reporting" in ranks[i].stderr(), 40,
+                     "rank %d told once the watches were allowed again" % i)
+        print("rank 2's node loss told %.1f s after the watches were allowed again" %
+              (time.time() - t0))
+        st = communicator(cl, "refused")["status"]
+        check(st["lastError"]["pod"] == names[2] and "is gone" in st["lastError"]["message"],
+              "lastError: %s" % st["lastError"])
+        # pod 0's own watch: its container's end is written (a consequence of rank 2's)
+        ranks[0].proc.kill()
+        oom(cl, names[0])
+
+        def member0():
+            st = (communicator(cl, "refused") or {}).get("status") or {}
+            return [m for m in st.get("unhealthyMembers", []) if m["rank"] == 0]
+        m0 = wait_for(member0, 20, "rank 0's end written by its own watch")
+        check(m0[0]["reason"] == "EndedAfterPeer" and "OOMKilled" in m0[0]["message"],
+              "rank 0's member: %s" % m0)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
