@@ -228,6 +228,24 @@ int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t l
     return 1;
 }
 
+int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, int64_t since_s,
+                      char *out, size_t len)
+{
+    out[0] = '\0';
+    const char *phase = str_at(pod, "status.phase");
+    if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))
+        return 0; /* it ended before: the kubelet, alive, said so, and so did its agent */
+    const char *dts =
+        json_string_value(json_object_get(condition(pod, "DisruptionTarget"), "status"));
+    if (!deleted && !str_at(pod, "metadata.deletionTimestamp") &&
+        !(dts && strcmp(dts, "True") == 0))
+        return 0;
+    /* a last state that says nothing of its deletion: that it no longer exists */
+    if (agent_pod_cause(pod_name, pod, since_s, 1, out, len) != 1)
+        agent_pod_cause(pod_name, NULL, since_s, 1, out, len);
+    return 1;
+}
+
 int agent_pod_cause(const char *pod_name, const json_t *pod, int64_t since_s, int silent, char *out,
                     size_t len)
 {

@@ -157,6 +157,13 @@ int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char
  * containers ran (Ready=False, ContainersReady=True: the kubelet never writes that pair, but for
  * a readiness gate): out says so, with the mark's time. Else 0. agent_pod_cause says it too. */
 int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t len);
+/* Did another pod of the job leave while it ran (spec.nccl: native, the ring of nccl_watch.c)?
+ * 1 when it was deleted (deleted: the watch's DELETED, pod its last state), or is being deleted
+ * or disrupted (a DisruptionTarget condition: the pod garbage collector's, an eviction's), and
+ * had not ended (phase neither Failed nor Succeeded): out says how (container ends after since_s
+ * appended). Else 0. */
+int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, int64_t since_s,
+                      char *out, size_t len);
 /* ---- nccl_pods.c: status.ncclPods of a Communicator (spec.nccl: native) ---- */
 
 #define AGENT_NCCL_REFUSED "NcclVersionMismatch" /* a member refused at its NCCL init */
@@ -167,6 +174,8 @@ int agent_nccl_pods_entry(const json_t *comm, const char *stamp, int q, char *po
                           char *node, size_t nodelen);
 /* When pod rank q's NCCL processes of this job last all passed their init (epoch s), -1 none. */
 int64_t agent_nccl_pods_since(const json_t *comm, const char *stamp, int q);
+/* Is pod an unhealthy member of the Communicator (written ended, refused, or failed)? */
+int agent_nccl_pods_member(const json_t *comm, const char *pod);
 /* Is every unhealthy member (at least one) a pod refused at its init for its NCCL version? Then
  * only those pods must start again for the job to run: the others wait for them in NCCL's init. */
 int agent_nccl_pods_refused_only(const json_t *comm);

@@ -40,8 +40,8 @@ int64_t agent_nccl_pods_since(const json_t *comm, const char *stamp, int q)
     return agent_rfc3339_s(json_string_value(json_object_get(entry(comm, stamp, q), "since")));
 }
 
-/* Was pod refused at its init (an unhealthy member of it with reason NcclVersionMismatch)? */
-static int refused(const json_t *members, const char *pod)
+/* Is pod an unhealthy member (with that reason; NULL: any)? */
+static int member(const json_t *members, const char *pod, const char *reason)
 {
     size_t i;
     const json_t *m;
@@ -49,10 +49,21 @@ static int refused(const json_t *members, const char *pod)
     {
         const char *mp = json_string_value(json_object_get(m, "pod"));
         const char *why = json_string_value(json_object_get(m, "reason"));
-        if (pod && mp && why && strcmp(mp, pod) == 0 && strcmp(why, AGENT_NCCL_REFUSED) == 0)
+        if (pod && mp && strcmp(mp, pod) == 0 && (!reason || (why && strcmp(why, reason) == 0)))
             return 1;
     }
     return 0;
+}
+
+/* Was pod refused at its init (an unhealthy member of it with reason NcclVersionMismatch)? */
+static int refused(const json_t *members, const char *pod)
+{
+    return member(members, pod, AGENT_NCCL_REFUSED);
+}
+
+int agent_nccl_pods_member(const json_t *comm, const char *pod)
+{
+    return member(agent_json_path(comm, "status.unhealthyMembers"), pod, NULL);
 }
 
 int agent_nccl_pods_refused_only(const json_t *comm)

@@ -18,7 +18,9 @@
  * A pod whose node died has no agent left to write it: each agent also watches the next pod of
  * the job (pod rank p watches p+1, a ring; its name from status.ncclPods), and writes that pod's
  * ranks gone once the node controller marks it not Ready while its containers ran (its node
- * stopped reporting, 40-50 s after it died).
+ * stopped reporting, 40-50 s after it died), or when it was deleted (or disrupted) while it ran
+ * and, 10 s later, the Communicator does not name it (its agent went with its node: a VM the
+ * cloud removed, whose pods the pod garbage collector deletes before that mark).
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -45,6 +47,7 @@
 #define REASON_REFUSED   AGENT_NCCL_REFUSED /* refused at its init (nccl_env.c): it ends */
 #define RING_BACKOFF_MS  30000 /* the next pod not recorded (yet): its record read this often */
 #define REFUSED_MAX_MS   30000 /* a watch the API server refuses: asked again at most this late */
+#define LEFT_GRACE_MS    10000 /* the next pod left while it ran: its own agent's time to say so */
 #define THREADS          3     /* the own pod's watch, the Communicator's, the next pod's */
 #define CLOCK_SLACK_S    2     /* an end this close before an init may be that init's peer's */
 
@@ -321,6 +324,9 @@ typedef struct {
     whose_t next;
     int gone;        /* it was deleted or ended: look for its successor in status.ncclPods */
     int64_t backoff; /* between reads of status.ncclPods (ms): up to 30 s while it stays gone */
+    int64_t left_ms; /* when it was seen leaving while it ran (deleted, disrupted; 0: not) */
+    int left_done;   /* its leaving was looked at (once per pod watched) */
+    char left_cause[MAX_CAUSE];
 } ring_t;
 
 /* Interruptible sleep: 0 after ms, 1 when the agent stops meanwhile. */
@@ -365,12 +371,18 @@ static int on_next(void *arg, const char *type, json_t *obj)
     if (closed(r->w))
         return 1;
     const char *phase = json_string_value(agent_json_path(obj, "status.phase"));
-    if (strcmp(type, "DELETED") == 0 ||
-        (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))) {
+    int deleted = strcmp(type, "DELETED") == 0;
+    if (!r->left_done && !r->left_ms &&
+        agent_pod_leaving(r->next.pod, obj, deleted, (int64_t)time(NULL), r->left_cause,
+                          sizeof(r->left_cause)))
+        r->left_ms = agent_now_ms(); /* ring() gives its own agent time to write it */
+    if (deleted || (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))) {
         r->gone = 1; /* its own agent wrote an end; a replacement records itself anew */
         return 1;
     }
-    if (!agent_node_lost(r->next.pod, obj, cause, sizeof(cause)))
+    if (r->left_ms)
+        return 1;
+    if (r->left_done || !agent_node_lost(r->next.pod, obj, cause, sizeof(cause)))
         return 0;
     const char *node = json_string_value(agent_json_path(obj, "spec.nodeName"));
     if (node && agent_name_ok(node, 1))
@@ -393,6 +405,52 @@ static int on_ring_read(void *arg, const char *type, json_t *obj)
     return 1; /* the current state is all it asks */
 }
 
+/* One read of the job's Communicator, with the watch verb the agent has on it (its first event
+ * is its state): cb gets it. 0 when read. */
+static int read_comm(agent_nccl_watch_t *w, agent_watch_cb cb, void *arg, agent_kube_resp_t *resp)
+{
+    agent_ctx_t *ctx = w->ctx;
+    char path[400], fsel[300];
+    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
+             ctx->facts.ns);
+    snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->comm_name);
+    return agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
+                                   agent_now_ms() + LABEL_TIMEOUT_MS, cb, arg, resp);
+}
+
+typedef struct {
+    const char *pod;
+    int written;
+} member_read_t;
+
+static int on_member_read(void *arg, const char *type, json_t *obj)
+{
+    member_read_t *mr = arg;
+    mr->written = strcmp(type, "DELETED") != 0 && agent_nccl_pods_member(obj, mr->pod);
+    return 1;
+}
+
+/* The next pod left while it ran (deleted, being deleted, disrupted), LEFT_GRACE_MS ago. Its own
+ * agent writes that, unless it went with its node: a machine the cloud removed, whose pods the
+ * pod garbage collector deletes before the node controller's mark; a pod force-deleted on a dead
+ * node; one stuck terminating there. So: written here when the Communicator names it nowhere. */
+static void ring_left(ring_t *r)
+{
+    agent_nccl_watch_t *w = r->w;
+    member_read_t mr = {.pod = r->next.pod};
+    agent_kube_resp_t resp;
+    char cause[MAX_CAUSE];
+    r->left_ms = 0;
+    r->left_done = 1;
+    int rc = read_comm(w, on_member_read, &mr, &resp);
+    agent_kube_resp_free(&resp);
+    if (rc == 0 && mr.written)
+        return;
+    snprintf(cause, sizeof(cause), "%.600s; its agent wrote no end within %d s: node %s is down",
+             r->left_cause, LEFT_GRACE_MS / 1000, r->next.node);
+    report_end(w, &r->next, w->next_key, sizeof(w->next_key), cause, "is gone", cause);
+}
+
 /* Learn the next pod from the Communicator (unlike the one it had, after it was gone), read with
  * the watch verb the agent has on it (its first event is its state): 0 when r->next names it,
  * -1 when the agent stops first. */
@@ -400,12 +458,9 @@ static int ring_resolve(ring_t *r, int q)
 {
     agent_nccl_watch_t *w = r->w;
     agent_ctx_t *ctx = w->ctx;
-    char path[600], fsel[300], old[254];
+    char old[254];
     int warned = 0;
     snprintf(old, sizeof(old), "%s", r->gone ? r->next.pod : "");
-    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
-             ctx->facts.ns);
-    snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->comm_name);
     for (;; r->backoff = r->backoff * 2 > RING_BACKOFF_MS ? RING_BACKOFF_MS : r->backoff * 2) {
         agent_kube_resp_t resp;
         ring_read_t rr = {.w = w, .q = q};
@@ -418,9 +473,7 @@ static int ring_resolve(ring_t *r, int q)
         }
         pthread_mutex_unlock(&w->mu);
         if (!rr.found) {
-            int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
-                                             agent_now_ms() + LABEL_TIMEOUT_MS, on_ring_read, &rr,
-                                             &resp);
+            int rc = read_comm(w, on_ring_read, &rr, &resp);
             if (refused(rc, &resp) && !warned++)
                 agent_warn(
                     "AGENT-RING",
@@ -437,6 +490,8 @@ static int ring_resolve(ring_t *r, int q)
                 r->backoff = 1000;
             r->next = rr.e;
             r->gone = 0;
+            r->left_ms = 0;
+            r->left_done = 0;
             agent_info("AGENT-RING",
                        "watching pod %s (pod rank %d, node %s): its ranks are written gone if its "
                        "node stops reporting",
@@ -478,6 +533,11 @@ static void *ring(void *arg)
             if (nap(w, wait))
                 break;
             continue;
+        }
+        if (r.left_ms) {
+            if (nap(w, r.left_ms + LEFT_GRACE_MS - agent_now_ms()))
+                break;
+            ring_left(&r);
         }
         if (r.gone && ring_resolve(&r, q) != 0)
             break;

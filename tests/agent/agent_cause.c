@@ -415,13 +415,65 @@ static void test_nccl_pods(void)
     EXPECT(agent_nccl_pods_refused_only(c) == 0);
     EXPECT(agent_nccl_pods_started(c, stamp, fail, 2) == 1);
     EXPECT(agent_nccl_pods_started(c, stamp, fail - 600, 2) == 2);
+    /* a pod named by any member (written ended, refused, failed), not by the ncclPods record */
+    EXPECT(agent_nccl_pods_member(c, "t-0") == 1 && agent_nccl_pods_member(c, "t-1") == 1);
+    EXPECT(agent_nccl_pods_member(c, "t-3") == 0 && agent_nccl_pods_member(c, NULL) == 0);
     json_decref(c);
     /* nothing unhealthy is no refusal */
     c = json_loads("{\"status\":{\"unhealthyMembers\":[]}}", 0, NULL);
     EXPECT(agent_nccl_pods_refused_only(c) == 0 && agent_nccl_pods_started(c, stamp, 0, 2) == 0);
     json_decref(c);
     EXPECT(agent_nccl_pods_refused_only(NULL) == 0 &&
-           agent_nccl_pods_started(NULL, stamp, 0, 2) == 0);
+           agent_nccl_pods_started(NULL, stamp, 0, 2) == 0 &&
+           agent_nccl_pods_member(NULL, "t-0") == 0);
+}
+
+/* agent_pod_leaving on a pod given as JSON, as the ring's watch gets it (deleted: its DELETED) */
+static int leaving(const char *json, int deleted)
+{
+    json_t *p = json_loads(json, 0, NULL);
+    memset(out, 'x', sizeof(out));
+    int r = agent_pod_leaving("train-2-abcde", p, deleted, SINCE, out, sizeof(out));
+    printf("  leaving %d: %s\n", r, out);
+    json_decref(p);
+    return r;
+}
+
+/* Another pod of the job that leaves while it runs (spec.nccl: native, the ring): its deletion
+ * by the pod garbage collector, a force deletion, one in progress; not its end, nor a pod that
+ * runs. */
+static void test_leaving(void)
+{
+#define RUNNING                                                                                    \
+    "\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"trainer\","              \
+    "\"state\":{\"running\":{}}}]"
+    EXPECT(
+        leaving("{" SPEC_NOLIMIT
+                ",\"metadata\":{\"deletionTimestamp\":\"2026-11-29T12:01:00Z\"}," RUNNING
+                ",\"conditions\":[{\"type\":\"DisruptionTarget\",\"status\":\"True\","
+                "\"reason\":\"DeletionByPodGC\",\"message\":\"PodGC: node no longer exists\"}]}}",
+                1) == 1);
+    EXPECT(has("pod train-2-abcde is being deleted (due by 2026-11-29T12:01:00Z)") &&
+           has("DeletionByPodGC: PodGC: node no longer exists"));
+    /* a deletion in progress (stuck on a dead node), before its DELETED */
+    EXPECT(leaving("{\"metadata\":{\"deletionTimestamp\":\"2026-11-29T12:01:00Z\"}," RUNNING "}}",
+                   0) == 1 &&
+           has("is being deleted"));
+    /* a DELETED whose last state says nothing of it (a force deletion) */
+    EXPECT(leaving("{" RUNNING "}}", 1) == 1 && has("no longer exists: it was deleted"));
+    /* it ended first (the kubelet, alive, said so; its agent too): not this; nor a running pod */
+    EXPECT(leaving("{\"metadata\":{\"deletionTimestamp\":\"2026-11-29T12:01:00Z\"},\"status\":{"
+                   "\"phase\":\"Failed\"}}",
+                   1) == 0 &&
+           out[0] == '\0');
+    EXPECT(leaving("{\"status\":{\"phase\":\"Succeeded\"}}", 1) == 0);
+    EXPECT(leaving("{" RUNNING "}}", 0) == 0 && out[0] == '\0');
+    /* hostile shapes */
+    EXPECT(leaving("{\"metadata\":{\"deletionTimestamp\":7},\"status\":{\"phase\":[],"
+                   "\"conditions\":[{\"type\":\"DisruptionTarget\",\"status\":true}]}}",
+                   0) == 0);
+    EXPECT(leaving("[]", 1) == 1 && has("no longer exists"));
+#undef RUNNING
 }
 
 int main(void)
@@ -434,6 +486,7 @@ int main(void)
     test_own_end();
     test_ended_proto();
     test_nccl_pods();
+    test_leaving();
     if (failures) {
         fprintf(stderr, "%d expectation(s) failed\n", failures);
         return 1;

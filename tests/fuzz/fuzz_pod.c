@@ -99,6 +99,14 @@ static void cause_of(const uint8_t *data, size_t size)
     if ((own != 0 && own != 1) || memchr(out, 0, sizeof(out)) == NULL ||
         memchr(key, 0, sizeof(key)) == NULL || (own == 1 && (!out[0] || !key[0])))
         fuzz_fail("the own pod's end out of range, unterminated, or said without a text or key");
+    /* the same Pod as the next one of the ring's: did it leave while it ran? */
+    for (int deleted = 0; deleted < 2; deleted++) {
+        memset(out, 'x', sizeof(out));
+        int left = agent_pod_leaving("p", pod, deleted, 1795953600LL, out, sizeof(out));
+        if ((left != 0 && left != 1) || memchr(out, 0, sizeof(out)) == NULL ||
+            (left == 0) != (out[0] == 0))
+            fuzz_fail("a pod's leaving out of range, unterminated, or text that disagrees");
+    }
     memset(out, 'x', sizeof(out));
     int r = agent_node_cause("n", node, out, sizeof(out));
     if ((r != 0 && r != 1) || memchr(out, 0, sizeof(out)) == NULL || (r == 0) != (out[0] == 0))
@@ -127,6 +135,9 @@ static void nccl_pods(const uint8_t *data, size_t size)
             fuzz_fail("a next pod's record out of range, unterminated, or not a name");
         (void)agent_nccl_pods_since(comm, stamp, q);
     }
+    int member = agent_nccl_pods_member(comm, "t-1");
+    if (member != 0 && member != 1)
+        fuzz_fail("a member out of range");
     int only = agent_nccl_pods_refused_only(comm);
     if (only != 0 && only != 1)
         fuzz_fail("refused_only out of range");

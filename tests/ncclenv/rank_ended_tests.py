@@ -12,7 +12,9 @@ another NCCL version: the ranks already in NCCL are told), pods (two NCCL proces
 node (a pod's node dies: the agent of the pod before it in the ring writes it), ring (the watched
 pod replaced by one of a new name), restart (restarted in place: Ready again, then a new end),
 late (an end before a pod's first NCCL start is told to it, not to its restart), refused_watch
-(the API server refuses the watches for a while: asked again, and they work once allowed)."""
+(the API server refuses the watches for a while: asked again, and they work once allowed), gc
+(a pod deleted with its node before the mark: the ring writes it), deleted (a pod deleted while
+its agent runs: written once)."""
 import argparse
 import contextlib
 import os
@@ -644,6 +646,84 @@ def case_refused_watch(_):
         m0 = wait_for(member0, 20, "rank 0's end written by its own watch")
         check(m0[0]["reason"] == "EndedAfterPeer" and "OOMKilled" in m0[0]["message"],
               "rank 0's member: %s" % m0)
+
+
+def delete_pod(cl, pod_name, gc=False):
+    """A pod deleted at once (kubectl delete --force, the pod garbage collector): with gc, first
+    what the garbage collector writes before it deletes a pod whose node no longer exists."""
+    pod = [o for o in cl.objects("pods") if o["metadata"]["name"] == pod_name][0]
+    if gc:
+        pod["metadata"]["deletionTimestamp"] = now_iso()
+        pod["metadata"]["deletionGracePeriodSeconds"] = 0
+        pod.setdefault("status", {}).setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+             "message": "PodGC: node no longer exists", "lastTransitionTime": now_iso()})
+        cl.add(pod)
+    cl.control("/delete", {"kind": "Pod", "namespace": pod["metadata"]["namespace"],
+                           "name": pod_name})
+
+
+def case_gc(_):
+    """Rank 2's machine is removed by the cloud (a spot VM reclaimed): its agent and process
+    vanish, its Node object is deleted, and the pod garbage collector deletes its pod, before the
+    node controller's mark. Pod 1's agent (the ring) gives rank 2's agent 10 s to write it, then
+    writes it gone itself: rank 0 (exit) ends, rank 1 is told."""
+    with scene() as (cl, ranks):
+        def own_node(i, p):
+            p["spec"]["nodeName"] = "node-%d" % i
+        pods, agents = start_job(cl, "gc", 3, own_node)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks += [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}),
+                  Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
+        wait_for(lambda: ready(cl, "gc"), 20, "phase Ready")
+        wait_for(lambda: "watching pod %s" % names[2] in cl.agent_log(agents[1]), 20,
+                 "pod 1's agent to watch pod 2")
+        agents[2]["proc"].kill()
+        ranks[2].proc.kill()
+        time.sleep(0.5)
+        t0 = time.time()
+        delete_pod(cl, names[2], gc=True)
+
+        def written():
+            c = communicator(cl, "gc")
+            last = ((c or {}).get("status") or {}).get("lastError") or {}
+            return c if last.get("reason") == "RankEnded" else None
+        c = wait_for(written, 30, "the Communicator to say that rank 2 is gone")
+        t_written = time.time() - t0
+        last = c["status"]["lastError"]
+        print("lastError:", last["message"])
+        check(last["rank"] == 2 and last["pod"] == names[2] and "is gone" in last["message"] and
+              "DeletionByPodGC: PodGC: node no longer exists" in last["message"] and
+              "its agent wrote no end within 10 s: node node-2 is down" in last["message"],
+              "lastError: %s" % last)
+        check(t_written >= 9.5, "written %.1f s after the deletion: before its agent's 10 s" %
+              t_written)
+        check(ranks[0].proc.wait(timeout=20) == -signal.SIGTERM, "rank 0 did not end")
+        wait_for(lambda: "DeletionByPodGC" in ranks[1].stderr(), 20, "rank 1 told")
+        print("after the pod garbage collector deleted pod 2: Communicator %.1f s, rank 1 told "
+              "%.1f s" % (t_written, time.time() - t0))
+
+
+def case_deleted(_):
+    """Pod 1 deleted at once while its agent runs: its agent writes it; the agent watching it (the
+    ring) writes nothing more (one KcollRankEnded Event per object)."""
+    with scene() as (cl, ranks):
+        pods, agents = start_job(cl, "deleted", 3)
+        names = [p["metadata"]["name"] for p in pods]
+        ranks += [Rank(a["sock"]) for a in agents]
+        wait_for(lambda: ready(cl, "deleted"), 20, "phase Ready")
+        wait_for(lambda: "watching pod %s" % names[1] in cl.agent_log(agents[0]), 20,
+                 "pod 0's agent to watch pod 1")
+        delete_pod(cl, names[1])
+        wait_for(lambda: names[1] in ranks[0].stderr(), 20, "rank 0 told")
+        time.sleep(12)  # past the ring's 10 s
+        evs = [(e["involvedObject"]["kind"], e["message"]) for e in cl.objects("events")
+               if e["reason"] == "KcollRankEnded"]
+        check(len(evs) == 2 and "no longer exists" in evs[0][1], "KcollRankEnded Events: %s" % evs)
+        check(" AGENT-RANK-ENDED " not in cl.agent_log(agents[0]),
+              "the ring wrote it again: " + cl.agent_log(agents[0])[-2000:])
+        st = communicator(cl, "deleted")["status"]
+        check([m["pod"] for m in st["unhealthyMembers"]] == [names[1]], "members: %s" % st)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
