@@ -20,7 +20,7 @@
  * ranks gone once the node controller marks it not Ready while its containers ran (its node
  * stopped reporting, 40-50 s after it died), or when it was deleted (or disrupted) while it ran
  * and, 10 s later, the Communicator does not name it (its agent went with its node: a VM the
- * cloud removed, whose pods the pod garbage collector deletes before that mark).
+ * cloud removed, whose pods the pod garbage collector deletes before that mark): nccl_ring.c.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -33,60 +33,18 @@
 #include "agent.h"
 #include "health_state.h"
 #include "nccl_ipc.h"
+#include "nccl_watch.h"
 #include "pod_ranks.h" /* agent_name_ok */
 
-#define SLICE_MS         600000 /* one watch call (resumed from its resourceVersion) */
-#define STOP_LOOKS       3      /* reads of the own pod at the agent's stop, ... */
-#define STOP_LOOK_MS     1000   /* ... this far apart */
-#define LABEL_TIMEOUT_MS 5000
-#define STOP_JOIN_S      3 /* the watches end within about a second of the stop */
-#define MAX_ENDED        8 /* ended pods remembered (the first ones: the cause comes first) */
-#define LABEL_ENDED      "kcoll.io/rank-ended"
-#define REASON_ENDED     "RankEnded"        /* the first end: told to the other ranks */
-#define REASON_AFTER     "EndedAfterPeer"   /* an end after another rank's: a consequence */
-#define REASON_REFUSED   AGENT_NCCL_REFUSED /* refused at its init (nccl_env.c): it ends */
-#define RING_BACKOFF_MS  30000 /* the next pod not recorded (yet): its record read this often */
-#define REFUSED_MAX_MS   30000 /* a watch the API server refuses: asked again at most this late */
-#define LEFT_GRACE_MS    10000 /* the next pod left while it ran: its own agent's time to say so */
-#define THREADS          3     /* the own pod's watch, the Communicator's, the next pod's */
-#define CLOCK_SLACK_S    2     /* an end this close before an init may be that init's peer's */
+#define STOP_LOOKS     3    /* reads of the own pod at the agent's stop, ... */
+#define STOP_LOOK_MS   1000 /* ... this far apart */
+#define STOP_JOIN_S    3    /* the watches end within about a second of the stop */
+#define LABEL_ENDED    "kcoll.io/rank-ended"
+#define REASON_ENDED   "RankEnded"        /* the first end: told to the other ranks */
+#define REASON_AFTER   "EndedAfterPeer"   /* an end after another rank's: a consequence */
+#define REASON_REFUSED AGENT_NCCL_REFUSED /* refused at its init (nccl_env.c): it ends */
 
-typedef struct {
-    colli_proto_nccl_ended_t e;
-    char time[40]; /* the member's time (with the pod: one end) */
-    int64_t end_s; /* epoch s of the end (the member's time; else when this agent learned it) */
-    int pod_rank;  /* the ended pod's */
-    int back;      /* that pod rank started NCCL again after the end (status.ncclPods) */
-} ended_t;
-
-/* A pod whose ranks ended, as the Communicator and its Events name it. */
-typedef struct {
-    int pod_rank;
-    char pod[254], node[254];
-    char uid[64]; /* its uid for its Event ("" for another pod's: found by name) */
-} whose_t;
-
-struct agent_nccl_watch {
-    agent_ctx_t *ctx;
-    pthread_mutex_t mu;
-    int closed;        /* the agent stops: the threads report nothing more (under mu) */
-    int64_t since_s;   /* the pod's first NCCL init (epoch s): an earlier end is not this job's */
-    int64_t gen_s;     /* its latest: all of its ranks (re)started NCCL (epoch s; under mu) */
-    int ngen;          /* how often they did (under mu) */
-    char stamp[17];    /* this job's (its secret, hashed) */
-    char own_key[160]; /* the own end last reported ("" none; under mu) */
-    ended_t ended[MAX_ENDED];
-    int nended;
-    atomic_int cancel;                               /* the agent stops: the watches end */
-    unsigned char accepted[AGENT_MAX_RANKS_PER_POD]; /* local ranks whose NCCL init passed */
-    int naccepted;                                   /* since the last record (under mu) */
-    char next_key[MAX_CAUSE]; /* the next pod's loss last reported: its words (under mu) */
-    whose_t ring_hint;        /* the next pod, as the own record's answer named it (under mu) */
-    pthread_t threads[THREADS];
-    int started[THREADS];
-};
-
-static int closed(agent_nccl_watch_t *w)
+int agent_nccl_closed(agent_nccl_watch_t *w)
 {
     pthread_mutex_lock(&w->mu);
     int c = w->closed;
@@ -156,8 +114,8 @@ static int first_end(const agent_nccl_watch_t *w)
  * processes were told, and ended or timed out) is a consequence, reason EndedAfterPeer: it keeps
  * the first end as lastError and the Healthy condition, and is not told to the other ranks (a
  * restarted rank is not sent away again by the ends its own first end caused). */
-static void report_end(agent_nccl_watch_t *w, const whose_t *p, char *last_key, size_t keylen,
-                       const char *key, const char *verb, const char *cause)
+void agent_nccl_report_end(agent_nccl_watch_t *w, const whose_t *p, char *last_key, size_t keylen,
+                           const char *key, const char *verb, const char *cause)
 {
     agent_ctx_t *ctx = w->ctx;
     const agent_facts_t *f = &ctx->facts;
@@ -231,11 +189,11 @@ static int judge(agent_nccl_watch_t *w, const json_t *pod)
     snprintf(me.uid, sizeof(me.uid), "%s", ctx->pod_uid);
     if (!pod) {
         agent_pod_cause(name, NULL, w->since_s, 0, cause, sizeof(cause));
-        report_end(w, &me, w->own_key, sizeof(w->own_key), "deleted", "ended", cause);
+        agent_nccl_report_end(w, &me, w->own_key, sizeof(w->own_key), "deleted", "ended", cause);
         return 1;
     }
     if (agent_own_end(name, pod, w->since_s, cause, sizeof(cause), key, sizeof(key))) {
-        report_end(w, &me, w->own_key, sizeof(w->own_key), key, "ended", cause);
+        agent_nccl_report_end(w, &me, w->own_key, sizeof(w->own_key), key, "ended", cause);
         return 1;
     }
     size_t i, n = 0;
@@ -248,7 +206,7 @@ static int judge(agent_nccl_watch_t *w, const json_t *pod)
 static int on_own(void *arg, const char *type, json_t *obj)
 {
     agent_nccl_watch_t *w = arg;
-    if (closed(w))
+    if (agent_nccl_closed(w))
         return 1;
     judge(w, strcmp(type, "DELETED") == 0 ? NULL : obj);
     return 0;
@@ -260,7 +218,7 @@ static int on_job(void *arg, const char *type, json_t *obj)
     agent_nccl_watch_t *w = arg;
     size_t i;
     const json_t *it;
-    if (closed(w))
+    if (agent_nccl_closed(w))
         return 1;
     if (strcmp(type, "DELETED") == 0)
         return 0;
@@ -317,23 +275,11 @@ static int on_job(void *arg, const char *type, json_t *obj)
     return 0;
 }
 
-/* ---- the next pod (a ring: pod rank p watches p+1) ---- */
-
-typedef struct {
-    agent_nccl_watch_t *w;
-    whose_t next;
-    int gone;        /* it was deleted or ended: look for its successor in status.ncclPods */
-    int64_t backoff; /* between reads of status.ncclPods (ms): up to 30 s while it stays gone */
-    int64_t left_ms; /* when it was seen leaving while it ran (deleted, disrupted; 0: not) */
-    int left_done;   /* its leaving was looked at (once per pod watched) */
-    char left_cause[MAX_CAUSE];
-} ring_t;
-
 /* Interruptible sleep: 0 after ms, 1 when the agent stops meanwhile. */
-static int nap(agent_nccl_watch_t *w, int64_t ms)
+int agent_nccl_nap(agent_nccl_watch_t *w, int64_t ms)
 {
     for (int64_t until = agent_now_ms() + ms; agent_now_ms() < until; agent_sleep_ms(100))
-        if (closed(w) || atomic_load(&w->cancel) || w->ctx->stop)
+        if (agent_nccl_closed(w) || atomic_load(&w->cancel) || w->ctx->stop)
             return 1;
     return 0;
 }
@@ -341,210 +287,15 @@ static int nap(agent_nccl_watch_t *w, int64_t ms)
 /* A watch the API server refused (401 after a token refresh, 403, 404, 400: not 410 or 429, which
  * the watch handles): asked again after 1, 2, 4 ... s, then every 30 s, so that RBAC restored by
  * a chart upgrade, or an authorizer's outage ended, guards the job again without a restart. */
-static int refused(int rc, const agent_kube_resp_t *r)
+int agent_nccl_refused(int rc, const agent_kube_resp_t *r)
 {
     return rc != 0 && r->code >= 400 && r->code < 500 && r->code != 410 && r->code != 429;
 }
 
 /* The wait before asking again after a refusal (ms; 0: the last watch was not refused). */
-static int64_t refused_wait(int64_t last)
+int64_t agent_nccl_refused_wait(int64_t last)
 {
     return last <= 0 ? 1000 : last * 2 > REFUSED_MAX_MS ? REFUSED_MAX_MS : last * 2;
-}
-
-/* Pod rank q's record in the Communicator's status.ncclPods (this job's, not this pod), into
- * out: 1 found. */
-static int ring_entry(const agent_nccl_watch_t *w, const json_t *comm, int q, whose_t *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->pod_rank = q;
-    return agent_nccl_pods_entry(comm, w->stamp, q, out->pod, sizeof(out->pod), out->node,
-                                 sizeof(out->node)) &&
-           strcmp(out->pod, w->ctx->facts.pod) != 0;
-}
-
-/* The next pod's state: its node's loss reported once per mark. */
-static int on_next(void *arg, const char *type, json_t *obj)
-{
-    ring_t *r = arg;
-    char cause[MAX_CAUSE];
-    if (closed(r->w))
-        return 1;
-    const char *phase = json_string_value(agent_json_path(obj, "status.phase"));
-    int deleted = strcmp(type, "DELETED") == 0;
-    if (!r->left_done && !r->left_ms &&
-        agent_pod_leaving(r->next.pod, obj, deleted, (int64_t)time(NULL), r->left_cause,
-                          sizeof(r->left_cause)))
-        r->left_ms = agent_now_ms(); /* ring() gives its own agent time to write it */
-    if (deleted || (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))) {
-        r->gone = 1; /* its own agent wrote an end; a replacement records itself anew */
-        return 1;
-    }
-    if (r->left_ms)
-        return 1;
-    if (r->left_done || !agent_node_lost(r->next.pod, obj, cause, sizeof(cause)))
-        return 0;
-    const char *node = json_string_value(agent_json_path(obj, "spec.nodeName"));
-    if (node && agent_name_ok(node, 1))
-        snprintf(r->next.node, sizeof(r->next.node), "%s", node);
-    /* once per mark: the words name the pod and the mark's time */
-    report_end(r->w, &r->next, r->w->next_key, sizeof(r->w->next_key), cause, "is gone", cause);
-    return 0;
-}
-
-typedef struct {
-    const agent_nccl_watch_t *w;
-    int q, found;
-    whose_t e;
-} ring_read_t;
-
-static int on_ring_read(void *arg, const char *type, json_t *obj)
-{
-    ring_read_t *rr = arg;
-    rr->found = strcmp(type, "DELETED") != 0 && ring_entry(rr->w, obj, rr->q, &rr->e);
-    return 1; /* the current state is all it asks */
-}
-
-/* One read of the job's Communicator, with the watch verb the agent has on it (its first event
- * is its state): cb gets it. 0 when read. */
-static int read_comm(agent_nccl_watch_t *w, agent_watch_cb cb, void *arg, agent_kube_resp_t *resp)
-{
-    agent_ctx_t *ctx = w->ctx;
-    char path[400], fsel[300];
-    snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
-             ctx->facts.ns);
-    snprintf(fsel, sizeof(fsel), "metadata.name=%s", ctx->comm_name);
-    return agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel,
-                                   agent_now_ms() + LABEL_TIMEOUT_MS, cb, arg, resp);
-}
-
-typedef struct {
-    const char *pod;
-    int written;
-} member_read_t;
-
-static int on_member_read(void *arg, const char *type, json_t *obj)
-{
-    member_read_t *mr = arg;
-    mr->written = strcmp(type, "DELETED") != 0 && agent_nccl_pods_member(obj, mr->pod);
-    return 1;
-}
-
-/* The next pod left while it ran (deleted, being deleted, disrupted), LEFT_GRACE_MS ago. Its own
- * agent writes that, unless it went with its node: a machine the cloud removed, whose pods the
- * pod garbage collector deletes before the node controller's mark; a pod force-deleted on a dead
- * node; one stuck terminating there. So: written here when the Communicator names it nowhere. */
-static void ring_left(ring_t *r)
-{
-    agent_nccl_watch_t *w = r->w;
-    member_read_t mr = {.pod = r->next.pod};
-    agent_kube_resp_t resp;
-    char cause[MAX_CAUSE];
-    r->left_ms = 0;
-    r->left_done = 1;
-    int rc = read_comm(w, on_member_read, &mr, &resp);
-    agent_kube_resp_free(&resp);
-    if (rc == 0 && mr.written)
-        return;
-    snprintf(cause, sizeof(cause), "%.600s; its agent wrote no end within %d s: node %s is down",
-             r->left_cause, LEFT_GRACE_MS / 1000, r->next.node);
-    report_end(w, &r->next, w->next_key, sizeof(w->next_key), cause, "is gone", cause);
-}
-
-/* Learn the next pod from the Communicator (unlike the one it had, after it was gone), read with
- * the watch verb the agent has on it (its first event is its state): 0 when r->next names it,
- * -1 when the agent stops first. */
-static int ring_resolve(ring_t *r, int q)
-{
-    agent_nccl_watch_t *w = r->w;
-    agent_ctx_t *ctx = w->ctx;
-    char old[254];
-    int warned = 0;
-    snprintf(old, sizeof(old), "%s", r->gone ? r->next.pod : "");
-    for (;; r->backoff = r->backoff * 2 > RING_BACKOFF_MS ? RING_BACKOFF_MS : r->backoff * 2) {
-        agent_kube_resp_t resp;
-        ring_read_t rr = {.w = w, .q = q};
-        if (r->gone && nap(w, r->backoff)) /* gone: not read again at once */
-            return -1;
-        pthread_mutex_lock(&w->mu);
-        if (!r->gone && w->ring_hint.pod[0]) { /* the own record's answer named it */
-            rr.e = w->ring_hint;
-            rr.found = 1;
-        }
-        pthread_mutex_unlock(&w->mu);
-        if (!rr.found) {
-            int rc = read_comm(w, on_ring_read, &rr, &resp);
-            if (refused(rc, &resp) && !warned++)
-                agent_warn(
-                    "AGENT-RING",
-                    "reading Communicator %s for the next pod's name: HTTP %ld %s; read "
-                    "again (at longest every %d s); until then a loss of its node is not written",
-                    ctx->comm_name, resp.code, resp.message, RING_BACKOFF_MS / 1000);
-            agent_kube_resp_free(&resp);
-        }
-        /* the same name again: the pod recreated under it (a PyTorchJob's), or still the ended
-         * one, whose watch says so again; either way after the longest wait, which stays */
-        int other = rr.found && strcmp(rr.e.pod, old) != 0;
-        if (other || (rr.found && r->backoff == RING_BACKOFF_MS)) {
-            if (other)
-                r->backoff = 1000;
-            r->next = rr.e;
-            r->gone = 0;
-            r->left_ms = 0;
-            r->left_done = 0;
-            agent_info("AGENT-RING",
-                       "watching pod %s (pod rank %d, node %s): its ranks are written gone if its "
-                       "node stops reporting",
-                       rr.e.pod, q, rr.e.node);
-            return 0;
-        }
-        if (!r->gone && nap(w, r->backoff)) /* not recorded yet */
-            return -1;
-    }
-}
-
-static void *ring(void *arg)
-{
-    ring_t r = {.w = arg, .gone = 0, .backoff = 1000};
-    agent_nccl_watch_t *w = r.w;
-    agent_ctx_t *ctx = w->ctx;
-    int pods = ctx->facts.nranks, q = (ctx->facts.rank + 1) % (pods > 0 ? pods : 1);
-    int64_t wait = 0; /* after a refusal */
-    char path[400], fsel[300];
-    if (pods < 2 || ring_resolve(&r, q) != 0)
-        return NULL;
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ctx->facts.ns);
-    while (!closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
-        agent_kube_resp_t resp;
-        int64_t t0 = agent_now_ms();
-        snprintf(fsel, sizeof(fsel), "metadata.name=%s", r.next.pod);
-        int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel, t0 + SLICE_MS,
-                                         on_next, &r, &resp);
-        int no = refused(rc, &resp);
-        if (no && !wait) /* once per refusal, however often it is asked again */
-            agent_warn("AGENT-RING",
-                       "watching pod %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then "
-                       "every %d s; until then a loss of its node is not written (the chart's "
-                       "RBAC grants watch on pods)",
-                       r.next.pod, resp.code, resp.message, REFUSED_MAX_MS / 1000);
-        agent_kube_resp_free(&resp);
-        wait = no ? refused_wait(wait) : 0;
-        if (no) {
-            if (nap(w, wait))
-                break;
-            continue;
-        }
-        if (r.left_ms) {
-            if (nap(w, r.left_ms + LEFT_GRACE_MS - agent_now_ms()))
-                break;
-            ring_left(&r);
-        }
-        if (r.gone && ring_resolve(&r, q) != 0)
-            break;
-        if (rc != 0 && agent_now_ms() - t0 < 1000 && nap(w, 1000))
-            break;
-    }
-    return NULL;
 }
 
 typedef struct {
@@ -569,7 +320,7 @@ static void *watcher(void *arg)
     }
     snprintf(lsel, sizeof(lsel), "%s=%s", LABEL_ENDED, w->stamp);
     int64_t wait = 0; /* after a refusal */
-    while (!closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
+    while (!agent_nccl_closed(w) && !atomic_load(&w->cancel) && !ctx->stop) {
         agent_kube_resp_t r;
         int64_t t0 = agent_now_ms();
         int rc = agent_kube_watch_labels(ctx->kube, path, fsel, a.job ? lsel : NULL, &w->cancel,
@@ -577,7 +328,7 @@ static void *watcher(void *arg)
         /* a refusal is said once and asked again later and later; any other early end waits a
          * second before the next watch (a new watch starts from the current state: an end
          * during a refusal is seen by the first watch allowed again) */
-        int no = refused(rc, &r);
+        int no = agent_nccl_refused(rc, &r);
         if (no && !wait)
             agent_warn("AGENT-RANK-ENDED-WATCH",
                        "watching %s %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then "
@@ -588,8 +339,8 @@ static void *watcher(void *arg)
                        a.job ? "this pod's NCCL processes are not told when another rank ends"
                              : "an end of this pod's ranks is not reported");
         agent_kube_resp_free(&r);
-        wait = no ? refused_wait(wait) : 0;
-        if (nap(w, no ? wait : rc != 0 && agent_now_ms() - t0 < 1000 ? 1000 : 0))
+        wait = no ? agent_nccl_refused_wait(wait) : 0;
+        if (agent_nccl_nap(w, no ? wait : rc != 0 && agent_now_ms() - t0 < 1000 ? 1000 : 0))
             break;
     }
     return NULL;
@@ -627,7 +378,7 @@ void agent_nccl_watch_start(agent_ctx_t *ctx, const char stamp[17])
             free(a);
         }
     }
-    if (pthread_create(&w->threads[2], NULL, ring, w) == 0)
+    if (pthread_create(&w->threads[2], NULL, agent_nccl_ring, w) == 0)
         w->started[2] = 1;
     else
         agent_warn("AGENT-RING", "cannot start the next pod's watch thread");
@@ -663,7 +414,7 @@ static void record_pod(agent_nccl_watch_t *w)
     }
     int per = f->local_size > 1 ? f->local_size : 1;
     whose_t next;
-    if (f->nranks > 1 && ring_entry(w, r.body, (f->rank + 1) % f->nranks, &next)) {
+    if (f->nranks > 1 && agent_nccl_ring_entry(w, r.body, (f->rank + 1) % f->nranks, &next)) {
         pthread_mutex_lock(&w->mu);
         w->ring_hint = next;
         pthread_mutex_unlock(&w->mu);
