@@ -398,21 +398,38 @@ def node_controller(cl, pod_name, containers_ready="True", reason=None, ready="F
     cl.add(pod)
 
 
+def ring_job(cl, ranks, name):
+    """3 pods on nodes node-0..2, their NCCL processes held (rank 0's with exit), the job Ready and
+    pod 1's agent watching pod 2 (the ring): the pod names and the agents."""
+    def own_node(i, p):
+        p["spec"]["nodeName"] = "node-%d" % i
+    pods, agents = start_job(cl, name, 3, own_node)
+    names = [p["metadata"]["name"] for p in pods]
+    ranks += [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}),
+              Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
+    wait_for(lambda: ready(cl, name), 20, "phase Ready")
+    wait_for(lambda: "watching pod %s" % names[2] in cl.agent_log(agents[1]), 20,
+             "pod 1's agent to watch pod 2")
+    return names, agents
+
+
+def rank_ended_written(cl, name, t0, timeout):
+    """The Communicator once its lastError says a rank ended (RankEnded), and when after t0."""
+    def written():
+        c = communicator(cl, name)
+        last = ((c or {}).get("status") or {}).get("lastError") or {}
+        return c if last.get("reason") == "RankEnded" else None
+    c = wait_for(written, timeout, "the Communicator to say that a rank is gone")
+    return c, time.time() - t0
+
+
 def case_node(_):
     """Rank 2's node dies: its agent and its process vanish with it, and 40-50 s later the node
     controller marks its pod not Ready while its containers ran. The agent of the pod before it
     (pod 1 watches pod 2, a ring) writes rank 2 gone with that cause; rank 0 (exit) ends, rank 1
     is told. A failing readiness probe or an unmet readiness gate before it writes nothing."""
     with scene() as (cl, ranks):
-        def own_node(i, p):
-            p["spec"]["nodeName"] = "node-%d" % i
-        pods, agents = start_job(cl, "nodelost", 3, own_node)
-        names = [p["metadata"]["name"] for p in pods]
-        ranks += [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}),
-                  Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
-        wait_for(lambda: ready(cl, "nodelost"), 20, "phase Ready")
-        wait_for(lambda: "watching pod %s" % names[2] in cl.agent_log(agents[1]), 20,
-                 "pod 1's agent to watch pod 2")
+        names, agents = ring_job(cl, ranks, "nodelost")
         # the kubelet's own not-Ready states are no node's loss
         node_controller(cl, names[2], containers_ready="False")
         node_controller(cl, names[2], reason="ReadinessGatesNotReady")
@@ -427,13 +444,7 @@ def case_node(_):
         time.sleep(0.5)
         t0 = time.time()
         node_controller(cl, names[2])
-
-        def written():
-            c = communicator(cl, "nodelost")
-            last = ((c or {}).get("status") or {}).get("lastError") or {}
-            return c if last.get("reason") == "RankEnded" else None
-        c = wait_for(written, 20, "the Communicator to say that rank 2 is gone")
-        t_written = time.time() - t0
+        c, t_written = rank_ended_written(cl, "nodelost", t0, 20)
         last = c["status"]["lastError"]
         print("lastError:", last)
         check(c["status"]["phase"] == "Failed" and last["rank"] == 2 and
@@ -669,27 +680,13 @@ def case_gc(_):
     node controller's mark. Pod 1's agent (the ring) gives rank 2's agent 10 s to write it, then
     writes it gone itself: rank 0 (exit) ends, rank 1 is told."""
     with scene() as (cl, ranks):
-        def own_node(i, p):
-            p["spec"]["nodeName"] = "node-%d" % i
-        pods, agents = start_job(cl, "gc", 3, own_node)
-        names = [p["metadata"]["name"] for p in pods]
-        ranks += [Rank(agents[0]["sock"], {"COLL_NCCL_ON_RANK_END": "exit"}),
-                  Rank(agents[1]["sock"]), Rank(agents[2]["sock"])]
-        wait_for(lambda: ready(cl, "gc"), 20, "phase Ready")
-        wait_for(lambda: "watching pod %s" % names[2] in cl.agent_log(agents[1]), 20,
-                 "pod 1's agent to watch pod 2")
+        names, agents = ring_job(cl, ranks, "gc")
         agents[2]["proc"].kill()
         ranks[2].proc.kill()
         time.sleep(0.5)
         t0 = time.time()
         delete_pod(cl, names[2], gc=True)
-
-        def written():
-            c = communicator(cl, "gc")
-            last = ((c or {}).get("status") or {}).get("lastError") or {}
-            return c if last.get("reason") == "RankEnded" else None
-        c = wait_for(written, 30, "the Communicator to say that rank 2 is gone")
-        t_written = time.time() - t0
+        c, t_written = rank_ended_written(cl, "gc", t0, 30)
         last = c["status"]["lastError"]
         print("lastError:", last["message"])
         check(last["rank"] == 2 and last["pod"] == names[2] and "is gone" in last["message"] and
