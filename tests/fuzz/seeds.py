@@ -91,6 +91,13 @@ p6["status"].update({"phase": "Running", "conditions": [
     {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T12:07:00Z"},
     {"type": "ContainersReady", "status": "True"}]})
 write("pod", "node-lost", parts(j(p6), j(tlist), j(node)))
+p7 = copy.deepcopy(p6)  # its machine removed: the pod garbage collector deletes it
+p7["metadata"].update({"deletionTimestamp": "2026-11-29T12:08:00Z",
+                       "deletionGracePeriodSeconds": 0})
+p7["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
+                                   "reason": "DeletionByPodGC",
+                                   "message": "PodGC: node no longer exists"})
+write("pod", "pod-gc", parts(j(p7), j(tlist), j(node)))
 stamp = "0123456789abcdef"
 comm = {"kind": "Communicator", "metadata": {"name": "train"}, "status": {
     "phase": "Failed", "lastError": {"rank": 1, "pod": "train-1-x", "time": "2026-11-29T12:00:00Z",
