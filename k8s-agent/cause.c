@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,8 +229,7 @@ int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t l
     return 1;
 }
 
-int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, int64_t since_s,
-                      char *out, size_t len)
+int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, char *out, size_t len)
 {
     out[0] = '\0';
     const char *phase = str_at(pod, "status.phase");
@@ -240,9 +240,10 @@ int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, int6
     if (!deleted && !str_at(pod, "metadata.deletionTimestamp") &&
         !(dts && strcmp(dts, "True") == 0))
         return 0;
-    /* a last state that says nothing of its deletion: that it no longer exists */
-    if (agent_pod_cause(pod_name, pod, since_s, 1, out, len) != 1)
-        agent_pod_cause(pod_name, NULL, since_s, 1, out, len);
+    /* how it leaves, not an earlier container end (its agent said that); a last state that says
+     * nothing of its deletion: that it no longer exists */
+    if (agent_pod_cause(pod_name, pod, INT64_MAX, 1, out, len) != 1)
+        agent_pod_cause(pod_name, NULL, INT64_MAX, 1, out, len);
     return 1;
 }
 

@@ -157,13 +157,11 @@ int agent_own_end(const char *pod_name, const json_t *pod, int64_t since_s, char
  * containers ran (Ready=False, ContainersReady=True: the kubelet never writes that pair, but for
  * a readiness gate): out says so, with the mark's time. Else 0. agent_pod_cause says it too. */
 int agent_node_lost(const char *pod_name, const json_t *pod, char *out, size_t len);
-/* Did another pod of the job leave while it ran (spec.nccl: native, the ring of nccl_watch.c)?
+/* Did another pod of the job leave while it ran (spec.nccl: native, the ring of nccl_ring.c)?
  * 1 when it was deleted (deleted: the watch's DELETED, pod its last state), or is being deleted
  * or disrupted (a DisruptionTarget condition: the pod garbage collector's, an eviction's), and
- * had not ended (phase neither Failed nor Succeeded): out says how (container ends after since_s
- * appended). Else 0. */
-int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, int64_t since_s,
-                      char *out, size_t len);
+ * had not ended (phase neither Failed nor Succeeded): out says how. Else 0. */
+int agent_pod_leaving(const char *pod_name, const json_t *pod, int deleted, char *out, size_t len);
 /* ---- nccl_pods.c: status.ncclPods of a Communicator (spec.nccl: native) ---- */
 
 #define AGENT_NCCL_REFUSED "NcclVersionMismatch" /* a member refused at its NCCL init */

@@ -13,7 +13,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "agent.h"
 #include "health_state.h"
@@ -54,8 +53,7 @@ static int on_next(void *arg, const char *type, json_t *obj)
     const char *phase = json_string_value(agent_json_path(obj, "status.phase"));
     int deleted = strcmp(type, "DELETED") == 0;
     if (!r->left_done && !r->left_ms &&
-        agent_pod_leaving(r->next.pod, obj, deleted, (int64_t)time(NULL), r->left_cause,
-                          sizeof(r->left_cause)))
+        agent_pod_leaving(r->next.pod, obj, deleted, r->left_cause, sizeof(r->left_cause)))
         r->left_ms = agent_now_ms(); /* ring() gives its own agent time to write it */
     if (deleted || (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))) {
         r->gone = 1; /* its own agent wrote an end; a replacement records itself anew */
@@ -192,7 +190,7 @@ void *agent_nccl_ring(void *arg)
     agent_ctx_t *ctx = w->ctx;
     int pods = ctx->facts.nranks, q = (ctx->facts.rank + 1) % (pods > 0 ? pods : 1);
     int64_t wait = 0; /* after a refusal */
-    char path[400], fsel[300];
+    char path[400], fsel[300], what[300];
     if (pods < 2 || ring_resolve(&r, q) != 0)
         return NULL;
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ctx->facts.ns);
@@ -202,15 +200,10 @@ void *agent_nccl_ring(void *arg)
         snprintf(fsel, sizeof(fsel), "metadata.name=%s", r.next.pod);
         int rc = agent_kube_watch_labels(ctx->kube, path, fsel, NULL, &w->cancel, t0 + SLICE_MS,
                                          on_next, &r, &resp);
-        int no = agent_nccl_refused(rc, &resp);
-        if (no && !wait) /* once per refusal, however often it is asked again */
-            agent_warn("AGENT-RING",
-                       "watching pod %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then "
-                       "every %d s; until then a loss of its node is not written (the chart's "
-                       "RBAC grants watch on pods)",
-                       r.next.pod, resp.code, resp.message, REFUSED_MAX_MS / 1000);
+        snprintf(what, sizeof(what), "pod %s", r.next.pod);
+        int no = agent_nccl_refusal(rc, &resp, &wait, "AGENT-RING", what,
+                                    "a loss of its node is not written");
         agent_kube_resp_free(&resp);
-        wait = no ? agent_nccl_refused_wait(wait) : 0;
         if (no) {
             if (agent_nccl_nap(w, wait))
                 break;

@@ -292,10 +292,20 @@ int agent_nccl_refused(int rc, const agent_kube_resp_t *r)
     return rc != 0 && r->code >= 400 && r->code < 500 && r->code != 410 && r->code != 429;
 }
 
-/* The wait before asking again after a refusal (ms; 0: the last watch was not refused). */
-int64_t agent_nccl_refused_wait(int64_t last)
+int agent_nccl_refusal(int rc, const agent_kube_resp_t *r, int64_t *wait, const char *id,
+                       const char *what, const char *until)
 {
-    return last <= 0 ? 1000 : last * 2 > REFUSED_MAX_MS ? REFUSED_MAX_MS : last * 2;
+    if (!agent_nccl_refused(rc, r)) {
+        *wait = 0;
+        return 0;
+    }
+    if (!*wait) /* once per refusal, however often it is asked again */
+        agent_warn(id,
+                   "watching %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then every %d s; "
+                   "until then %s (the chart's RBAC grants watch on pods and communicators)",
+                   what, r->code, r->message, REFUSED_MAX_MS / 1000, until);
+    *wait = *wait <= 0 ? 1000 : *wait * 2 > REFUSED_MAX_MS ? REFUSED_MAX_MS : *wait * 2;
+    return 1;
 }
 
 typedef struct {
@@ -309,7 +319,9 @@ static void *watcher(void *arg)
     free(arg);
     agent_nccl_watch_t *w = a.w;
     agent_ctx_t *ctx = w->ctx;
-    char path[400], fsel[300], lsel[80];
+    char path[400], fsel[300], lsel[80], what[400];
+    snprintf(what, sizeof(what), "%s %s", a.job ? "Communicator" : "pod",
+             a.job ? ctx->comm_name : ctx->facts.pod);
     if (a.job) {
         snprintf(path, sizeof(path), "/apis/kcoll.io/v1alpha1/namespaces/%s/communicators",
                  ctx->facts.ns);
@@ -328,18 +340,11 @@ static void *watcher(void *arg)
         /* a refusal is said once and asked again later and later; any other early end waits a
          * second before the next watch (a new watch starts from the current state: an end
          * during a refusal is seen by the first watch allowed again) */
-        int no = agent_nccl_refused(rc, &r);
-        if (no && !wait)
-            agent_warn("AGENT-RANK-ENDED-WATCH",
-                       "watching %s %s: HTTP %ld %s; watched again after 1, 2, 4 ... s, then "
-                       "every %d s; until then %s (the chart's RBAC grants watch on pods and "
-                       "communicators)",
-                       a.job ? "Communicator" : "pod", a.job ? ctx->comm_name : ctx->facts.pod,
-                       r.code, r.message, REFUSED_MAX_MS / 1000,
-                       a.job ? "this pod's NCCL processes are not told when another rank ends"
-                             : "an end of this pod's ranks is not reported");
+        int no = agent_nccl_refusal(
+            rc, &r, &wait, "AGENT-RANK-ENDED-WATCH", what,
+            a.job ? "this pod's NCCL processes are not told when another rank ends"
+                  : "an end of this pod's ranks is not reported");
         agent_kube_resp_free(&r);
-        wait = no ? agent_nccl_refused_wait(wait) : 0;
         if (agent_nccl_nap(w, no ? wait : rc != 0 && agent_now_ms() - t0 < 1000 ? 1000 : 0))
             break;
     }

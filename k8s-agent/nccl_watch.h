@@ -61,8 +61,11 @@ int agent_nccl_closed(agent_nccl_watch_t *w);
 int agent_nccl_nap(agent_nccl_watch_t *w, int64_t ms);
 /* A watch the API server refused (not 410 or 429, which the watch handles). */
 int agent_nccl_refused(int rc, const agent_kube_resp_t *r);
-/* The wait before asking again after a refusal (ms; last 0: the last watch was not refused). */
-int64_t agent_nccl_refused_wait(int64_t last);
+/* After a watch call: 1 when the API server refused it, said once per refusal (log id: "watching
+ * WHAT: HTTP ...; watched again after 1, 2, 4 ... s, then every 30 s; until then UNTIL") with
+ * the wait before asking again in *wait (ms, grown each time); else 0, *wait reset. */
+int agent_nccl_refusal(int rc, const agent_kube_resp_t *r, int64_t *wait, const char *id,
+                       const char *what, const char *until);
 /* p's ranks ended (cause says how): the Communicator's status, Events and label, each end once
  * (key, kept in last_key); an end after another rank's is a consequence (nccl_watch.c). */
 void agent_nccl_report_end(agent_nccl_watch_t *w, const whose_t *p, char *last_key, size_t keylen,

@@ -433,7 +433,7 @@ static int leaving(const char *json, int deleted)
 {
     json_t *p = json_loads(json, 0, NULL);
     memset(out, 'x', sizeof(out));
-    int r = agent_pod_leaving("train-2-abcde", p, deleted, SINCE, out, sizeof(out));
+    int r = agent_pod_leaving("train-2-abcde", p, deleted, out, sizeof(out));
     printf("  leaving %d: %s\n", r, out);
     json_decref(p);
     return r;

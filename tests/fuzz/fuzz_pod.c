@@ -102,7 +102,7 @@ static void cause_of(const uint8_t *data, size_t size)
     /* the same Pod as the next one of the ring's: did it leave while it ran? */
     for (int deleted = 0; deleted < 2; deleted++) {
         memset(out, 'x', sizeof(out));
-        int left = agent_pod_leaving("p", pod, deleted, 1795953600LL, out, sizeof(out));
+        int left = agent_pod_leaving("p", pod, deleted, out, sizeof(out));
         if ((left != 0 && left != 1) || memchr(out, 0, sizeof(out)) == NULL ||
             (left == 0) != (out[0] == 0))
             fuzz_fail("a pod's leaving out of range, unterminated, or text that disagrees");
